@@ -1,0 +1,88 @@
+"""One registry of strategies: each turns a length histogram into a `Packing`.
+
+    >>> from simbench.strategies import get_strategy
+    >>> packing = get_strategy("spfhp")(histogram, max_length=512, max_depth=3)
+
+Every strategy has the same call shape `(histogram, max_length, max_depth, options) -> Packing`
+and is a pure function of its arguments. Third-party strategies plug in through the entry-point
+group `simbench.strategies`; each entry point names a `Strategy`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram
+from simbench.strategies.packing import PackOptions, Packing
+
+PackFunction = Callable[[LengthHistogram, int, "int | None", PackOptions], Packing]
+
+# Built-in strategy modules, imported on first use so that `simbench --help` stays fast.
+BUILTIN_MODULES = ("none", "sort", "greedy", "spfhp", "lpfhp", "nnlshp", "classic", "optimal")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A registered strategy: a name, a one-line description and the pack function."""
+
+    name: str
+    description: str
+    pack_function: PackFunction
+    uses_depth: bool = True
+
+    def __call__(self, histogram: LengthHistogram, max_length: int | None = None,
+                 max_depth: int | None = None, options: PackOptions | None = None) -> Packing:
+        """Validate the arguments, run the packer and record its solve time."""
+        max_length = max_length or histogram.max_length
+        if histogram.longest > max_length:
+            raise InputError(f"histogram {histogram.name} has sequences of length {histogram.longest}, "
+                             f"longer than max_length {max_length}")
+        if max_depth is not None and max_depth < 1:
+            raise InputError(f"max_depth must be at least 1, found {max_depth}")
+        start = time.perf_counter()
+        packing = self.pack_function(histogram, max_length, max_depth, options or PackOptions())
+        seconds = time.perf_counter() - start
+        return Packing(self.name, max_length, max_depth, packing.rows, packing.repeats,
+                       packing.slot_lengths, seconds, packing.details)
+
+
+_REGISTRY: dict[str, Strategy] = {}
+
+
+def register(name: str, description: str, uses_depth: bool = True) -> Callable[[PackFunction], PackFunction]:
+    """Decorator registering a pack function under `name`."""
+
+    def decorate(function: PackFunction) -> PackFunction:
+        _REGISTRY[name] = Strategy(name, description, function, uses_depth)
+        return function
+
+    return decorate
+
+
+def _load_all() -> None:
+    for module in BUILTIN_MODULES:
+        importlib.import_module(f"simbench.strategies.{module}")
+    for entry in entry_points(group="simbench.strategies"):
+        strategy = entry.load()
+        _REGISTRY.setdefault(strategy.name, strategy)
+
+
+def available_strategies() -> dict[str, Strategy]:
+    """All strategies by name, built-in first, then plug-ins."""
+    _load_all()
+    return dict(_REGISTRY)
+
+
+def get_strategy(name: str) -> Strategy:
+    strategies = available_strategies()
+    if name not in strategies:
+        raise InputError(f"unknown strategy {name!r}; known strategies: {', '.join(strategies)}")
+    return strategies[name]
+
+
+__all__ = ["PackOptions", "Packing", "Strategy", "available_strategies", "get_strategy", "register"]
