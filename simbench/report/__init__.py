@@ -1,0 +1,1 @@
+"""Reports: tables, summaries and plots written atomically from simulation results."""

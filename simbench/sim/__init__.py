@@ -1,0 +1,1 @@
+"""The simulator: per-device batches, SimPy processes and vectorized Monte Carlo."""

@@ -1,0 +1,1 @@
+"""Strategy module classic: registered once implemented."""

@@ -1,0 +1,1 @@
+"""Strategy module greedy: registered once implemented."""

@@ -1,0 +1,1 @@
+"""Strategy module lpfhp: registered once implemented."""

@@ -1,0 +1,1 @@
+"""Strategy module nnlshp: registered once implemented."""

@@ -1,0 +1,1 @@
+"""Strategy module optimal: registered once implemented."""

@@ -1,0 +1,1 @@
+"""Strategy module sort: registered once implemented."""

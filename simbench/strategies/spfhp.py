@@ -1,0 +1,1 @@
+"""Strategy module spfhp: registered once implemented."""
