@@ -22,6 +22,11 @@ app = typer.Typer(
     add_completion=False,
 )
 
+
+@app.callback()
+def simbench_app() -> None:
+    """Simulate and benchmark training transformers on variable-length data."""
+
 for module_info in sorted(pkgutil.iter_modules(simbench.commands.__path__), key=lambda info: info.name):
     importlib.import_module(f"simbench.commands.{module_info.name}").register(app)
 

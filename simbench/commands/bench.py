@@ -1,0 +1,34 @@
+"""`simbench bench`: run the performance benchmarks (pytest-benchmark) under tests/benchmarks/."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+
+from simbench.errors import InputError
+
+BENCHMARKS_DIR = Path(__file__).resolve().parents[2] / "tests" / "benchmarks"
+
+
+def bench(
+    keyword: str = typer.Option(None, "-k", help="only benchmarks whose name matches this expression"),
+    quick: bool = typer.Option(False, "--quick", help="one round per benchmark, as CI runs them"),
+    save: str = typer.Option(None, "--save", help="save the results as JSON under .benchmarks/ with this name"),
+) -> None:
+    """Measure the speed targets: packers, LP bound, assignment, simulator and the full scenario run."""
+    if not BENCHMARKS_DIR.is_dir():
+        raise InputError(f"no benchmarks at {BENCHMARKS_DIR}: `simbench bench` needs a source checkout")
+    command = [sys.executable, "-m", "pytest", str(BENCHMARKS_DIR), "--benchmark-only", "-p", "no:cacheprovider",
+               "--benchmark-columns=min,median,max,rounds", "--benchmark-sort=name"]
+    if keyword:
+        command += ["-k", keyword]
+    if quick:
+        command += ["--benchmark-min-rounds=1", "--benchmark-max-time=0.5"]
+    if save:
+        command += [f"--benchmark-save={save}"]
+    raise typer.Exit(subprocess.call(command))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(bench)
