@@ -1,0 +1,163 @@
+"""Torch batches in the three layouts simbench times: padded rows, packed rows and un-padded tokens.
+
+    >>> sequences = random_sequences([5, 3, 8], vocabulary=100, rng=np.random.default_rng(0))
+    >>> batch = packed_batch(sequences, rows=[[0, 1], [2]], row_length=8)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from simbench.errors import InputError
+
+
+@dataclass(frozen=True)
+class TokenSequence:
+    """One training sequence: its token ids, per-token labels and a sequence-level label."""
+
+    token_ids: np.ndarray
+    labels: np.ndarray
+    sequence_label: int
+
+    @property
+    def length(self) -> int:
+        return int(self.token_ids.size)
+
+
+@dataclass(frozen=True)
+class AttentionGroup:
+    """Equal-length sequences attended to in one call (un-padded layout)."""
+
+    token_index: torch.Tensor  # (sequences * length,) positions in the flat token tensor
+    sequences: int
+    length: int
+
+
+@dataclass(frozen=True, eq=False)
+class TorchBatch:
+    """Tensors for one training step; rows of slots, or flat tokens when un-padded."""
+
+    input_ids: torch.Tensor  # (rows, row_length) or (tokens,)
+    position_ids: torch.Tensor  # same shape; restart at 0 for every sequence
+    labels: torch.Tensor  # same shape; per-token targets
+    row_sequence_ids: torch.Tensor | None  # (rows, row_length): 1..depth per sequence in the row, 0 = padding
+    token_sequence: torch.Tensor  # (slots,) global sequence index of each slot; padding -> n_sequences
+    sequence_first_token: torch.Tensor  # (n_sequences,) flat slot of each sequence's first token
+    sequence_lengths: torch.Tensor  # (n_sequences,)
+    sequence_labels: torch.Tensor  # (n_sequences,)
+    packed: bool
+    has_padding: bool
+    groups: tuple[AttentionGroup, ...] | None = None  # un-padded layout only
+    inverse_group_order: torch.Tensor | None = None  # un-padded: group-ordered tokens -> flat order
+    cu_seqlens: torch.Tensor | None = None  # un-padded on CUDA with flash-attention varlen
+    longest: int = 0
+
+    @property
+    def real_tokens(self) -> int:
+        return int(self.sequence_lengths.sum())
+
+    def to(self, device: torch.device | str) -> TorchBatch:
+        """The same batch on `device` (tensors copied, the rest shared)."""
+        moved = {name: (value.to(device) if isinstance(value, torch.Tensor) else value)
+                 for name, value in self.__dict__.items()}
+        if self.groups is not None:
+            moved["groups"] = tuple(AttentionGroup(group.token_index.to(device), group.sequences, group.length)
+                                    for group in self.groups)
+        return TorchBatch(**moved)
+
+
+def random_sequences(lengths, vocabulary: int, rng: np.random.Generator) -> list[TokenSequence]:
+    """Sequences of the given lengths with random token ids and labels."""
+    return [TokenSequence(rng.integers(0, vocabulary, size=int(length)), rng.integers(0, vocabulary, size=int(length)),
+                          int(rng.integers(0, 2)))
+            for length in lengths]
+
+
+def padded_batch(sequences: list[TokenSequence], row_length: int | None = None) -> TorchBatch:
+    """One sequence per row, padded to `row_length` (default: the longest, as sorted batching does)."""
+    row_length = row_length or max(sequence.length for sequence in sequences)
+    return _row_batch(sequences, [[index] for index in range(len(sequences))], row_length, packed=False)
+
+
+def packed_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length: int) -> TorchBatch:
+    """Several sequences per row (indices into `sequences`), with a block-diagonal attention mask."""
+    return _row_batch(sequences, rows, row_length, packed=True)
+
+
+def _row_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length: int, packed: bool) -> TorchBatch:
+    _check_rows(sequences, rows, row_length)
+    shape = (len(rows), row_length)
+    input_ids = np.zeros(shape, dtype=np.int64)
+    labels = np.zeros(shape, dtype=np.int64)
+    position_ids = np.zeros(shape, dtype=np.int64)
+    row_sequence_ids = np.zeros(shape, dtype=np.int64)
+    order = [index for row in rows for index in row]
+    token_sequence = np.full(shape, len(order), dtype=np.int64)
+    first_token = np.zeros(len(order), dtype=np.int64)
+    number = 0
+    for row_index, row in enumerate(rows):
+        start = 0
+        for depth, sequence_index in enumerate(row, start=1):
+            sequence = sequences[sequence_index]
+            span = slice(start, start + sequence.length)
+            input_ids[row_index, span] = sequence.token_ids
+            labels[row_index, span] = sequence.labels
+            position_ids[row_index, span] = np.arange(sequence.length)
+            row_sequence_ids[row_index, span] = depth
+            token_sequence[row_index, span] = number
+            first_token[number] = row_index * row_length + start
+            start += sequence.length
+            number += 1
+    ordered = [sequences[index] for index in order]
+    return TorchBatch(
+        input_ids=torch.from_numpy(input_ids), position_ids=torch.from_numpy(position_ids),
+        labels=torch.from_numpy(labels), row_sequence_ids=torch.from_numpy(row_sequence_ids),
+        token_sequence=torch.from_numpy(token_sequence.reshape(-1)),
+        sequence_first_token=torch.from_numpy(first_token),
+        sequence_lengths=torch.tensor([sequence.length for sequence in ordered]),
+        sequence_labels=torch.tensor([sequence.sequence_label for sequence in ordered]),
+        packed=packed, has_padding=bool(np.any(row_sequence_ids == 0)),
+        longest=max(sequence.length for sequence in ordered))
+
+
+def unpadded_batch(sequences: list[TokenSequence], flash_varlen: bool = False) -> TorchBatch:
+    """All tokens concatenated without padding; attention runs per group of equal-length sequences.
+
+    With `flash_varlen` the batch also carries cumulative lengths for flash-attention's varlen kernel.
+    """
+    if not sequences:
+        raise InputError("an un-padded batch needs at least one sequence")
+    lengths = np.array([sequence.length for sequence in sequences], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    groups, group_order = [], []
+    for length in np.unique(lengths):
+        members = np.flatnonzero(lengths == length)
+        token_index = (starts[members][:, None] + np.arange(length)[None, :]).reshape(-1)
+        groups.append(AttentionGroup(torch.from_numpy(token_index), int(members.size), int(length)))
+        group_order.append(token_index)
+    inverse = np.empty(int(lengths.sum()), dtype=np.int64)
+    inverse[np.concatenate(group_order)] = np.arange(inverse.size)
+    cu_seqlens = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)) if flash_varlen else None
+    return TorchBatch(
+        input_ids=torch.from_numpy(np.concatenate([sequence.token_ids for sequence in sequences])),
+        position_ids=torch.from_numpy(np.concatenate([np.arange(length) for length in lengths])),
+        labels=torch.from_numpy(np.concatenate([sequence.labels for sequence in sequences])),
+        row_sequence_ids=None,
+        token_sequence=torch.from_numpy(np.repeat(np.arange(lengths.size), lengths)),
+        sequence_first_token=torch.from_numpy(starts),
+        sequence_lengths=torch.from_numpy(lengths),
+        sequence_labels=torch.tensor([sequence.sequence_label for sequence in sequences]),
+        packed=False, has_padding=False, groups=tuple(groups),
+        inverse_group_order=torch.from_numpy(inverse), cu_seqlens=cu_seqlens, longest=int(lengths.max()))
+
+
+def _check_rows(sequences: list[TokenSequence], rows: list[list[int]], row_length: int) -> None:
+    if not rows or any(not row for row in rows):
+        raise InputError("every row of a batch needs at least one sequence")
+    for row_index, row in enumerate(rows):
+        tokens = sum(sequences[index].length for index in row)
+        if tokens > row_length:
+            raise InputError(f"row {row_index} holds {tokens} tokens, more than the row length {row_length}")

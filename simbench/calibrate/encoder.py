@@ -1,0 +1,134 @@
+"""A small BERT-like encoder in torch that trains on padded, packed or un-padded batches.
+
+Packing's model changes live here: block-diagonal attention from per-token sequence ids,
+position ids reset per sequence (given by the batch) and per-sequence losses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from simbench.calibrate.batches import TorchBatch
+
+
+@dataclass(frozen=True)
+class EncoderShape:
+    """Dimensions of the encoder; `max_length` bounds the position embedding."""
+
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    vocabulary: int
+    max_length: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+class EncoderLayer(nn.Module):
+    """Post-layer-norm transformer layer (as in BERT)."""
+
+    def __init__(self, shape: EncoderShape):
+        super().__init__()
+        self.heads = shape.heads
+        self.qkv = nn.Linear(shape.hidden, 3 * shape.hidden)
+        self.attention_out = nn.Linear(shape.hidden, shape.hidden)
+        self.attention_norm = nn.LayerNorm(shape.hidden)
+        self.ffn_in = nn.Linear(shape.hidden, shape.intermediate)
+        self.ffn_out = nn.Linear(shape.intermediate, shape.hidden)
+        self.ffn_norm = nn.LayerNorm(shape.hidden)
+
+    def forward(self, x: torch.Tensor, batch: TorchBatch, mask: torch.Tensor | None) -> torch.Tensor:
+        context = self._attention(self.qkv(x), batch, mask)
+        x = self.attention_norm(x + self.attention_out(context))
+        return self.ffn_norm(x + self.ffn_out(F.gelu(self.ffn_in(x))))
+
+    def _attention(self, qkv: torch.Tensor, batch: TorchBatch, mask: torch.Tensor | None) -> torch.Tensor:
+        if batch.groups is None:
+            rows, length, _ = qkv.shape
+            q, k, v = qkv.view(rows, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return context.transpose(1, 2).reshape(rows, length, -1)
+        if batch.cu_seqlens is not None:
+            return _flash_varlen(qkv, batch, self.heads)
+        # Un-padded: one attention call per group of equal-length sequences, no padding anywhere.
+        outputs = []
+        for group in batch.groups:
+            grouped = qkv.index_select(0, group.token_index).view(group.sequences, group.length, 3, self.heads, -1)
+            q, k, v = grouped.permute(2, 0, 3, 1, 4)
+            context = F.scaled_dot_product_attention(q, k, v)
+            outputs.append(context.transpose(1, 2).reshape(group.sequences * group.length, -1))
+        return torch.cat(outputs).index_select(0, batch.inverse_group_order)
+
+
+def _flash_varlen(qkv: torch.Tensor, batch: TorchBatch, heads: int) -> torch.Tensor:
+    from flash_attn import flash_attn_varlen_qkvpacked_func
+
+    tokens = qkv.shape[0]
+    packed = qkv.view(tokens, 3, heads, -1)
+    context = flash_attn_varlen_qkvpacked_func(packed, batch.cu_seqlens, batch.longest)
+    return context.reshape(tokens, -1)
+
+
+class Encoder(nn.Module):
+    """Embeddings, transformer layers, a per-token (MLM-like) head and a per-sequence (NSP-like) head."""
+
+    def __init__(self, shape: EncoderShape):
+        super().__init__()
+        self.shape = shape
+        self.token_embedding = nn.Embedding(shape.vocabulary, shape.hidden)
+        self.position_embedding = nn.Embedding(shape.max_length, shape.hidden)
+        self.embedding_norm = nn.LayerNorm(shape.hidden)
+        self.layers = nn.ModuleList(EncoderLayer(shape) for _ in range(shape.layers))
+        self.token_head = nn.Linear(shape.hidden, shape.vocabulary)
+        self.sequence_head = nn.Linear(shape.hidden, 2)
+
+    def forward(self, batch: TorchBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token logits (flattened over all slots) and per-sequence logits (one row per sequence)."""
+        x = self.embedding_norm(self.token_embedding(batch.input_ids) + self.position_embedding(batch.position_ids))
+        mask = attention_mask(batch)
+        for layer in self.layers:
+            x = layer(x, batch, mask)
+        flat = x.reshape(-1, self.shape.hidden)
+        return self.token_head(flat), self.sequence_head(flat.index_select(0, batch.sequence_first_token))
+
+
+def attention_mask(batch: TorchBatch) -> torch.Tensor | None:
+    """Boolean mask for scaled_dot_product_attention (True = may attend), or None.
+
+    Packed rows get the block-diagonal mask of the packing paper: a token sees only tokens of its
+    own sequence. Padding tokens (id 0) see each other, so no softmax row is empty.
+    """
+    if batch.row_sequence_ids is None:
+        return None
+    ids = batch.row_sequence_ids
+    if batch.packed:
+        return (ids[:, :, None] == ids[:, None, :]).unsqueeze(1)
+    if batch.has_padding:
+        return (ids != 0)[:, None, None, :]
+    return None
+
+
+def per_sequence_losses(batch: TorchBatch, token_logits: torch.Tensor, sequence_logits: torch.Tensor) -> torch.Tensor:
+    """Each sequence's loss: its mean token cross-entropy plus its sequence-level cross-entropy.
+
+    The token losses are unpacked per sequence in one scatter (index_add) over all slots, so the
+    cost does not grow with the packing depth; padding slots land in a spare bucket that is dropped.
+    """
+    token_losses = F.cross_entropy(token_logits, batch.labels.reshape(-1), reduction="none")
+    sequences = batch.sequence_lengths.shape[0]
+    sums = token_losses.new_zeros(sequences + 1).index_add_(0, batch.token_sequence, token_losses)
+    token_means = sums[:sequences] / batch.sequence_lengths.to(token_losses.dtype)
+    return token_means + F.cross_entropy(sequence_logits, batch.sequence_labels, reduction="none")
+
+
+def training_loss(model: Encoder, batch: TorchBatch) -> torch.Tensor:
+    """Mean of the per-sequence losses: every sequence weighs the same, however it is batched."""
+    token_logits, sequence_logits = model(batch)
+    return per_sequence_losses(batch, token_logits, sequence_logits).mean()
