@@ -1,1 +1,334 @@
-"""Strategy module optimal: registered once implemented."""
+"""`optimal`: the LP relaxation of histogram packing solved by column generation, then rounded.
+
+The LP optimum is a certified lower bound on the packs any packer needs (`lp_lower_bound`).
+
+    >>> bound = lp_lower_bound(load_histogram("squad_1_1_384"), 384, max_depth=3)
+    >>> packing = get_strategy("optimal")(load_histogram("squad_1_1_384"), 384, 3)
+    >>> packing.packs_total / bound.lower_bound_packs - 1   # the certified gap
+
+The master LP (one row per length present, one column per pack pattern, equality rows for the
+counts) lives in HiGHS; new patterns come from an integer knapsack with the dual prices as values
+(a dynamic programme over capacity, or over (sequences, capacity) under a depth limit).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram
+
+# A pattern prices out (improves the LP) when its dual value exceeds 1 by more than this.
+PRICING_TOLERANCE = 1e-9
+# Patterns added to the master LP per pricing round: one per best "first length" candidate.
+COLUMNS_PER_ROUND = 48
+# Safety cap on pricing rounds; the reported bound stays valid (Farley) if it is ever reached.
+MAX_PRICING_ROUNDS = 2000
+# LP re-solves of the residual before the last residual goes to best-fit decreasing.
+ROUNDING_PASSES = 6
+
+
+@dataclass(frozen=True, eq=False)
+class LPBound:
+    """The LP relaxation's answer for one (histogram, max_length, max_depth).
+
+    `value` is a certified lower bound on the number of packs: the dual value of the last master
+    LP scaled by 1 / (largest pattern price), Farley's bound, which equals the LP optimum once no
+    pattern prices out (`converged`). `primal_value` is the restricted master's optimum, an upper
+    bound on the LP optimum. `patterns` holds the packs the LP uses (lengths, descending,
+    zero-padded, like `Packing.rows`) and `weights` their fractional repeat counts.
+    """
+
+    value: float
+    lower_bound_packs: int
+    primal_value: float
+    converged: bool
+    pricing_rounds: int
+    patterns: np.ndarray
+    weights: np.ndarray
+
+    @property
+    def gap_closed(self) -> bool:
+        """True when the integer bound cannot rise any further with more pricing."""
+        return self.lower_bound_packs >= _robust_ceil(self.primal_value)
+
+
+def trivial_lower_bound(histogram: LengthHistogram, max_length: int, max_depth: int | None = None) -> int:
+    """The counting bounds: every token needs a slot, every sequence a place in a pack of max_depth."""
+    bound = -(-histogram.real_tokens // max_length)
+    if max_depth is not None:
+        bound = max(bound, -(-histogram.sequences // max_depth))
+    return int(bound)
+
+
+def lp_lower_bound(histogram: LengthHistogram, max_length: int, max_depth: int | None = None) -> LPBound:
+    """The LP lower bound on packs for `histogram` at `max_length` (and `max_depth` sequences per pack).
+
+    Cached by the histogram's counts, so asking again for each strategy costs nothing.
+    """
+    max_length = int(max_length)
+    if histogram.longest > max_length:
+        raise InputError(f"histogram {histogram.name} has sequences of length {histogram.longest}, "
+                         f"longer than max_length {max_length}")
+    if max_depth is not None and max_depth < 1:
+        raise InputError(f"max_depth must be at least 1, found {max_depth}")
+    depth = None if max_depth is None else int(max_depth)
+    return _cached_lp_lower_bound(histogram.counts.tobytes(), max_length, depth)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_lp_lower_bound(counts_bytes: bytes, max_length: int, max_depth: int | None) -> LPBound:
+    counts = np.frombuffer(counts_bytes, dtype=np.int64)
+    items = _Items.from_counts(counts, max_length, max_depth)
+    master = _MasterLP(items.demand)
+    master.add_patterns(items.starting_patterns())
+    solution = _column_generation(master, items, items.demand)
+    used = solution.weights > 0
+    patterns = items.rows(master.patterns_at(np.flatnonzero(used)))
+    return LPBound(solution.bound, _robust_ceil(solution.bound), solution.primal_value, solution.converged,
+                   solution.pricing_rounds, patterns, solution.weights[used])
+
+
+def _robust_ceil(value: float) -> int:
+    """Ceil that forgives float rounding: at ~8M packs one ulp is already ~1e-9 packs."""
+    return int(math.ceil(value - 1e-9 * max(1.0, abs(value))))
+
+
+@dataclass(frozen=True, eq=False)
+class _Items:
+    """The distinct lengths present (ascending) and how many sequences have each."""
+
+    lengths: np.ndarray
+    demand: np.ndarray
+    max_length: int
+    max_depth: int | None
+
+    @classmethod
+    def from_counts(cls, counts: np.ndarray, max_length: int, max_depth: int | None) -> _Items:
+        present = np.flatnonzero(counts)
+        lengths = (present + 1).astype(np.int64)
+        # A depth limit the capacity already enforces only slows the pricing down.
+        if max_depth is not None and lengths.size and max_depth >= max_length // lengths[0]:
+            max_depth = None
+        return cls(lengths, counts[present].astype(np.int64), max_length, max_depth)
+
+    def starting_patterns(self) -> list[np.ndarray]:
+        """Single-sequence packs (so any demand is feasible) and packs of one length repeated."""
+        fill = self.max_length // self.lengths
+        if self.max_depth is not None:
+            fill = np.minimum(fill, self.max_depth)
+        patterns = []
+        for item, repeat in enumerate(fill):
+            for copies in {1, int(repeat)}:
+                pattern = np.zeros(self.lengths.size, dtype=np.int64)
+                pattern[item] = copies
+                patterns.append(pattern)
+        return patterns
+
+    def rows(self, multiplicities: np.ndarray) -> np.ndarray:
+        """Pack contents as lengths, descending and zero-padded, from per-item multiplicities."""
+        if multiplicities.shape[0] == 0:
+            return np.zeros((0, 1), dtype=np.int64)
+        width = max(int(multiplicities.sum(axis=1).max()), 1)
+        rows = np.zeros((multiplicities.shape[0], width), dtype=np.int64)
+        for row, pattern in zip(rows, multiplicities):
+            values = np.repeat(self.lengths, pattern)[::-1]
+            row[:values.size] = values
+        return rows
+
+    def price(self, values: np.ndarray) -> tuple[float, list[np.ndarray]]:
+        """The largest dual value a pack can hold, and the best packs found (as multiplicities)."""
+        if self.max_depth is None:
+            table = _UnboundedKnapsack(self.lengths, values, self.max_length)
+        else:
+            table = _CardinalityKnapsack(self.lengths, values, self.max_length, self.max_depth)
+        # Best pack that starts with each length: the top ones make this round's new columns.
+        with_item = values + table.best_after_taking(self.lengths)
+        candidates = np.argsort(-with_item, kind="stable")[:COLUMNS_PER_ROUND]
+        candidates = candidates[with_item[candidates] > 1.0 + PRICING_TOLERANCE]
+        patterns = []
+        for item in candidates:
+            pattern = table.backtrack_after_taking(int(item))
+            pattern[item] += 1
+            patterns.append(pattern)
+        return table.best_value, patterns
+
+
+class _UnboundedKnapsack:
+    """Integer knapsack over capacity with unlimited copies of each length (no depth limit)."""
+
+    def __init__(self, lengths: np.ndarray, values: np.ndarray, capacity: int):
+        self.lengths = lengths
+        self.capacity = capacity
+        best = np.zeros(capacity + 1)
+        choice = np.full(capacity + 1, -1, dtype=np.int64)
+        # Every length is >= the shortest, so a block of that many capacities only reads earlier blocks.
+        step = int(lengths[0]) if lengths.size else capacity + 1
+        for start in range(step, capacity + 1, step):
+            capacities = np.arange(start, min(start + step, capacity + 1))
+            before = capacities[None, :] - lengths[:, None]
+            candidate = np.where(before >= 0, best[np.maximum(before, 0)] + values[:, None], -np.inf)
+            item = candidate.argmax(axis=0)
+            value = candidate[item, np.arange(capacities.size)]
+            running = np.maximum.accumulate(np.concatenate([[best[start - 1]], value]))[1:]
+            best[capacities] = running
+            choice[capacities] = np.where(value >= running, item, -1)
+        self.best = best
+        self.choice = choice
+
+    @property
+    def best_value(self) -> float:
+        return float(self.best[self.capacity])
+
+    def best_after_taking(self, lengths: np.ndarray) -> np.ndarray:
+        return self.best[self.capacity - lengths]
+
+    def backtrack_after_taking(self, item: int) -> np.ndarray:
+        pattern = np.zeros(self.lengths.size, dtype=np.int64)
+        capacity = self.capacity - int(self.lengths[item])
+        while capacity > 0:
+            chosen = self.choice[capacity]
+            if chosen < 0:
+                capacity -= 1
+            else:
+                pattern[chosen] += 1
+                capacity -= int(self.lengths[chosen])
+        return pattern
+
+
+class _CardinalityKnapsack:
+    """Integer knapsack over (sequences, capacity): at most `depth` sequences per pack."""
+
+    def __init__(self, lengths: np.ndarray, values: np.ndarray, capacity: int, depth: int):
+        self.lengths = lengths
+        self.capacity = capacity
+        self.depth = depth
+        capacities = np.arange(capacity + 1)
+        before = capacities[None, :] - lengths[:, None]
+        fits = before >= 0
+        before = np.maximum(before, 0)
+        best = np.zeros((depth + 1, capacity + 1))
+        choice = np.full((depth + 1, capacity + 1), -1, dtype=np.int64)
+        for count in range(1, depth + 1):
+            candidate = np.where(fits, best[count - 1][before] + values[:, None], -np.inf)
+            item = candidate.argmax(axis=0)
+            value = candidate[item, capacities]
+            take = value >= best[count - 1]
+            best[count] = np.where(take, value, best[count - 1])
+            choice[count] = np.where(take, item, -1)
+        self.best = best
+        self.choice = choice
+
+    @property
+    def best_value(self) -> float:
+        return float(self.best[self.depth, self.capacity])
+
+    def best_after_taking(self, lengths: np.ndarray) -> np.ndarray:
+        return self.best[self.depth - 1, self.capacity - lengths]
+
+    def backtrack_after_taking(self, item: int) -> np.ndarray:
+        pattern = np.zeros(self.lengths.size, dtype=np.int64)
+        count, capacity = self.depth - 1, self.capacity - int(self.lengths[item])
+        while count > 0 and capacity > 0:
+            chosen = self.choice[count, capacity]
+            if chosen >= 0:
+                pattern[chosen] += 1
+                capacity -= int(self.lengths[chosen])
+            count -= 1
+        return pattern
+
+
+class _MasterLP:
+    """The restricted master LP, kept live in HiGHS so new columns reuse the last basis."""
+
+    def __init__(self, demand: np.ndarray):
+        self.highs = highspy.Highs()
+        self.highs.setOptionValue("output_flag", False)
+        self.highs.setOptionValue("solver", "simplex")
+        rows = demand.size
+        bounds = demand.astype(np.float64)
+        self.highs.addRows(rows, bounds, bounds, 0, np.zeros(rows, dtype=np.int32),
+                           np.zeros(0, dtype=np.int32), np.zeros(0))
+        self.columns: list[np.ndarray] = []
+        self.known: set[bytes] = set()
+
+    def add_patterns(self, patterns: list[np.ndarray]) -> int:
+        """Add the patterns not already in the LP; returns how many were new."""
+        fresh = []
+        for pattern in patterns:
+            key = pattern.tobytes()
+            if key not in self.known:
+                self.known.add(key)
+                fresh.append(pattern)
+        if not fresh:
+            return 0
+        starts, indices, values = [], [], []
+        for pattern in fresh:
+            nonzero = np.flatnonzero(pattern)
+            starts.append(sum(len(part) for part in indices))
+            indices.append(nonzero)
+            values.append(pattern[nonzero])
+        count = len(fresh)
+        self.highs.addCols(count, np.ones(count), np.zeros(count), np.full(count, highspy.kHighsInf),
+                           int(sum(len(part) for part in indices)), np.asarray(starts, dtype=np.int32),
+                           np.concatenate(indices).astype(np.int32),
+                           np.concatenate(values).astype(np.float64))
+        self.columns.extend(fresh)
+        return count
+
+    def set_demand(self, demand: np.ndarray) -> None:
+        bounds = demand.astype(np.float64)
+        self.highs.changeRowsBounds(demand.size, np.arange(demand.size, dtype=np.int32), bounds, bounds)
+
+    def solve(self) -> tuple[float, np.ndarray, np.ndarray]:
+        """The LP optimum, the column values and the row duals (prices of one sequence of each length)."""
+        self.highs.run()
+        status = self.highs.getModelStatus()
+        if status != highspy.HighsModelStatus.kOptimal:
+            raise RuntimeError(f"HiGHS did not solve the packing LP: {self.highs.modelStatusToString(status)}")
+        solution = self.highs.getSolution()
+        value = self.highs.getInfo().objective_function_value
+        return value, np.asarray(solution.col_value), np.asarray(solution.row_dual)
+
+    def patterns_at(self, columns: np.ndarray) -> np.ndarray:
+        if columns.size == 0:
+            return np.zeros((0, self.highs.getNumRow()), dtype=np.int64)
+        return np.stack([self.columns[column] for column in columns])
+
+
+@dataclass(frozen=True, eq=False)
+class _LPSolution:
+    bound: float
+    primal_value: float
+    converged: bool
+    pricing_rounds: int
+    weights: np.ndarray
+
+
+def _column_generation(master: _MasterLP, items: _Items, demand: np.ndarray) -> _LPSolution:
+    """Price patterns into the master until none improves it; track the best Farley bound."""
+    if demand.sum() == 0:
+        master.set_demand(demand)
+        return _LPSolution(0.0, 0.0, True, 0, np.zeros(len(master.columns)))
+    master.set_demand(demand)
+    best_bound = 0.0
+    converged = False
+    rounds = 0
+    while True:
+        primal_value, weights, duals = master.solve()
+        prices = np.maximum(duals, 0.0)
+        best_price, patterns = items.price(prices)
+        # prices / max(1, best_price) is dual feasible for the covering LP: a certified bound.
+        best_bound = max(best_bound, float(demand @ prices) / max(1.0, best_price))
+        rounds += 1
+        if best_price <= 1.0 + PRICING_TOLERANCE:
+            converged = True
+            break
+        if master.add_patterns(patterns) == 0 or rounds >= MAX_PRICING_ROUNDS:
+            break
+    return _LPSolution(min(best_bound, primal_value), primal_value, converged, rounds, weights)
