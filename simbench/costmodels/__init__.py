@@ -1,1 +1,16 @@
-"""Cost models: price per-device batches (see `base`) on a model and a hardware profile."""
+"""Cost models: price per-device batches (see `base`) on a model and a hardware profile.
+
+Also the Gumbel straggler model of data-parallel speed-ups and a parser for MLPerf step logs.
+"""
+
+from simbench.costmodels.base import BatchSet, CostModel, ExecutionMode, StepCosts
+from simbench.costmodels.hardware import HARDWARE_PRESETS, HardwareProfile, load_hardware, profile_to_yaml
+from simbench.costmodels.model import MODEL_PRESETS, ModelSpec, get_model
+from simbench.costmodels.transformer import TransformerCostModel
+
+__all__ = [
+    "BatchSet", "CostModel", "ExecutionMode", "StepCosts",
+    "HARDWARE_PRESETS", "HardwareProfile", "load_hardware", "profile_to_yaml",
+    "MODEL_PRESETS", "ModelSpec", "get_model",
+    "TransformerCostModel",
+]

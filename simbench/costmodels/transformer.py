@@ -1,0 +1,173 @@
+"""Prices a transformer's training steps on one hardware profile, for every execution mode.
+
+    >>> one_batch = BatchSet(np.array([100, 300]), np.array([0, 1]), np.array([512, 512]), np.array([0, 0]), 1)
+    >>> costs = TransformerCostModel("bert-large", "a100").step_costs(one_batch, ExecutionMode.PADDED)
+    >>> bool(costs.padding_seconds[0] > costs.compute_seconds[0])
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
+from simbench.costmodels.hardware import HardwareProfile, load_hardware
+from simbench.costmodels.model import ModelSpec, get_model
+from simbench.errors import InputError
+
+# Grouped fused attention launches one forward and one backward kernel per length group.
+GROUPED_ATTENTION_KERNELS_PER_GROUP = 2
+
+
+@dataclass(frozen=True)
+class _Work:
+    """FLOPs of each batch, split into the part on real tokens and the part on padding."""
+
+    tokens: np.ndarray  # tokens the kernels process: sets the achieved throughput
+    real_linear_flops: np.ndarray
+    real_attention_flops: np.ndarray
+    padding_linear_flops: np.ndarray
+    padding_attention_flops: np.ndarray
+    transferred_tokens: np.ndarray
+
+
+@dataclass(frozen=True)
+class TransformerCostModel:
+    """The `CostModel` of a transformer encoder (`ModelSpec`) on a `HardwareProfile`.
+
+    Device time of a batch = FLOPs / achieved FLOP/s, with the achieved rate
+    flops_per_s x tokens / (tokens + half_saturation_tokens): kernels over few tokens leave the
+    device partly idle. `tokens` is what the batch's kernels process (all slots of fixed-shape
+    rows, only real tokens when un-padded). Both model and hardware may be given by name.
+    """
+
+    model: ModelSpec | str
+    hardware: HardwareProfile | str
+
+    def __post_init__(self):
+        object.__setattr__(self, "model", get_model(self.model))
+        object.__setattr__(self, "hardware", load_hardware(self.hardware))
+
+    def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
+        """Per-batch seconds of a forward + backward + optimizer step, split by cause.
+
+        PADDED and SORTED rows cost their full slots, attention included (a block-diagonal mask
+        still computes the whole row on dense kernels); the shape of a SORTED batch is taken to
+        change every step, since batches are shuffled. PACKED_VARLEN computes the dense layers on
+        all slots but attention per sequence. UNPADDED computes real tokens only, plus one
+        attention kernel per length group present. Padding seconds are the share of the device
+        work spent on padding FLOPs, at the same achieved throughput as the real tokens.
+        """
+        mode = ExecutionMode(mode)
+        work = self._work(batches, mode)
+        hardware = self.hardware
+        slowdown = _saturation_slowdown(work.tokens, hardware.half_saturation_tokens)
+        compute_seconds = slowdown * (work.real_linear_flops / hardware.linear_flops_per_s
+                                      + work.real_attention_flops / hardware.attention_flops_per_s)
+        padding_seconds = slowdown * (work.padding_linear_flops / hardware.linear_flops_per_s
+                                      + work.padding_attention_flops / hardware.attention_flops_per_s)
+        overhead_seconds = self._fixed_overhead_seconds(work, batches.batches)
+        if mode is ExecutionMode.UNPADDED:
+            overhead_seconds = overhead_seconds + self._grouped_attention_launch_seconds(batches)
+        else:
+            overhead_seconds = overhead_seconds + self._packing_overhead_seconds(
+                batches, compute_seconds + padding_seconds)
+        if mode is ExecutionMode.SORTED:
+            overhead_seconds = overhead_seconds + hardware.shape_change_seconds
+        return StepCosts(compute_seconds=compute_seconds, padding_seconds=padding_seconds,
+                         overhead_seconds=overhead_seconds)
+
+    def allreduce_seconds(self, devices: int) -> float:
+        """Ring all-reduce of the gradients; two-level (in node, then across nodes) when the
+        profile sets `devices_per_node` and the devices span more than one node."""
+        if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) or devices < 1:
+            raise InputError(f"devices must be a whole number of at least 1, found {devices!r}")
+        hardware = self.hardware
+        gradient_bytes = self.model.parameters * hardware.gradient_bytes_per_parameter
+        per_node = hardware.devices_per_node
+        if per_node is None:
+            return _ring_seconds(devices, gradient_bytes, hardware.allreduce_latency_seconds,
+                                 hardware.allreduce_bytes_per_s)
+        in_node = min(devices, per_node)
+        nodes = -(-devices // per_node)
+        # Each device's inter-node ring carries only its 1/in_node shard, all rings in parallel.
+        return (_ring_seconds(in_node, gradient_bytes, hardware.intra_node_latency_seconds,
+                              hardware.intra_node_bytes_per_s)
+                + _ring_seconds(nodes, gradient_bytes / in_node, hardware.allreduce_latency_seconds,
+                                hardware.allreduce_bytes_per_s))
+
+    def vts_stage_seconds(self, sequence_lengths: np.ndarray, stages: int) -> np.ndarray:
+        """Per-stage seconds of each sample in a `stages`-stage pipeline: a fixed cost plus an
+        equal share of the sample's training FLOPs (padding stripped, no batch to saturate)."""
+        if isinstance(stages, bool) or not isinstance(stages, (int, np.integer)) or stages < 1:
+            raise InputError(f"pipeline stages must be a whole number of at least 1, found {stages!r}")
+        lengths = np.asarray(sequence_lengths, dtype=np.float64)
+        model, hardware = self.model, self.hardware
+        sample_seconds = (model.linear_flops_per_token * lengths / hardware.linear_flops_per_s
+                          + model.attention_flops_per_token_squared * lengths**2 / hardware.attention_flops_per_s)
+        return hardware.vts_stage_fixed_seconds + sample_seconds / stages
+
+    def _work(self, batches: BatchSet, mode: ExecutionMode) -> _Work:
+        linear = float(self.model.linear_flops_per_token)
+        attention = float(self.model.attention_flops_per_token_squared)
+        lengths = batches.sequence_lengths.astype(np.float64)
+        slots = batches.row_slots.astype(np.float64)
+        real_tokens = batches.per_batch(lengths, of="sequences")
+        real_squares = batches.per_batch(lengths**2, of="sequences")
+        slot_tokens = batches.per_batch(slots, of="rows")
+        no_padding = np.zeros(batches.batches)
+        if mode is ExecutionMode.UNPADDED:
+            return _Work(real_tokens, linear * real_tokens, attention * real_squares, no_padding, no_padding,
+                         real_tokens)
+        padding_tokens = slot_tokens - real_tokens
+        if np.any(padding_tokens < 0):
+            batch = int(np.argmax(padding_tokens < 0))
+            raise InputError(f"batch {batch} holds more real tokens than token slots; rows overflow their slots")
+        if mode is ExecutionMode.PACKED_VARLEN:
+            padding_attention = no_padding
+        else:
+            padding_attention = attention * (batches.per_batch(slots**2, of="rows") - real_squares)
+        return _Work(slot_tokens, linear * real_tokens, attention * real_squares, linear * padding_tokens,
+                     padding_attention, slot_tokens)
+
+    def _fixed_overhead_seconds(self, work: _Work, batches: int) -> np.ndarray:
+        hardware = self.hardware
+        launches = hardware.kernels_per_layer * self.model.layers * hardware.kernel_launch_seconds
+        optimizer = hardware.optimizer_seconds_per_parameter * self.model.parameters
+        transfer = hardware.input_bytes_per_token * work.transferred_tokens / hardware.host_to_device_bytes_per_s
+        return np.full(batches, launches + optimizer + hardware.step_overhead_seconds) + transfer
+
+    def _packing_overhead_seconds(self, batches: BatchSet, work_seconds: np.ndarray) -> np.ndarray:
+        """Masks, position ids and per-sequence losses of packs: a share of the step growing with depth."""
+        sequences_per_row = np.bincount(batches.sequence_row, minlength=batches.row_slots.size)
+        max_depth = np.zeros(batches.batches, dtype=np.int64)
+        np.maximum.at(max_depth, batches.row_batch, sequences_per_row)
+        share = self.hardware.pack_overhead_fraction + self.hardware.pack_overhead_per_depth_fraction * max_depth
+        share = np.where(max_depth > 1, share, 0.0)
+        if np.any(share >= 1):
+            raise InputError(f"packing overhead reaches the whole step at depth {int(max_depth.max())}; "
+                             "lower pack_overhead_per_depth_fraction")
+        # The share is of the whole step, as the packing paper reports it: overhead = work s / (1 - s).
+        return work_seconds * share / (1 - share)
+
+    def _grouped_attention_launch_seconds(self, batches: BatchSet) -> np.ndarray:
+        boundaries = np.asarray(self.hardware.unpad_group_boundaries)
+        groups = np.searchsorted(boundaries, batches.sequence_lengths, side="left")
+        group_keys = np.unique(batches.sequence_batch * (boundaries.size + 1) + groups)
+        groups_present = np.bincount(group_keys // (boundaries.size + 1), minlength=batches.batches)
+        launches = groups_present * self.model.layers * GROUPED_ATTENTION_KERNELS_PER_GROUP
+        return launches * self.hardware.kernel_launch_seconds
+
+
+def _saturation_slowdown(tokens: np.ndarray, half_saturation_tokens: float) -> np.ndarray:
+    """Peak over achieved FLOP/s: (tokens + half) / tokens; 1 for empty batches (no work to slow)."""
+    safe_tokens = np.where(tokens > 0, tokens, 1.0)
+    return np.where(tokens > 0, (safe_tokens + half_saturation_tokens) / safe_tokens, 1.0)
+
+
+def _ring_seconds(devices: int, payload_bytes: float, latency_seconds: float, bytes_per_s: float) -> float:
+    if devices <= 1:
+        return 0.0
+    return 2 * (devices - 1) * latency_seconds + 2 * (devices - 1) / devices * payload_bytes / bytes_per_s
