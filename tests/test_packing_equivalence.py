@@ -24,13 +24,16 @@ def _sequences():
 
 
 def _outputs_by_sequence(model, batch, order):
-    """Per-sequence (token logits, sequence logits, loss), keyed by the sequence's index in LENGTHS."""
+    """Per-sequence (hidden states of its tokens, masked-token logits, sequence logits, loss),
+    keyed by the sequence's index in LENGTHS."""
     with torch.no_grad():
+        hidden = model.encode(batch)
         token_logits, sequence_logits = model(batch)
         losses = per_sequence_losses(batch, token_logits, sequence_logits)
     first = batch.sequence_first_token
     lengths = batch.sequence_lengths
-    return {index: (token_logits[first[n]:first[n] + lengths[n]], sequence_logits[n], losses[n])
+    return {index: (hidden[first[n]:first[n] + lengths[n]], token_logits[batch.masked_sequence == n],
+                    sequence_logits[n], losses[n])
             for n, index in enumerate(order)}
 
 
@@ -65,7 +68,7 @@ def test_packed_loss_equals_mean_of_per_sequence_losses():
         packed_losses = per_sequence_losses(batch, *model(batch))
     alone = _alone(model, sequences)
     order = [index for row in ROWS for index in row]
-    expected = torch.stack([alone[index][2] for index in order])
+    expected = torch.stack([alone[index][3] for index in order])
     torch.testing.assert_close(packed_losses, expected, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(packed_losses.mean(), expected.mean(), rtol=1e-10, atol=1e-10)
 

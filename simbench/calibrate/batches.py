@@ -16,10 +16,11 @@ from simbench.errors import InputError
 
 @dataclass(frozen=True)
 class TokenSequence:
-    """One training sequence: its token ids, per-token labels and a sequence-level label."""
+    """One training sequence: token ids, the masked positions to predict (MLM-like) and a sequence label."""
 
     token_ids: np.ndarray
-    labels: np.ndarray
+    masked_positions: np.ndarray
+    masked_labels: np.ndarray
     sequence_label: int
 
     @property
@@ -42,9 +43,10 @@ class TorchBatch:
 
     input_ids: torch.Tensor  # (rows, row_length) or (tokens,)
     position_ids: torch.Tensor  # same shape; restart at 0 for every sequence
-    labels: torch.Tensor  # same shape; per-token targets
     row_sequence_ids: torch.Tensor | None  # (rows, row_length): 1..depth per sequence in the row, 0 = padding
-    token_sequence: torch.Tensor  # (slots,) global sequence index of each slot; padding -> n_sequences
+    masked_slots: torch.Tensor  # (n_masked,) flat slot of each token the token head predicts
+    masked_labels: torch.Tensor  # (n_masked,)
+    masked_sequence: torch.Tensor  # (n_masked,) sequence index of each masked token
     sequence_first_token: torch.Tensor  # (n_sequences,) flat slot of each sequence's first token
     sequence_lengths: torch.Tensor  # (n_sequences,)
     sequence_labels: torch.Tensor  # (n_sequences,)
@@ -69,11 +71,20 @@ class TorchBatch:
         return TorchBatch(**moved)
 
 
+MASKED_FRACTION = 0.15  # BERT predicts 15 % of the tokens, so the token head runs on those only
+
+
 def random_sequences(lengths, vocabulary: int, rng: np.random.Generator) -> list[TokenSequence]:
-    """Sequences of the given lengths with random token ids and labels."""
-    return [TokenSequence(rng.integers(0, vocabulary, size=int(length)), rng.integers(0, vocabulary, size=int(length)),
-                          int(rng.integers(0, 2)))
-            for length in lengths]
+    """Sequences of the given lengths with random token ids, masked positions and labels."""
+    sequences = []
+    for length in np.asarray(lengths, dtype=np.int64):
+        masked = max(1, int(round(MASKED_FRACTION * length)))
+        sequences.append(TokenSequence(
+            token_ids=rng.integers(0, vocabulary, size=int(length)),
+            masked_positions=np.sort(rng.choice(int(length), size=masked, replace=False)),
+            masked_labels=rng.integers(0, vocabulary, size=masked),
+            sequence_label=int(rng.integers(0, 2))))
+    return sequences
 
 
 def padded_batch(sequences: list[TokenSequence], row_length: int | None = None) -> TorchBatch:
@@ -91,11 +102,9 @@ def _row_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length
     _check_rows(sequences, rows, row_length)
     shape = (len(rows), row_length)
     input_ids = np.zeros(shape, dtype=np.int64)
-    labels = np.zeros(shape, dtype=np.int64)
     position_ids = np.zeros(shape, dtype=np.int64)
     row_sequence_ids = np.zeros(shape, dtype=np.int64)
     order = [index for row in rows for index in row]
-    token_sequence = np.full(shape, len(order), dtype=np.int64)
     first_token = np.zeros(len(order), dtype=np.int64)
     number = 0
     for row_index, row in enumerate(rows):
@@ -104,18 +113,16 @@ def _row_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length
             sequence = sequences[sequence_index]
             span = slice(start, start + sequence.length)
             input_ids[row_index, span] = sequence.token_ids
-            labels[row_index, span] = sequence.labels
             position_ids[row_index, span] = np.arange(sequence.length)
             row_sequence_ids[row_index, span] = depth
-            token_sequence[row_index, span] = number
             first_token[number] = row_index * row_length + start
             start += sequence.length
             number += 1
     ordered = [sequences[index] for index in order]
     return TorchBatch(
         input_ids=torch.from_numpy(input_ids), position_ids=torch.from_numpy(position_ids),
-        labels=torch.from_numpy(labels), row_sequence_ids=torch.from_numpy(row_sequence_ids),
-        token_sequence=torch.from_numpy(token_sequence.reshape(-1)),
+        row_sequence_ids=torch.from_numpy(row_sequence_ids),
+        **_masked_tokens(ordered, first_token),
         sequence_first_token=torch.from_numpy(first_token),
         sequence_lengths=torch.tensor([sequence.length for sequence in ordered]),
         sequence_labels=torch.tensor([sequence.sequence_label for sequence in ordered]),
@@ -144,14 +151,21 @@ def unpadded_batch(sequences: list[TokenSequence], flash_varlen: bool = False) -
     return TorchBatch(
         input_ids=torch.from_numpy(np.concatenate([sequence.token_ids for sequence in sequences])),
         position_ids=torch.from_numpy(np.concatenate([np.arange(length) for length in lengths])),
-        labels=torch.from_numpy(np.concatenate([sequence.labels for sequence in sequences])),
         row_sequence_ids=None,
-        token_sequence=torch.from_numpy(np.repeat(np.arange(lengths.size), lengths)),
+        **_masked_tokens(sequences, starts),
         sequence_first_token=torch.from_numpy(starts),
         sequence_lengths=torch.from_numpy(lengths),
         sequence_labels=torch.tensor([sequence.sequence_label for sequence in sequences]),
         packed=False, has_padding=False, groups=tuple(groups),
         inverse_group_order=torch.from_numpy(inverse), cu_seqlens=cu_seqlens, longest=int(lengths.max()))
+
+
+def _masked_tokens(sequences: list[TokenSequence], first_token: np.ndarray) -> dict[str, torch.Tensor]:
+    slots = np.concatenate([start + sequence.masked_positions for start, sequence in zip(first_token, sequences)])
+    owner = np.repeat(np.arange(len(sequences)), [sequence.masked_positions.size for sequence in sequences])
+    return {"masked_slots": torch.from_numpy(slots.astype(np.int64)),
+            "masked_labels": torch.from_numpy(np.concatenate([sequence.masked_labels for sequence in sequences])),
+            "masked_sequence": torch.from_numpy(owner)}
 
 
 def _check_rows(sequences: list[TokenSequence], rows: list[list[int]], row_length: int) -> None:

@@ -89,14 +89,19 @@ class Encoder(nn.Module):
         self.token_head = nn.Linear(shape.hidden, shape.vocabulary)
         self.sequence_head = nn.Linear(shape.hidden, 2)
 
-    def forward(self, batch: TorchBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token logits (flattened over all slots) and per-sequence logits (one row per sequence)."""
+    def encode(self, batch: TorchBatch) -> torch.Tensor:
+        """Hidden states of every slot, flattened to (slots, hidden)."""
         x = self.embedding_norm(self.token_embedding(batch.input_ids) + self.position_embedding(batch.position_ids))
         mask = attention_mask(batch)
         for layer in self.layers:
             x = layer(x, batch, mask)
-        flat = x.reshape(-1, self.shape.hidden)
-        return self.token_head(flat), self.sequence_head(flat.index_select(0, batch.sequence_first_token))
+        return x.reshape(-1, self.shape.hidden)
+
+    def forward(self, batch: TorchBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits of the masked tokens and of each sequence (from its first token)."""
+        hidden = self.encode(batch)
+        return (self.token_head(hidden.index_select(0, batch.masked_slots)),
+                self.sequence_head(hidden.index_select(0, batch.sequence_first_token)))
 
 
 def attention_mask(batch: TorchBatch) -> torch.Tensor | None:
@@ -116,15 +121,16 @@ def attention_mask(batch: TorchBatch) -> torch.Tensor | None:
 
 
 def per_sequence_losses(batch: TorchBatch, token_logits: torch.Tensor, sequence_logits: torch.Tensor) -> torch.Tensor:
-    """Each sequence's loss: its mean token cross-entropy plus its sequence-level cross-entropy.
+    """Each sequence's loss: the mean cross-entropy of its masked tokens plus its sequence-level one.
 
-    The token losses are unpacked per sequence in one scatter (index_add) over all slots, so the
-    cost does not grow with the packing depth; padding slots land in a spare bucket that is dropped.
+    Token losses are unpacked per sequence in one scatter (index_add), vectorized over every
+    sequence of the batch whatever the packing depth.
     """
-    token_losses = F.cross_entropy(token_logits, batch.labels.reshape(-1), reduction="none")
+    token_losses = F.cross_entropy(token_logits, batch.masked_labels, reduction="none")
     sequences = batch.sequence_lengths.shape[0]
-    sums = token_losses.new_zeros(sequences + 1).index_add_(0, batch.token_sequence, token_losses)
-    token_means = sums[:sequences] / batch.sequence_lengths.to(token_losses.dtype)
+    sums = token_losses.new_zeros(sequences).index_add_(0, batch.masked_sequence, token_losses)
+    counts = torch.bincount(batch.masked_sequence, minlength=sequences).to(token_losses.dtype)
+    token_means = sums / counts
     return token_means + F.cross_entropy(sequence_logits, batch.sequence_labels, reduction="none")
 
 
