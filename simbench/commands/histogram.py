@@ -1,0 +1,40 @@
+"""`simbench histogram build`: turn a file of lengths, token lists or text into a histogram CSV.
+
+The CSV is written atomically and can be named as `dataset.histogram` in a scenario.
+"""
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from simbench.histogram_build import build_histogram, load_tokenizer, read_lengths
+from simbench.report.writer import atomic_file
+
+histogram_app = typer.Typer(help="Build length histograms from your own data.", no_args_is_help=True)
+
+
+@histogram_app.command("build")
+def build(
+    input_path: Path = typer.Argument(..., metavar="INPUT",
+                                      help="lengths (text, one per line, or .npy), .jsonl/.parquet, or raw text"),
+    max_length: int = typer.Option(..., "--max-length", help="longest sequence the histogram holds"),
+    output: Path = typer.Option(..., "-o", "--output", help="histogram CSV to write (length,count)"),
+    column: str = typer.Option(None, "--column", help="column of a .jsonl/.parquet file: lengths, token lists or text"),
+    tokenize: bool = typer.Option(False, "--tokenize", help="the input is raw text, one sequence per line: count tokens"),
+    tokenizer_file: Path = typer.Option(None, "--tokenizer", help="Hugging Face `tokenizers` JSON file (implies --tokenize)"),
+    truncate: bool = typer.Option(False, "--truncate", help="cut sequences longer than --max-length instead of leaving them out"),
+) -> None:
+    """Count per-sequence lengths into a histogram; sequences over --max-length are reported, never dropped silently."""
+    tokenizer = load_tokenizer(tokenizer_file) if (tokenize or tokenizer_file) else None
+    lengths = read_lengths(input_path, column=column, tokenizer=tokenizer)
+    built = build_histogram(lengths, max_length, truncate=truncate, name=output.stem)
+    with atomic_file(output) as temporary:
+        built.histogram.to_csv(temporary)
+    console = Console(stderr=True)
+    console.print(built.describe(), highlight=False, soft_wrap=True)
+    console.print(f"wrote {output}", highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(histogram_app, name="histogram")

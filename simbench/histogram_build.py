@@ -1,0 +1,200 @@
+"""Bring your own data: a length histogram from a file of lengths, token lists or raw text.
+
+    >>> built = build_histogram(read_lengths(Path("lengths.txt")), max_length=512, truncate=False)
+    >>> built.histogram.sequences, built.too_long
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram
+
+Tokenizer = Callable[[str], int]  # text -> number of tokens
+
+
+@dataclass(frozen=True)
+class BuiltHistogram:
+    """A histogram and what happened to the sequences that did not fit in it."""
+
+    histogram: LengthHistogram
+    sequences_read: int
+    too_long: int  # sequences longer than max_length
+    truncated: bool  # True: too-long sequences were cut to max_length; False: left out
+    empty: int  # sequences with no tokens, left out (a histogram starts at length 1)
+
+    def describe(self) -> str:
+        """What was counted and what was left out or cut, for the user."""
+        lines = [f"{self.sequences_read} sequences read; {self.histogram.sequences} in the histogram "
+                 f"({self.histogram.real_tokens} tokens, {100 * (1 - self.histogram.efficiency):.2f} % padding "
+                 f"at max length {self.histogram.max_length})"]
+        if self.too_long:
+            fate = "truncated to max length" if self.truncated else "left out (pass --truncate to keep them, cut)"
+            lines.append(f"{self.too_long} sequences longer than {self.histogram.max_length} tokens: {fate}")
+        if self.empty:
+            lines.append(f"{self.empty} empty sequences (0 tokens): left out")
+        return "\n".join(lines)
+
+
+def build_histogram(lengths: np.ndarray, max_length: int, *, truncate: bool, name: str = "histogram") -> BuiltHistogram:
+    """Count `lengths` into 1..max_length; longer ones are cut or left out, empty ones left out."""
+    if max_length < 1:
+        raise InputError(f"--max-length must be at least 1, found {max_length}")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    too_long = int(np.count_nonzero(lengths > max_length))
+    empty = int(np.count_nonzero(lengths == 0))
+    kept = np.minimum(lengths, max_length) if truncate else lengths[lengths <= max_length]
+    kept = kept[kept > 0]
+    histogram = LengthHistogram.from_lengths(kept, max_length=max_length, name=name)
+    return BuiltHistogram(histogram, int(lengths.size), too_long, truncate, empty)
+
+
+def whitespace_tokenizer(text: str) -> int:
+    return len(text.split())
+
+
+def load_tokenizer(path: Path | None) -> Tokenizer:
+    """Whitespace tokens by default; with `path`, a Hugging Face `tokenizers` JSON file."""
+    if path is None:
+        return whitespace_tokenizer
+    try:
+        from tokenizers import Tokenizer as HuggingFaceTokenizer
+    except ImportError:
+        raise InputError("--tokenizer needs the `tokenizers` package (pip install tokenizers); "
+                         "without it, whitespace tokens are counted", source=str(path)) from None
+    try:
+        tokenizer = HuggingFaceTokenizer.from_file(str(path))
+    except Exception as error:  # the package raises a bare Exception for unreadable files
+        raise InputError(f"not a `tokenizers` tokenizer file: {error}", source=str(path)) from None
+    return lambda text: len(tokenizer.encode(text).ids)
+
+
+def read_lengths(path: Path, *, column: str | None = None, tokenizer: Tokenizer | None = None) -> np.ndarray:
+    """Per-sequence lengths from `path`, chosen by its suffix.
+
+    .npy: an integer array of lengths. .jsonl: `column` of each JSON line. .parquet: `column`.
+    Other files: one sequence per line, a length, or with `tokenizer` raw text to tokenize.
+    A column holds lengths, token lists or (with `tokenizer`) text.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such file", source=str(path))
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".parquet") and column is None:
+        raise InputError(f"a {suffix} file needs --column NAME: the column of lengths, token lists or text",
+                         source=str(path))
+    if suffix == ".npy":
+        return _read_npy(path)
+    if suffix == ".jsonl":
+        return _read_jsonl(path, column, tokenizer)
+    if suffix == ".parquet":
+        return _read_parquet(path, column, tokenizer)
+    if tokenizer is not None:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            return np.fromiter((tokenizer(line.rstrip("\n")) for line in handle), dtype=np.int64)
+    return _read_length_lines(path)
+
+
+def _read_length_lines(path: Path) -> np.ndarray:
+    lengths = []
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            text = line.strip()
+            if text:
+                lengths.append(_length(text, str(path), line_number))
+    return np.asarray(lengths, dtype=np.int64)
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as error:
+        raise InputError(f"not a readable .npy array: {error}", source=str(path)) from None
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+        raise InputError(f"expected a 1-D integer array of lengths, found shape {array.shape} of {array.dtype}",
+                         source=str(path))
+    if array.size and array.min() < 0:
+        raise InputError(f"lengths must not be negative; element {int(np.argmin(array))} is {int(array.min())}",
+                         source=str(path))
+    return array.astype(np.int64)
+
+
+def _read_jsonl(path: Path, column: str, tokenizer: Tokenizer | None) -> np.ndarray:
+    lengths = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise InputError(f"not valid JSON: {error.msg}", source=str(path), line=line_number) from None
+            if not isinstance(record, dict) or column not in record:
+                raise InputError(f"no column {column!r} in this record", source=str(path), line=line_number)
+            lengths.append(_value_length(record[column], tokenizer, str(path), line=line_number))
+    return np.asarray(lengths, dtype=np.int64)
+
+
+def _read_parquet(path: Path, column: str, tokenizer: Tokenizer | None) -> np.ndarray:
+    import pyarrow.compute
+    import pyarrow.parquet
+
+    try:
+        schema = pyarrow.parquet.read_schema(path)
+    except pyarrow.ArrowException as error:
+        raise InputError(f"not a readable Parquet file: {error}", source=str(path)) from None
+    if column not in schema.names:
+        raise InputError(f"no column {column!r}; columns: {', '.join(schema.names)}", source=str(path))
+    values = pyarrow.parquet.read_table(path, columns=[column]).column(column)
+    kind = values.type
+    if pyarrow.types.is_integer(kind):
+        lengths = values.to_numpy(zero_copy_only=False)
+    elif pyarrow.types.is_list(kind) or pyarrow.types.is_large_list(kind):
+        lengths = pyarrow.compute.list_value_length(values).to_numpy(zero_copy_only=False)
+    elif pyarrow.types.is_string(kind) or pyarrow.types.is_large_string(kind):
+        texts = values.to_pylist()
+        lengths = [_value_length(text, tokenizer, str(path), row=row) for row, text in enumerate(texts, start=1)]
+    else:
+        raise InputError(f"column {column!r} holds {kind}; expected lengths, token lists or text", source=str(path))
+    lengths = np.asarray(lengths, dtype=np.float64)
+    missing = np.flatnonzero(np.isnan(lengths))
+    if missing.size:
+        raise InputError(f"column {column!r} is empty in row {int(missing[0]) + 1}", source=str(path))
+    if lengths.size and lengths.min() < 0:
+        raise InputError(f"column {column!r} has a negative length in row {int(np.argmin(lengths)) + 1}",
+                         source=str(path))
+    return lengths.astype(np.int64)
+
+
+def _value_length(value, tokenizer: Tokenizer | None, source: str, *, line: int | None = None,
+                  row: int | None = None) -> int:
+    where = f"row {row}: " if row else ""
+    if isinstance(value, list):
+        return len(value)
+    if isinstance(value, str):
+        if tokenizer is None:
+            raise InputError(f"{where}found text where a length or token list was expected; "
+                             f"pass --tokenize (or --tokenizer FILE) to count its tokens", source=source, line=line)
+        return tokenizer(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise InputError(f"{where}expected a length (whole number >= 0), a token list or text, found {value!r}",
+                     source=source, line=line)
+
+
+def _length(text: str, source: str, line: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(f"expected a length (whole number), found {text[:40]!r}; "
+                         f"to count the tokens of raw text, pass --tokenize", source=source, line=line) from None
+    if value < 0:
+        raise InputError(f"a length must not be negative, found {value}", source=source, line=line)
+    return value
+

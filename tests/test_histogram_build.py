@@ -1,0 +1,137 @@
+"""`simbench histogram build`: every reader gives the same counts, nothing is dropped silently."""
+
+import json
+
+import numpy as np
+import pyarrow
+import pyarrow.parquet
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from simbench.cli import app
+from simbench.errors import InputError
+from simbench.histogram import load_histogram
+from simbench.histogram_build import build_histogram, read_lengths
+
+MAX_LENGTH = 32
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(min_value=0, max_value=2 * MAX_LENGTH), max_size=200),
+       truncate=st.booleans())
+def test_counts_match_the_lengths(tmp_path_factory, lengths, truncate):
+    path = tmp_path_factory.mktemp("lengths") / "lengths.txt"
+    path.write_text("".join(f"{length}\n" for length in lengths))
+    built = build_histogram(read_lengths(path), MAX_LENGTH, truncate=truncate)
+
+    lengths = np.asarray(lengths, dtype=np.int64)
+    kept = np.minimum(lengths, MAX_LENGTH) if truncate else lengths[lengths <= MAX_LENGTH]
+    expected = np.bincount(kept[kept > 0], minlength=MAX_LENGTH + 1)[1:]
+    np.testing.assert_array_equal(built.histogram.counts, expected)
+    assert built.sequences_read == lengths.size
+    assert built.too_long == int(np.count_nonzero(lengths > MAX_LENGTH))
+    assert built.empty == int(np.count_nonzero(lengths == 0))
+    # Every sequence read is either in the histogram or accounted for as too long or empty.
+    left_out = built.empty + (0 if truncate else built.too_long)
+    assert built.histogram.sequences + left_out == built.sequences_read
+
+
+@settings(max_examples=30, deadline=None)
+@given(token_lists=st.lists(st.lists(st.integers(0, 30000), min_size=1, max_size=20), min_size=1, max_size=40))
+def test_jsonl_parquet_and_npy_agree(tmp_path_factory, token_lists):
+    folder = tmp_path_factory.mktemp("formats")
+    lengths = [len(tokens) for tokens in token_lists]
+    (folder / "data.jsonl").write_text("".join(json.dumps({"ids": tokens}) + "\n" for tokens in token_lists))
+    pyarrow.parquet.write_table(pyarrow.table({"ids": token_lists, "n": lengths}), folder / "data.parquet")
+    np.save(folder / "lengths.npy", np.asarray(lengths, dtype=np.int32))
+
+    expected = np.asarray(lengths)
+    np.testing.assert_array_equal(read_lengths(folder / "data.jsonl", column="ids"), expected)
+    np.testing.assert_array_equal(read_lengths(folder / "data.parquet", column="ids"), expected)
+    np.testing.assert_array_equal(read_lengths(folder / "data.parquet", column="n"), expected)
+    np.testing.assert_array_equal(read_lengths(folder / "lengths.npy"), expected)
+
+
+def test_raw_text_counts_whitespace_tokens(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("the quick brown fox\n\njumps  over\n")
+    result = CliRunner().invoke(app, ["histogram", "build", str(path), "--max-length", "8",
+                                      "-o", str(tmp_path / "h.csv"), "--tokenize"])
+    assert result.exit_code == 0, result.output
+    histogram = load_histogram(tmp_path / "h.csv")
+    assert histogram.counts[3] == 1 and histogram.counts[1] == 1 and histogram.sequences == 2
+    assert "1 empty sequences" in result.output
+
+
+def test_too_long_sequences_are_reported(tmp_path):
+    path = tmp_path / "lengths.txt"
+    path.write_text("3\n600\n512\n")
+    out = tmp_path / "h.csv"
+    result = CliRunner().invoke(app, ["histogram", "build", str(path), "--max-length", "512", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "1 sequences longer than 512 tokens: left out" in result.output
+    assert load_histogram(out).sequences == 2
+
+    result = CliRunner().invoke(app, ["histogram", "build", str(path), "--max-length", "512", "-o", str(out),
+                                      "--truncate"])
+    assert "truncated" in result.output
+    assert load_histogram(out).counts[511] == 2
+
+
+def test_bad_line_names_file_and_line(tmp_path):
+    path = tmp_path / "lengths.txt"
+    path.write_text("3\n4\nfour\n")
+    with pytest.raises(InputError, match=r"lengths.txt:3: .*'four'.*--tokenize"):
+        read_lengths(path)
+
+
+def test_jsonl_errors_name_the_line(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"ids": [1, 2]}\n{"ids": 2.5}\n')
+    with pytest.raises(InputError, match=r"data.jsonl:2: .*2.5"):
+        read_lengths(path, column="ids")
+    path.write_text('{"ids": [1, 2]}\n{"other": 1}\n')
+    with pytest.raises(InputError, match=r"data.jsonl:2: no column 'ids'"):
+        read_lengths(path, column="ids")
+    with pytest.raises(InputError, match="needs --column"):
+        read_lengths(path)
+
+
+def test_parquet_unknown_column_lists_columns(tmp_path):
+    path = tmp_path / "data.parquet"
+    pyarrow.parquet.write_table(pyarrow.table({"n": [1, 2]}), path)
+    with pytest.raises(InputError, match="no column 'ids'; columns: n"):
+        read_lengths(path, column="ids")
+
+
+def test_missing_tokenizers_package_is_a_clear_error(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def without_tokenizers(name, *args, **kwargs):
+        if name == "tokenizers":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_tokenizers)
+    path = tmp_path / "corpus.txt"
+    path.write_text("some text\n")
+    result = CliRunner().invoke(app, ["histogram", "build", str(path), "--max-length", "8",
+                                      "-o", str(tmp_path / "h.csv"), "--tokenizer", str(tmp_path / "tok.json")])
+    assert isinstance(result.exception, InputError)
+    assert "needs the `tokenizers` package" in str(result.exception)
+    assert not (tmp_path / "h.csv").exists()
+
+
+def test_failed_build_keeps_the_previous_csv(tmp_path):
+    out = tmp_path / "h.csv"
+    out.write_text("length,count\n1,5\n")
+    path = tmp_path / "lengths.txt"
+    path.write_text("1\nbad\n")
+    result = CliRunner().invoke(app, ["histogram", "build", str(path), "--max-length", "4", "-o", str(out)])
+    assert isinstance(result.exception, InputError)
+    assert out.read_text() == "length,count\n1,5\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.csv", "lengths.txt"]
