@@ -22,11 +22,13 @@ import numpy as np
 
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
+from simbench.strategies import register
+from simbench.strategies.packing import PackOptions, Packing
 
 # A pattern prices out (improves the LP) when its dual value exceeds 1 by more than this.
 PRICING_TOLERANCE = 1e-9
 # Patterns added to the master LP per pricing round: one per best "first length" candidate.
-COLUMNS_PER_ROUND = 48
+COLUMNS_PER_ROUND = 200
 # Safety cap on pricing rounds; the reported bound stays valid (Farley) if it is ever reached.
 MAX_PRICING_ROUNDS = 2000
 # LP re-solves of the residual before the last residual goes to best-fit decreasing.
@@ -56,6 +58,72 @@ class LPBound:
     def gap_closed(self) -> bool:
         """True when the integer bound cannot rise any further with more pricing."""
         return self.lower_bound_packs >= _robust_ceil(self.primal_value)
+
+
+@register("optimal", "LP-optimal: column generation on the histogram, rounded; states its gap to the LP bound")
+def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | None,
+                 options: PackOptions) -> Packing:
+    """Floor the LP solution, re-solve the LP on what is left a few times, best-fit the last few."""
+    bound = lp_lower_bound(histogram, max_length, max_depth)
+    items = _Items.from_counts(histogram.counts, max_length, max_depth)
+    master = _MasterLP(items.demand)
+    master.add_patterns(items.starting_patterns())
+    master.add_patterns(list(items.multiplicities(bound.patterns)))
+    residual = items.demand.copy()
+    packs = np.zeros((0, items.lengths.size), dtype=np.int64)
+    repeats = np.zeros(0, dtype=np.int64)
+    passes = 0
+    while passes < ROUNDING_PASSES and residual.any():
+        solution = _column_generation(master, items, residual)
+        columns = np.stack(master.columns[:solution.weights.size])
+        whole = _floor_within(solution.weights, columns, residual)
+        passes += 1
+        if not whole.any():
+            break
+        used = whole > 0
+        packs = np.concatenate([packs, columns[used]])
+        repeats = np.concatenate([repeats, whole[used]])
+        residual = residual - whole @ columns
+    leftover, leftover_repeats = _best_fit_decreasing(items, residual)
+    rows = items.rows(np.concatenate([packs, leftover]))
+    details = {"lp_value": bound.value, "lower_bound_packs": bound.lower_bound_packs,
+               "lp_converged": bound.converged, "rounding_passes": passes,
+               "best_fit_packs": int(leftover_repeats.sum())}
+    return Packing.from_rows("optimal", max_length, max_depth, rows,
+                             np.concatenate([repeats, leftover_repeats]), details=details)
+
+
+def _floor_within(weights: np.ndarray, columns: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """Whole packs from LP weights; 2.9999999 counts as 3 unless that overshoots the counts."""
+    whole = np.floor(weights + 1e-7).astype(np.int64)
+    if np.any(whole @ columns > residual):
+        whole = np.floor(weights).astype(np.int64)
+    return whole
+
+
+def _best_fit_decreasing(items: _Items, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pack the few sequences rounding left over: longest first, each into the fullest pack it fits."""
+    sequences = np.repeat(np.arange(items.lengths.size), residual)[::-1]
+    free_tokens = np.zeros(0, dtype=np.int64)
+    free_slots = np.zeros(0, dtype=np.int64)
+    contents: list[np.ndarray] = []
+    depth = items.max_depth or items.max_length
+    for item in sequences:
+        length = items.lengths[item]
+        fits = np.flatnonzero((free_tokens >= length) & (free_slots > 0))
+        if fits.size:
+            pack = fits[np.argmin(free_tokens[fits])]
+        else:
+            pack = free_tokens.size
+            free_tokens = np.append(free_tokens, items.max_length)
+            free_slots = np.append(free_slots, depth)
+            contents.append(np.zeros(items.lengths.size, dtype=np.int64))
+        free_tokens[pack] -= length
+        free_slots[pack] -= 1
+        contents[pack][item] += 1
+    if not contents:
+        return np.zeros((0, items.lengths.size), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.stack(contents), np.ones(len(contents), dtype=np.int64)
 
 
 def trivial_lower_bound(histogram: LengthHistogram, max_length: int, max_depth: int | None = None) -> int:
@@ -129,6 +197,13 @@ class _Items:
                 pattern[item] = copies
                 patterns.append(pattern)
         return patterns
+
+    def multiplicities(self, rows: np.ndarray) -> np.ndarray:
+        """Per-item multiplicities of packs given as rows of lengths (the inverse of `rows`)."""
+        result = np.zeros((rows.shape[0], self.lengths.size), dtype=np.int64)
+        for pattern, row in zip(result, rows):
+            np.add.at(pattern, np.searchsorted(self.lengths, row[row > 0]), 1)
+        return result
 
     def rows(self, multiplicities: np.ndarray) -> np.ndarray:
         """Pack contents as lengths, descending and zero-padded, from per-item multiplicities."""
@@ -250,6 +325,8 @@ class _MasterLP:
         self.highs = highspy.Highs()
         self.highs.setOptionValue("output_flag", False)
         self.highs.setOptionValue("solver", "simplex")
+        # New columns keep the basis primal feasible, so primal simplex resumes where it stopped.
+        self.highs.setOptionValue("simplex_strategy", 4)
         rows = demand.size
         bounds = demand.astype(np.float64)
         self.highs.addRows(rows, bounds, bounds, 0, np.zeros(rows, dtype=np.int32),
@@ -267,15 +344,12 @@ class _MasterLP:
                 fresh.append(pattern)
         if not fresh:
             return 0
-        starts, indices, values = [], [], []
-        for pattern in fresh:
-            nonzero = np.flatnonzero(pattern)
-            starts.append(sum(len(part) for part in indices))
-            indices.append(nonzero)
-            values.append(pattern[nonzero])
+        indices = [np.flatnonzero(pattern) for pattern in fresh]
+        values = [pattern[nonzero] for pattern, nonzero in zip(fresh, indices)]
+        starts = np.cumsum([0] + [part.size for part in indices[:-1]]).astype(np.int32)
         count = len(fresh)
         self.highs.addCols(count, np.ones(count), np.zeros(count), np.full(count, highspy.kHighsInf),
-                           int(sum(len(part) for part in indices)), np.asarray(starts, dtype=np.int32),
+                           int(sum(part.size for part in indices)), starts,
                            np.concatenate(indices).astype(np.int32),
                            np.concatenate(values).astype(np.float64))
         self.columns.extend(fresh)
@@ -320,10 +394,11 @@ def _column_generation(master: _MasterLP, items: _Items, demand: np.ndarray) -> 
     converged = False
     rounds = 0
     while True:
-        primal_value, weights, duals = master.solve()
-        prices = np.maximum(duals, 0.0)
+        primal_value, weights, prices = master.solve()
+        # Negative prices (equality rows) keep their sign: a pack filled with such lengths is worth
+        # less, and the knapsack leaves them out. prices / max(1, best_price) is dual feasible for
+        # the LP over all patterns, so its dual value is a certified bound at every round.
         best_price, patterns = items.price(prices)
-        # prices / max(1, best_price) is dual feasible for the covering LP: a certified bound.
         best_bound = max(best_bound, float(demand @ prices) / max(1.0, best_price))
         rounds += 1
         if best_price <= 1.0 + PRICING_TOLERANCE:
