@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from simbench.calibrate.layout import BatchLayout
+from simbench.costmodels.base import ExecutionMode
 from simbench.errors import InputError
 
 
@@ -175,3 +177,16 @@ def _check_rows(sequences: list[TokenSequence], rows: list[list[int]], row_lengt
         tokens = sum(sequences[index].length for index in row)
         if tokens > row_length:
             raise InputError(f"row {row_index} holds {tokens} tokens, more than the row length {row_length}")
+
+
+def batch_for_layout(layout: BatchLayout, vocabulary: int, rng: np.random.Generator,
+                     flash_varlen: bool = False) -> TorchBatch:
+    """A torch batch with random tokens holding exactly the sequences of `layout`."""
+    sequences = random_sequences(layout.lengths, vocabulary, rng)
+    if layout.mode is ExecutionMode.UNPADDED:
+        return unpadded_batch(sequences, flash_varlen=flash_varlen)
+    if layout.max_depth == 1:
+        return padded_batch(sequences, row_length=layout.row_slots[0])
+    starts = np.cumsum([0] + [len(row) for row in layout.rows])
+    rows = [list(range(start, stop)) for start, stop in zip(starts[:-1], starts[1:])]
+    return packed_batch(sequences, rows, row_length=max(layout.row_slots))

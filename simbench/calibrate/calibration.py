@@ -1,0 +1,140 @@
+"""A calibration run: which batches to time, timing them on the device, and the fitted profile.
+
+The batches are synthetic (uniform random lengths), never drawn from a scenario's histogram, so
+`simbench measure` always checks the profile on batches it was not fitted on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from simbench.calibrate.batches import batch_for_layout
+from simbench.calibrate.encoder import EncoderShape
+from simbench.calibrate.fit import ProfileFit, TimedLayout, fit_profile
+from simbench.calibrate.layout import BatchLayout
+from simbench.calibrate.timing import build_trainer, device_description, time_batches
+from simbench.costmodels.model import ModelSpec
+from simbench.errors import InputError
+
+# The token head's cost grows with the vocabulary but is not in the cost model's FLOPs (it runs
+# on the 15 % masked tokens only); a small vocabulary keeps that unmodelled share small.
+CALIBRATION_VOCABULARY = 1024
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """Everything a calibration run depends on."""
+
+    model: ModelSpec
+    max_length: int
+    device: str
+    threads: int
+    seed: int = 0
+    quick: bool = False
+
+    @property
+    def warmup(self) -> int:
+        return 1 if self.quick else 2
+
+    @property
+    def repeats(self) -> int:
+        return 3 if self.quick else 7
+
+    @property
+    def flash_varlen(self) -> bool:
+        return self.device.startswith("cuda") and _flash_attention_installed()
+
+    def encoder_shape(self) -> EncoderShape:
+        model = self.model
+        if self.max_length > model.max_positions:
+            raise InputError(f"max length {self.max_length} exceeds the model's {model.max_positions} positions")
+        return EncoderShape(layers=model.layers, hidden=model.hidden, heads=model.heads, intermediate=model.ffn,
+                            vocabulary=min(model.vocab, CALIBRATION_VOCABULARY), max_length=self.max_length)
+
+
+def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator) -> list[BatchLayout]:
+    """Padded rows at several lengths and batch sizes, packs of several depths, and un-padded
+    batches with one length group or many (so the per-group cost is measured, not assumed)."""
+    row_counts = (2, 6) if quick else (4, 16)
+    lengths = (max_length // 4, max_length // 2, max_length) if quick else tuple(
+        max_length * quarter // 4 for quarter in (1, 2, 3, 4))
+    layouts = []
+    for rows in row_counts:
+        for row_length in lengths:
+            layouts.append(BatchLayout.padded(rng.integers(1, row_length + 1, size=rows), row_length))
+        for depth in ((2, 6) if quick else (2, 4, 8)):
+            layouts.append(BatchLayout.packed([_random_pack(max_length, depth, rng) for _ in range(rows)], max_length))
+    for sequences in ((4, 12) if quick else (4, 16, 32)):
+        layouts.append(BatchLayout.unpadded(rng.integers(1, max_length + 1, size=sequences)))
+        layouts.append(BatchLayout.unpadded(np.full(sequences, max(1, max_length // 2))))
+    return layouts
+
+
+def run_calibration(settings: CalibrationSettings, progress: Callable[[], None] = lambda: None) -> ProfileFit:
+    """Time every calibration batch on the device and fit a profile to the medians."""
+    torch.set_num_threads(settings.threads)
+    rng = np.random.default_rng(settings.seed)
+    shape = settings.encoder_shape()
+    layouts = calibration_layouts(settings.max_length, settings.quick, rng)
+    batches = [batch_for_layout(layout, shape.vocabulary, rng, settings.flash_varlen) for layout in layouts]
+    trainer = build_trainer(shape, settings.device, settings.seed)
+    timings = time_batches(trainer, batches, settings.warmup, settings.repeats, progress)
+    timed = [TimedLayout(layout, timing.median_seconds, timing.spread_fraction)
+             for layout, timing in zip(layouts, timings)]
+    machine = device_description(settings.device)
+    record = {
+        **machine,
+        "model": settings.model.name,
+        "model_dimensions": {"layers": shape.layers, "hidden": shape.hidden, "heads": shape.heads,
+                             "ffn": shape.intermediate, "vocabulary": shape.vocabulary},
+        "max_length": settings.max_length,
+        "seed": settings.seed,
+        "warmup_steps": settings.warmup,
+        "repeats": settings.repeats,
+        "unpadded_attention": "flash-attention varlen" if settings.flash_varlen else "one call per sequence length",
+        "timings": [{"kind": layout.kind, "mode": layout.mode.value, "rows": [list(row) for row in layout.rows],
+                     "row_slots": list(layout.row_slots), "samples_seconds": list(timing.samples_seconds),
+                     "median_seconds": timing.median_seconds}
+                    for layout, timing in zip(layouts, timings)],
+    }
+    base = {
+        "name": f"calibrated {machine['device_name']}",
+        "source": (f"simbench calibrate: {settings.model.name} encoder on {machine['device_name']} "
+                   f"({machine['device']}), torch {machine['torch_version']}, {machine['threads']} threads"),
+        "unpad_group_boundaries": _group_boundaries(settings),
+        "calibration": record,
+    }
+    return fit_profile(settings.model, timed, base)
+
+
+def calibration_steps(settings: CalibrationSettings) -> int:
+    """Training steps a run takes, for a progress bar."""
+    layouts = calibration_layouts(settings.max_length, settings.quick, np.random.default_rng(settings.seed))
+    return len(layouts) * (settings.warmup + settings.repeats)
+
+
+def _random_pack(max_length: int, depth: int, rng: np.random.Generator) -> list[int]:
+    """`depth` random lengths filling 80-100 % of a row, as a good packer's packs do."""
+    total = int(rng.integers(max(depth, int(0.8 * max_length)), max_length + 1))
+    cuts = np.sort(rng.choice(np.arange(1, total), size=depth - 1, replace=False))
+    return np.diff(np.concatenate([[0], cuts, [total]])).tolist()
+
+
+def _group_boundaries(settings: CalibrationSettings) -> tuple[int, ...]:
+    # Flash-attention varlen runs one kernel for all lengths; otherwise every distinct length is a
+    # group of its own, up to the longest position the model has.
+    if settings.flash_varlen:
+        return (settings.model.max_positions,)
+    return tuple(range(1, settings.model.max_positions + 1))
+
+
+def _flash_attention_installed() -> bool:
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,151 @@
+"""Measured versus simulated: real training steps per strategy against the cost model's prediction
+for exactly the batches that were timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from simbench.calibrate.batches import batch_for_layout
+from simbench.calibrate.calibration import CALIBRATION_VOCABULARY
+from simbench.calibrate.encoder import EncoderShape
+from simbench.calibrate.fit import step_seconds_by_term
+from simbench.calibrate.layout import BatchLayout
+from simbench.calibrate.timing import build_trainer, time_batches
+from simbench.costmodels.base import ExecutionMode
+from simbench.costmodels.hardware import HardwareProfile
+from simbench.costmodels.model import ModelSpec
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram
+from simbench.strategies import get_strategy
+
+STRATEGIES = ("padding", "sort", "lpfhp", "unpadding")
+BASELINE = "padding"
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """What `simbench measure` runs: `steps` batches of `batch_size` rows per strategy."""
+
+    model: ModelSpec
+    max_length: int
+    device: str
+    threads: int
+    steps: int = 8
+    batch_size: int = 16
+    repeats: int = 3
+    warmup: int = 2
+    seed: int = 0
+    max_depth: int | None = None
+
+
+def rescale_histogram(histogram: LengthHistogram, max_length: int) -> LengthHistogram:
+    """The histogram with every length scaled by max_length / histogram.max_length (rounded up, so
+    no sequence vanishes); unchanged when it already fits."""
+    if histogram.max_length <= max_length:
+        return histogram
+    scaled = np.ceil(histogram.lengths * max_length / histogram.max_length).astype(np.int64)
+    counts = np.bincount(scaled, weights=histogram.counts, minlength=max_length + 1)[1:]
+    return LengthHistogram(counts.astype(np.int64), name=f"{histogram.name} scaled to {max_length}")
+
+
+def strategy_layouts(histogram: LengthHistogram, settings: MeasureSettings,
+                     rng: np.random.Generator) -> dict[str, list[BatchLayout]]:
+    """`steps` batches per strategy, drawn from the histogram."""
+    steps, rows, max_length = settings.steps, settings.batch_size, settings.max_length
+    padding_lengths = histogram.sample_lengths(steps * rows, rng).reshape(steps, rows)
+    unpadding_lengths = histogram.sample_lengths(steps * rows, rng).reshape(steps, rows)
+    sorted_lengths = np.sort(histogram.sample_lengths(steps * rows, rng)).reshape(steps, rows)
+    return {
+        "padding": [BatchLayout.padded(lengths, max_length) for lengths in padding_lengths],
+        "sort": [BatchLayout.padded(lengths, int(lengths.max()), ExecutionMode.SORTED)
+                 for lengths in rng.permutation(sorted_lengths)],
+        "lpfhp": _packed_layouts(histogram, settings, rng),
+        "unpadding": [BatchLayout.unpadded(lengths) for lengths in unpadding_lengths],
+    }
+
+
+def _packed_layouts(histogram: LengthHistogram, settings: MeasureSettings,
+                    rng: np.random.Generator) -> list[BatchLayout]:
+    """Packs made by lpfhp from a pool of sequences, a random choice of them per batch."""
+    packs_needed = settings.steps * settings.batch_size
+    # The pool must give enough packs; a pack of max_length holds at most max_length sequences.
+    pool = histogram.sample_lengths(packs_needed * max(2, int(np.ceil(histogram.theoretical_speedup)) + 1), rng)
+    pool_histogram = LengthHistogram.from_lengths(pool, settings.max_length, name=histogram.name)
+    packing = get_strategy("lpfhp")(pool_histogram, settings.max_length, settings.max_depth)
+    packs = np.repeat(packing.rows, packing.repeats, axis=0)
+    if len(packs) < packs_needed:
+        raise InputError(f"lpfhp made {len(packs)} packs, fewer than the {packs_needed} needed")
+    chosen = packs[rng.permutation(len(packs))[:packs_needed]].reshape(settings.steps, settings.batch_size, -1)
+    return [BatchLayout.packed([row[row > 0] for row in batch], settings.max_length) for batch in chosen]
+
+
+@dataclass(frozen=True)
+class MeasuredSteps:
+    """Median measured seconds of every timed batch, per strategy."""
+
+    layouts: dict[str, list[BatchLayout]]
+    seconds: dict[str, np.ndarray]
+    spread_fractions: dict[str, np.ndarray]
+
+
+def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSettings,
+                    progress: Callable[[], None] = lambda: None) -> MeasuredSteps:
+    """Time every strategy's batches, interleaved step by step so that noise hits all strategies alike."""
+    torch.set_num_threads(settings.threads)
+    shape = EncoderShape(layers=settings.model.layers, hidden=settings.model.hidden, heads=settings.model.heads,
+                         intermediate=settings.model.ffn,
+                         vocabulary=min(settings.model.vocab, CALIBRATION_VOCABULARY), max_length=settings.max_length)
+    rng = np.random.default_rng(settings.seed + 1)
+    names = list(layouts)
+    batches = {name: [batch_for_layout(layout, shape.vocabulary, rng) for layout in layouts[name]] for name in names}
+    trainer = build_trainer(shape, settings.device, settings.seed)
+    warmup_batches = [batches[name][0] for name in names]
+    time_batches(trainer, warmup_batches, warmup=settings.warmup, repeats=0, progress=progress)
+    interleaved = [batches[name][step] for step in range(settings.steps) for name in names]
+    timings = time_batches(trainer, interleaved, warmup=0, repeats=settings.repeats, progress=progress)
+    seconds = {name: np.array([timings[step * len(names) + index].median_seconds for step in range(settings.steps)])
+               for index, name in enumerate(names)}
+    spreads = {name: np.array([timings[step * len(names) + index].spread_fraction for step in range(settings.steps)])
+               for index, name in enumerate(names)}
+    return MeasuredSteps(layouts, seconds, spreads)
+
+
+def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile) -> pd.DataFrame:
+    """One row per strategy: measured and predicted throughput, speed-up over padding, and the
+    predicted step seconds split by cost-model term next to the measured step seconds."""
+    records = []
+    for name, layouts in measured.layouts.items():
+        terms = step_seconds_by_term(model, profile, layouts)
+        real_tokens = sum(layout.real_tokens for layout in layouts)
+        measured_seconds = float(measured.seconds[name].sum())
+        predicted_seconds = float(terms.sum())
+        records.append({
+            "strategy": name,
+            "mode": layouts[0].kind,
+            "steps": len(layouts),
+            "real_tokens_per_step": real_tokens / len(layouts),
+            "token_slots_per_step": sum(layout.slots for layout in layouts) / len(layouts),
+            "measured_step_seconds": measured_seconds / len(layouts),
+            "predicted_step_seconds": predicted_seconds / len(layouts),
+            "predicted_compute_seconds": float(terms[:, 0].mean()),
+            "predicted_padding_seconds": float(terms[:, 1].mean()),
+            "predicted_overhead_seconds": float(terms[:, 2].mean()),
+            "measured_spread_fraction": float(np.median(measured.spread_fractions[name])),
+            "measured_tokens_per_s": real_tokens / measured_seconds,
+            "predicted_tokens_per_s": real_tokens / predicted_seconds,
+        })
+    table = pd.DataFrame.from_records(records)
+    if BASELINE not in set(table["strategy"]):
+        raise InputError(f"measuring speed-ups needs the {BASELINE} strategy as the baseline")
+    baseline = table.set_index("strategy").loc[BASELINE]
+    table["measured_speedup"] = table["measured_tokens_per_s"] / baseline["measured_tokens_per_s"]
+    table["predicted_speedup"] = table["predicted_tokens_per_s"] / baseline["predicted_tokens_per_s"]
+    table["error"] = table["predicted_speedup"] / table["measured_speedup"] - 1
+    table["step_seconds_error"] = table["predicted_step_seconds"] / table["measured_step_seconds"] - 1
+    return table

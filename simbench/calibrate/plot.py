@@ -1,0 +1,47 @@
+"""Figure of `simbench measure`: predicted versus measured speed-ups, and step seconds by cost term."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def plot_measured_vs_predicted(table: pd.DataFrame, path: Path, title: str) -> None:
+    """Left: speed-up over padding, measured next to predicted. Right: measured step seconds next
+    to the predicted ones stacked by term (compute, padding, overhead), to show which term is off."""
+    figure, (speedups, steps) = plt.subplots(1, 2, figsize=(11, 4.2))
+    positions = np.arange(len(table))
+    width = 0.38
+    speedups.bar(positions - width / 2, table["measured_speedup"], width, label="measured", color="#4c72b0")
+    speedups.bar(positions + width / 2, table["predicted_speedup"], width, label="predicted", color="#dd8452")
+    for position, error in zip(positions, table["error"]):
+        speedups.annotate(f"{error:+.1%}", (position, 0), xytext=(0, 3), textcoords="offset points",
+                          ha="center", fontsize=8, color="white")
+    speedups.axhline(1.0, color="grey", linewidth=0.8)
+    speedups.set_xticks(positions, table["strategy"])
+    speedups.set_ylabel("real tokens/s relative to padding")
+    speedups.set_title("realized speed-up (label: prediction error)")
+    speedups.legend()
+
+    steps.bar(positions - width / 2, table["measured_step_seconds"] * 1e3, width, label="measured", color="#4c72b0")
+    bottom = np.zeros(len(table))
+    for column, label, color in (("predicted_compute_seconds", "predicted compute", "#dd8452"),
+                                 ("predicted_padding_seconds", "predicted padding", "#c44e52"),
+                                 ("predicted_overhead_seconds", "predicted overhead", "#8172b3")):
+        values = table[column].to_numpy() * 1e3
+        steps.bar(positions + width / 2, values, width, bottom=bottom, label=label, color=color)
+        bottom += values
+    steps.set_xticks(positions, table["strategy"])
+    steps.set_ylabel("milliseconds per step")
+    steps.set_title("step time by cost-model term")
+    steps.legend(fontsize=8)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -1,0 +1,222 @@
+"""`simbench calibrate` fits a hardware profile to real torch training steps; `simbench measure`
+times each strategy for real and compares the speed-ups with the cost model's prediction.
+
+torch is an optional extra: it is imported inside the commands, so the rest of the CLI works without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from simbench.errors import InputError
+
+TORCH_MISSING = "torch is not installed: pip install 'simbench[torch]'"
+DEFAULT_MAX_LENGTH = 128  # long enough for packing to matter, short enough for a CPU run in minutes
+
+
+def calibrate(
+    output: Path = typer.Option(..., "-o", "--output", help="hardware profile YAML to write"),
+    device: str = typer.Option(None, "--device", help="cpu or cuda[:N]; default: cuda when available"),
+    model: str = typer.Option("tiny", "--model",
+                              help="model preset (tiny, mini, bert-base) or dimensions layers=2,hidden=128,heads=2,ffn=512"),
+    max_length: int = typer.Option(DEFAULT_MAX_LENGTH, "--max-length", min=8, help="row length of the timed batches"),
+    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice); recorded"),
+    quick: bool = typer.Option(False, "--quick", help="few small batches, few repeats: seconds, for tests"),
+    seed: int = typer.Option(0, "--seed", min=0),
+) -> None:
+    """Time padded, packed and un-padded training steps and fit the cost model's parameters to them."""
+    torch = _import_torch()
+    from simbench.calibrate.calibration import CalibrationSettings, calibration_steps, run_calibration
+
+    settings = CalibrationSettings(model=_model(model), max_length=max_length, device=_device(torch, device),
+                                   threads=threads or torch.get_num_threads(), seed=seed, quick=quick)
+    settings.encoder_shape()
+    with _progress() as progress:
+        task = progress.add_task("calibrating", total=calibration_steps(settings))
+        fit = run_calibration(settings, lambda: progress.advance(task))
+    _write_profile(fit.profile, output)
+    console = Console(stderr=True)
+    console.print(_fit_table(fit))
+    console.print(f"wrote {output}", highlight=False)
+
+
+def measure(
+    source: str = typer.Argument(..., metavar="SCENARIO_OR_HISTOGRAM",
+                                 help="scenario YAML, histogram file or bundled histogram name"),
+    device: str = typer.Option(None, "--device", help="cpu or cuda[:N]; default: cuda when available"),
+    steps: int = typer.Option(8, "--steps", min=1, help="timed batches per strategy"),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="rows (sequences or packs) per batch"),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="timings of every batch (the median is kept)"),
+    profile_path: Path = typer.Option(None, "--profile", help="calibrated profile; default: calibrate first"),
+    model: str = typer.Option("tiny", "--model", help="model preset or dimensions, as for calibrate"),
+    max_length: int = typer.Option(DEFAULT_MAX_LENGTH, "--max-length", min=8,
+                                   help="row length; longer histograms are rescaled to it"),
+    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
+    seed: int = typer.Option(None, "--seed", min=0, help="default: the scenario's seed, else 0"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object per strategy"),
+    output_dir: Path = typer.Option(None, "-o", "--output", help="folder for the CSV, the plot and the settings"),
+) -> None:
+    """Run real training steps per strategy and compare realized speed-ups with the cost model's."""
+    torch = _import_torch()
+    from simbench.calibrate.calibration import CalibrationSettings, calibration_steps, run_calibration
+    from simbench.calibrate.measure import MeasureSettings, compare, rescale_histogram, strategy_layouts, \
+        time_strategies
+    from simbench.calibrate.plot import plot_measured_vs_predicted
+    from simbench.costmodels.hardware import load_hardware
+    from simbench.report.writer import atomic_directory
+
+    histogram, scenario_seed = _histogram_and_seed(source)
+    spec = _model(model)
+    if max_length > spec.max_positions:
+        raise InputError(f"--max-length {max_length} exceeds the model's {spec.max_positions} positions")
+    seed = scenario_seed if seed is None else seed
+    device = _device(torch, device)
+    threads = threads or torch.get_num_threads()
+    console = Console(stderr=True)
+    scaled = rescale_histogram(histogram, max_length)
+    if scaled is not histogram:
+        console.print(f"lengths of {histogram.name} (max {histogram.max_length}) rescaled by "
+                      f"{max_length}/{histogram.max_length} to fit max length {max_length}", highlight=False)
+    settings = MeasureSettings(model=spec, max_length=max_length, device=device, threads=threads, steps=steps,
+                               batch_size=batch_size, repeats=repeats, seed=seed)
+    layouts = strategy_layouts(scaled, settings, _rng(seed))
+    calibrated = None
+    with _progress() as progress:
+        if profile_path is None:
+            calibration = CalibrationSettings(model=spec, max_length=max_length, device=device, threads=threads,
+                                              seed=seed + 1000)
+            task = progress.add_task("calibrating", total=calibration_steps(calibration))
+            calibrated = run_calibration(calibration, lambda: progress.advance(task)).profile
+        task = progress.add_task("measuring", total=len(layouts) * (settings.warmup + steps * repeats))
+        measured = time_strategies(layouts, settings, lambda: progress.advance(task))
+    profile = calibrated or load_hardware(profile_path)
+    table = compare(measured, spec, profile)
+    output_dir = output_dir or Path(f"measure-{histogram.name}")
+    title = (f"{spec.name} encoder, {scaled.name}, {steps} steps x {batch_size} rows, "
+             f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
+    with atomic_directory(output_dir) as folder:
+        table.to_csv(folder / "measured_vs_predicted.csv", index=False)
+        plot_measured_vs_predicted(table, folder / "measured_vs_predicted.png", title)
+        (folder / "settings.yaml").write_text(yaml.safe_dump(_settings_record(settings, source, scaled, profile_path),
+                                                             sort_keys=False))
+        if calibrated is not None:
+            (folder / "profile.yaml").write_text(_profile_yaml(calibrated))
+    if as_json:
+        columns = ["strategy", "measured_speedup", "predicted_speedup", "error", "measured_step_seconds",
+                   "predicted_step_seconds", "predicted_compute_seconds", "predicted_padding_seconds",
+                   "predicted_overhead_seconds", "measured_tokens_per_s", "predicted_tokens_per_s"]
+        typer.echo(json.dumps(table[columns].to_dict(orient="records"), indent=2))
+    else:
+        Console().print(_comparison_table(table))
+    console.print(f"wrote {output_dir}/measured_vs_predicted.csv and .png", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate)
+    app.command("measure")(measure)
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError:
+        raise InputError(TORCH_MISSING) from None
+    return torch
+
+
+def _device(torch, requested: str | None) -> str:
+    if requested is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested != "cpu" and not requested.startswith("cuda"):
+        raise InputError(f"--device must be cpu or cuda[:N], found {requested!r}")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"--device {requested}: this torch build sees no CUDA device")
+    return requested
+
+
+def _model(text: str):
+    from simbench.costmodels.model import get_model
+
+    if "=" not in text:
+        return get_model(text)
+    dimensions = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        if not value.strip().isdigit():
+            raise InputError(f"model dimension {key.strip()!r} needs a whole number, found {value.strip()!r}")
+        dimensions[key.strip()] = int(value)
+    return get_model(dimensions)
+
+
+def _histogram_and_seed(source: str):
+    from simbench.histogram import load_histogram
+
+    if source.endswith((".yaml", ".yml")):
+        from simbench.scenario import load_scenario
+
+        scenario = load_scenario(Path(source))
+        return scenario.dataset.load(), scenario.seed
+    return load_histogram(source), 0
+
+
+def _rng(seed: int):
+    import numpy as np
+
+    return np.random.default_rng(seed)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True)
+
+
+def _profile_yaml(profile) -> str:
+    data = profile.model_dump()
+    data["unpad_group_boundaries"] = list(data["unpad_group_boundaries"])
+    # Flow style keeps the per-length group boundaries and the raw timings one line each.
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1 << 16)
+
+
+def _write_profile(profile, path: Path) -> None:
+    from simbench.report.writer import atomic_file
+
+    with atomic_file(path) as temporary:
+        temporary.write_text(_profile_yaml(profile))
+
+
+def _settings_record(settings, source: str, histogram, profile_path: Path | None) -> dict:
+    return {"source": source, "histogram": histogram.name, "model": settings.model.name,
+            "max_length": settings.max_length, "device": settings.device, "threads": settings.threads,
+            "steps": settings.steps, "batch_size": settings.batch_size, "repeats": settings.repeats,
+            "warmup": settings.warmup, "seed": settings.seed,
+            "profile": str(profile_path) if profile_path else "calibrated before measuring (profile.yaml)",
+            "pid": os.getpid()}
+
+
+def _fit_table(fit) -> Table:
+    table = Table(title="fitted parameters")
+    table.add_column("parameter")
+    table.add_column("value", justify="right")
+    for name, value in fit.parameters.items():
+        table.add_row(name, f"{value:.4g}")
+    errors = abs(fit.relative_errors)
+    table.add_row("fit error (median / max, relative)", f"{float(sorted(errors)[len(errors) // 2]):.1%} / {errors.max():.1%}")
+    return table
+
+
+def _comparison_table(frame) -> Table:
+    table = Table(title="realized speed-up over padding: measured vs predicted")
+    for column in ("strategy", "measured", "predicted", "error", "step ms measured", "step ms predicted"):
+        table.add_column(column, justify="left" if column == "strategy" else "right")
+    for row in frame.itertuples():
+        table.add_row(row.strategy, f"{row.measured_speedup:.3f}", f"{row.predicted_speedup:.3f}", f"{row.error:+.1%}",
+                      f"{row.measured_step_seconds * 1e3:.1f}", f"{row.predicted_step_seconds * 1e3:.1f}")
+    return table
