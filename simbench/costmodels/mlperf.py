@@ -1,0 +1,145 @@
+"""Reads MLPerf BERT training logs into per-step throughputs, for fitting the straggler model.
+
+    >>> run = parse_mlperf_log("nvidia_v0.7_dgxa100_ngc20.06_pytorch_bert_result_0.txt.gz")  # doctest: +SKIP
+    >>> run.gpus, run.per_gpu_batch, run.steps_after(50)["sequences_per_s"].median()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from simbench.errors import InputError
+
+_STEP_LINE = re.compile(r"^\s*(?:(\d+):\s*)?(\{'training_steps'.*\})\s*$")
+_EVENT_LINE = re.compile(r":::MLLOG\s+(\{.*\})\s*$")
+_BATCH_OPTION = re.compile(r"--train_batch_size=(\d+)")
+_ACCUMULATION_OPTION = re.compile(r"--gradient_accumulation_steps=(\d+)")
+_RANK_PREFIX = re.compile(r"^\s*(\d+):")
+
+
+@dataclass(frozen=True, eq=False)
+class MlperfRun:
+    """One training run: a row per optimizer step, the run's setup and what could not be read.
+
+    `steps` has `step` (the log's training_steps), `sequences_per_s` (the log's global `seq/s`)
+    and the log's other numeric fields; `events` maps each MLLOG key to its first value.
+    """
+
+    source: str
+    steps: pd.DataFrame
+    events: dict
+    gpus: int
+    per_gpu_batch: int
+    unpadded: bool
+    malformed_lines: int
+
+    def steps_after(self, step: int) -> pd.DataFrame:
+        """Steps past warm-up (the first steps include compilation and cache warm-up)."""
+        return self.steps[self.steps["step"] > step]
+
+    @property
+    def per_gpu_sequences_per_s(self):
+        return self.steps["sequences_per_s"] / self.gpus
+
+
+def parse_mlperf_log(path: str | Path) -> MlperfRun:
+    """Parse a (possibly gzipped) MLPerf BERT result log."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such MLPerf log file", source=str(path))
+    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
+    try:
+        with opener(path, "rt", errors="replace") as handle:
+            return parse_mlperf_lines(handle, source=str(path))
+    except (OSError, EOFError) as error:
+        raise InputError(f"cannot read the log: {error}", source=str(path)) from None
+
+
+def parse_mlperf_lines(lines: Iterable[str], source: str = "log") -> MlperfRun:
+    """Parse log lines: step dicts (`0: {'training_steps': ...}`), MLLOG events and the command line.
+
+    Lines that look like a step or an event but do not parse are skipped and counted.
+    """
+    steps: dict[int, dict] = {}
+    events: dict = {}
+    ranks: set[int] = set()
+    batch_options: set[int] = set()
+    accumulation_options: set[int] = set()
+    unpadded = False
+    malformed = 0
+    for line in lines:
+        rank = _RANK_PREFIX.match(line)
+        if rank:
+            ranks.add(int(rank.group(1)))
+        step_match = _STEP_LINE.match(line)
+        if step_match:
+            record = _step_record(step_match.group(2))
+            if record is None:
+                malformed += 1
+            else:
+                steps.setdefault(record["step"], record)  # ranks that all log keep rank order's first
+            continue
+        event_match = _EVENT_LINE.search(line)
+        if event_match:
+            try:
+                event = json.loads(event_match.group(1))
+                events.setdefault(event["key"], event.get("value"))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                malformed += 1
+            continue
+        if "run_pretraining.py" in line:
+            batch_options.update(int(value) for value in _BATCH_OPTION.findall(line))
+            accumulation_options.update(int(value) for value in _ACCUMULATION_OPTION.findall(line))
+            unpadded = unpadded or "--unpad" in line.split()
+    if not steps:
+        raise InputError("no step lines like `0: {'training_steps': ..., 'seq/s': ...}` found", source=source)
+    per_gpu_batch = _single_value(batch_options, "--train_batch_size", source)
+    accumulation = _single_value(accumulation_options, "--gradient_accumulation_steps", source) or 1
+    gpus = _gpu_count(events, per_gpu_batch, accumulation, ranks, source)
+    frame = pd.DataFrame(sorted(steps.values(), key=lambda record: record["step"])).reset_index(drop=True)
+    return MlperfRun(source, frame, events, gpus, per_gpu_batch or events.get("global_batch_size", 0) // gpus,
+                     unpadded, malformed)
+
+
+def _step_record(text: str) -> dict | None:
+    try:
+        raw = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("training_steps"), int):
+        return None
+    throughput = raw.get("seq/s")
+    if isinstance(throughput, bool) or not isinstance(throughput, (int, float)):
+        return None
+    record = {"step": raw["training_steps"], "sequences_per_s": float(throughput)}
+    for key, value in raw.items():
+        if key not in ("training_steps", "seq/s") and isinstance(value, (int, float)) and not isinstance(value, bool):
+            record[key] = value
+    return record
+
+
+def _single_value(values: set[int], option: str, source: str) -> int | None:
+    if len(values) > 1:
+        raise InputError(f"the command lines disagree on {option}: {sorted(values)}", source=source)
+    return next(iter(values), None)
+
+
+def _gpu_count(events: dict, per_gpu_batch: int | None, accumulation: int, ranks: set[int], source: str) -> int:
+    """GPUs from the global batch over the per-GPU batch; the ranks seen in line prefixes otherwise."""
+    global_batch = events.get("global_batch_size")
+    if isinstance(global_batch, int) and per_gpu_batch:
+        gpus, remainder = divmod(global_batch, per_gpu_batch * accumulation)
+        if remainder == 0 and gpus > 0:
+            return gpus
+    if ranks:
+        return max(ranks) + 1
+    raise InputError("cannot tell the GPU count: no global_batch_size event with --train_batch_size, "
+                     "and no rank prefixes", source=source)
