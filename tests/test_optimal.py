@@ -1,0 +1,189 @@
+"""Tests for the LP bound and the `optimal` packer: exact cross-checks on tiny histograms, the
+published NNLSHP figures beaten, and the certified gap on the bundled histograms."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import LinearConstraint, linprog, milp
+
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram, load_histogram
+from simbench.strategies import get_strategy
+from simbench.strategies import optimal
+from simbench.strategies.optimal import lp_lower_bound, trivial_lower_bound
+
+BUNDLED = [("wikipedia_512", 512), ("squad_1_1_384", 384)]
+
+
+def all_patterns(lengths, max_length, max_depth, limits=None):
+    """Every non-empty multiset of `lengths` that fits one pack (multiplicity vectors)."""
+    depth = max_depth or max_length
+    patterns = []
+
+    def extend(start, pattern, tokens, sequences):
+        if sequences:
+            patterns.append(pattern.copy())
+        if sequences == depth:
+            return
+        for item in range(start, len(lengths)):
+            if tokens + lengths[item] > max_length:
+                break
+            if limits is not None and pattern[item] == limits[item]:
+                continue
+            pattern[item] += 1
+            extend(item, pattern, tokens + lengths[item], sequences + 1)
+            pattern[item] -= 1
+
+    extend(0, np.zeros(len(lengths), dtype=np.int64), 0, 0)
+    return np.array(patterns).T
+
+
+def pattern_optimum(histogram, max_length, max_depth, integral, bounded):
+    """The pack count optimum over all patterns, as an LP (integral=False) or an exact MILP."""
+    present = np.flatnonzero(histogram.counts)
+    lengths, demand = present + 1, histogram.counts[present]
+    if demand.sum() == 0:
+        return 0.0
+    patterns = all_patterns(lengths, max_length, max_depth, demand if bounded else None)
+    cost = np.ones(patterns.shape[1])
+    if integral:
+        result = milp(cost, constraints=LinearConstraint(patterns, demand, demand), integrality=np.ones_like(cost))
+    else:
+        result = linprog(cost, A_eq=patterns, b_eq=demand, method="highs")
+    assert result.success
+    return result.fun
+
+
+small_histograms = st.integers(4, 11).flatmap(lambda max_length: st.tuples(
+    st.lists(st.integers(0, 4), min_size=max_length, max_size=max_length),
+    st.just(max_length),
+    st.one_of(st.none(), st.integers(1, 4)),
+))
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_histograms)
+def test_lp_bound_matches_the_full_pattern_lp_and_never_exceeds_the_integer_optimum(case):
+    counts, max_length, max_depth = case
+    histogram = LengthHistogram.from_counts(counts)
+    bound = lp_lower_bound(histogram, max_length, max_depth)
+    # The LP allows any number of copies of a length in a pack, exactly like the full pattern LP.
+    assert bound.value == pytest.approx(pattern_optimum(histogram, max_length, max_depth, False, False), abs=1e-6)
+    assert bound.converged
+    integer_optimum = round(pattern_optimum(histogram, max_length, max_depth, True, True))
+    assert trivial_lower_bound(histogram, max_length, max_depth) <= bound.lower_bound_packs <= integer_optimum
+    packing = get_strategy("optimal")(histogram, max_length, max_depth)
+    assert packing.packs_total >= integer_optimum
+    np.testing.assert_array_equal(packing.placed_histogram().counts[:histogram.max_length], histogram.counts)
+    assert packing.rows.sum(axis=1).max(initial=0) <= max_length
+    assert packing.depth_used <= (max_depth or max_length)
+
+
+def test_exact_on_a_histogram_with_a_known_optimum():
+    # 7 sequences of 5 and 7 of 3 at max length 8 pair up exactly: 7 packs, and the LP knows it.
+    histogram = LengthHistogram.from_counts([0, 0, 7, 0, 7, 0, 0, 0])
+    bound = lp_lower_bound(histogram, 8)
+    assert bound.value == pytest.approx(7.0)
+    assert bound.lower_bound_packs == 7
+    assert get_strategy("optimal")(histogram, 8).packs_total == 7
+
+
+def test_depth_limit_raises_the_bound_above_the_sequence_count_bound():
+    # 12 sequences of length 1 at depth 3: 4 packs, although all tokens would fit in one.
+    histogram = LengthHistogram.from_counts([12, 0, 0, 0, 0, 0, 0, 0])
+    assert lp_lower_bound(histogram, 8, 3).lower_bound_packs == 4
+    assert lp_lower_bound(histogram, 8).lower_bound_packs == 2
+
+
+def test_an_early_stop_still_gives_a_valid_farley_bound(monkeypatch):
+    histogram = load_histogram("squad_1_1_384")
+    converged = lp_lower_bound(histogram, 384, 3)
+    monkeypatch.setattr(optimal, "MAX_PRICING_ROUNDS", 2)
+    early = optimal._cached_lp_lower_bound.__wrapped__(histogram.counts.tobytes(), 384, 3)
+    assert not early.converged
+    assert 0 < early.value <= converged.value + 1e-6
+    assert early.value <= early.primal_value
+
+
+def test_bound_is_cached_per_histogram_and_limits():
+    histogram = load_histogram("squad_1_1_384")
+    assert lp_lower_bound(histogram, 384) is lp_lower_bound(load_histogram("squad_1_1_384"), 384)
+    assert lp_lower_bound(histogram, 384, 3) is not lp_lower_bound(histogram, 384)
+
+
+def test_bad_limits_are_input_errors():
+    histogram = load_histogram("squad_1_1_384")
+    with pytest.raises(InputError, match="longer than max_length 300"):
+        lp_lower_bound(histogram, 300)
+    with pytest.raises(InputError, match="max_depth must be at least 1"):
+        lp_lower_bound(histogram, 384, 0)
+
+
+def test_empty_histogram_needs_no_packs():
+    histogram = LengthHistogram.from_counts([0, 0, 0, 0])
+    assert lp_lower_bound(histogram, 4).lower_bound_packs == 0
+    assert get_strategy("optimal")(histogram, 4).packs_total == 0
+
+
+@pytest.mark.parametrize("name,max_length", BUNDLED)
+@pytest.mark.parametrize("max_depth", [None, 3])
+def test_bound_is_at_least_the_counting_bounds_and_its_patterns_cover_the_counts(name, max_length, max_depth):
+    histogram = load_histogram(name)
+    bound = lp_lower_bound(histogram, max_length, max_depth)
+    assert bound.converged
+    assert bound.value >= histogram.real_tokens / max_length - 1e-6
+    if max_depth:
+        assert bound.value >= histogram.sequences / max_depth - 1e-6
+    assert bound.lower_bound_packs >= trivial_lower_bound(histogram, max_length, max_depth)
+    assert bound.value == pytest.approx(bound.primal_value, rel=1e-9)
+    # The reported weights are an LP solution: they place every sequence exactly once.
+    placed = np.zeros(max_length + 1)
+    for row, weight in zip(bound.patterns, bound.weights):
+        np.add.at(placed, row[row > 0], weight)
+    np.testing.assert_allclose(placed[1:], histogram.counts, atol=1e-6)
+
+
+# Certified gap targets: packs over the packer's own LP bound.
+GAP_TARGETS = {("wikipedia_512", None): 1e-4, ("squad_1_1_384", None): 1e-3,
+               ("wikipedia_512", 3): 1e-4, ("squad_1_1_384", 3): 1e-3}
+
+
+@pytest.mark.parametrize("name,max_length", BUNDLED)
+@pytest.mark.parametrize("max_depth", [None, 3])
+def test_optimal_packing_is_within_its_certified_gap(name, max_length, max_depth):
+    histogram = load_histogram(name)
+    packing = get_strategy("optimal")(histogram, max_length, max_depth)
+    np.testing.assert_array_equal(packing.placed_histogram().counts, histogram.counts)
+    assert packing.rows.sum(axis=1).max() <= max_length
+    assert packing.depth_used <= (max_depth or max_length)
+    bound = packing.details["lower_bound_packs"]
+    assert bound == lp_lower_bound(histogram, max_length, max_depth).lower_bound_packs
+    assert packing.details["lp_value"] <= packing.packs_total
+    assert packing.packs_total / bound - 1 <= GAP_TARGETS[name, max_depth]
+
+
+def test_depth_3_beats_the_published_nnlshp():
+    # Krell et al. Table 5 (SQuAD, NNLSHP depth 3): 40808 packs, 97.310 %; Table 1 (Wikipedia): 99.7 %.
+    squad = get_strategy("optimal")(load_histogram("squad_1_1_384"), 384, 3)
+    assert squad.packs_total < 40808
+    assert squad.efficiency > 0.97310
+    wikipedia = get_strategy("optimal")(load_histogram("wikipedia_512"), 512, 3)
+    assert wikipedia.efficiency > 0.997
+
+
+def test_packs_are_made_of_whole_lengths_from_the_histogram():
+    histogram = load_histogram("squad_1_1_384")
+    packing = get_strategy("optimal")(histogram, 384, 2)
+    present = set(np.flatnonzero(histogram.counts) + 1)
+    assert set(np.unique(packing.rows[packing.rows > 0])) <= present
+    assert packing.packs_total >= lp_lower_bound(histogram, 384, 2).lower_bound_packs
+
+
+def test_all_pattern_enumeration_is_complete():
+    # The cross-check above is only as good as its enumeration: count packs of {1, 2} into 4.
+    patterns = all_patterns([1, 2], 4, None)
+    expected = {(a, b) for a, b in itertools.product(range(5), range(3)) if 0 < a + 2 * b <= 4}
+    assert {tuple(column) for column in patterns.T} == expected
