@@ -1,24 +1,33 @@
 """Cost models: price per-device batches (see `base`) on a model and a hardware profile.
 
-Also the Gumbel straggler model of data-parallel speed-ups and a parser for MLPerf step logs.
+Also the Gumbel straggler model and the MLPerf log parser, loaded on first use (scipy, pandas).
 """
 
+import importlib
+
 from simbench.costmodels.base import BatchSet, CostModel, ExecutionMode, StepCosts
-from simbench.costmodels.gumbel import (
-    GumbelFit, expected_min_speedup, extrapolate_cluster_speedups, fit_gumbel, max_of_n_gumbel, median_min_of_n,
-    min_of_n_cdf, min_of_n_pdf, monte_carlo_min_speedup, single_device_from_cluster,
-)
 from simbench.costmodels.hardware import HARDWARE_PRESETS, HardwareProfile, load_hardware, profile_to_yaml
-from simbench.costmodels.mlperf import MlperfRun, parse_mlperf_lines, parse_mlperf_log
 from simbench.costmodels.model import MODEL_PRESETS, ModelSpec, get_model
 from simbench.costmodels.transformer import TransformerCostModel
 
+_LAZY_MODULES = {
+    "gumbel": ("GumbelFit", "expected_min_speedup", "extrapolate_cluster_speedups", "fit_gumbel",
+               "max_of_n_gumbel", "median_min_of_n", "min_of_n_cdf", "min_of_n_pdf", "monte_carlo_min_speedup",
+               "single_device_from_cluster"),
+    "mlperf": ("MlperfRun", "parse_mlperf_lines", "parse_mlperf_log"),
+}
+_LAZY_NAMES = {name: module for module, names in _LAZY_MODULES.items() for name in names}
+
 __all__ = [
     "BatchSet", "CostModel", "ExecutionMode", "StepCosts",
-    "GumbelFit", "expected_min_speedup", "extrapolate_cluster_speedups", "fit_gumbel", "max_of_n_gumbel",
-    "median_min_of_n", "min_of_n_cdf", "min_of_n_pdf", "monte_carlo_min_speedup", "single_device_from_cluster",
-    "MlperfRun", "parse_mlperf_lines", "parse_mlperf_log",
     "HARDWARE_PRESETS", "HardwareProfile", "load_hardware", "profile_to_yaml",
     "MODEL_PRESETS", "ModelSpec", "get_model",
     "TransformerCostModel",
+    *_LAZY_NAMES,
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY_NAMES:
+        return getattr(importlib.import_module(f"simbench.costmodels.{_LAZY_NAMES[name]}"), name)
+    raise AttributeError(f"module 'simbench.costmodels' has no attribute {name!r}")
