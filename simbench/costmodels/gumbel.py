@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import integrate, optimize, stats
+from scipy import integrate, stats
 
 from simbench.errors import InputError
 
@@ -86,25 +86,20 @@ def single_device_from_cluster(location: float, scale: float, devices: int) -> G
     packing paper's appendix E: for the 8-GPU fit (1.6038, 0.1288) it gives (1.941, 0.318), not the
     scale 0.108 its text states. Requiring instead that the density of the minimum peak at the
     mode gives (4.198, 2.793), far from every figure in the paper.
+
+    P_n(s) = p means P_1(s) = 1 - (1 - p)^(1/n): each condition pins one single-device quantile,
+    s = mu + beta z(q), so the two conditions are linear in (mu, beta) and solved exactly (the
+    paper's Nelder-Mead search lands on the same point).
     """
     _check_devices(devices)
-    if scale <= 0:
+    if not scale > 0:
         raise InputError(f"Gumbel scale must be positive, found {scale}")
-    median = stats.gumbel_r.median(location, scale)
-    targets = np.array([0.5, stats.gumbel_r.cdf(location, location, scale)])
-    points = np.array([median, location])
-
-    def mismatch(log_parameters):
-        single_location, single_scale = log_parameters[0], np.exp(log_parameters[1])
-        return min_of_n_cdf(points, single_location, single_scale, devices) - targets
-
-    # Start from the exact answer for a min-stable tail, shifted by the max-stable drift.
-    start = [location + scale * np.log(devices), np.log(scale)]
-    solution = optimize.root(mismatch, start, method="hybr")
-    if not solution.success or np.max(np.abs(mismatch(solution.x))) > 1e-9:
-        solution = optimize.minimize(lambda p: np.sum(mismatch(p) ** 2), start, method="Nelder-Mead",
-                                     options={"xatol": 1e-12, "fatol": 1e-20, "maxiter": 10_000})
-    return GumbelFit(float(solution.x[0]), float(np.exp(solution.x[1])))
+    median = float(stats.gumbel_r.median(location, scale))
+    median_level = -np.expm1(np.log(0.5) / devices)
+    mode_level = -np.expm1(np.log1p(-stats.gumbel_r.cdf(0.0)) / devices)
+    median_score, mode_score = stats.gumbel_r.ppf([median_level, mode_level])
+    single_scale = (median - location) / (median_score - mode_score)
+    return GumbelFit(float(location - single_scale * mode_score), float(single_scale))
 
 
 def median_min_of_n(location: float, scale: float, devices: int) -> float:

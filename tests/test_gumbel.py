@@ -1,0 +1,150 @@
+"""The Gumbel straggler model against the packing paper's appendix E, and its own invariants."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import integrate, optimize, stats
+from typer.testing import CliRunner
+
+from simbench.cli import app
+from simbench.costmodels.gumbel import (
+    PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, extrapolate_cluster_speedups, fit_gumbel,
+    max_of_n_gumbel, median_min_of_n, min_of_n_cdf, min_of_n_pdf, monte_carlo_min_speedup,
+    single_device_from_cluster,
+)
+from simbench.errors import InputError
+
+PAPER_MEDIAN = stats.gumbel_r.median(PAPER_LOCATION, PAPER_SCALE)
+
+
+def test_single_gpu_fit_of_appendix_e():
+    single = single_device_from_cluster(PAPER_LOCATION, PAPER_SCALE, PAPER_DEVICES)
+    assert single.location == pytest.approx(1.941, abs=0.002)
+    assert single.scale == pytest.approx(0.318, abs=0.002)
+    # It meets both defining equations: the 8-device minimum has the fit's median and mode.
+    assert min_of_n_cdf(PAPER_MEDIAN, *single.parameters, 8) == pytest.approx(0.5, abs=1e-9)
+    assert min_of_n_cdf(PAPER_LOCATION, *single.parameters, 8) == pytest.approx(np.exp(-1), abs=1e-9)
+
+
+def test_closed_form_matches_a_nelder_mead_search_like_the_papers():
+    def mismatch(parameters):
+        location, scale = parameters
+        return ((min_of_n_cdf(PAPER_MEDIAN, location, scale, 8) - 0.5) ** 2
+                + (min_of_n_cdf(PAPER_LOCATION, location, scale, 8) - np.exp(-1)) ** 2)
+
+    searched = optimize.minimize(mismatch, [1.9, 0.1], method="Nelder-Mead",
+                                 options={"xatol": 1e-8, "fatol": 1e-16}).x
+    single = single_device_from_cluster(PAPER_LOCATION, PAPER_SCALE, 8)
+    assert searched == pytest.approx(single.parameters, abs=1e-4)
+
+
+def test_the_texts_scale_is_inconsistent_with_the_equations():
+    """The paper's text states location ~1.94, scale ~0.108: with that scale, the minimum of 8 draws
+    essentially never falls below the 8-GPU fit's median (P = 4e-6 instead of 1/2) or mode."""
+    at_median = min_of_n_cdf(PAPER_MEDIAN, 1.94, 0.108, 8)
+    at_mode = min_of_n_cdf(PAPER_LOCATION, 1.94, 0.108, 8)
+    assert abs(at_median - 0.5) > 0.4
+    assert abs(at_mode - np.exp(-1)) > 0.3
+
+
+@pytest.mark.parametrize("devices, claimed_mean", [(1, 2.12), (2, 1.90), (32, 1.51), (2048, 1.28)])
+def test_cluster_claims_of_appendix_e(devices, claimed_mean):
+    """1 device: 2.12 (above packing's 2.001); 2: 1.90 (below packing's 1.913); 32: ~50 % gain; 2048: ~30 %."""
+    single = single_device_from_cluster(PAPER_LOCATION, PAPER_SCALE, PAPER_DEVICES)
+    mean = expected_min_speedup(*single.parameters, devices)
+    assert mean == pytest.approx(claimed_mean, abs=0.02)
+    draws = 200_000 // devices + 400
+    simulated = monte_carlo_min_speedup(*single.parameters, devices, draws, np.random.default_rng(devices))
+    spread = np.sqrt(integrate.quad(lambda s: (s - mean) ** 2 * min_of_n_pdf(s, *single.parameters, devices),
+                                    single.location - 8 * single.scale, single.location + 40 * single.scale)[0])
+    assert simulated == pytest.approx(mean, abs=4 * spread / np.sqrt(draws))
+
+
+def test_packing_beats_unpadding_from_two_devices_on():
+    table = extrapolate_cluster_speedups(devices=(1, 2, 32, 2048)).set_index("devices")
+    packing_depth_3_nnlshp = 1.913  # realized speed-up, packing paper Table 1: the same on any cluster size
+    assert table.loc[1, "mean_speedup"] > 2.001 > packing_depth_3_nnlshp
+    assert (table.loc[[2, 32, 2048], "mean_speedup"] < packing_depth_3_nnlshp).all()
+    assert list(table.columns) == ["mean_speedup", "median_speedup", "mean_gain_percent"]
+    assert table["mean_speedup"].is_monotonic_decreasing
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(0.5, 5.0), st.floats(0.01, 0.6), st.integers(2, 512))
+def test_single_device_solution_reproduces_any_cluster_fit(location, scale, devices):
+    single = single_device_from_cluster(location, scale, devices)
+    median = stats.gumbel_r.median(location, scale)
+    assert min_of_n_cdf(median, *single.parameters, devices) == pytest.approx(0.5, abs=1e-7)
+    assert median_min_of_n(*single.parameters, devices) == pytest.approx(median, rel=1e-7)
+    assert min_of_n_cdf(location, *single.parameters, devices) == pytest.approx(np.exp(-1), abs=1e-7)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(-5, 5), st.floats(0.01, 3), st.integers(1, 4096), st.floats(-3, 8))
+def test_max_of_n_gumbel_is_max_stable(location, scale, devices, standard_score):
+    time_seconds = location + scale * standard_score
+    shifted = max_of_n_gumbel(location, scale, devices)
+    assert stats.gumbel_r.cdf(time_seconds, location, scale) ** devices == pytest.approx(
+        stats.gumbel_r.cdf(time_seconds, *shifted.parameters), rel=1e-9, abs=1e-300)
+
+
+def test_min_of_n_distribution_is_a_distribution():
+    for devices in (1, 8, 2048):
+        total, _ = integrate.quad(min_of_n_pdf, -5, 10, args=(1.9, 0.3, devices), limit=200)
+        assert total == pytest.approx(1.0, abs=1e-8)
+    grid = np.linspace(0, 4, 50)
+    assert min_of_n_cdf(grid, 1.9, 0.3, 1) == pytest.approx(stats.gumbel_r.cdf(grid, 1.9, 0.3))
+    assert np.all(np.diff(min_of_n_cdf(grid, 1.9, 0.3, 8)) >= 0)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_fit_recovers_known_parameters(side):
+    rng = np.random.default_rng(11)
+    draws = rng.gumbel(2.0, 0.25, size=20_000)
+    samples = draws if side == "right" else 4.0 - draws  # mirrored: a left tail at location 2.0
+    fit = fit_gumbel(samples, side=side)
+    assert fit.location == pytest.approx(2.0, rel=0.01)
+    assert fit.scale == pytest.approx(0.25, rel=0.03)
+    other = fit_gumbel(samples, side="left" if side == "right" else "right")
+    assert fit.log_likelihood > other.log_likelihood
+
+
+@pytest.mark.parametrize("samples, side", [([1.0, 1.0, 1.0], "right"), ([2.0], "right"), ([1.0, 2.0], "up")])
+def test_bad_fits_are_input_errors(samples, side):
+    with pytest.raises(InputError):
+        fit_gumbel(samples, side=side)
+
+
+def test_bad_device_counts_are_input_errors():
+    with pytest.raises(InputError):
+        expected_min_speedup(1.9, 0.3, 0)
+    with pytest.raises(InputError):
+        single_device_from_cluster(1.6, -0.1, 8)
+
+
+def test_command_defaults_to_the_papers_fit():
+    result = CliRunner().invoke(app, ["gumbel", "--devices", "1,32,2048", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["single_device"]["scale"] == pytest.approx(0.318, abs=0.002)
+    means = [row["mean_speedup"] for row in report["clusters"]]
+    assert means == pytest.approx([2.12, 1.51, 1.28], abs=0.02)
+    table = CliRunner().invoke(app, ["gumbel", "--location", "1.6038", "--scale", "0.1288", "--devices", "2"])
+    assert "1.9409" in table.output and "1.904" in table.output
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--devices", "1,two"], "--devices must be comma-separated"),
+    (["--location", "1.6"], "--location and --scale go together"),
+    (["--location", "1.6", "--scale", "0"], "--scale must be positive"),
+    (["--log", "missing.txt.gz"], "no such MLPerf log file"),
+])
+def test_command_errors_are_clear(arguments, message):
+    result = CliRunner().invoke(app, ["gumbel", *arguments])
+    assert isinstance(result.exception, InputError)
+    assert message in str(result.exception)
