@@ -24,6 +24,7 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
+        staging.chmod(0o777 & ~_umask())  # mkdtemp makes folders private; give the usual mode
         yield staging
         _swap_into_place(staging, target)
     except BaseException:
@@ -56,7 +57,7 @@ def atomic_file(path: Path) -> Iterator[Path]:
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.partial-", dir=path.parent)
     os.close(descriptor)
     try:
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes files private; give the usual mode
+        os.chmod(temporary, 0o666 & ~_umask())
         yield Path(temporary)
         os.replace(temporary, path)
     except BaseException:

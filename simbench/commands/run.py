@@ -1,0 +1,112 @@
+"""`simbench run`, `validate`, `plot` and `list`: scenarios in, report folders out.
+
+Progress bars and messages go to stderr; the report folder is the only thing written.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+REPORTS_DIR = Path("reports")
+SIMULATOR_PLAN_DESCRIPTIONS = {
+    "unpad": "un-padding: no padding tokens, kernels grouped by length, each device's batch as drawn",
+    "unpad-exchange": "un-padding with NVIDIA's padding exchange: the global batch sorted and dealt out",
+    "unpad-exchange-overlap": "un-padding with the exchange on the host, overlapped with the step (Baidu)",
+    "packed-varlen": "packs with per-sequence (varlen) attention instead of a block-diagonal mask",
+    "vts": "Cerebras variable tensor shapes: samples stream through a stage pipeline, padding stripped",
+    "vts-bucketed": "variable tensor shapes with batches bucketed by length",
+}
+
+
+def run(
+    scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
+    out: Path = typer.Option(None, "--out", help="report folder; default: reports/<scenario name>"),
+    quick: bool = typer.Option(False, "--quick", help="every strategy, but few steps and device counts (seconds)"),
+    seed: int = typer.Option(None, "--seed", help="replace the scenario's seed"),
+) -> None:
+    """Simulate a scenario and write its report: tables, summary.md and plots."""
+    from simbench.report.folder import write_report
+    from simbench.report.results import build_tables, progress_total
+    from simbench.scenario import load_scenario
+
+    console = Console(stderr=True)
+    scenario = load_scenario(scenario_path, seed=seed)
+    if quick:
+        scenario = scenario.quickened()
+    target = out or REPORTS_DIR / scenario.name
+    start = time.perf_counter()
+    histogram = scenario.dataset.load()
+    with _progress(console) as progress:
+        task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
+        tables = build_tables(scenario, histogram, lambda units: progress.advance(task, units))
+        progress.update(task, description="writing the report")
+        write_report(target, scenario, histogram, tables)
+    console.print(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}",
+                  highlight=False, soft_wrap=True)
+
+
+def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file")) -> None:
+    """Check a scenario file without running it."""
+    from simbench.scenario import load_scenario
+
+    scenario = load_scenario(scenario_path)
+    scenario.dataset.load()
+    Console(stderr=True).print(f"{scenario_path}: valid scenario {scenario.name!r} "
+                               f"({len(scenario.strategies)} strategies, devices {', '.join(map(str, scenario.devices))})",
+                               highlight=False, soft_wrap=True)
+
+
+def plot(report: Path = typer.Argument(..., metavar="DIR", help="an existing report folder")) -> None:
+    """Redraw a report's plots from its CSVs and resolved scenario."""
+    from simbench.report.folder import draw_plots, read_report
+
+    scenario, histogram, tables = read_report(report)
+    written = draw_plots(report, scenario, histogram, tables)
+    Console(stderr=True).print(f"redrew {len(written)} files in {report}/", highlight=False, soft_wrap=True)
+
+
+def list_everything() -> None:
+    """Show strategies, simulator plans, bundled histograms, and model and hardware presets."""
+    from simbench.costmodels import HARDWARE_PRESETS, MODEL_PRESETS
+    from simbench.histogram import bundled_histograms
+    from simbench.sim.plans import EXTRA_PLANS
+    from simbench.strategies import available_strategies
+
+    console = Console()
+    console.print(_table("Packers and batchers (registry)", ["name", "description"],
+                         [(name, strategy.description) for name, strategy in available_strategies().items()]))
+    console.print(_table("Simulator plans", ["name", "description"],
+                         [(name, SIMULATOR_PLAN_DESCRIPTIONS.get(name, "")) for name in EXTRA_PLANS]))
+    console.print(_table("Bundled histograms", ["name", "file"],
+                         [(name, str(path)) for name, path in bundled_histograms().items()]))
+    console.print(_table("Model presets", ["name", "layers", "hidden", "heads", "ffn"],
+                         [(name, *map(str, (m.layers, m.hidden, m.heads, m.ffn))) for name, m in MODEL_PRESETS.items()]))
+    console.print(_table("Hardware presets", ["name", "source"],
+                         [(name, profile.source) for name, profile in HARDWARE_PRESETS.items()]))
+
+
+def _table(title: str, columns: list[str], rows: list[tuple[str, ...]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("validate")(validate)
+    app.command("plot")(plot)
+    app.command("list")(list_everything)

@@ -1,0 +1,53 @@
+"""A report folder: the resolved scenario, the tables, summary.md and the plots, written atomically.
+
+    >>> write_report(Path("reports/wiki512"), scenario, histogram, tables)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simbench.histogram import LengthHistogram
+from simbench.report import plots
+from simbench.report.summary import summary_markdown
+from simbench.report.tables import ReportTables, read_tables, write_tables
+from simbench.report.writer import atomic_directory
+from simbench.scenario import Scenario, load_scenario
+
+RESOLVED_SCENARIO = "resolved.yaml"
+
+
+def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> Path:
+    """Write everything into a fresh sibling folder, then swap it in place of `target`."""
+    with atomic_directory(target) as folder:
+        (folder / RESOLVED_SCENARIO).write_text(scenario.to_yaml())
+        write_tables(tables, folder)
+        (folder / "summary.md").write_text(summary_markdown(scenario, histogram, tables))
+        draw_plots(folder, scenario, histogram, tables)
+    return Path(target)
+
+
+def read_report(folder: Path) -> tuple[Scenario, LengthHistogram, ReportTables]:
+    """The scenario, histogram and tables of an existing report (what `simbench plot` redraws from)."""
+    scenario = load_scenario(Path(folder) / RESOLVED_SCENARIO)
+    return scenario, scenario.dataset.load(), read_tables(folder)
+
+
+def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> list[Path]:
+    """Every plot the scenario asks for that its tables have data for."""
+    figures = {
+        "histogram": lambda: plots.histogram_figure(histogram),
+        "packing": lambda: plots.packing_figure(tables.packing, tables.timings, histogram.real_tokens,
+                                                histogram.max_length),
+        "scaling": lambda: plots.scaling_figure(tables.scaling),
+        "gumbel": lambda: plots.gumbel_figure(tables.latency, tables.gumbel, tables.extrapolation),
+        "timeline": lambda: plots.timeline_figure(tables.timeline),
+        "breakdown": lambda: plots.breakdown_figure(tables.breakdown),
+    }
+    has_data = {"packing": not tables.packing.empty, "gumbel": not tables.gumbel.empty,
+                "timeline": not tables.timeline.empty}
+    written = []
+    for name in scenario.outputs.plots:
+        if has_data.get(name, True):
+            written += plots.save_figure(figures[name](), Path(folder) / name, scenario.outputs.formats)
+    return written

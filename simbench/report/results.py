@@ -1,0 +1,131 @@
+"""From a scenario to the report's tables: simulate every plan, bound every packing, fit the stragglers.
+
+    >>> tables = build_tables(scenario, scenario.dataset.load())
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from simbench.costmodels import TransformerCostModel, get_model
+from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
+    extrapolate_cluster_speedups, fit_gumbel
+from simbench.histogram import LengthHistogram
+from simbench.report.tables import ReportTables
+from simbench.scenario import Scenario
+from simbench.sim.plans import PlanKind, parse_plan, with_reference
+from simbench.sim.results import BREAKDOWN_COLUMNS
+from simbench.sim.simulate import simulate
+from simbench.strategies import available_strategies
+from simbench.strategies.optimal import lp_lower_bound
+from simbench.strategies.packing import Packing
+
+Progress = Callable[[int], None]
+PAPER_FIT_LABEL = f"paper's {PAPER_DEVICES}-GPU MLPerf fit"
+# Relative spread below which step times count as constant (fixed shapes): nothing to fit.
+CONSTANT_SPREAD = 1e-6
+# Samples kept in latency.csv for the plot; the fit uses all of them.
+LATENCY_ROWS_KEPT = 20_000
+
+
+def progress_total(scenario: Scenario) -> int:
+    """Units of work `build_tables` reports: one per simulated (plan, devices), one per LP bound."""
+    plans = with_reference([parse_plan(spec.plan_text) for spec in scenario.strategies])
+    return len(plans) * len(scenario.devices) + len(plans)
+
+
+def build_tables(scenario: Scenario, histogram: LengthHistogram, progress: Progress | None = None) -> ReportTables:
+    progress = progress or (lambda units: None)
+    cost_model = TransformerCostModel(get_model(scenario.model), scenario.hardware.load())
+    plans = [parse_plan(spec.plan_text) for spec in scenario.strategies]
+    labels = {plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}
+    result = simulate(histogram, plans, list(scenario.devices), cost_model, batch_size=scenario.batch_size,
+                      steps=scenario.steps, seed=scenario.seed, progress=progress)
+    summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
+    packing, timings = _packing_tables(result.packings, labels, histogram, progress)
+    plans_by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(plans)}
+    latency, gumbel, extrapolation = _straggler_tables(result.latency_samples, labels, plans_by_label, summary,
+                                                       scenario.batch_size)
+    timeline = _timelines(result.vts_timeline, labels)
+    progress(len(plans_by_label) - len(packing))  # plans without a packing had no bound to compute
+    scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
+                       "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode"]
+    summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
+    breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "real_tokens_per_device_step"]
+    return ReportTables(packing=packing, scaling=summary[scaling_columns], breakdown=summary[breakdown_columns],
+                        latency=latency, gumbel=gumbel, extrapolation=extrapolation, timeline=timeline,
+                        timings=timings)
+
+
+def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histogram: LengthHistogram,
+                    progress: Progress) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """packing.csv (deterministic metrics with the LP bound) and timings.csv (measured solve seconds)."""
+    strategies = available_strategies()
+    bounds: dict[int | None, object] = {}
+    bound_seconds: dict[int | None, float] = {}
+    rows, timing_rows = [], []
+    for name, packing in packings.items():
+        # Batchers without a depth parameter (none, sort) are bounded at the depth they use.
+        depth = packing.max_depth if strategies[packing.strategy].uses_depth else packing.depth_used
+        if depth not in bounds:
+            start = time.perf_counter()
+            bounds[depth] = lp_lower_bound(histogram, histogram.max_length, depth)
+            bound_seconds[depth] = time.perf_counter() - start
+        progress(1)
+        metrics = packing.metrics(bounds[depth].lower_bound_packs)
+        label = labels.get(name, name)
+        timing_rows.append({"strategy": label, "packer": packing.strategy, "solve_seconds": metrics.pop("seconds"),
+                            "lp_bound_seconds": bound_seconds[depth]})
+        rows.append({"label": label, **metrics, "bound_depth": depth, "lp_bound_value": bounds[depth].value})
+    return pd.DataFrame(rows), pd.DataFrame(timing_rows)
+
+
+def _straggler_tables(latency_samples: dict[str, np.ndarray], labels: dict[str, str], plans_by_label: dict,
+                      summary: pd.DataFrame, batch_size: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Per-device speed-up samples of plans whose step time depends on the batch's content, their
+    Gumbel fits, and the expected speed-up of n devices (the slowest sets the pace) next to the simulation's."""
+    padded_seconds = float(np.mean(latency_samples["none"]))
+    latency_rows, fit_rows, extrapolation_rows = [], [], []
+    device_counts = sorted(summary["devices"].unique())
+    for name, samples in latency_samples.items():
+        label = labels.get(name, name)
+        plan = plans_by_label[label]
+        # Only batches of the same sequences as padding's compare step by step with it.
+        same_sequences = plan.kind is PlanKind.UNPAD or plan.packer == "sort"
+        if not same_sequences or np.std(samples) <= CONSTANT_SPREAD * np.mean(samples):
+            continue
+        speedups = padded_seconds / samples
+        fit = fit_gumbel(speedups)
+        latency_rows.append(pd.DataFrame({"strategy": label, "step_seconds": samples[:LATENCY_ROWS_KEPT],
+                                          "speedup": speedups[:LATENCY_ROWS_KEPT]}))
+        fit_rows.append({"strategy": label, "location": fit.location, "scale": fit.scale,
+                         "samples": samples.size, "padded_step_seconds": padded_seconds, "batch_size": batch_size})
+        simulated = summary[summary["strategy"] == label].set_index("devices")["speedup"]
+        extrapolation_rows += [{"strategy": label, "devices": devices,
+                                "expected_speedup": expected_min_speedup(fit.location, fit.scale, int(devices)),
+                                "simulated_speedup": simulated.get(devices, np.nan)} for devices in device_counts]
+    if fit_rows:
+        paper = extrapolate_cluster_speedups(PAPER_LOCATION, PAPER_SCALE, PAPER_DEVICES, tuple(device_counts))
+        extrapolation_rows += [{"strategy": PAPER_FIT_LABEL, "devices": row.devices,
+                                "expected_speedup": row.mean_speedup, "simulated_speedup": np.nan}
+                               for row in paper.itertuples()]
+    latency = pd.concat(latency_rows, ignore_index=True) if latency_rows else \
+        pd.DataFrame(columns=["strategy", "step_seconds", "speedup"])
+    gumbel = pd.DataFrame(fit_rows, columns=["strategy", "location", "scale", "samples", "padded_step_seconds",
+                                             "batch_size"])
+    extrapolation = pd.DataFrame(extrapolation_rows,
+                                 columns=["strategy", "devices", "expected_speedup", "simulated_speedup"])
+    return latency, gumbel, extrapolation
+
+
+def _timelines(timelines: dict[str, pd.DataFrame], labels: dict[str, str]) -> pd.DataFrame:
+    """The pipeline timeline of every VTS plan, one batch each, labelled by strategy."""
+    frames = [timeline.assign(strategy=labels.get(name, name)) for name, timeline in timelines.items()]
+    if not frames:
+        return pd.DataFrame(columns=["strategy", "sample", "stage", "enter_seconds", "finish_seconds",
+                                     "leave_seconds", "length", "blocked_seconds"])
+    return pd.concat(frames, ignore_index=True)

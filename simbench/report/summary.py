@@ -1,0 +1,182 @@
+"""summary.md: the headline answer (which strategy wins at which scale, by how much), then the tables.
+
+    >>> text = summary_markdown(scenario, histogram, tables)
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from simbench.histogram import LengthHistogram
+from simbench.report.tables import ReportTables
+from simbench.scenario import Scenario
+from simbench.sim.results import BREAKDOWN_COLUMNS
+
+
+def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> str:
+    sections = [
+        f"# {scenario.name}" + (f": {scenario.description.strip()}" if scenario.description.strip() else ""),
+        _headline(tables.scaling),
+        _setup(scenario, histogram),
+        "## Winner at each scale\n\n" + "\n\n".join(
+            ("" if reference == "none" else f"Over {reference}:\n\n") + _winners_table(rows)
+            for reference, rows in _groups(tables.scaling)),
+        _packing_section(tables.packing, tables.scaling),
+        "## Speed-up over padding by device count\n\n" + _speedup_table(tables.scaling) + _reference_note(tables.scaling),
+        _breakdown_section(tables.breakdown),
+        _straggler_section(tables.gumbel, tables.extrapolation),
+        _files_section(),
+    ]
+    return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def _groups(scaling: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Strategies grouped by the baseline their speed-up is measured against (padding, or VTS's padded
+    pipeline): speed-ups over different baselines do not rank against each other."""
+    reference = scaling["reference"] if "reference" in scaling else pd.Series("none", index=scaling.index)
+    groups = [(name, scaling[reference == name]) for name in dict.fromkeys(reference)]
+    with_rivals = [(name, rows) for name, rows in groups if rows["strategy"].nunique() > 1]
+    return with_rivals or groups
+
+
+def _ranked(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
+    rows = scaling[scaling["devices"] == devices]
+    return rows.sort_values(["speedup", "strategy"], ascending=[False, True], kind="stable")
+
+
+def _headline(scaling: pd.DataFrame) -> str:
+    sentences = []
+    for index, (reference, rows) in enumerate(_groups(scaling)):
+        baseline = "padding" if reference == "none" else reference
+        if index:
+            sentences.append(f"Against {baseline} instead:")
+        sentences.append(_group_headline(rows, baseline, lead="**Answer:** " if index == 0 else ""))
+    return " ".join(sentences)
+
+
+def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str) -> str:
+    device_counts = sorted(scaling["devices"].unique())
+    winners = {devices: _ranked(scaling, devices).iloc[0] for devices in device_counts}
+    smallest, largest = device_counts[0], device_counts[-1]
+    first, last = winners[smallest], winners[largest]
+    sentences = [f"{lead}on {_devices(smallest)} the fastest strategy is **{first.strategy}**, "
+                 f"{first.speedup:.3f}x the throughput of {baseline} (real tokens per second)."]
+    if largest != smallest:
+        ranked = _ranked(scaling, largest)
+        sentence = f"On {_devices(largest)} it is **{last.strategy}** at {last.speedup:.3f}x"
+        if len(ranked) > 1:
+            second = ranked.iloc[1]
+            sentence += (f", {100 * (last.speedup / second.speedup - 1):.1f} % ahead of "
+                         f"{second.strategy} ({second.speedup:.3f}x)")
+        sentences.append(sentence + ".")
+    changes = [(devices, winners[devices].strategy) for index, devices in enumerate(device_counts)
+               if index == 0 or winners[devices].strategy != winners[device_counts[index - 1]].strategy]
+    if len(changes) > 1:
+        steps = "; ".join(f"{strategy} from {_devices(devices)}" for devices, strategy in changes)
+        sentences.append(f"The winner changes with scale: {steps}.")
+    return " ".join(sentences)
+
+
+def _setup(scenario: Scenario, histogram: LengthHistogram) -> str:
+    model = scenario.model if isinstance(scenario.model, str) else "custom model " + str(scenario.model)
+    return (f"Dataset `{histogram.name}`: {histogram.sequences:,} sequences, max length {histogram.max_length}, "
+            f"{100 * (1 - histogram.efficiency):.1f} % padding, theoretical speed-up without padding "
+            f"{histogram.theoretical_speedup:.3f}x. Model `{model}` on hardware `{scenario.hardware.profile}`; "
+            f"batch size {scenario.batch_size} per device, {scenario.steps} steps per strategy and device count, "
+            f"seed {scenario.seed}.")
+
+
+def _winners_table(scaling: pd.DataFrame) -> str:
+    rows = []
+    for devices in sorted(scaling["devices"].unique()):
+        ranked = _ranked(scaling, devices)
+        best = ranked.iloc[0]
+        row = {"devices": devices, "fastest": best.strategy, "speed-up": f"{best.speedup:.3f}"}
+        if len(ranked) > 1:
+            second = ranked.iloc[1]
+            row |= {"runner-up": second.strategy, "its speed-up": f"{second.speedup:.3f}",
+                    "lead %": f"{100 * (best.speedup / second.speedup - 1):.1f}"}
+        rows.append(row)
+    return _markdown(pd.DataFrame(rows))
+
+
+def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
+    if packing.empty:
+        return ""
+    one_device = scaling[scaling["devices"] == scaling["devices"].min()].set_index("strategy")["speedup"]
+    table = pd.DataFrame({
+        "depth": packing["max_depth"].map(lambda depth: "max" if pd.isna(depth) else str(int(depth))),
+        "strategy": packing["label"],
+        "efficiency %": (100 * packing["efficiency"]).map("{:.1f}".format),
+        "packing factor": packing["packing_factor"].map("{:.3f}".format),
+        "packs": packing["packs"].map("{:,}".format),
+        "LP bound (packs)": packing["lower_bound_packs"].map(lambda value: "-" if pd.isna(value) else f"{int(value):,}"),
+        "gap to bound %": packing["gap_to_bound"].map(lambda value: "-" if pd.isna(value) else f"{100 * value:.2f}"),
+        "realized speed-up": packing["label"].map(lambda label: f"{one_device[label]:.3f}" if label in one_device else "-"),
+    })
+    return ("## Packing (compare Table 1 of the packing paper)\n\n" + _markdown(table) +
+            f"\n\nRealized speed-up: on {_devices(int(scaling['devices'].min()))}, over padding. "
+            "LP bound: the certified lower bound on packs at the same depth limit. Solve times are in "
+            "timings.csv (measured, so they differ from run to run).")
+
+
+def _speedup_table(scaling: pd.DataFrame) -> str:
+    table = scaling.pivot(index="strategy", columns="devices", values="speedup")
+    table = table.loc[list(dict.fromkeys(scaling["strategy"]))].map("{:.3f}".format)
+    return _markdown(table.reset_index().rename(columns=lambda column: str(column)))
+
+
+def _reference_note(scaling: pd.DataFrame) -> str:
+    if "reference" not in scaling or set(scaling["reference"]) <= {"none"}:
+        return ""
+    others = scaling[scaling["reference"] != "none"].drop_duplicates("strategy")
+    notes = ", ".join(f"{row.strategy} over {row.reference}" for row in others.itertuples())
+    return f"\n\nSpeed-ups are over padding on the same devices, except: {notes}."
+
+
+def _breakdown_section(breakdown: pd.DataFrame) -> str:
+    largest = breakdown["devices"].max()
+    rows = breakdown[breakdown["devices"] == largest]
+    parts = [part for part in BREAKDOWN_COLUMNS if part in rows]
+    table = pd.DataFrame({"strategy": rows["strategy"]})
+    for part in parts:
+        table[part.removesuffix("_seconds")] = (1e3 * rows[part]).map(_milliseconds)
+    table["step"] = (1e3 * rows["step_seconds_mean"]).map(_milliseconds)
+    table["real tokens per device"] = rows["real_tokens_per_device_step"].map("{:,.0f}".format)
+    return (f"## Where a step's time goes ({_devices(int(largest))}, ms per step)\n\n" + _markdown(table) +
+            "\n\nwaiting: devices idle until the slowest finishes; communication: all-reduce and padding "
+            "exchange; stall: VTS samples blocked by the next pipeline stage.")
+
+
+def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame) -> str:
+    if gumbel.empty:
+        return ""
+    largest = extrapolation["devices"].max()
+    lines = []
+    for row in gumbel.itertuples():
+        rows = extrapolation[extrapolation["strategy"] == row.strategy].set_index("devices")["expected_speedup"]
+        lines.append(f"- {row.strategy}: one device's per-step speed-up over padding is Gumbel(location "
+                     f"{row.location:.4f}, scale {row.scale:.4f}); the slowest of n devices sets the step, so the "
+                     f"expected speed-up falls from {rows.iloc[0]:.3f} on {_devices(int(rows.index[0]))} to "
+                     f"{rows.loc[largest]:.3f} on {_devices(int(largest))}.")
+    return "## Stragglers (content-dependent step times)\n\n" + "\n".join(lines)
+
+
+def _files_section() -> str:
+    return ("## Files\n\nresolved.yaml (the scenario as run), packing.csv, scaling.csv, breakdown.csv, "
+            "latency.csv, gumbel.csv, extrapolation.csv, timeline.csv, timings.csv; plots as PNG and SVG.")
+
+
+def _milliseconds(value: float) -> str:
+    return f"{round(value, 2) + 0.0:.2f}"  # + 0.0 turns a rounded -0.00 into 0.00
+
+
+def _devices(count: int) -> str:
+    return f"{count} device" + ("" if count == 1 else "s")
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    header = "| " + " | ".join(str(column) for column in table.columns) + " |"
+    rule = "|" + "|".join("---" for _ in table.columns) + "|"
+    body = ["| " + " | ".join(str(value) for value in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join([header, rule, *body])

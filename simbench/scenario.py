@@ -1,0 +1,333 @@
+"""Scenarios: the YAML file that says what `simbench run` simulates, as validated pydantic models.
+
+    >>> scenario = load_scenario(Path("scenarios/wiki512.yaml"))
+    >>> scenario.name, [plan.label for plan in scenario.strategies][:2]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
+                      model_validator)
+from scipy.stats import lognorm
+
+from simbench.costmodels import HardwareProfile, get_model, load_hardware
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram, load_histogram
+
+PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
+TABLES = ("packing", "scaling", "breakdown")
+DEFAULT_DEVICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+
+# Union members are told apart by the input's type, so a mistake yields one error, not one per member.
+_SHORT, _FULL = "short form", "full form"
+
+
+def _by_type(value: Any) -> str:
+    return _SHORT if isinstance(value, str) else _FULL
+
+
+def known_plan_names() -> list[str]:
+    """Every name a scenario's strategy may have: the registry's packers, then simulator-only plans."""
+    from simbench.sim.plans import all_plan_names
+
+    return all_plan_names()
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SyntheticHistogram(_Strict):
+    """A log-normal length distribution, discretized exactly (no sampling, so no seed is needed).
+
+    count(l) = round(sequences * (F(l + 0.5) - F(l - 0.5))) for 1 <= l < max_length, where F is the CDF
+    of a log-normal with median `median_length` and shape `sigma`; lengths below 1.5 count as 1 and
+    lengths above max_length - 0.5 as max_length (long sequences truncated, as tokenizers do).
+    """
+
+    synthetic: Literal["lognormal"]
+    sequences: int = Field(gt=0, description="number of sequences in the dataset")
+    median_length: float = Field(gt=0, description="median sequence length in tokens")
+    sigma: float = Field(gt=0, description="standard deviation of log(length)")
+
+    def build(self, max_length: int) -> LengthHistogram:
+        edges = np.arange(0.5, max_length + 1.0)
+        cdf = lognorm.cdf(edges, s=self.sigma, scale=self.median_length)
+        cdf[0], cdf[-1] = 0.0, 1.0
+        counts = np.round(self.sequences * np.diff(cdf)).astype(np.int64)
+        return LengthHistogram(counts, name=f"lognormal-{self.median_length:g}-{self.sigma:g}")
+
+
+class DatasetSpec(_Strict):
+    histogram: Annotated[
+        Annotated[str, Tag(_SHORT)] | Annotated[SyntheticHistogram, Tag(_FULL)],
+        Discriminator(_by_type),
+    ] = Field(description="bundled histogram name, a CSV/JSON path (relative to the scenario), or a synthetic one")
+    max_length: int | None = Field(None, ge=1, description="pack and pad to this length; default: the histogram's")
+
+    @model_validator(mode="after")
+    def _synthetic_needs_length(self) -> DatasetSpec:
+        if isinstance(self.histogram, SyntheticHistogram) and self.max_length is None:
+            raise ValueError("a synthetic histogram needs `max_length`")
+        return self
+
+    def load(self) -> LengthHistogram:
+        """The histogram, padded with empty lengths up to max_length."""
+        if isinstance(self.histogram, SyntheticHistogram):
+            return self.histogram.build(self.max_length)
+        histogram = load_histogram(self.histogram)
+        max_length = self.max_length or histogram.max_length
+        if histogram.longest > max_length:
+            raise InputError(f"dataset.max_length {max_length} is shorter than the longest sequence "
+                             f"({histogram.longest}) of histogram {self.histogram}")
+        counts = np.zeros(max_length, dtype=np.int64)
+        counts[:histogram.longest] = histogram.counts[:histogram.longest]
+        return LengthHistogram(counts, name=histogram.name)
+
+
+class HardwareSpec(_Strict):
+    profile: str = Field("a100", description="hardware preset name or a profile YAML (e.g. from `simbench calibrate`)")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="profile fields to replace")
+
+    @model_validator(mode="after")
+    def _loadable(self) -> HardwareSpec:
+        self.load()
+        return self
+
+    def load(self) -> HardwareProfile:
+        try:
+            return load_hardware(self.profile, self.overrides)
+        except InputError as error:
+            raise ValueError(str(error)) from None
+
+
+class StrategySpec(_Strict):
+    name: str = Field(description="a packer from the registry or a simulator plan (`simbench list`)")
+    max_depth: Annotated[int, Field(ge=1)] | Literal["max"] | None = Field(
+        None, description="most sequences per pack, or `max` for no limit; default: the plan's own")
+    packer: str | None = Field(None, description="packed-varlen only: the packer whose packs it runs")
+    stages: int | None = Field(None, ge=1, description="vts and vts-bucketed: pipeline stages")
+    window: int | None = Field(None, ge=1, description="vts-bucketed: batches per window sorted by length")
+    label: str | None = Field(None, description="name in tables and plots; default: the plan's name, e.g. spfhp:3")
+
+    @field_validator("name")
+    @classmethod
+    def _known_name(cls, name: str) -> str:
+        known = known_plan_names()
+        if name not in known:
+            raise ValueError(f"unknown strategy {name!r}; known strategies: {', '.join(known)}")
+        return name
+
+    @model_validator(mode="after")
+    def _valid_plan(self) -> StrategySpec:
+        from simbench.sim.plans import parse_plan
+
+        try:
+            plan = parse_plan(self.plan_text)
+        except InputError as error:
+            raise ValueError(str(error)) from None
+        if self.label is None:
+            object.__setattr__(self, "label", plan.name)
+        return self
+
+    @property
+    def plan_text(self) -> str:
+        """The simulator's plan name, e.g. `spfhp:3`, `packed-varlen:spfhp:4`, `vts-bucketed:window=4`."""
+        parts = [self.name]
+        if self.packer is not None:
+            parts.append(self.packer)
+        if self.max_depth is not None:
+            parts.append(str(self.max_depth))
+        if self.stages is not None:
+            parts.append(f"stages={self.stages}")
+        if self.window is not None:
+            parts.append(f"window={self.window}")
+        return ":".join(parts)
+
+
+class OutputsSpec(_Strict):
+    plots: tuple[Literal[PLOTS], ...] = Field(PLOTS, description="plots to draw")
+    formats: tuple[Literal["png", "svg"], ...] = Field(("png", "svg"), description="image formats of every plot")
+
+
+class QuickSpec(_Strict):
+    steps: int = Field(5, ge=1, description="simulated steps per strategy and device count under --quick")
+    devices: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(
+        None, description="device counts under --quick; default: the smallest, a middle one and the largest")
+
+
+class Scenario(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="report folder name: letters, digits, _ . -")
+    description: str = ""
+    dataset: DatasetSpec
+    model: Annotated[
+        Annotated[str, Tag(_SHORT)] | Annotated[dict[str, int], Tag(_FULL)],
+        Discriminator(_by_type),
+    ] = Field("bert-large", description="model preset name or dimensions")
+    hardware: HardwareSpec = HardwareSpec()
+    strategies: tuple[Annotated[
+        Annotated[StrategySpec, Tag(_FULL)],
+        Field(description="a name, or a mapping with `name` and parameters"),
+    ], ...] = Field(min_length=1)
+    devices: tuple[Annotated[int, Field(ge=1)], ...] = Field(DEFAULT_DEVICES, min_length=1)
+    batch_size: int = Field(32, ge=1, description="sequences (or packs) per device per step")
+    steps: int = Field(200, ge=1, description="simulated training steps per strategy and device count")
+    seed: int = Field(0, ge=0)
+    outputs: OutputsSpec = OutputsSpec()
+    quick: QuickSpec = QuickSpec()
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str | dict[str, int]) -> str | dict[str, int]:
+        try:
+            get_model(model)
+        except InputError as error:
+            raise ValueError(str(error)) from None
+        return model
+
+    @field_validator("hardware", mode="before")
+    @classmethod
+    def _hardware_shorthand(cls, value: Any) -> Any:
+        return {"profile": value} if isinstance(value, str) else value
+
+    @field_validator("strategies", mode="before")
+    @classmethod
+    def _strategy_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"name": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("devices")
+    @classmethod
+    def _sorted_devices(cls, devices: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(sorted(set(devices)))
+
+    @model_validator(mode="after")
+    def _unique_labels(self) -> Scenario:
+        labels = [plan.label for plan in self.strategies]
+        repeated = sorted({label for label in labels if labels.count(label) > 1})
+        if repeated:
+            raise ValueError(f"strategies must have distinct labels; repeated: {', '.join(repeated)} "
+                             f"(give them different max_depth or a `label`)")
+        return self
+
+    def quickened(self) -> Scenario:
+        """The --quick variant: every strategy, fewer steps and device counts."""
+        devices = self.quick.devices or tuple(sorted({self.devices[0], self.devices[len(self.devices) // 2],
+                                                      self.devices[-1]}))
+        return self.model_copy(update={"steps": self.quick.steps, "devices": tuple(sorted(set(devices)))})
+
+    def to_yaml(self) -> str:
+        """The resolved scenario: defaults filled in and paths absolute; `load_scenario` reads it back."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, default_flow_style=None)
+
+
+def load_scenario(path: Path, *, seed: int | None = None) -> Scenario:
+    """Read and validate a scenario file; relative paths in it are resolved against its folder."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise InputError(f"cannot read the scenario: {error.strerror}", source=str(path)) from None
+    return parse_scenario(text, source=str(path), base_dir=path.resolve().parent, seed=seed)
+
+
+def parse_scenario(text: str, *, source: str, base_dir: Path, seed: int | None = None) -> Scenario:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or str(error)
+        raise InputError(f"not valid YAML: {problem}", source=source,
+                         line=mark.line + 1 if mark else None) from None
+    if not isinstance(data, dict):
+        raise InputError("a scenario must be a mapping of keys such as `name`, `dataset`, `strategies`",
+                         source=source, line=1)
+    if seed is not None:
+        data["seed"] = seed
+    _resolve_paths(data, base_dir)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise InputError(_describe(first), source=source, line=_line_of(root, first["loc"])) from None
+
+
+def _resolve_paths(data: dict, base_dir: Path) -> None:
+    """Make relative file paths absolute against the scenario's folder (bundled names stay names)."""
+    dataset = data.get("dataset")
+    if isinstance(dataset, dict) and isinstance(dataset.get("histogram"), str):
+        dataset["histogram"] = _resolve_file(dataset["histogram"], base_dir)
+    hardware = data.get("hardware")
+    if isinstance(hardware, str):
+        data["hardware"] = _resolve_file(hardware, base_dir)
+    elif isinstance(hardware, dict) and isinstance(hardware.get("profile"), str):
+        hardware["profile"] = _resolve_file(hardware["profile"], base_dir)
+
+
+def _resolve_file(name: str, base_dir: Path) -> str:
+    candidate = base_dir / name
+    return str(candidate.resolve()) if candidate.is_file() else name
+
+
+def _path_in_yaml(loc: tuple) -> list:
+    return [part for part in loc if part not in (_SHORT, _FULL)]
+
+
+def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
+    """Line of the deepest YAML node along `loc`: the key's line for mapping entries."""
+    node, line_node = root, root
+    for part in _path_in_yaml(loc):
+        if isinstance(node, yaml.MappingNode):
+            match = next(((key, value) for key, value in node.value if key.value == part), None)
+            if match is None:
+                break
+            line_node, node = match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            line_node = node = node.value[part]
+        else:
+            break
+    return line_node.start_mark.line + 1 if line_node is not None else None
+
+
+def _describe(error: dict) -> str:
+    """One line: the dotted key, what is wrong and, where known, the allowed keys or values."""
+    path = _path_in_yaml(error["loc"])
+    key = ".".join(str(part) for part in path) or "(top level)"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        allowed = _allowed_keys(path[:-1])
+        return f"unknown key {path[-1]!r}; allowed keys here: {', '.join(allowed)}"
+    if error["type"] == "missing":
+        return f"missing required key {key!r}"
+    return f"{key}: {message}"
+
+
+def _allowed_keys(parent: list) -> list[str]:
+    """Field names of the model at `parent` in the schema (list indices and union tags skipped)."""
+    model: type[BaseModel] = Scenario
+    for part in parent:
+        if isinstance(part, int):
+            continue
+        annotation = model.model_fields[part].annotation
+        nested = _nested_model(annotation)
+        if nested is None:
+            break
+        model = nested
+    return list(model.model_fields)
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in getattr(annotation, "__args__", ()) + getattr(annotation, "__metadata__", ()):
+        found = _nested_model(argument)
+        if found is not None:
+            return found
+    return None
