@@ -18,8 +18,8 @@ import pandas as pd
 
 from simbench.errors import InputError
 
-_STEP_LINE = re.compile(r"^\s*(?:(\d+):\s*)?(\{'training_steps'.*\})\s*$")
-_EVENT_LINE = re.compile(r":::MLLOG\s+(\{.*\})\s*$")
+_STEP_MARK = "{'training_steps'"
+_EVENT_MARK = ":::MLLOG"
 _BATCH_OPTION = re.compile(r"--train_batch_size=(\d+)")
 _ACCUMULATION_OPTION = re.compile(r"--gradient_accumulation_steps=(\d+)")
 _RANK_PREFIX = re.compile(r"^\s*(\d+):")
@@ -79,18 +79,16 @@ def parse_mlperf_lines(lines: Iterable[str], source: str = "log") -> MlperfRun:
         rank = _RANK_PREFIX.match(line)
         if rank:
             ranks.add(int(rank.group(1)))
-        step_match = _STEP_LINE.match(line)
-        if step_match:
-            record = _step_record(step_match.group(2))
+        if _STEP_MARK in line:
+            record = _step_record(line[line.index(_STEP_MARK):].strip())
             if record is None:
                 malformed += 1
             else:
-                steps.setdefault(record["step"], record)  # ranks that all log keep rank order's first
+                steps.setdefault(record["step"], record)  # when several ranks log a step, the first line wins
             continue
-        event_match = _EVENT_LINE.search(line)
-        if event_match:
+        if _EVENT_MARK in line:
             try:
-                event = json.loads(event_match.group(1))
+                event = json.loads(line[line.index(_EVENT_MARK) + len(_EVENT_MARK):])
                 events.setdefault(event["key"], event.get("value"))
             except (json.JSONDecodeError, KeyError, TypeError):
                 malformed += 1
