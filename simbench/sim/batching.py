@@ -1,0 +1,114 @@
+"""Per-device batches for every (step, device) of a run, drawn at once as one `BatchSet`.
+
+Batch `step * devices + device` is the batch device `device` trains on at step `step`; every
+draw consumes the generator in that order, so drawing a run in chunks of steps gives the same batches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simbench.costmodels.base import BatchSet
+from simbench.histogram import LengthHistogram
+from simbench.strategies.packing import Packing
+
+
+class InverseCdf:
+    """Exact inverse-CDF sampling of indices in proportion to weights, fast for millions of draws.
+
+    A guide table sends each uniform draw close to its answer, a few vectorized steps finish it;
+    the result equals `searchsorted(cumsum(weights) / total, u, side="right")`.
+    """
+
+    GUIDE_CELLS_PER_WEIGHT = 8
+
+    def __init__(self, weights: np.ndarray):
+        cdf = np.cumsum(np.asarray(weights, dtype=np.float64))
+        cdf /= cdf[-1]
+        cdf[-1] = np.inf  # no draw falls past the last index, whatever the rounding
+        self.cdf = cdf
+        cells = self.GUIDE_CELLS_PER_WEIGHT * cdf.size
+        self.guide = np.searchsorted(cdf, np.arange(cells) / cells, side="right")
+
+    def sample(self, rng: np.random.Generator, size) -> np.ndarray:
+        uniform = rng.random(size).reshape(-1)
+        picks = self.guide[(uniform * self.guide.size).astype(np.int64)]
+        behind = np.flatnonzero(self.cdf[picks] <= uniform)
+        while behind.size:
+            picks[behind] += 1
+            behind = behind[self.cdf[picks[behind]] <= uniform[behind]]
+        return picks.reshape(size)
+
+
+class SequenceSampler:
+    """Draws sequence lengths with replacement in proportion to a histogram's counts."""
+
+    def __init__(self, histogram: LengthHistogram):
+        self.lengths = histogram.lengths
+        self.inverse_cdf = InverseCdf(histogram.counts)
+
+    def lengths_of(self, rng: np.random.Generator, shape: tuple) -> np.ndarray:
+        return self.lengths[self.inverse_cdf.sample(rng, shape)]
+
+
+def unpadded_batches(lengths: np.ndarray) -> BatchSet:
+    """Each sequence its own row without padding; `lengths` is (..., batch_size), one batch per leading index."""
+    batch_size = lengths.shape[-1]
+    flat = lengths.reshape(-1).astype(np.int64, copy=False)
+    rows = np.arange(flat.size, dtype=np.int64)
+    return BatchSet(flat, rows, flat, rows // batch_size, flat.size // batch_size)
+
+
+def padded_batches(lengths: np.ndarray, slots: int) -> BatchSet:
+    """Each sequence its own row of `slots` token slots (padding every sequence to one length)."""
+    batch = unpadded_batches(lengths)
+    return BatchSet(batch.sequence_lengths, batch.sequence_row, np.full_like(batch.row_slots, slots),
+                    batch.row_batch, batch.batches)
+
+
+class PackSampler:
+    """Draws rows of a packing in proportion to their repeats (the packed dataset, shuffled)."""
+
+    def __init__(self, packing: Packing):
+        self.packing = packing
+        self.inverse_cdf = InverseCdf(packing.repeats)
+        self.depths = packing.depths
+        nonzero = packing.rows > 0
+        # Flattened real lengths of every distinct row, so a drawn row's sequences are a slice.
+        self.flat_lengths = packing.rows[nonzero]
+        self.row_offsets = np.cumsum(self.depths) - self.depths
+
+    def batches(self, rng: np.random.Generator, batches: int, batch_size: int) -> BatchSet:
+        picks = self.inverse_cdf.sample(rng, batches * batch_size)
+        return self._batch_set(picks, self.packing.slot_lengths[picks].astype(np.int64), batch_size)
+
+    def _batch_set(self, picks: np.ndarray, row_slots: np.ndarray, batch_size: int) -> BatchSet:
+        rows = np.arange(picks.size, dtype=np.int64)
+        row_batch = rows // batch_size
+        if self.packing.depth_used == 1:
+            return BatchSet(self.flat_lengths[self.row_offsets[picks]], rows, row_slots, row_batch, picks.size // batch_size)
+        depths = self.depths[picks]
+        ends = np.cumsum(depths)
+        # Sequence k of the batch set is flat_lengths[k + (its row's offset - its row's first k)].
+        shift = np.repeat(self.row_offsets[picks] - (ends - depths), depths)
+        sequence_lengths = self.flat_lengths[shift + np.arange(ends[-1], dtype=np.int64)]
+        return BatchSet(sequence_lengths, np.repeat(rows, depths), row_slots, row_batch, picks.size // batch_size)
+
+
+class SortedBatchSampler(PackSampler):
+    """Draws whole batches of the length-sorted dataset: consecutive rows, padded to the batch's longest."""
+
+    def __init__(self, packing: Packing):
+        order = np.lexsort((packing.rows[:, 0], packing.slot_lengths))
+        sorted_packing = Packing(packing.strategy, packing.max_length, packing.max_depth, packing.rows[order],
+                                 packing.repeats[order], packing.slot_lengths[order])
+        super().__init__(sorted_packing)
+        self.row_ends = np.cumsum(sorted_packing.repeats)
+
+    def batches(self, rng: np.random.Generator, batches: int, batch_size: int) -> BatchSet:
+        whole_batches = max(int(self.row_ends[-1]) // batch_size, 1)
+        starts = rng.integers(0, whole_batches, size=batches) * batch_size
+        positions = (starts[:, None] + np.arange(batch_size)).reshape(-1)
+        picks = np.minimum(np.searchsorted(self.row_ends, positions, side="right"), self.row_ends.size - 1)
+        longest = self.packing.rows[picks, 0].reshape(batches, batch_size).max(axis=1)
+        return self._batch_set(picks, np.repeat(longest, batch_size), batch_size)

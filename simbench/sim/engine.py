@@ -1,0 +1,73 @@
+"""The SimPy engine: devices are processes, the all-reduce is a barrier, data preparation a host process.
+
+    >>> timeline = run_simpy(np.array([[1.0, 2.0]]), allreduce_seconds=0.5)
+    >>> timeline.end_seconds.tolist()   # the step waits for the slower device, then all-reduces
+    [2.5]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from simbench.sim.plans import Exchange
+from simbench.sim.timeline import StepTimeline
+from simbench.sim.vts import pipeline_process
+
+
+def run_simpy(device_seconds: np.ndarray, allreduce_seconds: float, prepare_seconds: np.ndarray | None = None,
+              exchange: Exchange = Exchange.NONE, stage_seconds: np.ndarray | None = None) -> StepTimeline:
+    """Simulate data-parallel steps; `device_seconds` is (steps, devices).
+
+    With `stage_seconds` (steps, devices, batch, stages) each device instead streams its batch
+    through its own VTS pipeline and its step time comes out of that model.
+    """
+    steps, devices = device_seconds.shape
+    env = simpy.Environment()
+    started = [env.event() for _ in range(steps)]
+    arrivals = [[env.event() for _ in range(devices)] for _ in range(steps)]
+    ended = [env.event() for _ in range(steps)]
+    finish = np.zeros((steps, devices))
+    start, end = np.zeros(steps), np.zeros(steps)
+
+    def device(index: int):
+        pipeline = None
+        if stage_seconds is not None:
+            pipeline = [simpy.Resource(env, capacity=1) for _ in range(stage_seconds.shape[-1])]
+        for step in range(steps):
+            yield started[step]
+            if pipeline is None:
+                yield env.timeout(device_seconds[step, index])
+            else:
+                yield env.process(pipeline_process(env, pipeline, stage_seconds[step, index]))
+            finish[step, index] = env.now - start[step]
+            arrivals[step][index].succeed()
+
+    def host():
+        """Padding exchange: all-gather lengths and sort, then hand the step its batches."""
+        for step in range(steps):
+            if step > 0:
+                yield ended[step - 1] if exchange is Exchange.BLOCKING else started[step - 1]
+            yield env.timeout(prepare_seconds[step])
+            ready[step].succeed()
+
+    def coordinator():
+        for step in range(steps):
+            if ready is not None:
+                yield ready[step]
+            start[step] = env.now
+            started[step].succeed()
+            yield env.all_of(arrivals[step])  # the all-reduce is a barrier: every device must arrive
+            yield env.timeout(allreduce_seconds)
+            end[step] = env.now
+            ended[step].succeed()
+
+    ready = None
+    if exchange is not Exchange.NONE and prepare_seconds is not None:
+        ready = [env.event() for _ in range(steps)]
+        env.process(host())
+    for index in range(devices):
+        env.process(device(index))
+    env.process(coordinator())
+    env.run()
+    return StepTimeline(start, end, finish.max(axis=1), finish.mean(axis=1), allreduce_seconds, "simpy")

@@ -1,0 +1,45 @@
+"""Padding exchange for un-padded training: deal a sorted global batch round-robin, and what it costs.
+
+NVIDIA's MLPerf BERT all-gathers the lengths of the global batch, sorts them and gives rank i the
+sorted items i, i + n, i + 2n, ...; Baidu runs the same exchange on the host, hidden behind the previous step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Ring all-gather latency when the cost model carries no hardware profile (NCCL-like, intra-node).
+DEFAULT_ALLGATHER_LATENCY_SECONDS = 5e-6
+# Host sort cost per item and doubling (numpy sorts ~10M int32 per second per core on a CPU).
+HOST_SORT_SECONDS_PER_ITEM_LOG2 = 5e-9
+HOST_FIXED_SECONDS = 50e-6
+
+
+def deal_sorted(lengths: np.ndarray) -> np.ndarray:
+    """Rebalance (steps, devices, batch) lengths: per step sort the global batch, rank i takes i, i+n, ..."""
+    steps, devices, batch_size = lengths.shape
+    ordered = np.sort(lengths.reshape(steps, devices * batch_size), axis=1)
+    return ordered.reshape(steps, batch_size, devices).transpose(0, 2, 1)
+
+
+@dataclass(frozen=True)
+class ExchangeCosts:
+    """Seconds of one padding exchange: the all-gather of lengths and the host-side sort."""
+
+    allgather_latency_seconds: float = DEFAULT_ALLGATHER_LATENCY_SECONDS
+
+    @classmethod
+    def from_cost_model(cls, cost_model) -> ExchangeCosts:
+        hardware = getattr(cost_model, "hardware", None)
+        latency = getattr(hardware, "allreduce_latency_seconds", 0.0) or DEFAULT_ALLGATHER_LATENCY_SECONDS
+        return cls(latency)
+
+    def allgather_seconds(self, devices: int) -> float:
+        """Ring all-gather of a few bytes per device: latency-bound, n - 1 hops."""
+        return (devices - 1) * self.allgather_latency_seconds
+
+    def sort_seconds(self, devices: int, batch_size: int) -> float:
+        items = devices * batch_size
+        return HOST_FIXED_SECONDS + HOST_SORT_SECONDS_PER_ITEM_LOG2 * items * np.log2(max(items, 2))

@@ -1,0 +1,111 @@
+"""What a simulation returns: per-step traces, a summary per (strategy, devices), and plot inputs.
+
+The summary's breakdown columns (seconds per step) add up to `step_seconds_mean`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from simbench.sim.montecarlo import StepAggregates
+from simbench.sim.plans import ExecutionPlan, Exchange
+from simbench.sim.timeline import StepTimeline
+from simbench.strategies.packing import Packing
+
+BREAKDOWN_COLUMNS = ("compute_seconds", "padding_seconds", "overhead_seconds", "waiting_seconds",
+                     "communication_seconds", "stall_seconds")
+
+
+@dataclass(frozen=True, eq=False)
+class SimulationResult:
+    """Everything `simulate` measured.
+
+    summary: one row per (strategy, devices); traces: one row per (strategy, devices, step);
+    packings: the Packing of each plan that has one; latency_samples: per-device step seconds of
+    single devices, per strategy; vts_timeline: per (sample, stage) times of one batch, per VTS plan.
+    """
+
+    summary: pd.DataFrame
+    traces: pd.DataFrame
+    packings: dict[str, Packing] = field(default_factory=dict)
+    latency_samples: dict[str, np.ndarray] = field(default_factory=dict)
+    vts_timeline: dict[str, pd.DataFrame] = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class PlanRun:
+    """One simulated (plan, devices): per-step aggregates and the engine's step times."""
+
+    plan: ExecutionPlan
+    devices: int
+    aggregates: StepAggregates
+    timeline: StepTimeline
+    allgather_seconds: float = 0.0  # the padding exchange's share that is communication
+    reference_step_seconds: float | None = None  # VTS: the same pipeline with padded samples
+
+    def trace(self) -> pd.DataFrame:
+        timeline, aggregates = self.timeline, self.aggregates
+        steps = timeline.end_seconds.size
+        return pd.DataFrame({
+            "strategy": self.plan.name,
+            "devices": self.devices,
+            "engine": timeline.engine,
+            "step": np.arange(steps),
+            "step_seconds": timeline.step_seconds,
+            "slowest_device_seconds": timeline.slowest_device_seconds,
+            "mean_device_seconds": timeline.mean_device_seconds,
+            "allreduce_seconds": timeline.allreduce_seconds,
+            "data_wait_seconds": timeline.data_wait_seconds,
+            "real_tokens": aggregates.real_tokens,
+            "sequences": aggregates.sequences,
+        })
+
+    def summary_row(self) -> dict:
+        timeline, aggregates = self.timeline, self.aggregates
+        steps = timeline.end_seconds.size
+        total_seconds = float(timeline.end_seconds[-1])
+        data_wait = timeline.data_wait_seconds
+        exchange_communication = (np.minimum(data_wait, self.allgather_seconds)
+                                  if self.plan.exchange is Exchange.BLOCKING else np.zeros(steps))
+        row = {
+            "strategy": self.plan.name,
+            "packer": self.plan.packer,
+            "max_depth": self.plan.max_depth,
+            "mode": self.plan.mode.value,
+            "devices": self.devices,
+            "engine": timeline.engine,
+            "steps": steps,
+            "tokens_per_s": aggregates.real_tokens.sum() / total_seconds,
+            "sequences_per_s": aggregates.sequences.sum() / total_seconds,
+            "step_seconds_mean": total_seconds / steps,
+            "step_seconds_p99": float(np.quantile(timeline.step_seconds, 0.99)),
+            "compute_seconds": aggregates.compute_seconds.mean(),
+            "padding_seconds": aggregates.padding_seconds.mean(),
+            "overhead_seconds": aggregates.overhead_seconds.mean() + (data_wait - exchange_communication).mean(),
+            # slowest >= mean; clipping drops float rounding only.
+            "waiting_seconds": np.maximum(timeline.slowest_device_seconds - aggregates.mean_device_seconds, 0).mean(),
+            "communication_seconds": timeline.allreduce_seconds + exchange_communication.mean(),
+            "stall_seconds": aggregates.stall_seconds.mean(),
+        }
+        if self.reference_step_seconds is not None:
+            row["reference"] = "vts-padded"
+            row["speedup"] = self.reference_step_seconds * steps / total_seconds
+        else:
+            row["reference"] = "none"
+        return row
+
+
+def summarize(runs: list[PlanRun]) -> pd.DataFrame:
+    """One row per run; `speedup` is throughput in real tokens/s over padding's at the same devices."""
+    summary = pd.DataFrame([run.summary_row() for run in runs])
+    reference = summary[summary["strategy"] == "none"].set_index("devices")["tokens_per_s"]
+    over_padding = summary["tokens_per_s"] / summary["devices"].map(reference)
+    summary["speedup"] = summary["speedup"].fillna(over_padding) if "speedup" in summary else over_padding
+    columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean", "engine",
+               "reference", *BREAKDOWN_COLUMNS, "step_seconds_p99", "steps", "packer", "max_depth", "mode"]
+    return summary[columns]
+

@@ -1,0 +1,196 @@
+"""`simulate`: run execution plans on clusters of 1..N devices and measure throughput and speed-ups.
+
+    >>> result = simulate(histogram, ["spfhp:3", "unpad"], [1, 8], cost_model, batch_size=32, steps=200, seed=0)
+    >>> result.summary[["strategy", "devices", "speedup", "engine"]]
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram
+from simbench.sim import vts
+from simbench.sim.batching import PackSampler, SequenceSampler, SortedBatchSampler, unpadded_batches
+from simbench.sim.engine import run_simpy
+from simbench.sim.exchange import ExchangeCosts, deal_sorted
+from simbench.sim.montecarlo import StepAggregates, aggregate_by_cluster_size, step_timeline
+from simbench.sim.plans import ExecutionPlan, Exchange, PlanKind, parse_plan, with_reference
+from simbench.sim.pricing import DeviceCosts, price_batches
+from simbench.sim.results import PlanRun, SimulationResult, summarize
+from simbench.strategies import get_strategy
+from simbench.strategies.packing import PackOptions, Packing
+
+ENGINES = ("auto", "simpy", "vectorized")
+# `auto` runs SimPy while a run needs at most this many events, the vectorized engine above.
+SIMPY_EVENT_BUDGET = 20_000
+# Rows priced at once: bounds memory (a few hundred MB at most) whatever the devices and steps.
+ROWS_PER_CHUNK = 1_000_000
+LATENCY_SAMPLES_MAX = 100_000
+
+
+def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devices: list[int], cost_model, *,
+             batch_size: int, steps: int, seed: int, engine: str = "auto",
+             progress: Callable[[int], None] | None = None) -> SimulationResult:
+    """Simulate every plan (plus padding, the reference) on every cluster size in `devices`.
+
+    `progress(1)` is called after each (plan, devices) is done: len(with_reference(plans)) * len(devices) calls.
+    """
+    plans = with_reference([parse_plan(plan) if isinstance(plan, str) else plan for plan in plans])
+    devices = _validate(devices, batch_size, steps, engine)
+    settings = _Settings(histogram, cost_model, batch_size, steps, seed, engine, ExchangeCosts.from_cost_model(cost_model))
+    packings: dict[str, Packing] = {}
+    runs: list[PlanRun] = []
+    latency_samples: dict[str, np.ndarray] = {}
+    timelines: dict[str, pd.DataFrame] = {}
+    for plan in plans:
+        packing = _packing(plan, settings, packings)
+        plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, settings, progress)
+        runs.extend(plan_runs)
+        if samples is not None:
+            latency_samples[plan.name] = samples
+        if timeline is not None:
+            timelines[plan.name] = timeline
+    config = {"histogram": histogram.name, "strategies": [plan.name for plan in plans], "devices": devices,
+              "batch_size": batch_size, "steps": steps, "seed": seed, "engine": engine}
+    return SimulationResult(summarize(runs), pd.concat([run.trace() for run in runs], ignore_index=True),
+                            packings, latency_samples, timelines, config)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    histogram: LengthHistogram
+    cost_model: object
+    batch_size: int
+    steps: int
+    seed: int
+    engine: str
+    exchange_costs: ExchangeCosts
+
+
+def _validate(devices, batch_size, steps, engine) -> list[int]:
+    if engine not in ENGINES:
+        raise InputError(f"engine must be one of {', '.join(ENGINES)}, found {engine!r}")
+    if batch_size < 1:
+        raise InputError(f"batch size must be at least 1, found {batch_size}")
+    if steps < 1:
+        raise InputError(f"steps must be at least 1, found {steps}")
+    if not devices or min(devices) < 1:
+        raise InputError(f"device counts must be whole numbers >= 1, found {list(devices)}")
+    return sorted(set(int(count) for count in devices))
+
+
+def _packing(plan: ExecutionPlan, settings: _Settings, packings: dict[str, Packing]) -> Packing | None:
+    """Pack once per packer and depth, whatever the number of device counts."""
+    if plan.kind is not PlanKind.PACKING:
+        return None
+    key = f"{plan.packer}:{plan.max_depth}"
+    cached = next((p for p in packings.values() if f"{p.strategy}:{p.max_depth}" == key), None)
+    packing = cached or get_strategy(plan.packer)(settings.histogram, settings.histogram.max_length, plan.max_depth,
+                                                  PackOptions(seed=settings.seed, batch_size=settings.batch_size))
+    packings[plan.name] = packing
+    return packing
+
+
+def _rng(plan: ExecutionPlan, seed: int, purpose: int = 0) -> np.random.Generator:
+    """One stream per batch source; un-padding, exchange and VTS share one so their comparison is paired."""
+    source = f"{plan.packer}:{plan.max_depth}:{plan.mode.value}" if plan.kind is PlanKind.PACKING else "sequences"
+    return np.random.default_rng([seed, zlib.crc32(source.encode()), purpose])
+
+
+def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
+    steps, batch_size, cost_model = settings.steps, settings.batch_size, settings.cost_model
+    largest = devices[-1]
+    rng, shuffle_rng = _rng(plan, settings.seed), _rng(plan, settings.seed, purpose=1)
+    simpy_sizes = [size for size in devices if _use_simpy(plan, size, settings)]
+    sampler, sequence_sampler = None, SequenceSampler(settings.histogram)
+    if packing is not None:
+        sampler = SortedBatchSampler(packing) if packing.strategy == "sort" else PackSampler(packing)
+    chunk_steps = max(1, ROWS_PER_CHUNK // (largest * batch_size))
+    if plan.bucket_window:
+        chunk_steps = max(1, chunk_steps // plan.bucket_window) * plan.bucket_window
+    aggregate_chunks: dict[int, list[StepAggregates]] = {size: [] for size in devices}
+    simpy_chunks: dict[int, list[DeviceCosts]] = {size: [] for size in simpy_sizes}
+    simpy_lengths: list[np.ndarray] = []
+    samples: list[np.ndarray] = []
+    timeline = None
+    for first_step in range(0, steps, chunk_steps):
+        chunk = min(chunk_steps, steps - first_step)
+        if sampler is not None:
+            batches = sampler.batches(rng, chunk * largest, batch_size)
+            by_size = {largest: price_batches(cost_model, batches, plan.mode, chunk, largest)}
+        else:
+            lengths = sequence_sampler.lengths_of(rng, (chunk, largest, batch_size))
+            if plan.bucket_window:
+                lengths = vts.bucket_by_length(lengths, plan.bucket_window, shuffle_rng)
+            by_size = _price_sequences(plan, lengths, devices, settings)
+            if plan.kind is PlanKind.VTS:
+                if timeline is None:
+                    timeline = vts.pipeline_timeline(vts.stage_seconds(cost_model, lengths[0, 0], plan.stages),
+                                                     lengths[0, 0])
+                if simpy_sizes:
+                    simpy_lengths.append(lengths[:, :max(simpy_sizes)])
+        for size, costs in by_size.items():
+            sizes = devices if size == largest and plan.exchange is Exchange.NONE else [size]
+            for cluster, aggregates in aggregate_by_cluster_size(costs, sizes).items():
+                aggregate_chunks[cluster].append(aggregates)
+        for size in simpy_sizes:
+            simpy_chunks[size].append(by_size.get(size, by_size[largest]).first_devices(size))
+        if plan.exchange is Exchange.NONE and sum(map(np.size, samples)) < LATENCY_SAMPLES_MAX:
+            samples.append(by_size[largest].total_seconds.ravel())
+    runs = []
+    for size in devices:
+        aggregates = StepAggregates.concatenate(aggregate_chunks[size])
+        runs.append(_run(plan, size, aggregates, simpy_chunks.get(size), simpy_lengths, settings))
+        if progress is not None:
+            progress(1)
+    latency = np.concatenate(samples)[:LATENCY_SAMPLES_MAX] if samples else None
+    return runs, latency, timeline
+
+
+def _price_sequences(plan: ExecutionPlan, lengths: np.ndarray, devices: list[int], settings: _Settings):
+    """Costs of sequences drawn for the largest cluster; an exchange re-deals them for each cluster size."""
+    steps, largest = lengths.shape[:2]
+    if plan.kind is PlanKind.VTS:
+        return {largest: vts.price_vts(settings.cost_model, lengths, plan.stages)}
+    if plan.exchange is Exchange.NONE:
+        return {largest: price_batches(settings.cost_model, unpadded_batches(lengths), plan.mode, steps, largest)}
+    return {size: price_batches(settings.cost_model, unpadded_batches(deal_sorted(lengths[:, :size])), plan.mode,
+                                steps, size) for size in devices}
+
+
+def _use_simpy(plan: ExecutionPlan, devices: int, settings: _Settings) -> bool:
+    if settings.engine != "auto":
+        return settings.engine == "simpy"
+    events_per_device_step = 3 + (settings.batch_size * plan.stages * 3 if plan.kind is PlanKind.VTS else 0)
+    return devices * settings.steps * events_per_device_step <= SIMPY_EVENT_BUDGET
+
+
+def _run(plan, devices, aggregates, simpy_costs, simpy_lengths, settings: _Settings) -> PlanRun:
+    cost_model, exchange_costs = settings.cost_model, settings.exchange_costs
+    allreduce_seconds = float(cost_model.allreduce_seconds(devices))
+    prepare_seconds, allgather_seconds = None, 0.0
+    if plan.exchange is not Exchange.NONE and devices > 1:
+        allgather_seconds = exchange_costs.allgather_seconds(devices)
+        per_step = allgather_seconds + exchange_costs.sort_seconds(devices, settings.batch_size)
+        prepare_seconds = np.full(settings.steps, per_step)
+    if simpy_costs is not None:
+        costs = DeviceCosts.concatenate(simpy_costs)
+        stage_seconds = None
+        if plan.kind is PlanKind.VTS:
+            lengths = np.concatenate(simpy_lengths)[:, :devices]
+            stage_seconds = vts.stage_seconds(cost_model, lengths, plan.stages)
+        timeline = run_simpy(costs.total_seconds, allreduce_seconds, prepare_seconds, plan.exchange, stage_seconds)
+    else:
+        timeline = step_timeline(aggregates.slowest_device_seconds, aggregates.mean_device_seconds,
+                                 allreduce_seconds, prepare_seconds, plan.exchange)
+    reference = None
+    if plan.kind is PlanKind.VTS:
+        reference = vts.padded_pipeline_seconds(cost_model, settings.histogram.max_length, settings.batch_size,
+                                                plan.stages) + allreduce_seconds
+    return PlanRun(plan, devices, aggregates, timeline, allgather_seconds, reference)
