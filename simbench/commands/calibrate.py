@@ -61,6 +61,7 @@ def measure(
                                    help="row length; longer histograms are rescaled to it"),
     threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
     seed: int = typer.Option(None, "--seed", min=0, help="default: the scenario's seed, else 0"),
+    quick: bool = typer.Option(False, "--quick", help="without --profile: a quick calibration (seconds, for tests)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object per strategy"),
     output_dir: Path = typer.Option(None, "-o", "--output", help="folder for the CSV, the plot and the settings"),
 ) -> None:
@@ -91,8 +92,9 @@ def measure(
     calibrated = None
     with _progress() as progress:
         if profile_path is None:
+            # Its own seed: the profile is fitted on other batches than the ones measured below.
             calibration = CalibrationSettings(model=spec, max_length=max_length, device=device, threads=threads,
-                                              seed=seed + 1000)
+                                              seed=seed + 1000, quick=quick)
             task = progress.add_task("calibrating", total=calibration_steps(calibration))
             calibrated = run_calibration(calibration, lambda: progress.advance(task)).profile
         task = progress.add_task("measuring", total=len(layouts) * (settings.warmup + steps * repeats))
@@ -105,6 +107,7 @@ def measure(
     with atomic_directory(output_dir) as folder:
         table.to_csv(folder / "measured_vs_predicted.csv", index=False)
         plot_measured_vs_predicted(table, folder / "measured_vs_predicted.png", title)
+        (folder / "timings.json").write_text(json.dumps(_timings_record(measured), indent=1))
         (folder / "settings.yaml").write_text(yaml.safe_dump(_settings_record(settings, source, scaled, profile_path),
                                                              sort_keys=False))
         if calibrated is not None:
@@ -199,6 +202,14 @@ def _settings_record(settings, source: str, histogram, profile_path: Path | None
             "warmup": settings.warmup, "seed": settings.seed,
             "profile": str(profile_path) if profile_path else "calibrated before measuring (profile.yaml)",
             "pid": os.getpid()}
+
+
+def _timings_record(measured) -> dict:
+    """Every timed batch (its rows of lengths and slots) with its median seconds, per strategy."""
+    return {name: [{"mode": layout.mode.value, "rows": [list(row) for row in layout.rows],
+                    "row_slots": list(layout.row_slots), "median_seconds": float(seconds)}
+                   for layout, seconds in zip(layouts, measured.seconds[name])]
+            for name, layouts in measured.layouts.items()}
 
 
 def _fit_table(fit) -> Table:

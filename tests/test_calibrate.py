@@ -1,0 +1,70 @@
+"""`simbench calibrate` on the CPU (quick): the profile it writes, its raw timings, and its errors."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from simbench.cli import app
+from simbench.costmodels.hardware import load_hardware
+from simbench.errors import InputError
+
+runner = CliRunner()
+
+
+def test_the_cli_does_not_import_torch():
+    code = "import sys, simbench.cli; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_calibrate_without_torch_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    result = runner.invoke(app, ["calibrate", "--quick", "-o", str(tmp_path / "profile.yaml")])
+    assert isinstance(result.exception, InputError)
+    assert "torch is not installed: pip install 'simbench[torch]'" in str(result.exception)
+    assert not (tmp_path / "profile.yaml").exists()
+
+
+def test_quick_calibration_writes_a_loadable_profile_with_its_raw_timings(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "profile.yaml"
+    result = runner.invoke(app, ["calibrate", "--quick", "--device", "cpu", "--threads", "1", "--max-length", "32",
+                                 "-o", str(path)])
+    assert result.exit_code == 0, result.output
+    profile = load_hardware(path)
+    record = profile.calibration
+    assert record["device"] == "cpu" and record["threads"] == 1
+    assert record["torch_version"] == str(torch.__version__)
+    kinds = {timing["kind"] for timing in record["timings"]}
+    assert kinds == {"padded", "packed", "unpadded"}
+    for timing in record["timings"]:
+        assert len(timing["samples_seconds"]) == record["repeats"]
+        assert timing["median_seconds"] == pytest.approx(np.median(timing["samples_seconds"]))
+    assert profile.linear_flops_per_s > 1e6 and profile.attention_flops_per_s > 1e6
+    # Every distinct length is its own attention group in the per-length un-padded implementation.
+    assert profile.unpad_group_boundaries[:3] == (1, 2, 3)
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--device", "tpu"], "--device must be cpu or cuda"),
+    (["--model", "layers=2,hidden=x"], "needs a whole number"),
+    (["--model", "huge"], "unknown model"),
+    (["--model", "tiny", "--max-length", "1024"], "exceeds the model's 512 positions"),
+])
+def test_bad_options_are_input_errors(tmp_path, arguments, message):
+    pytest.importorskip("torch")
+    result = runner.invoke(app, ["calibrate", "--quick", "-o", str(tmp_path / "p.yaml"), *arguments])
+    assert isinstance(result.exception, InputError), result.output
+    assert message in str(result.exception)
+
+
+def test_cuda_is_refused_clearly_when_torch_sees_no_gpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    result = runner.invoke(app, ["calibrate", "--quick", "--device", "cuda", "-o", str(tmp_path / "p.yaml")])
+    assert isinstance(result.exception, InputError)
+    assert "no CUDA device" in str(result.exception)

@@ -1,0 +1,109 @@
+"""`simbench measure`: batches per strategy drawn from a histogram, the measured-versus-predicted
+arithmetic, and a quick end-to-end run on the CPU."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from simbench.calibrate.fit import predict_seconds, profile_from_parameters
+from simbench.calibrate.layout import BatchLayout
+from simbench.cli import app
+from simbench.costmodels.base import ExecutionMode
+from simbench.costmodels.model import get_model
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram, load_histogram
+
+pytest.importorskip("torch")
+from simbench.calibrate import measure  # noqa: E402
+
+PROFILE = profile_from_parameters(
+    {"name": "test", "source": "synthetic", "unpad_group_boundaries": tuple(range(1, 513))},
+    {"seconds_per_linear_gflop": 0.02, "seconds_per_attention_gflop": 0.05, "kernel_launch_seconds": 2e-4,
+     "step_overhead_seconds": 0.01, "pack_overhead_fraction": 0.04, "pack_overhead_per_depth_fraction": 0.003})
+
+
+def _settings(**changes):
+    values = {"model": get_model("tiny"), "max_length": 128, "device": "cpu", "threads": 1, "steps": 4,
+              "batch_size": 8}
+    return measure.MeasureSettings(**{**values, **changes})
+
+
+def test_rescaling_keeps_every_sequence_and_scales_lengths_proportionally():
+    histogram = LengthHistogram.from_lengths([1, 4, 5, 256, 512, 512], max_length=512)
+    scaled = measure.rescale_histogram(histogram, 128)
+    assert scaled.max_length == 128 and scaled.sequences == histogram.sequences
+    assert scaled.expand().tolist() == [1, 1, 2, 64, 128, 128]
+    assert measure.rescale_histogram(scaled, 128) is scaled
+
+
+def test_every_strategy_gets_steps_batches_of_batch_size_rows_from_the_histogram():
+    histogram = measure.rescale_histogram(load_histogram("wikipedia_512"), 128)
+    settings = _settings()
+    layouts = measure.strategy_layouts(histogram, settings, np.random.default_rng(0))
+    assert list(layouts) == list(measure.STRATEGIES)
+    for name, batches in layouts.items():
+        assert len(batches) == settings.steps
+        assert all(len(layout.rows) == settings.batch_size for layout in batches), name
+    assert all(set(layout.row_slots) == {128} and layout.max_depth == 1 for layout in layouts["padding"])
+    assert all(set(layout.row_slots) == {int(layout.lengths.max())} for layout in layouts["sort"])
+    assert all(layout.mode is ExecutionMode.SORTED for layout in layouts["sort"])
+    assert all(layout.row_slots == tuple(layout.lengths) for layout in layouts["unpadding"])
+    packed = layouts["lpfhp"]
+    assert max(layout.max_depth for layout in packed) > 1
+    # Packing fills rows: far fewer padding slots than padding to max length.
+    packed_efficiency = sum(layout.real_tokens for layout in packed) / sum(layout.slots for layout in packed)
+    padded_efficiency = sum(layout.real_tokens for layout in layouts["padding"]) / (4 * 8 * 128)
+    assert packed_efficiency > 0.9 > padded_efficiency
+
+
+def test_compare_reports_zero_error_when_the_cost_model_is_exact_and_scales_with_measured_time():
+    histogram = measure.rescale_histogram(load_histogram("wikipedia_512"), 128)
+    model = get_model("tiny")
+    layouts = measure.strategy_layouts(histogram, _settings(), np.random.default_rng(0))
+    exact = {name: predict_seconds(model, PROFILE, batches) for name, batches in layouts.items()}
+    table = measure.compare(measure.MeasuredSteps(layouts, exact, {name: np.zeros(4) for name in layouts}),
+                            model, PROFILE).set_index("strategy")
+    np.testing.assert_allclose(table["error"], 0.0, atol=1e-12)
+    np.testing.assert_allclose(table["measured_speedup"], table["predicted_speedup"])
+    assert table.loc["lpfhp", "predicted_speedup"] > 1.3  # ~50 % padding in Wikipedia
+    terms = table[["predicted_compute_seconds", "predicted_padding_seconds", "predicted_overhead_seconds"]]
+    np.testing.assert_allclose(terms.sum(axis=1), table["predicted_step_seconds"])
+
+    twice_as_slow = {**exact, "lpfhp": exact["lpfhp"] * 2}
+    slower = measure.compare(measure.MeasuredSteps(layouts, twice_as_slow, {name: np.zeros(4) for name in layouts}),
+                             model, PROFILE).set_index("strategy")
+    assert slower.loc["lpfhp", "measured_speedup"] == pytest.approx(table.loc["lpfhp", "measured_speedup"] / 2)
+    assert slower.loc["lpfhp", "error"] == pytest.approx(1.0)
+
+
+def test_compare_needs_the_padding_baseline():
+    layout = BatchLayout.unpadded([3, 5])
+    with pytest.raises(InputError, match="baseline"):
+        measure.compare(measure.MeasuredSteps({"unpadding": [layout]}, {"unpadding": np.array([0.1])},
+                                              {"unpadding": np.zeros(1)}), get_model("tiny"), PROFILE)
+
+
+def test_quick_measure_times_every_strategy_and_packing_beats_padding(tmp_path):
+    output = tmp_path / "measured"
+    result = CliRunner().invoke(app, [
+        "measure", "wikipedia_512", "--quick", "--device", "cpu", "--threads", "1", "--max-length", "64",
+        "--steps", "3", "--batch-size", "8", "--repeats", "3", "--json", "-o", str(output)])
+    assert result.exit_code == 0, result.output
+    records = json.loads(result.stdout[result.stdout.index("["):result.stdout.rindex("]") + 1])
+    by_strategy = {record["strategy"]: record for record in records}
+    assert set(by_strategy) == set(measure.STRATEGIES)
+    for record in records:
+        assert {"measured_speedup", "predicted_speedup", "error"} <= set(record)
+        assert record["error"] == pytest.approx(record["predicted_speedup"] / record["measured_speedup"] - 1)
+    assert by_strategy["padding"]["measured_speedup"] == 1.0
+    # Half the padded slots are padding: packing must run more real tokens per second.
+    assert by_strategy["lpfhp"]["measured_speedup"] > 1.0
+    table = pd.read_csv(output / "measured_vs_predicted.csv")
+    assert len(table) == 4
+    assert (output / "measured_vs_predicted.png").stat().st_size > 0
+    assert (output / "profile.yaml").exists()  # calibrated first, since no --profile was given
+    timings = json.loads((output / "timings.json").read_text())
+    assert all(len(batches) == 3 for batches in timings.values())
