@@ -1,0 +1,94 @@
+"""`simbench simulate`: throughput and speed-up of each strategy on clusters of 1 to 2048 devices.
+
+Prints a table, or with --json one JSON object per (strategy, devices) line; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from simbench.errors import InputError
+
+DEFAULT_DEVICES = ",".join(str(2**power) for power in range(12))
+
+
+def simulate(
+    histogram: str = typer.Argument(..., help="histogram CSV/JSON file or bundled name (e.g. wikipedia_512)"),
+    strategy: list[str] = typer.Option(..., "--strategy", "-s",
+                                       help="NAME[:DEPTH] of a packer, unpad, unpad-exchange, unpad-exchange-overlap, "
+                                            "packed-varlen[:PACKER][:DEPTH], vts[:stages=S], "
+                                            "vts-bucketed[:window=K], or all; repeatable"),
+    devices: str = typer.Option(DEFAULT_DEVICES, "--devices", "-n", help="comma-separated device counts"),
+    model: str = typer.Option("bert-large", "--model", help="model preset"),
+    hardware: str = typer.Option("a100", "--hardware", help="hardware preset or profile YAML file"),
+    batch_size: int = typer.Option(32, "--batch-size", help="rows (packs or sequences) per device per step"),
+    steps: int = typer.Option(200, "--steps", help="training steps simulated per (strategy, devices)"),
+    seed: int = typer.Option(0, "--seed", help="seed of every random draw"),
+    engine: str = typer.Option("auto", "--engine", help="auto, simpy or vectorized"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per (strategy, devices) line"),
+) -> None:
+    """Simulate data-parallel training steps of each strategy and report speed-ups over padding."""
+    from simbench.costmodels.transformer import TransformerCostModel
+    from simbench.histogram import load_histogram
+    from simbench.sim.plans import parse_plans, with_reference
+    from simbench.sim.simulate import simulate as run_simulation
+
+    device_counts = parse_device_counts(devices)
+    plans = parse_plans(strategy)
+    lengths = load_histogram(histogram)
+    cost_model = TransformerCostModel(model, hardware)
+    with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("simulate", total=len(with_reference(plans)) * len(device_counts))
+        result = run_simulation(lengths, plans, device_counts, cost_model, batch_size=batch_size, steps=steps,
+                                seed=seed, engine=engine, progress=lambda advance: progress.advance(task, advance))
+    if as_json:
+        for record in result.summary.to_dict("records"):
+            typer.echo(json.dumps({key: _plain(value) for key, value in record.items()}))
+    else:
+        # The table needs ~120 columns; a narrower pipe or terminal would truncate every number.
+        console = Console()
+        console.width = max(console.width, 120)
+        console.print(_table(result.summary, lengths.name, model, hardware))
+
+
+def parse_device_counts(text: str) -> list[int]:
+    counts = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise InputError(f"--devices: expected comma-separated whole numbers >= 1, found {part!r} in {text!r}")
+        counts.append(int(part))
+    return counts
+
+
+def _plain(value):
+    """JSON-ready scalars: numpy numbers to Python, NaN to null."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _table(summary, histogram_name: str, model: str, hardware: str) -> Table:
+    table = Table(title=f"{histogram_name}, {model} on {hardware}: speed-up over padding at the same device count")
+    for column in ("strategy", "devices", "speed-up", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms",
+                   "engine"):
+        table.add_column(column, justify="left" if column in ("strategy", "engine") else "right", no_wrap=True)
+    for row in summary.itertuples():
+        milliseconds = [f"{1e3 * getattr(row, name):.1f}" for name in
+                        ("step_seconds_mean", "waiting_seconds", "communication_seconds", "stall_seconds")]
+        table.add_row(row.strategy, str(row.devices), f"{row.speedup:.3f}", f"{row.tokens_per_s:,.0f}",
+                      *milliseconds, row.engine)
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(simulate)
