@@ -47,7 +47,8 @@ def test_synthetic_log():
     assert run.events["global_batch_size"] == 48  # the first value of a key wins
     assert (run.gpus, run.per_gpu_batch, run.unpadded) == (4, 6, True)  # 48 / (6 x 2 accumulation)
     assert run.steps_after(1)["step"].tolist() == [2, 5]
-    assert run.per_gpu_sequences_per_s.tolist() == [2.625, 5.0, 5.5]
+    assert run.per_gpu_sequences_per_s().tolist() == [2.625, 5.0, 5.5]
+    assert run.per_gpu_sequences_per_s(after_step=2).tolist() == [5.5]
 
 
 def test_gpu_count_falls_back_to_rank_prefixes(tmp_path):

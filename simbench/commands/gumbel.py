@@ -18,7 +18,8 @@ DEFAULT_DEVICES = "1,2,4,8,16,32,64,128,256,512,1024,2048"
 
 
 def gumbel(
-    log: Path = typer.Option(None, "--log", help="MLPerf BERT result log (.txt or .txt.gz): fit its per-GPU seq/s"),
+    log: Path = typer.Option(None, "--log", help="MLPerf BERT result log (.txt or .txt.gz): fit its per-GPU seq/s "
+                             "(right-skewed Gumbel, as the paper fits speed-ups)"),
     location: float = typer.Option(None, "--location", help="Gumbel location of the cluster's per-step speed-up"),
     scale: float = typer.Option(None, "--scale", help="Gumbel scale of the cluster's per-step speed-up"),
     fit_devices: int = typer.Option(None, "--fit-devices", help="devices the fit was measured on [default: 8, or the log's GPUs]"),
@@ -36,7 +37,7 @@ def gumbel(
         from simbench.costmodels.mlperf import parse_mlperf_log
 
         run = parse_mlperf_log(log)
-        samples = run.steps_after(after_step)["sequences_per_s"] / run.gpus
+        samples = run.per_gpu_sequences_per_s(after_step)
         fit = model.fit_gumbel(samples, side="right")
         location, scale = fit.location, fit.scale
         fit_devices = fit_devices or run.gpus

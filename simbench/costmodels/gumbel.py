@@ -41,10 +41,6 @@ class GumbelFit:
     def parameters(self) -> tuple[float, float]:
         return self.location, self.scale
 
-    @property
-    def distribution(self):
-        return _DISTRIBUTIONS[self.side](loc=self.location, scale=self.scale)
-
 
 def fit_gumbel(samples, side: str = "right") -> GumbelFit:
     """Maximum-likelihood Gumbel fit to latency or speed-up samples."""

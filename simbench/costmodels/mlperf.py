@@ -45,9 +45,9 @@ class MlperfRun:
         """Steps past warm-up (the first steps include compilation and cache warm-up)."""
         return self.steps[self.steps["step"] > step]
 
-    @property
-    def per_gpu_sequences_per_s(self):
-        return self.steps["sequences_per_s"] / self.gpus
+    def per_gpu_sequences_per_s(self, after_step: int = 0) -> pd.Series:
+        """Each step's throughput per GPU (the log's `seq/s` is the whole cluster's)."""
+        return self.steps_after(after_step)["sequences_per_s"] / self.gpus
 
 
 def parse_mlperf_log(path: str | Path) -> MlperfRun:
