@@ -114,8 +114,9 @@ class TransformerCostModel:
         attention = float(self.model.attention_flops_per_token_squared)
         lengths = batches.sequence_lengths.astype(np.float64)
         slots = batches.row_slots.astype(np.float64)
-        real_tokens = batches.per_batch(lengths, of="sequences")
-        real_squares = batches.per_batch(lengths**2, of="sequences")
+        sequence_batch = batches.sequence_batch  # one gather, reused: it dominates on millions of sequences
+        real_tokens = np.bincount(sequence_batch, weights=lengths, minlength=batches.batches)
+        real_squares = np.bincount(sequence_batch, weights=lengths**2, minlength=batches.batches)
         slot_tokens = batches.per_batch(slots, of="rows")
         no_padding = np.zeros(batches.batches)
         if mode is ExecutionMode.UNPADDED:
@@ -154,9 +155,10 @@ class TransformerCostModel:
 
     def _grouped_attention_launch_seconds(self, batches: BatchSet) -> np.ndarray:
         boundaries = np.asarray(self.hardware.unpad_group_boundaries)
-        groups = np.searchsorted(boundaries, batches.sequence_lengths, side="left")
-        group_keys = np.unique(batches.sequence_batch * (boundaries.size + 1) + groups)
-        groups_present = np.bincount(group_keys // (boundaries.size + 1), minlength=batches.batches)
+        groups = boundaries.size + 1  # the last group holds lengths beyond the last boundary
+        group = np.searchsorted(boundaries, batches.sequence_lengths, side="left")
+        sequences_per_group = np.bincount(batches.sequence_batch * groups + group, minlength=batches.batches * groups)
+        groups_present = np.count_nonzero(sequences_per_group.reshape(batches.batches, groups), axis=1)
         launches = groups_present * self.model.layers * GROUPED_ATTENTION_KERNELS_PER_GROUP
         return launches * self.hardware.kernel_launch_seconds
 
