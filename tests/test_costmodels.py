@@ -313,3 +313,8 @@ def test_eight_device_unpadding_speedup_matches_the_papers_fit():
     fit = fit_gumbel(speedups, side="right")
     assert fit.location == pytest.approx(1.6038, abs=0.03)
     assert 0.07 < fit.scale < 0.1288
+
+
+def test_unknown_mode_is_an_input_error():
+    with pytest.raises(InputError, match="unknown execution mode 'pad'; one of padded, sorted"):
+        plain_cost_model().step_costs(batch_set([[[3]]], slot=8), "pad")

@@ -59,7 +59,11 @@ class TransformerCostModel:
         all slots but attention per sequence. UNPADDED computes real tokens only, plus one
         attention kernel per length group present. Padding seconds are the share of the device
         work spent on padding FLOPs, at the same achieved throughput as the real tokens.
+        Overhead: kernel launches, the fixed step cost, the optimizer update, the input transfer,
+        and for rows holding several sequences packing's share of the step (growing with depth).
         """
+        if mode not in set(ExecutionMode):
+            raise InputError(f"unknown execution mode {mode!r}; one of {', '.join(m.value for m in ExecutionMode)}")
         mode = ExecutionMode(mode)
         work = self._work(batches, mode)
         hardware = self.hardware
