@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 
 from simbench.costmodels.base import ExecutionMode
@@ -77,11 +77,12 @@ def parse_plan(text: str) -> ExecutionPlan:
     if name in ("vts", "vts-bucketed"):
         return _parse_vts(text, name, arguments)
     if name == "packed-varlen":
-        packer, depth = _packer_and_depth(text, arguments, packers, default_packer=DEFAULT_VARLEN_PACKER)
-        plan = ExecutionPlan("", PlanKind.PACKING, ExecutionMode.PACKED_VARLEN, packer=packer, max_depth=depth)
-        return replace(plan, name=_display_name(name, packer, depth, DEFAULT_VARLEN_PACKER))
+        # Per-sequence attention makes deep packs cheap, so the depth is unlimited unless given.
+        packer, depth = _packer_and_depth(text, arguments, packers, DEFAULT_VARLEN_PACKER, default_depth=None)
+        display = _display_name(name, packer, depth, DEFAULT_VARLEN_PACKER, show_depth=depth is not None)
+        return ExecutionPlan(display, PlanKind.PACKING, ExecutionMode.PACKED_VARLEN, packer=packer, max_depth=depth)
     if name in packers:
-        packer, depth = _packer_and_depth(text, [name, *arguments], packers, default_packer=name)
+        packer, depth = _packer_and_depth(text, [name, *arguments], packers, name)
         if packer != name:
             raise InputError(f"strategy {text!r}: a packer takes only a depth, not another packer name")
         if not packers[name].uses_depth:
@@ -111,7 +112,7 @@ def with_reference(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     return [REFERENCE_PLAN, *[plan for plan in plans if not plan.is_reference]]
 
 
-def _packer_and_depth(text, arguments, packers, default_packer) -> tuple[str, int | None]:
+def _packer_and_depth(text, arguments, packers, default_packer, default_depth="by packer") -> tuple[str, int | None]:
     packer, depth, depth_given = default_packer, None, False
     for argument in arguments:
         if argument in packers:
@@ -126,15 +127,16 @@ def _packer_and_depth(text, arguments, packers, default_packer) -> tuple[str, in
     if packer not in packers:
         raise InputError(f"strategy {text!r}: unknown packer {packer!r}; known: {', '.join(packers)}")
     if not depth_given:
-        depth = DEFAULT_DEPTHS.get(packer)
+        depth = DEFAULT_DEPTHS.get(packer) if default_depth == "by packer" else default_depth
     return packer, depth
 
 
-def _display_name(name: str, packer: str, depth: int | None, default_packer: str) -> str:
+def _display_name(name: str, packer: str, depth: int | None, default_packer: str, show_depth: bool = True) -> str:
     parts = [name]
     if packer != default_packer:
         parts.append(packer)
-    parts.append("max" if depth is None else str(depth))
+    if show_depth:
+        parts.append("max" if depth is None else str(depth))
     return ":".join(parts)
 
 

@@ -36,20 +36,24 @@ LATENCY_SAMPLES_MAX = 100_000
 
 def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devices: list[int], cost_model, *,
              batch_size: int, steps: int, seed: int, engine: str = "auto",
-             progress: Callable[[int], None] | None = None) -> SimulationResult:
+             progress: Callable[[int], None] | None = None,
+             packings: dict[str, Packing] | None = None) -> SimulationResult:
     """Simulate every plan (plus padding, the reference) on every cluster size in `devices`.
 
     `progress(1)` is called after each (plan, devices) is done: len(with_reference(plans)) * len(devices) calls.
+    `packings` (by plan name, e.g. a previous result's `.packings`) are reused instead of packing again.
     """
     plans = with_reference([parse_plan(plan) if isinstance(plan, str) else plan for plan in plans])
     devices = _validate(devices, batch_size, steps, engine)
     settings = _Settings(histogram, cost_model, batch_size, steps, seed, engine, ExchangeCosts.from_cost_model(cost_model))
-    packings: dict[str, Packing] = {}
+    packings = dict(packings or {})
     runs: list[PlanRun] = []
     latency_samples: dict[str, np.ndarray] = {}
     timelines: dict[str, pd.DataFrame] = {}
     for plan in plans:
-        packing = _packing(plan, settings, packings)
+        packing = packings.get(plan.name) or _packing(plan, settings, packings)
+        if packing is not None:
+            packings[plan.name] = packing
         plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, settings, progress)
         runs.extend(plan_runs)
         if samples is not None:
@@ -58,8 +62,9 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
             timelines[plan.name] = timeline
     config = {"histogram": histogram.name, "strategies": [plan.name for plan in plans], "devices": devices,
               "batch_size": batch_size, "steps": steps, "seed": seed, "engine": engine}
+    used = {plan.name: packings[plan.name] for plan in plans if plan.name in packings}
     return SimulationResult(summarize(runs), pd.concat([run.trace() for run in runs], ignore_index=True),
-                            packings, latency_samples, timelines, config)
+                            used, latency_samples, timelines, config)
 
 
 @dataclass(frozen=True)
@@ -91,10 +96,8 @@ def _packing(plan: ExecutionPlan, settings: _Settings, packings: dict[str, Packi
         return None
     key = f"{plan.packer}:{plan.max_depth}"
     cached = next((p for p in packings.values() if f"{p.strategy}:{p.max_depth}" == key), None)
-    packing = cached or get_strategy(plan.packer)(settings.histogram, settings.histogram.max_length, plan.max_depth,
-                                                  PackOptions(seed=settings.seed, batch_size=settings.batch_size))
-    packings[plan.name] = packing
-    return packing
+    return cached or get_strategy(plan.packer)(settings.histogram, settings.histogram.max_length, plan.max_depth,
+                                               PackOptions(seed=settings.seed, batch_size=settings.batch_size))
 
 
 def _rng(plan: ExecutionPlan, seed: int, purpose: int = 0) -> np.random.Generator:

@@ -1,0 +1,100 @@
+"""Per-device batches: exact sampling, BatchSet invariants, sorted batches, padding exchange, bucketing."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simbench.histogram import LengthHistogram
+from simbench.sim.batching import InverseCdf, PackSampler, SequenceSampler, SortedBatchSampler, unpadded_batches
+from simbench.sim.exchange import deal_sorted
+from simbench.sim.vts import bucket_by_length
+from simbench.strategies.packing import Packing
+
+PACKING = Packing.from_rows("demo", 16, 3, [[10, 6, 0], [8, 4, 4], [16, 0, 0], [3, 0, 0]], repeats=[5, 2, 1, 40])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 1000), min_size=1, max_size=60).filter(lambda weights: sum(weights) > 0),
+       st.integers(0, 2**32 - 1))
+def test_inverse_cdf_equals_searchsorted_on_the_same_uniforms(weights, seed):
+    picks = InverseCdf(np.array(weights)).sample(np.random.default_rng(seed), 500)
+    uniform = np.random.default_rng(seed).random(500)
+    cdf = np.cumsum(weights) / np.sum(weights)
+    expected = np.minimum(np.searchsorted(cdf, uniform, side="right"), len(weights) - 1)
+    assert np.array_equal(picks, expected)
+    assert np.all(np.array(weights)[picks] > 0)
+
+
+def test_packs_are_drawn_in_proportion_to_their_repeats():
+    batches = PackSampler(PACKING).batches(np.random.default_rng(0), 2000, 32)
+    first_length_of_row = np.zeros(batches.row_slots.size, dtype=np.int64)
+    np.maximum.at(first_length_of_row, batches.sequence_row, batches.sequence_lengths)
+    for row, repeats in zip(PACKING.rows, PACKING.repeats):
+        share = np.mean(first_length_of_row == row[0])  # first lengths identify the rows here
+        assert abs(share - repeats / PACKING.packs_total) < 0.01
+
+
+def test_pack_batches_keep_every_pack_whole_and_the_batch_set_contract():
+    batches = PackSampler(PACKING).batches(np.random.default_rng(1), 50, 8)
+    assert batches.batches == 50 and batches.row_slots.size == 400
+    assert np.all(np.diff(batches.row_batch) >= 0) and np.all(np.diff(batches.sequence_row) >= 0)
+    tokens_per_row = np.bincount(batches.sequence_row, weights=batches.sequence_lengths, minlength=400)
+    assert np.all(tokens_per_row <= batches.row_slots)
+    rows_as_sets = {tuple(sorted(row[row > 0])) for row in PACKING.rows}
+    for row in range(400):
+        assert tuple(sorted(batches.sequence_lengths[batches.sequence_row == row])) in rows_as_sets
+
+
+def test_drawing_in_chunks_gives_the_same_batches_as_drawing_at_once():
+    whole = PackSampler(PACKING).batches(np.random.default_rng(7), 40, 4)
+    rng = np.random.default_rng(7)
+    parts = [PackSampler(PACKING).batches(rng, 10, 4) for _ in range(4)]
+    assert np.array_equal(whole.sequence_lengths, np.concatenate([part.sequence_lengths for part in parts]))
+    histogram = LengthHistogram.from_lengths([1, 2, 2, 5, 9, 9, 9], max_length=9)
+    sampler, rng = SequenceSampler(histogram), np.random.default_rng(3)
+    chunked = np.concatenate([sampler.lengths_of(rng, (5, 3, 4)) for _ in range(2)])
+    assert np.array_equal(sampler.lengths_of(np.random.default_rng(3), (10, 3, 4)), chunked)
+
+
+def test_sorted_batches_are_runs_of_the_sorted_dataset_padded_to_their_longest():
+    lengths = np.arange(1, 101)
+    packing = Packing.from_rows("sort", 100, 1, lengths, np.ones(100, dtype=np.int64))
+    batches = SortedBatchSampler(packing).batches(np.random.default_rng(2), 30, 10)
+    per_batch = batches.sequence_lengths.reshape(30, 10)
+    assert np.all(np.diff(per_batch, axis=1) == 1)  # ten consecutive lengths of the sorted dataset
+    assert np.all(per_batch[:, 0] % 10 == 1)  # aligned with the cuts of the sorted dataset
+    assert np.array_equal(batches.row_slots.reshape(30, 10), np.repeat(per_batch.max(axis=1), 10).reshape(30, 10))
+
+
+def test_unpadded_batches_have_no_padding():
+    lengths = np.array([[[3, 4], [5, 6]]])
+    batches = unpadded_batches(lengths)
+    assert batches.batches == 2 and np.array_equal(batches.row_slots, batches.sequence_lengths)
+    assert np.array_equal(batches.row_batch, [0, 0, 1, 1])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_padding_exchange_deals_the_sorted_global_batch_round_robin(devices, batch_size, seed):
+    lengths = np.random.default_rng(seed).integers(1, 512, size=(3, devices, batch_size))
+    dealt = deal_sorted(lengths)
+    for step in range(3):
+        ordered = np.sort(lengths[step].ravel())
+        assert np.array_equal(np.sort(dealt[step].ravel()), ordered)
+        for rank in range(devices):
+            assert np.array_equal(dealt[step, rank], ordered[rank::devices])
+        # Round-robin over sorted items: any two ranks' token totals differ by at most the length range.
+        totals = dealt[step].sum(axis=1)
+        assert totals.max() - totals.min() <= ordered[-1] - ordered[0]
+
+
+def test_bucketing_groups_similar_lengths_and_keeps_each_devices_samples():
+    lengths = np.random.default_rng(0).integers(1, 512, size=(10, 3, 8))
+    bucketed = bucket_by_length(lengths, 4, np.random.default_rng(1))
+    for device in range(3):
+        for first in (0, 4, 8):
+            window = slice(first, first + 4)
+            assert np.array_equal(np.sort(bucketed[window, device].ravel()), np.sort(lengths[window, device].ravel()))
+            batches = bucketed[window, device]
+            # Batches of a window cover disjoint, increasing length ranges.
+            assert np.all(batches.max(axis=1)[:-1] <= batches.min(axis=1)[1:])
