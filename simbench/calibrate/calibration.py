@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from simbench.calibrate.batches import batch_for_layout
+from simbench.calibrate.batches import TorchBatch, batch_for_layout
 from simbench.calibrate.encoder import EncoderShape
 from simbench.calibrate.fit import ProfileFit, TimedLayout, fit_profile
 from simbench.calibrate.layout import BatchLayout
-from simbench.calibrate.timing import build_trainer, device_description, time_batches
+from simbench.calibrate.timing import StepTiming, build_trainer, device_description, time_batches
 from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
 
@@ -46,7 +46,7 @@ class CalibrationSettings:
 
     @property
     def flash_varlen(self) -> bool:
-        return self.device.startswith("cuda") and _flash_attention_installed()
+        return flash_varlen_available(self.device)
 
     def encoder_shape(self) -> EncoderShape:
         model = self.model
@@ -58,7 +58,7 @@ class CalibrationSettings:
 
 def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator) -> list[BatchLayout]:
     """Padded rows at several lengths and batch sizes, packs of several depths, and un-padded
-    batches with one length group or many (so the per-group cost is measured, not assumed)."""
+    batches with one, a few or many length groups (so the per-group cost is measured, not assumed)."""
     row_counts = (2, 6) if quick else (4, 16)
     lengths = (max_length // 4, max_length // 2, max_length) if quick else tuple(
         max_length * quarter // 4 for quarter in (1, 2, 3, 4))
@@ -69,20 +69,33 @@ def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator) 
         for depth in ((2, 6) if quick else (2, 4, 8)):
             layouts.append(BatchLayout.packed([_random_pack(max_length, depth, rng) for _ in range(rows)], max_length))
     for sequences in ((4, 12) if quick else (4, 16, 32)):
-        layouts.append(BatchLayout.unpadded(rng.integers(1, max_length + 1, size=sequences)))
-        layouts.append(BatchLayout.unpadded(np.full(sequences, max(1, max_length // 2))))
+        for groups in sorted({1, max(1, sequences // 4), sequences}):
+            layouts.append(BatchLayout.unpadded(_lengths_in_groups(sequences, groups, max_length, rng)))
     return layouts
+
+
+def prepare_calibration(settings: CalibrationSettings) -> tuple[list[BatchLayout], list[TorchBatch]]:
+    """The calibration batches, as layouts (for the fit) and as torch batches (to time)."""
+    rng = np.random.default_rng(settings.seed)
+    vocabulary = settings.encoder_shape().vocabulary
+    layouts = calibration_layouts(settings.max_length, settings.quick, rng)
+    return layouts, [batch_for_layout(layout, vocabulary, rng, settings.flash_varlen) for layout in layouts]
 
 
 def run_calibration(settings: CalibrationSettings, progress: Callable[[], None] = lambda: None) -> ProfileFit:
     """Time every calibration batch on the device and fit a profile to the medians."""
     torch.set_num_threads(settings.threads)
-    rng = np.random.default_rng(settings.seed)
+    layouts, batches = prepare_calibration(settings)
+    trainer = build_trainer(settings.encoder_shape(), settings.device, settings.seed)
+    timings = time_batches(trainer, batches, settings.warmup, settings.repeats, progress,
+                           order_rng=np.random.default_rng(settings.seed + 1))
+    return fit_calibration(settings, layouts, timings)
+
+
+def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout],
+                    timings: list[StepTiming]) -> ProfileFit:
+    """The profile fitted to the timings of the calibration batches, recording those timings."""
     shape = settings.encoder_shape()
-    layouts = calibration_layouts(settings.max_length, settings.quick, rng)
-    batches = [batch_for_layout(layout, shape.vocabulary, rng, settings.flash_varlen) for layout in layouts]
-    trainer = build_trainer(shape, settings.device, settings.seed)
-    timings = time_batches(trainer, batches, settings.warmup, settings.repeats, progress)
     timed = [TimedLayout(layout, timing.median_seconds, timing.spread_fraction)
              for layout, timing in zip(layouts, timings)]
     machine = device_description(settings.device)
@@ -94,7 +107,7 @@ def run_calibration(settings: CalibrationSettings, progress: Callable[[], None] 
         "max_length": settings.max_length,
         "seed": settings.seed,
         "warmup_steps": settings.warmup,
-        "repeats": settings.repeats,
+        "repeats": len(timings[0].samples_seconds),
         "unpadded_attention": "flash-attention varlen" if settings.flash_varlen else "one call per sequence length",
         "timings": [{"kind": layout.kind, "mode": layout.mode.value, "rows": [list(row) for row in layout.rows],
                      "row_slots": list(layout.row_slots), "samples_seconds": list(timing.samples_seconds),
@@ -117,6 +130,13 @@ def calibration_steps(settings: CalibrationSettings) -> int:
     return len(layouts) * (settings.warmup + settings.repeats)
 
 
+def _lengths_in_groups(sequences: int, groups: int, max_length: int, rng: np.random.Generator) -> np.ndarray:
+    """`sequences` lengths taking exactly `groups` distinct values: the number of attention calls
+    of an un-padded batch varies independently of its tokens, so the fit can tell the two apart."""
+    values = rng.choice(np.arange(1, max_length + 1), size=groups, replace=False)
+    return rng.permutation(np.resize(values, sequences))
+
+
 def _random_pack(max_length: int, depth: int, rng: np.random.Generator) -> list[int]:
     """`depth` random lengths filling 80-100 % of a row, as a good packer's packs do."""
     total = int(rng.integers(max(depth, int(0.8 * max_length)), max_length + 1))
@@ -132,7 +152,10 @@ def _group_boundaries(settings: CalibrationSettings) -> tuple[int, ...]:
     return tuple(range(1, settings.model.max_positions + 1))
 
 
-def _flash_attention_installed() -> bool:
+def flash_varlen_available(device: str) -> bool:
+    """Whether un-padded attention runs as one flash-attention varlen kernel on `device`."""
+    if not device.startswith("cuda"):
+        return False
     try:
         import flash_attn  # noqa: F401
     except ImportError:

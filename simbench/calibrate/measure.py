@@ -4,19 +4,19 @@ for exactly the batches that were timed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
-from simbench.calibrate.batches import batch_for_layout
-from simbench.calibrate.calibration import CALIBRATION_VOCABULARY
+from simbench.calibrate.batches import TorchBatch, batch_for_layout
+from simbench.calibrate.calibration import CALIBRATION_VOCABULARY, flash_varlen_available
 from simbench.calibrate.encoder import EncoderShape
 from simbench.calibrate.fit import step_seconds_by_term
 from simbench.calibrate.layout import BatchLayout
-from simbench.calibrate.timing import build_trainer, time_batches
+from simbench.calibrate.timing import StepTiming, build_trainer, time_batches
 from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile
 from simbench.costmodels.model import ModelSpec
@@ -95,25 +95,44 @@ class MeasuredSteps:
 
 
 def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSettings,
-                    progress: Callable[[], None] = lambda: None) -> MeasuredSteps:
-    """Time every strategy's batches, interleaved step by step so that noise hits all strategies alike."""
+                    progress: Callable[[], None] = lambda: None,
+                    calibration_batches: Sequence[TorchBatch] = ()) -> tuple[MeasuredSteps, list[StepTiming]]:
+    """Time every strategy's batches, all in each round in a random order, so that noise from other
+    processes hits every strategy alike.
+
+    `calibration_batches` are timed in the same rounds, so that a profile fitted to them saw the
+    same machine load as the measured steps (on a shared machine the load drifts within minutes).
+    """
     torch.set_num_threads(settings.threads)
-    shape = EncoderShape(layers=settings.model.layers, hidden=settings.model.hidden, heads=settings.model.heads,
-                         intermediate=settings.model.ffn,
-                         vocabulary=min(settings.model.vocab, CALIBRATION_VOCABULARY), max_length=settings.max_length)
+    shape = measure_encoder_shape(settings)
     rng = np.random.default_rng(settings.seed + 1)
     names = list(layouts)
-    batches = {name: [batch_for_layout(layout, shape.vocabulary, rng) for layout in layouts[name]] for name in names}
+    flash_varlen = flash_varlen_available(settings.device)
+    batches = {name: [batch_for_layout(layout, shape.vocabulary, rng, flash_varlen) for layout in layouts[name]]
+               for name in names}
     trainer = build_trainer(shape, settings.device, settings.seed)
-    warmup_batches = [batches[name][0] for name in names]
+    warmup_batches = [batches[name][0] for name in names] + list(calibration_batches[:1])
     time_batches(trainer, warmup_batches, warmup=settings.warmup, repeats=0, progress=progress)
     interleaved = [batches[name][step] for step in range(settings.steps) for name in names]
-    timings = time_batches(trainer, interleaved, warmup=0, repeats=settings.repeats, progress=progress)
+    timings = time_batches(trainer, interleaved + list(calibration_batches), warmup=0, repeats=settings.repeats,
+                           progress=progress, order_rng=np.random.default_rng(settings.seed + 2))
     seconds = {name: np.array([timings[step * len(names) + index].median_seconds for step in range(settings.steps)])
                for index, name in enumerate(names)}
     spreads = {name: np.array([timings[step * len(names) + index].spread_fraction for step in range(settings.steps)])
                for index, name in enumerate(names)}
-    return MeasuredSteps(layouts, seconds, spreads)
+    return MeasuredSteps(layouts, seconds, spreads), timings[len(interleaved):]
+
+
+def measure_steps(settings: MeasureSettings, strategies: int, calibration_batches: int) -> int:
+    """Training steps `time_strategies` takes, for a progress bar."""
+    warmup = settings.warmup * (strategies + min(calibration_batches, 1))
+    return warmup + settings.repeats * (settings.steps * strategies + calibration_batches)
+
+
+def measure_encoder_shape(settings: MeasureSettings) -> EncoderShape:
+    model = settings.model
+    return EncoderShape(layers=model.layers, hidden=model.hidden, heads=model.heads, intermediate=model.ffn,
+                        vocabulary=min(model.vocab, CALIBRATION_VOCABULARY), max_length=settings.max_length)
 
 
 def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile) -> pd.DataFrame:

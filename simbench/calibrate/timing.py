@@ -67,9 +67,12 @@ def build_trainer(shape: EncoderShape, device: torch.device | str, seed: int) ->
 
 
 def time_batches(trainer: Trainer, batches: Sequence[TorchBatch], warmup: int, repeats: int,
-                 progress: Callable[[], None] = lambda: None) -> list[StepTiming]:
-    """Time every batch `repeats` times after `warmup` untimed steps each, round-robin.
+                 progress: Callable[[], None] = lambda: None,
+                 order_rng: np.random.Generator | None = None) -> list[StepTiming]:
+    """Time every batch `repeats` times after `warmup` untimed steps each, in rounds.
 
+    With `order_rng` every round visits the batches in a new random order, so a burst of load
+    from other processes lands on different batches in different rounds and the median drops it.
     `progress` is called after every step (timed or not), for a progress bar at the edge.
     """
     on_device = [batch.to(trainer.device) for batch in batches]
@@ -79,8 +82,9 @@ def time_batches(trainer: Trainer, batches: Sequence[TorchBatch], warmup: int, r
             progress()
     samples: list[list[float]] = [[] for _ in on_device]
     for _ in range(repeats):
-        for index, batch in enumerate(on_device):
-            samples[index].append(trainer.timed_step_seconds(batch))
+        order = order_rng.permutation(len(on_device)) if order_rng is not None else range(len(on_device))
+        for index in order:
+            samples[index].append(trainer.timed_step_seconds(on_device[index]))
             progress()
     return [StepTiming(tuple(times)) for times in samples]
 

@@ -55,7 +55,8 @@ def measure(
     steps: int = typer.Option(8, "--steps", min=1, help="timed batches per strategy"),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="rows (sequences or packs) per batch"),
     repeats: int = typer.Option(3, "--repeats", min=1, help="timings of every batch (the median is kept)"),
-    profile_path: Path = typer.Option(None, "--profile", help="calibrated profile; default: calibrate first"),
+    profile_path: Path = typer.Option(None, "--profile",
+                                      help="calibrated profile; default: calibrate on held-out batches timed alongside"),
     model: str = typer.Option("tiny", "--model", help="model preset or dimensions, as for calibrate"),
     max_length: int = typer.Option(DEFAULT_MAX_LENGTH, "--max-length", min=8,
                                    help="row length; longer histograms are rescaled to it"),
@@ -67,9 +68,9 @@ def measure(
 ) -> None:
     """Run real training steps per strategy and compare realized speed-ups with the cost model's."""
     torch = _import_torch()
-    from simbench.calibrate.calibration import CalibrationSettings, calibration_steps, run_calibration
-    from simbench.calibrate.measure import MeasureSettings, compare, rescale_histogram, strategy_layouts, \
-        time_strategies
+    from simbench.calibrate.calibration import CalibrationSettings, fit_calibration, prepare_calibration
+    from simbench.calibrate.measure import MeasureSettings, compare, measure_steps, rescale_histogram, \
+        strategy_layouts, time_strategies
     from simbench.calibrate.plot import plot_measured_vs_predicted
     from simbench.costmodels.hardware import load_hardware
     from simbench.report.writer import atomic_directory
@@ -89,16 +90,18 @@ def measure(
     settings = MeasureSettings(model=spec, max_length=max_length, device=device, threads=threads, steps=steps,
                                batch_size=batch_size, repeats=repeats, seed=seed)
     layouts = strategy_layouts(scaled, settings, _rng(seed))
-    calibrated = None
+    calibration = None
+    calibration_layouts, calibration_batches = [], []
+    if profile_path is None:
+        # Its own seed: the profile is fitted on other batches than the ones it is checked on.
+        calibration = CalibrationSettings(model=spec, max_length=max_length, device=device, threads=threads,
+                                          seed=seed + 1000, quick=quick)
+        calibration_layouts, calibration_batches = prepare_calibration(calibration)
     with _progress() as progress:
-        if profile_path is None:
-            # Its own seed: the profile is fitted on other batches than the ones measured below.
-            calibration = CalibrationSettings(model=spec, max_length=max_length, device=device, threads=threads,
-                                              seed=seed + 1000, quick=quick)
-            task = progress.add_task("calibrating", total=calibration_steps(calibration))
-            calibrated = run_calibration(calibration, lambda: progress.advance(task)).profile
-        task = progress.add_task("measuring", total=len(layouts) * (settings.warmup + steps * repeats))
-        measured = time_strategies(layouts, settings, lambda: progress.advance(task))
+        task = progress.add_task("timing", total=measure_steps(settings, len(layouts), len(calibration_batches)))
+        measured, calibration_timings = time_strategies(layouts, settings, lambda: progress.advance(task),
+                                                        calibration_batches)
+    calibrated = fit_calibration(calibration, calibration_layouts, calibration_timings).profile if calibration else None
     profile = calibrated or load_hardware(profile_path)
     table = compare(measured, spec, profile)
     output_dir = output_dir or Path(f"measure-{histogram.name}")
@@ -200,7 +203,7 @@ def _settings_record(settings, source: str, histogram, profile_path: Path | None
             "max_length": settings.max_length, "device": settings.device, "threads": settings.threads,
             "steps": settings.steps, "batch_size": settings.batch_size, "repeats": settings.repeats,
             "warmup": settings.warmup, "seed": settings.seed,
-            "profile": str(profile_path) if profile_path else "calibrated before measuring (profile.yaml)",
+            "profile": str(profile_path) if profile_path else "calibrated in the same run on held-out batches (profile.yaml)",
             "pid": os.getpid()}
 
 
