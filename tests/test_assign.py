@@ -1,0 +1,104 @@
+"""Tests for assigning a dataset's sequences to the packs of a histogram packing."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram, load_histogram
+from simbench.strategies import get_strategy
+from simbench.strategies.assign import assign_sequences
+from simbench.strategies.packing import Packing
+
+
+def shuffled_dataset(histogram, seed):
+    lengths = histogram.expand()
+    np.random.default_rng(seed).shuffle(lengths)
+    return lengths
+
+
+def check_assignment(packing, lengths, assignment):
+    """Every sequence placed once, and the packs are exactly the packing's rows and repeats."""
+    assert assignment.shape == (packing.packs_total, packing.depth_used)
+    if packing.packs_total == 0:
+        return
+    placed = assignment[assignment >= 0]
+    np.testing.assert_array_equal(np.sort(placed), np.arange(lengths.size))
+    pack_lengths = np.where(assignment >= 0, lengths[np.maximum(assignment, 0)], 0)
+    # Filled slots come first in each row, longest first, like the packing's rows.
+    np.testing.assert_array_equal(pack_lengths, -np.sort(-pack_lengths, axis=1))
+    rows, repeats = np.unique(pack_lengths, axis=0, return_counts=True)
+    expected = Packing.from_rows("expected", packing.max_length, None, packing.rows, packing.repeats)
+    np.testing.assert_array_equal(rows, expected.rows)
+    np.testing.assert_array_equal(repeats, expected.repeats)
+
+
+@pytest.mark.parametrize("max_depth", [None, 3])
+def test_squad_assignment_places_every_sequence_once_in_packs_matching_the_rows(max_depth):
+    histogram = load_histogram("squad_1_1_384")
+    packing = get_strategy("optimal")(histogram, 384, max_depth)
+    lengths = shuffled_dataset(histogram, seed=5)
+    check_assignment(packing, lengths, assign_sequences(packing, lengths, np.random.default_rng(0)))
+
+
+small_cases = st.tuples(
+    st.lists(st.integers(0, 6), min_size=1, max_size=12),
+    st.one_of(st.none(), st.integers(1, 4)),
+    st.sampled_from(["optimal", "none"]),
+    st.integers(0, 2**32 - 1),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_cases)
+def test_any_small_histogram_and_strategy_gives_a_consistent_assignment(case):
+    counts, max_depth, strategy, seed = case
+    histogram = LengthHistogram.from_counts(counts)
+    packing = get_strategy(strategy)(histogram, histogram.max_length, max_depth)
+    lengths = shuffled_dataset(histogram, seed)
+    check_assignment(packing, lengths, assign_sequences(packing, lengths, np.random.default_rng(seed)))
+
+
+def test_same_seed_same_assignment_other_seed_another():
+    histogram = load_histogram("squad_1_1_384")
+    packing = get_strategy("optimal")(histogram, 384, 3)
+    lengths = shuffled_dataset(histogram, seed=1)
+    first = assign_sequences(packing, lengths, np.random.default_rng(7))
+    np.testing.assert_array_equal(first, assign_sequences(packing, lengths, np.random.default_rng(7)))
+    other = assign_sequences(packing, lengths, np.random.default_rng(8))
+    assert not np.array_equal(first, other)
+    # Most packs change, not just a few: the shuffles reach the whole dataset.
+    assert np.mean(np.any(first != other, axis=1)) > 0.9
+
+
+def test_assignment_is_uniform_over_partners_and_pack_order():
+    # Two packs (2, 1): each length-2 sequence pairs with either length-1 sequence half the time.
+    # Two kinds of pack, (3) and (2, 1): either comes first half the time.
+    pairs = Packing.from_rows("pairs", 3, None, [[2, 1]], [2])
+    pair_lengths = np.array([2, 1, 2, 1])
+    kinds = Packing.from_rows("kinds", 3, None, [[3, 0], [2, 1]], [1, 1])
+    kind_lengths = np.array([1, 3, 2])
+    draws = 4000
+    together = 0
+    three_first = 0
+    for seed in range(draws):
+        rng = np.random.default_rng(seed)
+        packs = assign_sequences(pairs, pair_lengths, rng)
+        together += 0 in packs[np.any(packs == 1, axis=1)]
+        three_first += assign_sequences(kinds, kind_lengths, rng)[0, 0] == 1
+    # Binomial(4000, 0.5) has a standard deviation of ~32: 5 sigma is 160.
+    assert abs(together - draws / 2) < 160
+    assert abs(three_first - draws / 2) < 160
+
+
+def test_mismatched_dataset_is_an_input_error():
+    packing = Packing.from_rows("demo", 8, None, [[5, 3], [8, 0]], [2, 1])
+    with pytest.raises(InputError, match="the dataset has 1 sequences of length 3, the packing places 2"):
+        assign_sequences(packing, np.array([5, 3, 5, 8, 4]), np.random.default_rng(0))
+    with pytest.raises(InputError, match="lie outside 1..8"):
+        assign_sequences(packing, np.array([5, 3, 5, 3, 9]), np.random.default_rng(0))
+    with pytest.raises(InputError, match="1-D"):
+        assign_sequences(packing, np.array([[5, 3], [5, 3]]), np.random.default_rng(0))
+    with pytest.raises(InputError, match="whole numbers"):
+        assign_sequences(packing, np.array([5.0, 3, 5, 3, 8]), np.random.default_rng(0))
