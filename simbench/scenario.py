@@ -1,7 +1,8 @@
 """Scenarios: the YAML file that says what `simbench run` simulates, as validated pydantic models.
 
     >>> scenario = load_scenario(Path("scenarios/wiki512.yaml"))
-    >>> scenario.name, [plan.label for plan in scenario.strategies][:2]
+    >>> scenario.name, [plan.label for plan in scenario.strategies][:3]
+    ('wiki512', ['none', 'spfhp:2', 'spfhp:3'])
 """
 
 from __future__ import annotations
@@ -227,28 +228,53 @@ class Scenario(_Strict):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, default_flow_style=None)
 
 
-def load_scenario(path: Path, *, seed: int | None = None) -> Scenario:
-    """Read and validate a scenario file; relative paths in it are resolved against its folder."""
+def load_scenarios(path: Path, *, seed: int | None = None) -> list[Scenario]:
+    """Read and validate a scenario file: one scenario, or several as YAML documents separated by `---`.
+
+    Relative paths in it are resolved against the file's folder.
+    """
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as error:
         raise InputError(f"cannot read the scenario: {error.strerror}", source=str(path)) from None
-    return parse_scenario(text, source=str(path), base_dir=path.resolve().parent, seed=seed)
+    scenarios = parse_scenarios(text, source=str(path), base_dir=path.resolve().parent, seed=seed)
+    names = [scenario.name for scenario in scenarios]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise InputError(f"the scenarios in one file need distinct names; repeated: {', '.join(repeated)}",
+                         source=str(path))
+    return scenarios
 
 
-def parse_scenario(text: str, *, source: str, base_dir: Path, seed: int | None = None) -> Scenario:
+def load_scenario(path: Path, *, seed: int | None = None) -> Scenario:
+    """Read a file that holds exactly one scenario (a report's resolved.yaml, for instance)."""
+    scenarios = load_scenarios(path, seed=seed)
+    if len(scenarios) != 1:
+        raise InputError(f"expected one scenario, found {len(scenarios)}", source=str(path))
+    return scenarios[0]
+
+
+def parse_scenarios(text: str, *, source: str, base_dir: Path, seed: int | None = None) -> list[Scenario]:
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        roots = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        documents = list(yaml.safe_load_all(text))
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         problem = getattr(error, "problem", None) or str(error)
         raise InputError(f"not valid YAML: {problem}", source=source,
                          line=mark.line + 1 if mark else None) from None
+    scenarios = [_validate(data, root, source, base_dir, seed) for data, root in zip(documents, roots)
+                 if data is not None]
+    if not scenarios:
+        raise InputError("the file holds no scenario", source=source)
+    return scenarios
+
+
+def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int | None) -> Scenario:
     if not isinstance(data, dict):
         raise InputError("a scenario must be a mapping of keys such as `name`, `dataset`, `strategies`",
-                         source=source, line=1)
+                         source=source, line=root.start_mark.line + 1)
     if seed is not None:
         data["seed"] = seed
     _resolve_paths(data, base_dir)

@@ -26,40 +26,45 @@ SIMULATOR_PLAN_DESCRIPTIONS = {
 
 def run(
     scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
-    out: Path = typer.Option(None, "--out", help="report folder; default: reports/<scenario name>"),
+    out: Path = typer.Option(None, "--out", help="report folder; default: reports/<scenario name> "
+                                                 "(a file of several scenarios: DIR/<scenario name>)"),
     quick: bool = typer.Option(False, "--quick", help="every strategy, but few steps and device counts (seconds)"),
     seed: int = typer.Option(None, "--seed", help="replace the scenario's seed"),
 ) -> None:
     """Simulate a scenario and write its report: tables, summary.md and plots."""
     from simbench.report.folder import write_report
     from simbench.report.results import build_tables, progress_total
-    from simbench.scenario import load_scenario
+    from simbench.scenario import load_scenarios
 
     console = Console(stderr=True)
-    scenario = load_scenario(scenario_path, seed=seed)
-    if quick:
-        scenario = scenario.quickened()
-    target = out or REPORTS_DIR / scenario.name
-    start = time.perf_counter()
-    histogram = scenario.dataset.load()
-    with _progress(console) as progress:
-        task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
-        tables = build_tables(scenario, histogram, lambda units: progress.advance(task, units))
-        progress.update(task, description="writing the report")
-        write_report(target, scenario, histogram, tables)
-    console.print(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}",
-                  highlight=False, soft_wrap=True)
+    scenarios = load_scenarios(scenario_path, seed=seed)
+    for scenario in scenarios:
+        if quick:
+            scenario = scenario.quickened()
+        if out is not None and len(scenarios) == 1:
+            target = out
+        else:
+            target = (out or REPORTS_DIR) / scenario.name
+        start = time.perf_counter()
+        histogram = scenario.dataset.load()
+        with _progress(console) as progress:
+            task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
+            tables = build_tables(scenario, histogram, lambda units: progress.advance(task, units))
+            progress.update(task, description=f"writing {target}")
+            write_report(target, scenario, histogram, tables)
+        console.print(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}",
+                      highlight=False, soft_wrap=True)
 
 
 def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file")) -> None:
     """Check a scenario file without running it."""
-    from simbench.scenario import load_scenario
+    from simbench.scenario import load_scenarios
 
-    scenario = load_scenario(scenario_path)
-    scenario.dataset.load()
-    Console(stderr=True).print(f"{scenario_path}: valid scenario {scenario.name!r} "
-                               f"({len(scenario.strategies)} strategies, devices {', '.join(map(str, scenario.devices))})",
-                               highlight=False, soft_wrap=True)
+    console = Console(stderr=True)
+    for scenario in load_scenarios(scenario_path):
+        scenario.dataset.load()
+        console.print(f"{scenario_path}: valid scenario {scenario.name!r} ({len(scenario.strategies)} strategies, "
+                      f"devices {', '.join(map(str, scenario.devices))})", highlight=False, soft_wrap=True)
 
 
 def plot(report: Path = typer.Argument(..., metavar="DIR", help="an existing report folder")) -> None:
