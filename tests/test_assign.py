@@ -102,3 +102,43 @@ def test_mismatched_dataset_is_an_input_error():
         assign_sequences(packing, np.array([[5, 3], [5, 3]]), np.random.default_rng(0))
     with pytest.raises(InputError, match="whole numbers"):
         assign_sequences(packing, np.array([5.0, 3, 5, 3, 8]), np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".parquet"])
+def test_assign_command_writes_the_assignment(tmp_path, suffix):
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from simbench.cli import app
+
+    histogram = load_histogram("squad_1_1_384")
+    lengths = shuffled_dataset(histogram, seed=3)
+    np.save(tmp_path / "lengths.npy", lengths)
+    output = tmp_path / f"packs{suffix}"
+    result = CliRunner().invoke(app, ["assign", "squad_1_1_384", "--lengths", str(tmp_path / "lengths.npy"),
+                                      "--strategy", "optimal", "--max-depth", "3", "--seed", "4", "-o", str(output)])
+    assert result.exit_code == 0, result.output
+    packing = get_strategy("optimal")(histogram, 384, 3)
+    expected = assign_sequences(packing, lengths, np.random.default_rng(4))
+    if suffix == ".npy":
+        np.testing.assert_array_equal(np.load(output), expected)
+    else:
+        written = pd.read_parquet(output)["sequence_indices"]
+        assert len(written) == packing.packs_total
+        for row, indices in zip(expected[:100], written[:100]):
+            np.testing.assert_array_equal(indices, row[row >= 0])
+    # Written atomically: no temporary file is left beside the output.
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(["lengths.npy", output.name])
+
+
+def test_assign_command_rejects_a_dataset_that_is_not_the_histogram(tmp_path):
+    from typer.testing import CliRunner
+
+    from simbench.cli import app
+
+    np.save(tmp_path / "lengths.npy", load_histogram("squad_1_1_384").expand()[1:])
+    result = CliRunner().invoke(app, ["assign", "squad_1_1_384", "--lengths", str(tmp_path / "lengths.npy"),
+                                      "--strategy", "optimal", "-o", str(tmp_path / "packs.npy")])
+    assert isinstance(result.exception, InputError)
+    assert "do not match the packing's histogram" in str(result.exception)
+    assert not (tmp_path / "packs.npy").exists()

@@ -2,6 +2,7 @@
 published NNLSHP figures beaten, and the certified gap on the bundled histograms."""
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -187,3 +188,28 @@ def test_all_pattern_enumeration_is_complete():
     patterns = all_patterns([1, 2], 4, None)
     expected = {(a, b) for a, b in itertools.product(range(5), range(3)) if 0 < a + 2 * b <= 4}
     assert {tuple(column) for column in patterns.T} == expected
+
+
+def test_bound_command_prints_the_json_contract():
+    from typer.testing import CliRunner
+
+    from simbench.cli import app
+
+    result = CliRunner().invoke(app, ["bound", "squad_1_1_384", "--max-depth", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert set(report) == {"histogram", "max_length", "max_depth", "lp_value", "lower_bound_packs", "seconds"}
+    bound = lp_lower_bound(load_histogram("squad_1_1_384"), 384, 3)
+    assert (report["max_length"], report["max_depth"]) == (384, 3)
+    assert report["lower_bound_packs"] == bound.lower_bound_packs
+    assert report["lp_value"] == pytest.approx(bound.value)
+
+
+def test_bound_command_reports_a_too_short_max_length_as_an_input_error():
+    from typer.testing import CliRunner
+
+    from simbench.cli import app
+
+    result = CliRunner().invoke(app, ["bound", "squad_1_1_384", "--max-length", "100"])
+    assert isinstance(result.exception, InputError)
+    assert "longer than max_length 100" in str(result.exception)
