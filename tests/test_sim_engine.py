@@ -1,0 +1,79 @@
+"""The two engines agree: SimPy processes and barriers against the vectorized step recurrence."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simbench.sim.engine import run_simpy
+from simbench.sim.linear import LinearCostModel
+from simbench.sim.montecarlo import aggregate_by_cluster_size, step_timeline
+from simbench.sim.plans import Exchange
+from simbench.sim.pricing import DeviceCosts
+from simbench.sim.vts import price_vts, stage_seconds
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 12), st.sampled_from(list(Exchange)), st.floats(0.0, 0.5),
+       st.integers(0, 2**32 - 1))
+def test_simpy_engine_matches_the_vectorized_recurrence(devices, steps, exchange, allreduce_seconds, seed):
+    rng = np.random.default_rng(seed)
+    device_seconds = rng.uniform(0.5, 2.0, size=(steps, devices))
+    prepare_seconds = rng.uniform(0.0, 3.0, size=steps)  # sometimes longer than a step: not always hidden
+    simulated = run_simpy(device_seconds, allreduce_seconds, prepare_seconds, exchange)
+    computed = step_timeline(device_seconds.max(axis=1), device_seconds.mean(axis=1), allreduce_seconds,
+                             prepare_seconds, exchange)
+    assert simulated.engine == "simpy" and computed.engine == "vectorized"
+    for name in ("start_seconds", "end_seconds", "slowest_device_seconds", "mean_device_seconds"):
+        assert np.allclose(getattr(simulated, name), getattr(computed, name)), name
+
+
+def test_step_waits_for_the_slowest_device_then_all_reduces():
+    timeline = run_simpy(np.array([[1.0, 2.0], [3.0, 1.0]]), allreduce_seconds=0.5)
+    assert timeline.end_seconds.tolist() == [2.5, 6.0]
+    assert timeline.step_seconds.tolist() == [2.5, 3.5]
+    assert timeline.mean_device_seconds.tolist() == [1.5, 2.0]
+
+
+def test_blocking_exchange_is_on_the_critical_path_and_overlap_hides_it():
+    device_seconds = np.full((4, 2), 1.0)
+    prepare_seconds = np.full(4, 0.25)
+    blocking = run_simpy(device_seconds, 0.0, prepare_seconds, Exchange.BLOCKING)
+    overlapped = run_simpy(device_seconds, 0.0, prepare_seconds, Exchange.OVERLAPPED)
+    assert np.allclose(blocking.step_seconds, 1.25)
+    assert np.allclose(overlapped.data_wait_seconds, [0.25, 0, 0, 0])  # only the first batch is exposed
+    slow_host = run_simpy(device_seconds, 0.0, np.full(4, 1.5), Exchange.OVERLAPPED)
+    assert np.allclose(slow_host.step_seconds[1:], 1.5)  # the host becomes the bottleneck
+
+
+def test_simpy_vts_devices_match_the_recurrence_makespans():
+    lengths = np.random.default_rng(4).integers(1, 512, size=(3, 2, 6))
+    cost_model = LinearCostModel(vts_fixed_seconds=1e-4)
+    costs = price_vts(cost_model, lengths, stages=3)
+    timeline = run_simpy(costs.total_seconds, 0.0, stage_seconds=stage_seconds(cost_model, lengths, 3))
+    assert np.allclose(timeline.slowest_device_seconds, costs.total_seconds.max(axis=1))
+    assert np.allclose(timeline.mean_device_seconds, costs.total_seconds.mean(axis=1))
+
+
+def test_cluster_aggregates_are_running_maxima_and_means_over_the_first_devices():
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(0, 1, size=(5, 8)) for _ in range(6)]
+    costs = DeviceCosts(*arrays)
+    aggregates = aggregate_by_cluster_size(costs, [1, 3, 8])
+    for size, aggregate in aggregates.items():
+        first = costs.first_devices(size)
+        assert np.allclose(aggregate.slowest_device_seconds, first.total_seconds.max(axis=1))
+        assert np.allclose(aggregate.mean_device_seconds, first.total_seconds.mean(axis=1))
+        assert np.allclose(aggregate.compute_seconds, first.compute_seconds.mean(axis=1))
+        assert np.allclose(aggregate.real_tokens, first.real_tokens.sum(axis=1))
+
+
+@pytest.mark.parametrize("exchange", list(Exchange))
+def test_step_times_never_shrink_when_devices_get_slower(exchange):
+    """Monotonicity of the recurrence: a slower device can only delay every later step."""
+    rng = np.random.default_rng(1)
+    slowest = rng.uniform(1, 2, size=20)
+    prepare = rng.uniform(0, 2, size=20)
+    base = step_timeline(slowest, slowest, 0.1, prepare, exchange)
+    slower = step_timeline(slowest + rng.uniform(0, 0.5, size=20), slowest, 0.1, prepare, exchange)
+    assert np.all(slower.end_seconds >= base.end_seconds - 1e-12)
