@@ -1,0 +1,49 @@
+"""`simbench simulate`: JSON lines, the table, and one-line errors for bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from simbench.cli import app
+from simbench.commands.simulate import parse_device_counts
+from simbench.errors import InputError
+
+RUNNER = CliRunner()
+
+
+def test_json_prints_one_object_per_strategy_and_device_count():
+    result = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "--strategy", "spfhp:2", "-s", "unpad",
+                                 "--devices", "1,4", "--steps", "5", "--batch-size", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(record["strategy"], record["devices"]) for record in records] == [
+        ("none", 1), ("none", 4), ("spfhp:2", 1), ("spfhp:2", 4), ("unpad", 1), ("unpad", 4)]
+    for record in records:
+        assert {"strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
+                "engine"} <= set(record)
+        assert record["speedup"] > 0 and record["engine"] in ("simpy", "vectorized")
+
+
+def test_table_names_every_strategy():
+    result = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "vts", "--devices", "2", "--steps", "3",
+                                 "--batch-size", "4", "--engine", "vectorized"])
+    assert result.exit_code == 0, result.output
+    assert "vts" in result.stdout and "none" in result.stdout and "vectorized" in result.stdout
+
+
+def test_bad_device_list_is_an_input_error_naming_the_bad_entry():
+    assert parse_device_counts("1, 8,64") == [1, 8, 64]
+    with pytest.raises(InputError, match="'two'"):
+        parse_device_counts("1,two,4")
+
+
+def test_bad_strategy_exits_with_one_line_and_no_traceback():
+    completed = subprocess.run([sys.executable, "-c", "from simbench.cli import main; main()", "simulate",
+                                "squad_1_1_384", "-s", "nosuch", "--devices", "1"],
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2
+    assert "unknown strategy 'nosuch'" in completed.stderr.replace("\n", " ")
+    assert "Traceback" not in completed.stderr
