@@ -1,0 +1,37 @@
+"""Speed of the LP bound and the `optimal` packer (target: Wikipedia 512 in under 10 s).
+
+Each round clears the bound's cache, so every round solves the LP from scratch.
+"""
+
+import pytest
+
+from simbench.histogram import load_histogram
+from simbench.strategies import get_strategy
+from simbench.strategies import optimal
+
+
+def solve_from_scratch(histogram, max_length, max_depth):
+    optimal._cached_lp_lower_bound.cache_clear()
+    return get_strategy("optimal")(histogram, max_length, max_depth)
+
+
+@pytest.mark.parametrize("name,max_length,max_depth", [
+    ("wikipedia_512", 512, None), ("wikipedia_512", 512, 3), ("squad_1_1_384", 384, None), ("squad_1_1_384", 384, 3)])
+def test_optimal_packer(benchmark, name, max_length, max_depth):
+    histogram = load_histogram(name)
+    packing = benchmark.pedantic(solve_from_scratch, args=(histogram, max_length, max_depth), rounds=1, iterations=1)
+    benchmark.extra_info.update(packs=packing.packs_total, lower_bound_packs=packing.details["lower_bound_packs"],
+                                efficiency=packing.efficiency, target_seconds=10.0)
+    assert packing.packs_total >= packing.details["lower_bound_packs"]
+
+
+def test_lp_lower_bound_wikipedia(benchmark):
+    histogram = load_histogram("wikipedia_512")
+
+    def bound_from_scratch():
+        optimal._cached_lp_lower_bound.cache_clear()
+        return optimal.lp_lower_bound(histogram, 512)
+
+    bound = benchmark.pedantic(bound_from_scratch, rounds=1, iterations=1)
+    benchmark.extra_info.update(lp_value=bound.value, pricing_rounds=bound.pricing_rounds)
+    assert bound.converged
