@@ -16,7 +16,8 @@ runner = CliRunner()
 
 def test_the_cli_does_not_import_torch():
     code = "import sys, simbench.cli; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert completed.stdout.strip() == "False"
 
 
 def test_calibrate_without_torch_says_how_to_install_it(monkeypatch, tmp_path):

@@ -43,7 +43,7 @@ def _alone(model, sequences):
             for index, sequence in enumerate(sequences)}
 
 
-@pytest.mark.parametrize("layout", ["packed", "padded", "unpadded"])
+@pytest.mark.parametrize("layout", ["packed", "padded", "unpadded-grouped", "unpadded-jagged"])
 def test_every_layout_matches_each_sequence_run_alone(layout):
     model, sequences = _model(), _sequences()
     order = [index for row in ROWS for index in row]
@@ -53,7 +53,7 @@ def test_every_layout_matches_each_sequence_run_alone(layout):
         order = list(range(len(sequences)))
         batch = padded_batch(sequences, row_length=SHAPE.max_length)
     else:
-        batch = unpadded_batch([sequences[index] for index in order])
+        batch = unpadded_batch([sequences[index] for index in order], attention=layout.removeprefix("unpadded-"))
     reference = _alone(model, sequences)
     got = _outputs_by_sequence(model, batch, order)
     for index in range(len(sequences)):

@@ -54,9 +54,10 @@ class TorchBatch:
     sequence_labels: torch.Tensor  # (n_sequences,)
     packed: bool
     has_padding: bool
-    groups: tuple[AttentionGroup, ...] | None = None  # un-padded layout only
-    inverse_group_order: torch.Tensor | None = None  # un-padded: group-ordered tokens -> flat order
-    cu_seqlens: torch.Tensor | None = None  # un-padded on CUDA with flash-attention varlen
+    unpadded_attention: str | None = None  # un-padded layout only: one of UNPADDED_ATTENTION
+    groups: tuple[AttentionGroup, ...] = ()  # "grouped": equal-length sequences attended to together
+    inverse_group_order: torch.Tensor | None = None  # "grouped": group-ordered tokens -> flat order
+    cumulative_lengths: torch.Tensor | None = None  # "jagged", "flash_varlen": sequence offsets, 0 first
     longest: int = 0
 
     @property
@@ -67,7 +68,7 @@ class TorchBatch:
         """The same batch on `device` (tensors copied, the rest shared)."""
         moved = {name: (value.to(device) if isinstance(value, torch.Tensor) else value)
                  for name, value in self.__dict__.items()}
-        if self.groups is not None:
+        if self.groups:
             moved["groups"] = tuple(AttentionGroup(group.token_index.to(device), group.sequences, group.length)
                                     for group in self.groups)
         return TorchBatch(**moved)
@@ -132,24 +133,22 @@ def _row_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length
         longest=max(sequence.length for sequence in ordered))
 
 
-def unpadded_batch(sequences: list[TokenSequence], flash_varlen: bool = False) -> TorchBatch:
-    """All tokens concatenated without padding; attention runs per group of equal-length sequences.
+# How un-padded attention runs: one call per distinct length ("grouped", any device), one jagged
+# nested-tensor call ("jagged", torch's fused kernels on CUDA), or flash-attention's varlen kernel.
+UNPADDED_ATTENTION = ("grouped", "jagged", "flash_varlen")
 
-    With `flash_varlen` the batch also carries cumulative lengths for flash-attention's varlen kernel.
-    """
+
+def unpadded_batch(sequences: list[TokenSequence], attention: str = "grouped") -> TorchBatch:
+    """All tokens concatenated without padding; `attention` says how attention avoids padding."""
     if not sequences:
         raise InputError("an un-padded batch needs at least one sequence")
+    if attention not in UNPADDED_ATTENTION:
+        raise InputError(f"un-padded attention must be one of {', '.join(UNPADDED_ATTENTION)}, found {attention!r}")
     lengths = np.array([sequence.length for sequence in sequences], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    groups, group_order = [], []
-    for length in np.unique(lengths):
-        members = np.flatnonzero(lengths == length)
-        token_index = (starts[members][:, None] + np.arange(length)[None, :]).reshape(-1)
-        groups.append(AttentionGroup(torch.from_numpy(token_index), int(members.size), int(length)))
-        group_order.append(token_index)
-    inverse = np.empty(int(lengths.sum()), dtype=np.int64)
-    inverse[np.concatenate(group_order)] = np.arange(inverse.size)
-    cu_seqlens = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)) if flash_varlen else None
+    groups, inverse = (), None
+    if attention == "grouped":
+        groups, inverse = _length_groups(lengths, starts)
     return TorchBatch(
         input_ids=torch.from_numpy(np.concatenate([sequence.token_ids for sequence in sequences])),
         position_ids=torch.from_numpy(np.concatenate([np.arange(length) for length in lengths])),
@@ -158,8 +157,20 @@ def unpadded_batch(sequences: list[TokenSequence], flash_varlen: bool = False) -
         sequence_first_token=torch.from_numpy(starts),
         sequence_lengths=torch.from_numpy(lengths),
         sequence_labels=torch.tensor([sequence.sequence_label for sequence in sequences]),
-        packed=False, has_padding=False, groups=tuple(groups),
-        inverse_group_order=torch.from_numpy(inverse), cu_seqlens=cu_seqlens, longest=int(lengths.max()))
+        packed=False, has_padding=False, unpadded_attention=attention, groups=groups, inverse_group_order=inverse,
+        cumulative_lengths=torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)])), longest=int(lengths.max()))
+
+
+def _length_groups(lengths: np.ndarray, starts: np.ndarray) -> tuple[tuple[AttentionGroup, ...], torch.Tensor]:
+    groups, group_order = [], []
+    for length in np.unique(lengths):
+        members = np.flatnonzero(lengths == length)
+        token_index = (starts[members][:, None] + np.arange(length)[None, :]).reshape(-1)
+        groups.append(AttentionGroup(torch.from_numpy(token_index), int(members.size), int(length)))
+        group_order.append(token_index)
+    inverse = np.empty(int(lengths.sum()), dtype=np.int64)
+    inverse[np.concatenate(group_order)] = np.arange(inverse.size)
+    return tuple(groups), torch.from_numpy(inverse)
 
 
 def _masked_tokens(sequences: list[TokenSequence], first_token: np.ndarray) -> dict[str, torch.Tensor]:
@@ -180,11 +191,11 @@ def _check_rows(sequences: list[TokenSequence], rows: list[list[int]], row_lengt
 
 
 def batch_for_layout(layout: BatchLayout, vocabulary: int, rng: np.random.Generator,
-                     flash_varlen: bool = False) -> TorchBatch:
+                     unpadded_attention: str = "grouped") -> TorchBatch:
     """A torch batch with random tokens holding exactly the sequences of `layout`."""
     sequences = random_sequences(layout.lengths, vocabulary, rng)
     if layout.mode is ExecutionMode.UNPADDED:
-        return unpadded_batch(sequences, flash_varlen=flash_varlen)
+        return unpadded_batch(sequences, unpadded_attention)
     if layout.max_depth == 1:
         return padded_batch(sequences, row_length=layout.row_slots[0])
     starts = np.cumsum([0] + [len(row) for row in layout.rows])

@@ -16,7 +16,8 @@ from simbench.calibrate.batches import TorchBatch, batch_for_layout
 from simbench.calibrate.encoder import EncoderShape
 from simbench.calibrate.fit import ProfileFit, TimedLayout, fit_profile
 from simbench.calibrate.layout import BatchLayout
-from simbench.calibrate.timing import StepTiming, build_trainer, device_description, time_batches
+from simbench.calibrate.timing import (StepTiming, build_trainer, device_description, time_batches,
+                                       training_precision)
 from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
 
@@ -35,6 +36,7 @@ class CalibrationSettings:
     threads: int
     seed: int = 0
     quick: bool = False
+    unpadded_attention: str | None = None  # default: the fastest this device supports
 
     @property
     def warmup(self) -> int:
@@ -45,8 +47,9 @@ class CalibrationSettings:
         return 3 if self.quick else 7
 
     @property
-    def flash_varlen(self) -> bool:
-        return flash_varlen_available(self.device)
+    def attention(self) -> str:
+        """How un-padded batches run attention (see `batches.UNPADDED_ATTENTION`)."""
+        return self.unpadded_attention or default_unpadded_attention(self.device)
 
     def encoder_shape(self) -> EncoderShape:
         model = self.model
@@ -79,7 +82,7 @@ def prepare_calibration(settings: CalibrationSettings) -> tuple[list[BatchLayout
     rng = np.random.default_rng(settings.seed)
     vocabulary = settings.encoder_shape().vocabulary
     layouts = calibration_layouts(settings.max_length, settings.quick, rng)
-    return layouts, [batch_for_layout(layout, vocabulary, rng, settings.flash_varlen) for layout in layouts]
+    return layouts, [batch_for_layout(layout, vocabulary, rng, settings.attention) for layout in layouts]
 
 
 def run_calibration(settings: CalibrationSettings, progress: Callable[[], None] = lambda: None) -> ProfileFit:
@@ -108,7 +111,8 @@ def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout],
         "seed": settings.seed,
         "warmup_steps": settings.warmup,
         "repeats": len(timings[0].samples_seconds),
-        "unpadded_attention": "flash-attention varlen" if settings.flash_varlen else "one call per sequence length",
+        "unpadded_attention": settings.attention,
+        "precision": training_precision(settings.device),
         "timings": [{"kind": layout.kind, "mode": layout.mode.value, "rows": [list(row) for row in layout.rows],
                      "row_slots": list(layout.row_slots), "samples_seconds": list(timing.samples_seconds),
                      "median_seconds": timing.median_seconds}
@@ -145,19 +149,20 @@ def _random_pack(max_length: int, depth: int, rng: np.random.Generator) -> list[
 
 
 def _group_boundaries(settings: CalibrationSettings) -> tuple[int, ...]:
-    # Flash-attention varlen runs one kernel for all lengths; otherwise every distinct length is a
-    # group of its own, up to the longest position the model has.
-    if settings.flash_varlen:
-        return (settings.model.max_positions,)
-    return tuple(range(1, settings.model.max_positions + 1))
+    # Grouped attention makes every distinct length a group of its own (one call each), up to the
+    # longest position the model has; jagged and varlen kernels take the whole batch in one call.
+    if settings.attention == "grouped":
+        return tuple(range(1, settings.model.max_positions + 1))
+    return (settings.model.max_positions,)
 
 
-def flash_varlen_available(device: str) -> bool:
-    """Whether un-padded attention runs as one flash-attention varlen kernel on `device`."""
+def default_unpadded_attention(device: str) -> str:
+    """flash-attention varlen on CUDA when installed, else jagged tensors on CUDA; grouped on CPU,
+    where jagged attention falls back to a slower per-sequence path."""
     if not device.startswith("cuda"):
-        return False
+        return "grouped"
     try:
         import flash_attn  # noqa: F401
     except ImportError:
-        return False
-    return True
+        return "jagged"
+    return "flash_varlen"

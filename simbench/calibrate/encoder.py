@@ -50,29 +50,46 @@ class EncoderLayer(nn.Module):
         return self.ffn_norm(x + self.ffn_out(F.gelu(self.ffn_in(x))))
 
     def _attention(self, qkv: torch.Tensor, batch: TorchBatch, mask: torch.Tensor | None) -> torch.Tensor:
-        if batch.groups is None:
+        if batch.unpadded_attention is None:
             rows, length, _ = qkv.shape
             q, k, v = qkv.view(rows, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             return context.transpose(1, 2).reshape(rows, length, -1)
-        if batch.cu_seqlens is not None:
-            return _flash_varlen(qkv, batch, self.heads)
-        # Un-padded: one attention call per group of equal-length sequences, no padding anywhere.
-        outputs = []
-        for group in batch.groups:
-            grouped = qkv.index_select(0, group.token_index).view(group.sequences, group.length, 3, self.heads, -1)
-            q, k, v = grouped.permute(2, 0, 3, 1, 4)
-            context = F.scaled_dot_product_attention(q, k, v)
-            outputs.append(context.transpose(1, 2).reshape(group.sequences * group.length, -1))
-        return torch.cat(outputs).index_select(0, batch.inverse_group_order)
+        if batch.unpadded_attention == "flash_varlen":
+            return _flash_varlen_attention(qkv, batch, self.heads)
+        if batch.unpadded_attention == "jagged":
+            return _jagged_attention(qkv, batch, self.heads)
+        return _grouped_attention(qkv, batch, self.heads)
 
 
-def _flash_varlen(qkv: torch.Tensor, batch: TorchBatch, heads: int) -> torch.Tensor:
+def _grouped_attention(qkv: torch.Tensor, batch: TorchBatch, heads: int) -> torch.Tensor:
+    """One attention call per group of equal-length sequences: no padding, one launch per group."""
+    outputs = []
+    for group in batch.groups:
+        grouped = qkv.index_select(0, group.token_index).view(group.sequences, group.length, 3, heads, -1)
+        q, k, v = grouped.permute(2, 0, 3, 1, 4)
+        context = F.scaled_dot_product_attention(q, k, v)
+        outputs.append(context.transpose(1, 2).reshape(group.sequences * group.length, -1))
+    return torch.cat(outputs).index_select(0, batch.inverse_group_order)
+
+
+def _jagged_attention(qkv: torch.Tensor, batch: TorchBatch, heads: int) -> torch.Tensor:
+    """One call on jagged nested tensors (sequences of different lengths, no padding)."""
+    tokens = qkv.shape[0]
+    # Jagged SDPA needs each of q, k, v contiguous as (tokens, heads, head_dim) before the transpose.
+    q, k, v = (torch.nested.nested_tensor_from_jagged(part.contiguous(), batch.cumulative_lengths).transpose(1, 2)
+               for part in qkv.view(tokens, 3, heads, -1).unbind(1))
+    context = F.scaled_dot_product_attention(q, k, v)
+    return context.transpose(1, 2).values().reshape(tokens, -1)
+
+
+def _flash_varlen_attention(qkv: torch.Tensor, batch: TorchBatch, heads: int) -> torch.Tensor:
+    """flash-attention's varlen kernel (CUDA, half precision): one launch for the whole batch."""
     from flash_attn import flash_attn_varlen_qkvpacked_func
 
     tokens = qkv.shape[0]
-    packed = qkv.view(tokens, 3, heads, -1)
-    context = flash_attn_varlen_qkvpacked_func(packed, batch.cu_seqlens, batch.longest)
+    cumulative = batch.cumulative_lengths.to(torch.int32)
+    context = flash_attn_varlen_qkvpacked_func(qkv.view(tokens, 3, heads, -1), cumulative, batch.longest)
     return context.reshape(tokens, -1)
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 
 from simbench.calibrate.batches import TorchBatch, batch_for_layout
-from simbench.calibrate.calibration import CALIBRATION_VOCABULARY, flash_varlen_available
+from simbench.calibrate.calibration import CALIBRATION_VOCABULARY, default_unpadded_attention
 from simbench.calibrate.encoder import EncoderShape
 from simbench.calibrate.fit import step_seconds_by_term
 from simbench.calibrate.layout import BatchLayout
@@ -42,6 +42,7 @@ class MeasureSettings:
     warmup: int = 2
     seed: int = 0
     max_depth: int | None = None
+    unpadded_attention: str | None = None  # default: the fastest this device supports
 
 
 def rescale_histogram(histogram: LengthHistogram, max_length: int) -> LengthHistogram:
@@ -107,8 +108,8 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     shape = measure_encoder_shape(settings)
     rng = np.random.default_rng(settings.seed + 1)
     names = list(layouts)
-    flash_varlen = flash_varlen_available(settings.device)
-    batches = {name: [batch_for_layout(layout, shape.vocabulary, rng, flash_varlen) for layout in layouts[name]]
+    attention = settings.unpadded_attention or default_unpadded_attention(settings.device)
+    batches = {name: [batch_for_layout(layout, shape.vocabulary, rng, attention) for layout in layouts[name]]
                for name in names}
     trainer = build_trainer(shape, settings.device, settings.seed)
     warmup_batches = [batches[name][0] for name in names] + list(calibration_batches[:1])

@@ -25,9 +25,12 @@ class Trainer:
     device: torch.device
 
     def step(self, batch: TorchBatch) -> None:
-        """One full training step on a batch already on the device."""
+        """One full training step on a batch already on the device (bfloat16 autocast on CUDA, as
+        GPU training runs, and as flash-attention requires)."""
         self.optimizer.zero_grad(set_to_none=True)
-        training_loss(self.model, batch).backward()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+            loss = training_loss(self.model, batch)
+        loss.backward()
         self.optimizer.step()
 
     def timed_step_seconds(self, batch: TorchBatch) -> float:
@@ -100,6 +103,10 @@ def device_description(device: torch.device | str) -> dict:
         name = platform.processor() or platform.machine()
     return {"device": device.type, "device_name": name, "torch_version": str(torch.__version__),
             "threads": torch.get_num_threads()}
+
+
+def training_precision(device: torch.device | str) -> str:
+    return "bfloat16 autocast" if torch.device(device).type == "cuda" else "float32"
 
 
 def _synchronize(device: torch.device) -> None:

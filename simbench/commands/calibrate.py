@@ -7,9 +7,9 @@ torch is an optional extra: it is imported inside the commands, so the rest of t
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+import numpy as np
 import typer
 import yaml
 from rich.console import Console
@@ -20,24 +20,29 @@ from simbench.errors import InputError
 
 TORCH_MISSING = "torch is not installed: pip install 'simbench[torch]'"
 DEFAULT_MAX_LENGTH = 128  # long enough for packing to matter, short enough for a CPU run in minutes
+UNPADDED_HELP = ("un-padded attention: grouped (one call per length), jagged (nested tensors) or flash_varlen; "
+                 "default: flash_varlen or jagged on CUDA, grouped on CPU")
 
 
 def calibrate(
     output: Path = typer.Option(..., "-o", "--output", help="hardware profile YAML to write"),
     device: str = typer.Option(None, "--device", help="cpu or cuda[:N]; default: cuda when available"),
     model: str = typer.Option("tiny", "--model",
-                              help="model preset (tiny, mini, bert-base) or dimensions layers=2,hidden=128,heads=2,ffn=512"),
+                              help="model preset (tiny, mini, bert-base) or dimensions "
+                                   "layers=2,hidden=128,heads=2,ffn=512"),
     max_length: int = typer.Option(DEFAULT_MAX_LENGTH, "--max-length", min=8, help="row length of the timed batches"),
     threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice); recorded"),
     quick: bool = typer.Option(False, "--quick", help="few small batches, few repeats: seconds, for tests"),
     seed: int = typer.Option(0, "--seed", min=0),
+    unpadded_attention: str = typer.Option(None, "--unpadded-attention", help=UNPADDED_HELP),
 ) -> None:
     """Time padded, packed and un-padded training steps and fit the cost model's parameters to them."""
     torch = _import_torch()
     from simbench.calibrate.calibration import CalibrationSettings, calibration_steps, run_calibration
 
     settings = CalibrationSettings(model=_model(model), max_length=max_length, device=_device(torch, device),
-                                   threads=threads or torch.get_num_threads(), seed=seed, quick=quick)
+                                   threads=threads or torch.get_num_threads(), seed=seed, quick=quick,
+                                   unpadded_attention=_unpadded_attention(unpadded_attention))
     settings.encoder_shape()
     with _progress() as progress:
         task = progress.add_task("calibrating", total=calibration_steps(settings))
@@ -56,13 +61,15 @@ def measure(
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="rows (sequences or packs) per batch"),
     repeats: int = typer.Option(3, "--repeats", min=1, help="timings of every batch (the median is kept)"),
     profile_path: Path = typer.Option(None, "--profile",
-                                      help="calibrated profile; default: calibrate on held-out batches timed alongside"),
+                                      help="calibrated profile; default: calibrate on held-out batches "
+                                           "timed alongside"),
     model: str = typer.Option("tiny", "--model", help="model preset or dimensions, as for calibrate"),
     max_length: int = typer.Option(DEFAULT_MAX_LENGTH, "--max-length", min=8,
                                    help="row length; longer histograms are rescaled to it"),
     threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
     seed: int = typer.Option(None, "--seed", min=0, help="default: the scenario's seed, else 0"),
     quick: bool = typer.Option(False, "--quick", help="without --profile: a quick calibration (seconds, for tests)"),
+    unpadded_attention: str = typer.Option(None, "--unpadded-attention", help=UNPADDED_HELP),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object per strategy"),
     output_dir: Path = typer.Option(None, "-o", "--output", help="folder for the CSV, the plot and the settings"),
 ) -> None:
@@ -87,22 +94,28 @@ def measure(
     if scaled is not histogram:
         console.print(f"lengths of {histogram.name} (max {histogram.max_length}) rescaled by "
                       f"{max_length}/{histogram.max_length} to fit max length {max_length}", highlight=False)
+    given_profile = load_hardware(profile_path) if profile_path is not None else None
+    if given_profile is not None and unpadded_attention is None and given_profile.calibration:
+        # Run un-padded attention the way the profile was calibrated, so its group term applies.
+        unpadded_attention = given_profile.calibration.get("unpadded_attention")
     settings = MeasureSettings(model=spec, max_length=max_length, device=device, threads=threads, steps=steps,
-                               batch_size=batch_size, repeats=repeats, seed=seed)
+                               batch_size=batch_size, repeats=repeats, seed=seed,
+                               unpadded_attention=_unpadded_attention(unpadded_attention))
     layouts = strategy_layouts(scaled, settings, _rng(seed))
     calibration = None
     calibration_layouts, calibration_batches = [], []
     if profile_path is None:
         # Its own seed: the profile is fitted on other batches than the ones it is checked on.
         calibration = CalibrationSettings(model=spec, max_length=max_length, device=device, threads=threads,
-                                          seed=seed + 1000, quick=quick)
+                                          seed=seed + 1000, quick=quick,
+                                          unpadded_attention=settings.unpadded_attention)
         calibration_layouts, calibration_batches = prepare_calibration(calibration)
     with _progress() as progress:
         task = progress.add_task("timing", total=measure_steps(settings, len(layouts), len(calibration_batches)))
         measured, calibration_timings = time_strategies(layouts, settings, lambda: progress.advance(task),
                                                         calibration_batches)
     calibrated = fit_calibration(calibration, calibration_layouts, calibration_timings).profile if calibration else None
-    profile = calibrated or load_hardware(profile_path)
+    profile = calibrated or given_profile
     table = compare(measured, spec, profile)
     output_dir = output_dir or Path(f"measure-{histogram.name}")
     title = (f"{spec.name} encoder, {scaled.name}, {steps} steps x {batch_size} rows, "
@@ -148,6 +161,14 @@ def _device(torch, requested: str | None) -> str:
     return requested
 
 
+def _unpadded_attention(name: str | None) -> str | None:
+    from simbench.calibrate.batches import UNPADDED_ATTENTION
+
+    if name is not None and name not in UNPADDED_ATTENTION:
+        raise InputError(f"--unpadded-attention must be one of {', '.join(UNPADDED_ATTENTION)}, found {name!r}")
+    return name
+
+
 def _model(text: str):
     from simbench.costmodels.model import get_model
 
@@ -173,9 +194,7 @@ def _histogram_and_seed(source: str):
     return load_histogram(source), 0
 
 
-def _rng(seed: int):
-    import numpy as np
-
+def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
@@ -202,9 +221,9 @@ def _settings_record(settings, source: str, histogram, profile_path: Path | None
     return {"source": source, "histogram": histogram.name, "model": settings.model.name,
             "max_length": settings.max_length, "device": settings.device, "threads": settings.threads,
             "steps": settings.steps, "batch_size": settings.batch_size, "repeats": settings.repeats,
-            "warmup": settings.warmup, "seed": settings.seed,
-            "profile": str(profile_path) if profile_path else "calibrated in the same run on held-out batches (profile.yaml)",
-            "pid": os.getpid()}
+            "warmup": settings.warmup, "seed": settings.seed, "unpadded_attention": _resolved_attention(settings),
+            "profile": (str(profile_path) if profile_path
+                        else "calibrated in the same run on held-out batches (profile.yaml)")}
 
 
 def _timings_record(measured) -> dict:
@@ -215,6 +234,12 @@ def _timings_record(measured) -> dict:
             for name, layouts in measured.layouts.items()}
 
 
+def _resolved_attention(settings) -> str:
+    from simbench.calibrate.calibration import default_unpadded_attention
+
+    return settings.unpadded_attention or default_unpadded_attention(settings.device)
+
+
 def _fit_table(fit) -> Table:
     table = Table(title="fitted parameters")
     table.add_column("parameter")
@@ -222,7 +247,7 @@ def _fit_table(fit) -> Table:
     for name, value in fit.parameters.items():
         table.add_row(name, f"{value:.4g}")
     errors = abs(fit.relative_errors)
-    table.add_row("fit error (median / max, relative)", f"{float(sorted(errors)[len(errors) // 2]):.1%} / {errors.max():.1%}")
+    table.add_row("fit error (median / max, relative)", f"{float(np.median(errors)):.1%} / {errors.max():.1%}")
     return table
 
 
