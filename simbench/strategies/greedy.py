@@ -1,1 +1,148 @@
-"""Strategy module greedy: registered once implemented."""
+"""`greedy`: next-fit packing over the shuffled dataset, the paper's GREEDY baseline.
+
+Sequences arrive in a seeded random order; a pack closes when the next sequence does not fit.
+
+    >>> from simbench.histogram import LengthHistogram
+    >>> from simbench.strategies.packing import PackOptions
+    >>> pack_greedy(LengthHistogram.from_counts([0, 0, 0, 4]), 8, None, PackOptions(seed=1)).packs_total
+    2
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simbench.strategies import register
+from simbench.strategies.packing import Packing
+
+# Chains are followed in lockstep from one start per block; a block this long holds enough
+# packs that a chain started at the wrong place almost always meets the true one inside it.
+BLOCK_SEQUENCES = 256
+
+
+def next_pack_starts(lengths: np.ndarray, max_length: int, max_depth: int | None) -> np.ndarray:
+    """For every position s, where the next pack starts when a pack starts at s (next fit)."""
+    ends = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=ends[1:])
+    following = np.searchsorted(ends, ends[:-1] + max_length, side="right") - 1
+    if max_depth is not None:
+        np.minimum(following, np.arange(max_depth, lengths.size + max_depth), out=following)
+    return np.append(following, lengths.size)
+
+
+def mark_pack_starts(following: np.ndarray) -> np.ndarray:
+    """Which positions start a pack on the chain 0 -> following[0] -> ... (the true next fit).
+
+    A chain is started at every block start at once and followed in lockstep; a block whose
+    true entry (where the previous block's chain leaves it) differs from where its chain began
+    is repaired by walking both chains until they meet, which for next fit comes within a few
+    packs; a repair that changes a block's exit makes the next block pending in the next round.
+    """
+    total = following.size - 1
+    is_start = np.zeros(total + 1, dtype=bool)
+    block_starts = np.arange(0, total, BLOCK_SEQUENCES)
+    block_ends = np.minimum(block_starts + BLOCK_SEQUENCES, total)
+    exits = walk_blocks(following, is_start, block_starts, block_ends)
+    chain_starts = block_starts.copy()
+    pending = np.flatnonzero(exits[:-1] != chain_starts[1:]) + 1
+    while pending.size:
+        entries = exits[pending - 1]
+        exits[pending] = repair_blocks(following, is_start, chain_starts[pending], entries,
+                                       block_ends[pending], exits[pending])
+        chain_starts[pending] = entries
+        pending = np.flatnonzero(exits[:-1] != chain_starts[1:]) + 1
+    return is_start[:total]
+
+
+def walk_blocks(following, is_start, starts, ends) -> np.ndarray:
+    """Follow each block's chain from its start, marking it; return where each leaves its block."""
+    positions = starts.copy()
+    exits = np.empty_like(starts)
+    active = np.arange(starts.size)
+    while active.size:
+        is_start[positions] = True
+        positions = following[positions]
+        leaving = positions >= ends[active]
+        exits[active[leaving]] = positions[leaving]
+        active, positions = active[~leaving], positions[~leaving]
+    return exits
+
+
+def repair_blocks(following, is_start, old_starts, new_starts, ends, old_exits) -> np.ndarray:
+    """Move each block's marked chain from its old start to its new one; return the new exits.
+
+    The smaller of the two chain positions is never on the other chain, so it is unmarked (old
+    chain) or marked (new chain) and advanced, until the chains meet or both leave the block.
+    """
+    old, new = old_starts.copy(), new_starts.copy()
+    while True:
+        walking = (old != new) & (np.minimum(old, new) < ends)
+        if not walking.any():
+            return np.where(old == new, old_exits, new)
+        old_behind = walking & (old < new)
+        new_behind = walking & (new < old)
+        is_start[old[old_behind]] = False
+        is_start[new[new_behind]] = True
+        old[old_behind] = following[old[old_behind]]
+        new[new_behind] = following[new[new_behind]]
+
+
+def shuffled_lengths(histogram, rng: np.random.Generator) -> np.ndarray:
+    """The dataset's lengths in a random order (16-bit: lengths stay below 65,536)."""
+    dtype = np.uint16 if histogram.max_length < 2**16 else np.int64
+    lengths = np.repeat(histogram.lengths.astype(dtype), histogram.counts)
+    rng.shuffle(lengths)
+    return lengths
+
+
+def distinct_packs(lengths: np.ndarray, starts: np.ndarray, max_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows (lengths descending, zero-padded) and repeats of the distinct packs.
+
+    Packs are grouped by depth; each pack's sorted lengths are bit-packed into one exact integer
+    key, so counting distinct packs is a bincount or a hash-table pass rather than a row sort.
+    """
+    depths = np.diff(np.append(starts, lengths.size))
+    bits = int(max_length).bit_length()
+    width = int(depths.max(initial=1))
+    all_rows, all_repeats = [], []
+    for depth in np.unique(depths):
+        first = starts[depths == depth]
+        members = lengths[first[:, None] + np.arange(depth)].astype(np.int64)
+        if depth == 2:
+            members = np.column_stack([members.max(axis=1), members.min(axis=1)])
+        elif depth > 2:
+            members = -np.sort(-members, axis=1)
+        if depth * bits <= 62:
+            rows, repeats = count_packed_rows(members, bits)
+        else:
+            rows, repeats = np.unique(members, axis=0, return_counts=True)
+        all_rows.append(np.pad(rows, ((0, 0), (0, width - depth))))
+        all_repeats.append(repeats)
+    if not all_rows:
+        return np.zeros((0, 1), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.vstack(all_rows), np.concatenate(all_repeats)
+
+
+def count_packed_rows(rows: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows and their counts, via exact keys of `bits` bits per column."""
+    shifts = bits * np.arange(rows.shape[1], dtype=np.int64)
+    keys = (rows << shifts).sum(axis=1)
+    if rows.shape[1] * bits <= 24:
+        counts = np.bincount(keys)
+        distinct = np.flatnonzero(counts)
+        counts = counts[distinct]
+    else:
+        codes, distinct = pd.factorize(keys, sort=False)
+        counts = np.bincount(codes, minlength=distinct.size)
+    distinct = np.asarray(distinct, dtype=np.int64)
+    return (distinct[:, None] >> shifts) & ((1 << bits) - 1), counts
+
+
+@register("greedy", "next-fit over the dataset shuffled with --seed (the paper's GREEDY)")
+def pack_greedy(histogram, max_length, max_depth, options) -> Packing:
+    lengths = shuffled_lengths(histogram, np.random.default_rng(options.seed))
+    starts = np.flatnonzero(mark_pack_starts(next_pack_starts(lengths, max_length, max_depth)))
+    rows, repeats = distinct_packs(lengths, starts, max_length)
+    slots = np.full(rows.shape[0], max_length, dtype=np.int64)
+    return Packing("greedy", max_length, max_depth, rows, repeats, slots)
