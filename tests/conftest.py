@@ -1,0 +1,17 @@
+"""Shared test fixtures: the bundled histograms, loaded once per test session."""
+
+import pytest
+
+from simbench.histogram import load_histogram
+
+
+@pytest.fixture(scope="session")
+def wikipedia():
+    """Wikipedia BERT pre-training, max length 512 (16,279,552 sequences)."""
+    return load_histogram("wikipedia_512")
+
+
+@pytest.fixture(scope="session")
+def squad():
+    """SQuAD 1.1, max length 384 (88,641 sequences)."""
+    return load_histogram("squad_1_1_384")
