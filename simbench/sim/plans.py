@@ -88,7 +88,8 @@ def parse_plan(text: str) -> ExecutionPlan:
         if not packers[name].uses_depth:
             depth = 1 if name == "none" else None
         mode = ExecutionMode.SORTED if name == "sort" else ExecutionMode.PADDED
-        display = name if not packers[name].uses_depth else _display_name(name, name, depth, name)
+        depth_named = packers[name].uses_depth and (len(arguments) > 0 or name in DEFAULT_DEPTHS)
+        display = _display_name(name, name, depth, name, show_depth=depth_named)
         return ExecutionPlan(display, PlanKind.PACKING, mode, packer=name, max_depth=depth)
     known = ", ".join([*packers, *EXTRA_PLANS])
     raise InputError(f"unknown strategy {name!r}; known: {known}, or `all`")

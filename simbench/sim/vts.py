@@ -29,18 +29,20 @@ def stage_seconds(cost_model, lengths: np.ndarray, stages: int) -> np.ndarray:
 def pipeline_departures(seconds: np.ndarray) -> np.ndarray:
     """Times each sample leaves each stage; `seconds` is (..., samples, stages), samples enter in order at 0."""
     *batch_shape, samples, stages = seconds.shape
-    departures = np.empty_like(seconds)
-    previous = np.zeros((*batch_shape, stages))  # the sample ahead's departures (none: all free at 0)
+    # Samples and stages first, so that every step of the recurrence reads and writes contiguous memory.
+    by_position = np.ascontiguousarray(np.moveaxis(seconds.reshape(-1, samples, stages), (1, 2), (0, 1)))
+    departures = np.empty_like(by_position)
+    previous = np.zeros_like(by_position[0])  # the sample ahead's departures (none: every stage free at 0)
     for sample in range(samples):
-        entry = previous[..., 0]
+        entry = previous[0]
         for stage in range(stages):
-            finish = entry + seconds[..., sample, stage]
+            leave = departures[sample, stage]
+            np.add(entry, by_position[sample, stage], out=leave)
             if stage + 1 < stages:
-                finish = np.maximum(finish, previous[..., stage + 1])
-            departures[..., sample, stage] = finish
-            entry = finish
-        previous = departures[..., sample, :]
-    return departures
+                np.maximum(leave, previous[stage + 1], out=leave)
+            entry = leave
+        previous = departures[sample]
+    return np.moveaxis(departures, (0, 1), (1, 2)).reshape(seconds.shape)
 
 
 def price_vts(cost_model, lengths: np.ndarray, stages: int) -> DeviceCosts:
