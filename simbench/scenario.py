@@ -109,12 +109,20 @@ class HardwareSpec(_Strict):
 
 class StrategySpec(_Strict):
     name: str = Field(description="a packer from the registry or a simulator plan (`simbench list`)")
-    max_depth: Annotated[int, Field(ge=1)] | Literal["max"] | None = Field(
+    max_depth: int | Literal["max"] | None = Field(
         None, description="most sequences per pack, or `max` for no limit; default: the plan's own")
     packer: str | None = Field(None, description="packed-varlen only: the packer whose packs it runs")
     stages: int | None = Field(None, ge=1, description="vts and vts-bucketed: pipeline stages")
     window: int | None = Field(None, ge=1, description="vts-bucketed: batches per window sorted by length")
     label: str | None = Field(None, description="name in tables and plots; default: the plan's name, e.g. spfhp:3")
+
+    @field_validator("max_depth", mode="before")
+    @classmethod
+    def _depth_or_max(cls, depth: Any) -> Any:
+        # Checked here so that a bad depth gives one message, not one per member of the union.
+        if depth is None or depth == "max" or (isinstance(depth, int) and not isinstance(depth, bool) and depth >= 1):
+            return depth
+        raise ValueError(f"max_depth must be a whole number >= 1 or `max`, found {depth!r}")
 
     @field_validator("name")
     @classmethod

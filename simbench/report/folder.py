@@ -22,8 +22,10 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
     with atomic_directory(target) as folder:
         (folder / RESOLVED_SCENARIO).write_text(scenario.to_yaml())
         write_tables(tables, folder)
-        (folder / "summary.md").write_text(summary_markdown(scenario, histogram, tables))
-        draw_plots(folder, scenario, histogram, tables)
+        # Summary and plots use the tables as stored, so `simbench plot` redraws them byte for byte.
+        stored = read_tables(folder)
+        (folder / "summary.md").write_text(summary_markdown(scenario, histogram, stored))
+        draw_plots(folder, scenario, histogram, stored)
     return Path(target)
 
 

@@ -47,7 +47,8 @@ def histogram_figure(histogram: LengthHistogram) -> Figure:
     """Sequence lengths with the padding share and the speed-up of removing all padding (paper's Figure 1)."""
     figure, (axis,) = _figure()
     share = histogram.counts / max(histogram.sequences, 1)
-    axis.bar(histogram.lengths, share, width=1.0, color=sns.color_palette()[0], linewidth=0)
+    edges = np.arange(histogram.max_length + 1) + 0.5
+    axis.stairs(share, edges, fill=True, color=sns.color_palette()[0])
     axis.set_xlim(0, histogram.max_length + 1)
     axis.set_xlabel("sequence length (tokens)")
     axis.set_ylabel("share of sequences")
@@ -140,12 +141,13 @@ def timeline_figure(timeline: pd.DataFrame) -> Figure:
     figure, axes = _figure(width=10.0, height=1.2 + 2.2 * len(groups), rows=len(groups))
     colors = sns.color_palette("husl", 8)
     for axis, (label, rows) in zip(axes, groups):
-        for row in rows.itertuples(index=False):
-            axis.barh(row.stage, row.finish_seconds - row.enter_seconds, left=row.enter_seconds, height=0.8,
-                      color=colors[int(row.sample) % len(colors)], edgecolor="white", linewidth=0.3)
-            if row.blocked_seconds > 0:
-                axis.barh(row.stage, row.blocked_seconds, left=row.finish_seconds, height=0.8, color="none",
-                          edgecolor="black", hatch="///", linewidth=0.3)
+        for stage, in_stage in rows.groupby("stage"):
+            busy = list(zip(in_stage["enter_seconds"], in_stage["finish_seconds"] - in_stage["enter_seconds"]))
+            axis.broken_barh(busy, (stage - 0.4, 0.8), edgecolor="white", linewidth=0.3,
+                             facecolors=[colors[sample % len(colors)] for sample in in_stage["sample"]])
+            blocked = in_stage[in_stage["blocked_seconds"] > 0]
+            axis.broken_barh(list(zip(blocked["finish_seconds"], blocked["blocked_seconds"])), (stage - 0.4, 0.8),
+                             facecolors="none", edgecolor="black", hatch="///", linewidth=0.3)
         stages = sorted(rows["stage"].unique())
         axis.set_yticks(stages, [str(stage) for stage in stages])
         axis.invert_yaxis()

@@ -1,0 +1,175 @@
+"""`simbench run --quick` end to end: every promised file, consistent tables, determinism, atomicity."""
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from simbench.cli import app
+from simbench.report import folder, plots
+from simbench.scenario import load_scenario
+
+SCENARIO = """\
+name: smoke
+description: a small scenario for the end-to-end tests
+dataset:
+  histogram: squad_1_1_384
+strategies:
+  - {name: spfhp, max_depth: 2}
+  - lpfhp
+  - unpad
+  - unpad-exchange
+  - vts
+  - {name: vts-bucketed, window: 4, label: bucketed}
+devices: [1, 4, 16]
+steps: 50
+seed: 3
+"""
+TABLES = ("packing", "scaling", "breakdown", "latency", "gumbel", "extrapolation", "timeline", "timings")
+PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
+# Solve times are measured, so these differ between runs; everything else must not.
+MEASURED = {"timings.csv", "packing.png", "packing.svg"}
+
+
+def run(scenario_path: Path, out: Path, *extra: str):
+    result = CliRunner().invoke(app, ["run", str(scenario_path), "--out", str(out), "--quick", *extra])
+    return result
+
+
+@pytest.fixture(scope="module")
+def scenario_path(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("scenario") / "smoke.yaml"
+    path.write_text(SCENARIO)
+    return path
+
+
+@pytest.fixture(scope="module")
+def report(scenario_path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("reports") / "smoke"
+    result = run(scenario_path, out)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_every_promised_file_exists(report):
+    names = {path.name for path in report.iterdir()}
+    expected = {"resolved.yaml", "summary.md"} | {f"{table}.csv" for table in TABLES}
+    expected |= {f"{plot}.{extension}" for plot in PLOTS for extension in ("png", "svg")}
+    assert expected <= names
+    assert not [name for name in names if name.startswith(".")]
+
+
+def test_scaling_rows_match_strategies_and_devices(report):
+    scenario = load_scenario(report / "resolved.yaml")
+    assert scenario.steps == 5  # --quick
+    scaling = pd.read_csv(report / "scaling.csv")
+    labels = ["none"] + [spec.label for spec in scenario.strategies]  # padding is always the reference
+    assert sorted(map(tuple, scaling[["strategy", "devices"]].to_numpy().tolist())) == \
+        sorted((label, devices) for label in labels for devices in scenario.devices)
+    assert {"strategy", "devices", "speedup", "tokens_per_s"} <= set(scaling.columns)
+    assert (scaling.loc[scaling["strategy"] == "none", "speedup"] == 1.0).all()
+    assert (scaling["tokens_per_s"] > 0).all()
+
+
+def test_packing_table_has_bounds_and_gaps(report):
+    packing = pd.read_csv(report / "packing.csv")
+    assert list(packing["label"]) == ["none", "spfhp:2", "lpfhp:3"]
+    assert (packing["packs"] >= packing["lower_bound_packs"]).all()
+    assert packing["gap_to_bound"].ge(0).all()
+    # The packing paper's Table 5 (SQuAD 1.1): SPFHP at depth 2 needs 45,335 packs.
+    assert packing.set_index("label").loc["spfhp:2", "packs"] == 45335
+
+
+def test_breakdown_adds_up_to_the_step_time(report):
+    breakdown = pd.read_csv(report / "breakdown.csv")
+    parts = [column for column in breakdown.columns if column.endswith("_seconds") and column != "step_seconds_mean"]
+    assert breakdown[parts].sum(axis=1).to_numpy() == pytest.approx(breakdown["step_seconds_mean"].to_numpy(), rel=1e-6)
+
+
+def test_summary_answers_first(report):
+    summary = (report / "summary.md").read_text()
+    scaling = pd.read_csv(report / "scaling.csv")
+    padded = scaling[scaling["reference"] == "none"]
+    # Ties (un-padding with and without exchange on one device) go to the first name alphabetically.
+    best = padded[padded["devices"] == 1].sort_values(["speedup", "strategy"], ascending=[False, True]).iloc[0]
+    headline = summary.splitlines()[2]
+    assert headline.startswith("**Answer:**") and f"**{best.strategy}**" in headline
+    assert f"{best.speedup:.3f}x" in headline
+    assert "## Packing" in summary and "| spfhp:2 |" in summary
+
+
+def test_straggler_and_timeline_tables(report):
+    gumbel = pd.read_csv(report / "gumbel.csv")
+    assert list(gumbel["strategy"]) == ["unpad"] and (gumbel["scale"] > 0).all()
+    timeline = pd.read_csv(report / "timeline.csv")
+    assert set(timeline["strategy"]) == {"vts", "bucketed"}
+    assert (timeline["leave_seconds"] >= timeline["finish_seconds"]).all()
+
+
+def test_same_seed_gives_identical_files(report, scenario_path, tmp_path):
+    again = tmp_path / "again"
+    assert run(scenario_path, again).exit_code == 0
+    for path in sorted(report.iterdir()):
+        if path.name not in MEASURED:
+            assert path.read_bytes() == (again / path.name).read_bytes(), path.name
+
+
+def test_other_seed_changes_the_simulation(report, scenario_path, tmp_path):
+    other = tmp_path / "other"
+    assert run(scenario_path, other, "--seed", "4").exit_code == 0
+    assert yaml.safe_load((other / "resolved.yaml").read_text())["seed"] == 4
+    assert (other / "scaling.csv").read_text() != (report / "scaling.csv").read_text()
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("plot failed"), KeyboardInterrupt()], ids=["error", "interrupt"])
+def test_failed_run_keeps_the_previous_report(report, scenario_path, tmp_path, monkeypatch, failure):
+    target = tmp_path / "smoke"
+    shutil.copytree(report, target)
+    before = {path.name: path.read_bytes() for path in target.iterdir()}
+
+    def broken(*args, **kwargs):
+        raise failure
+
+    # The scaling plot comes after the tables, the summary and two other plots have been written.
+    monkeypatch.setattr(plots, "scaling_figure", broken)
+    result = run(scenario_path, target, "--seed", "9")
+    assert result.exit_code != 0
+    assert {path.name: path.read_bytes() for path in target.iterdir()} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["smoke"]
+
+
+def test_plot_redraws_from_an_existing_report(report, tmp_path):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in report.iterdir():
+        if not path.name.endswith((".png", ".svg")):
+            (copy / path.name).write_bytes(path.read_bytes())
+    result = CliRunner().invoke(app, ["plot", str(copy)])
+    assert result.exit_code == 0, result.output
+    for plot in PLOTS:
+        for extension in ("png", "svg"):
+            name = f"{plot}.{extension}"
+            if name not in MEASURED:
+                assert (copy / name).read_bytes() == (report / name).read_bytes(), name
+
+
+def test_plot_of_a_folder_that_is_no_report(tmp_path):
+    result = CliRunner().invoke(app, ["plot", str(tmp_path)])
+    assert "resolved.yaml" in str(result.exception)
+
+
+def test_list_shows_strategies_histograms_and_presets():
+    result = CliRunner().invoke(app, ["list"])
+    assert result.exit_code == 0, result.output
+    for expected in ("spfhp", "lpfhp", "unpad-exchange", "vts-bucketed", "wikipedia_512", "squad_1_1_384",
+                     "bert-large", "a100", "cs-2"):
+        assert expected in result.output
+
+
+def test_report_folder_module_reads_what_it_wrote(report):
+    scenario, histogram, tables = folder.read_report(report)
+    assert scenario.name == "smoke" and histogram.name == "squad_1_1_384"
+    assert len(tables.scaling) == 7 * 3

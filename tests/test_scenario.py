@@ -1,0 +1,169 @@
+"""Scenario files: defaults, shorthands, and errors that name the file, line, key and allowed values."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from simbench.cli import app
+from simbench.errors import InputError
+from simbench.scenario import load_scenario, load_scenarios, parse_scenarios
+from simbench.sim.plans import all_plan_names
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+FIVE_LINES = """\
+name: mini
+dataset:
+  histogram: squad_1_1_384
+strategies: [none, spfhp, unpad]
+devices: [1, 8]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "scenario.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    with pytest.raises(InputError) as caught:
+        load_scenario(write(tmp_path, text))
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda path: path.name)
+def test_bundled_scenarios_are_valid(path):
+    for scenario in load_scenarios(path):
+        assert scenario.strategies and scenario.devices
+        assert scenario.dataset.load().sequences > 0
+
+
+def test_five_line_scenario_gets_sensible_defaults(tmp_path):
+    scenario = load_scenario(write(tmp_path, FIVE_LINES))
+    assert scenario.model == "bert-large" and scenario.hardware.profile == "a100"
+    assert [spec.label for spec in scenario.strategies] == ["none", "spfhp:3", "unpad"]
+    assert scenario.devices == (1, 8) and scenario.seed == 0 and scenario.batch_size == 32
+    assert set(scenario.outputs.plots) == {"histogram", "packing", "scaling", "gumbel", "timeline", "breakdown"}
+
+
+def test_resolved_yaml_reads_back_to_the_same_scenario(tmp_path):
+    scenario = load_scenario(write(tmp_path, FIVE_LINES), seed=7)
+    again = load_scenario(write(tmp_path, scenario.to_yaml(), "resolved.yaml"))
+    assert again == scenario and again.seed == 7
+
+
+def test_relative_histogram_path_is_resolved_against_the_scenario_folder(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "lengths.csv").write_text("length,count\n1,2\n3,4\n")
+    text = "name: own\ndataset: {histogram: data/lengths.csv, max_length: 8}\nstrategies: [none]\n"
+    scenario = load_scenario(write(tmp_path, text))
+    assert Path(scenario.dataset.histogram) == tmp_path / "data" / "lengths.csv"
+    histogram = scenario.dataset.load()
+    assert histogram.max_length == 8 and histogram.sequences == 6
+
+
+def test_synthetic_histogram_is_deterministic_and_near_its_median():
+    text = ("name: s\ndataset:\n  histogram: {synthetic: lognormal, sequences: 100000, median_length: 30, sigma: 0.5}\n"
+            "  max_length: 128\nstrategies: [vts]\n")
+    first, second = (parse_scenarios(text, source="s.yaml", base_dir=Path("."))[0].dataset.load() for _ in range(2))
+    assert (first.counts == second.counts).all()
+    assert abs(first.sequences - 100000) <= 128
+    median = int((first.counts.cumsum() >= first.sequences / 2).argmax()) + 1
+    assert median in (29, 30, 31)
+
+
+def test_unknown_key_names_line_and_allowed_keys(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES.replace("  histogram: squad_1_1_384\n",
+                                                    "  histogram: squad_1_1_384\n  max_len: 384\n"))
+    assert message.startswith(f"{tmp_path / 'scenario.yaml'}:4: ")
+    assert "unknown key 'max_len'" in message and "histogram, max_length" in message
+
+
+def test_unknown_top_level_key(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES + "step: 10\n")
+    assert ":6: unknown key 'step'" in message and "steps" in message
+
+
+def test_unknown_strategy_lists_the_known_ones(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES.replace("spfhp, unpad", "spfhp, unpadd"))
+    assert ":4: strategies.2.name: unknown strategy 'unpadd'" in message
+    for name in all_plan_names():
+        assert name in message
+
+
+def test_wrong_type_has_line_number(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES + "seed: 0\nsteps: many\n")
+    assert ":7: steps: " in message and "integer" in message
+
+
+def test_error_inside_a_strategy_mapping(tmp_path):
+    text = FIVE_LINES.replace("strategies: [none, spfhp, unpad]",
+                              "strategies:\n  - none\n  - name: spfhp\n    max_depth: 0\n")
+    message = error_of(tmp_path, text)
+    assert ":7: strategies.1.max_depth: " in message
+
+
+def test_plan_parameter_errors_come_from_the_simulator(tmp_path):
+    text = FIVE_LINES.replace("[none, spfhp, unpad]", "[none, {name: vts, window: 4}]")
+    message = error_of(tmp_path, text)
+    assert ":4: strategies.1: " in message and "window" in message
+
+
+def test_unknown_model_lists_presets(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES + "model: bert-huge\n")
+    assert ":6: model: unknown model 'bert-huge'" in message and "bert-large" in message
+
+
+def test_repeated_labels_are_rejected(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES.replace("[none, spfhp, unpad]", "[none, spfhp, {name: spfhp, max_depth: 3}]"))
+    assert "repeated: spfhp:3" in message
+
+
+def test_bad_plot_name_lists_allowed_values(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES + "outputs:\n  plots: [scaling, pie]\n")
+    assert ":7: outputs.plots.1: " in message and "'histogram'" in message and "'breakdown'" in message
+
+
+def test_yaml_syntax_error_has_line(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES + "devices: [1, 2\n")
+    assert "scenario.yaml:7: not valid YAML" in message
+
+
+def test_several_scenarios_in_one_file(tmp_path):
+    path = write(tmp_path, FIVE_LINES + "---\n" + FIVE_LINES.replace("name: mini", "name: other"))
+    assert [scenario.name for scenario in load_scenarios(path)] == ["mini", "other"]
+    with pytest.raises(InputError, match="expected one scenario, found 2"):
+        load_scenario(path)
+    second_document_error = FIVE_LINES + "---\n" + FIVE_LINES.replace("devices: [1, 8]", "devices: [0]")
+    with pytest.raises(InputError, match=r"scenario.yaml:11: devices.0: "):
+        load_scenarios(write(tmp_path, second_document_error))
+
+
+def test_validate_command_prints_one_line_without_traceback(tmp_path):
+    path = write(tmp_path, FIVE_LINES.replace("spfhp, unpad", "spfhp, bogus"))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert isinstance(result.exception, InputError)
+    assert "unknown strategy 'bogus'" in str(result.exception)
+    good = CliRunner().invoke(app, ["validate", str(write(tmp_path, FIVE_LINES, "good.yaml"))])
+    assert good.exit_code == 0 and "valid scenario 'mini'" in good.output
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.one_of(st.integers(-5, 10_000), st.text(max_size=5), st.floats(allow_nan=False), st.none()),
+       extra=st.dictionaries(st.sampled_from(["stepz", "seed", "devices", "batch_size"]),
+                             st.one_of(st.integers(-3, 64), st.text(max_size=3)), max_size=2))
+def test_parser_either_accepts_or_names_the_line(steps, extra):
+    """Whatever the values, the loader returns a scenario or raises an InputError with a line number."""
+    data = yaml.safe_load(FIVE_LINES) | {"steps": steps} | extra
+    text = yaml.safe_dump(data, sort_keys=False)
+    try:
+        scenario = parse_scenarios(text, source="p.yaml", base_dir=Path("."))[0]
+    except InputError as error:
+        assert error.source == "p.yaml" and error.line is not None and 1 <= error.line <= text.count("\n") + 1
+    else:
+        # Lax numbers as pydantic reads them: 12, 12.0 and "12" all mean 12 steps; nothing else passes.
+        assert steps is not None and float(steps) == scenario.steps >= 1
