@@ -29,6 +29,8 @@ def run_simpy(device_seconds: np.ndarray, allreduce_seconds: float, prepare_seco
     ended = [env.event() for _ in range(steps)]
     finish = np.zeros((steps, devices))
     start, end = np.zeros(steps), np.zeros(steps)
+    exchanging = exchange is not Exchange.NONE and prepare_seconds is not None
+    ready = [env.event() for _ in range(steps)] if exchanging else None
 
     def device(index: int):
         pipeline = None
@@ -62,9 +64,7 @@ def run_simpy(device_seconds: np.ndarray, allreduce_seconds: float, prepare_seco
             end[step] = env.now
             ended[step].succeed()
 
-    ready = None
-    if exchange is not Exchange.NONE and prepare_seconds is not None:
-        ready = [env.event() for _ in range(steps)]
+    if exchanging:
         env.process(host())
     for index in range(devices):
         env.process(device(index))
