@@ -5,6 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simbench.costmodels.gumbel import (PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup,
+                                       single_device_from_cluster)
 from simbench.sim.engine import run_simpy
 from simbench.sim.linear import LinearCostModel
 from simbench.sim.montecarlo import aggregate_by_cluster_size, step_timeline
@@ -77,3 +79,25 @@ def test_step_times_never_shrink_when_devices_get_slower(exchange):
     base = step_timeline(slowest, slowest, 0.1, prepare, exchange)
     slower = step_timeline(slowest + rng.uniform(0, 0.5, size=20), slowest, 0.1, prepare, exchange)
     assert np.all(slower.end_seconds >= base.end_seconds - 1e-12)
+
+
+def test_gumbel_stragglers_reproduce_the_papers_cluster_speedups_in_both_engines():
+    """Per-device speed-ups from the single-device Gumbel behind the paper's 8-GPU fit; a step runs at
+    its slowest device, so the cluster's speed-up is the minimum of n draws (~2.12, 1.90, 1.51, 1.28)."""
+    single = single_device_from_cluster(PAPER_LOCATION, PAPER_SCALE, PAPER_DEVICES)
+    steps, largest = 2000, 2048
+    speedups = np.random.default_rng(8).gumbel(single.location, single.scale, size=(steps, largest))
+    padded_step_seconds = 1.0
+    device_seconds = padded_step_seconds / speedups
+    zeros = np.zeros_like(device_seconds)
+    costs = DeviceCosts(device_seconds, zeros, zeros, zeros, zeros, zeros)
+    for devices, aggregate in aggregate_by_cluster_size(costs, [1, 2, 32, 2048]).items():
+        timeline = step_timeline(aggregate.slowest_device_seconds, aggregate.mean_device_seconds, 0.0, None,
+                                 Exchange.NONE)
+        step_speedups = padded_step_seconds / timeline.step_seconds
+        expected = expected_min_speedup(single.location, single.scale, devices)
+        assert abs(step_speedups.mean() - expected) < 4 * step_speedups.std() / np.sqrt(steps), devices
+    simulated = run_simpy(device_seconds[:300, :32], 0.0)
+    computed = step_timeline(device_seconds[:300, :32].max(axis=1), device_seconds[:300, :32].mean(axis=1), 0.0,
+                             None, Exchange.NONE)
+    assert np.allclose(simulated.end_seconds, computed.end_seconds)
