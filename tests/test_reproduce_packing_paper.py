@@ -1,0 +1,109 @@
+"""Reproduction of Krell et al., arXiv 2107.02027: Table 1 (Wikipedia 512) and Table 5 (SQuAD 384).
+
+Figures from shared/reference/PUBLISHED.md; the paper prints Table 1 to 0.1 percentage points.
+"""
+
+import pytest
+
+from simbench.strategies import PackOptions, get_strategy
+from simbench.strategies.nnlshp import pack_nnlshp_counts
+from simbench.strategies.packing import Packing
+
+TABLE_1_POINTS = 0.1  # percentage points: Table 1 prints one decimal
+
+
+def percent(packing):
+    return 100 * packing.efficiency
+
+
+@pytest.mark.parametrize("max_depth, efficiency_percent, packing_factor", [
+    (2, 80.5, 1.61), (3, 89.4, 1.79), (4, 93.9, 1.88), (8, 98.9, 1.98), (None, 99.6, 1.99),
+])
+def test_table_1_spfhp(wikipedia, max_depth, efficiency_percent, packing_factor):
+    packing = get_strategy("spfhp")(wikipedia, 512, max_depth)
+    assert percent(packing) == pytest.approx(efficiency_percent, abs=TABLE_1_POINTS)
+    assert packing.packing_factor == pytest.approx(packing_factor, abs=0.005)
+
+
+def test_table_1_spfhp_without_depth_limit_uses_16_sequences(wikipedia):
+    assert get_strategy("spfhp")(wikipedia, 512, None).depth_used == 16
+
+
+def test_table_1_none_is_half_padding(wikipedia):
+    packing = get_strategy("none")(wikipedia, 512, None)
+    assert percent(packing) == pytest.approx(50.0, abs=TABLE_1_POINTS)
+    assert packing.packing_factor == 1.0
+
+
+def test_table_1_sort(wikipedia):
+    # Sorting 16.3M sequences and cutting batches of 32 leaves almost no padding: simbench
+    # measures 99.9998 %, the paper prints 99.9 (it gives no batch size; every batch size from
+    # 1 to 4096 tried stays above 99.97 %), so the match holds within the printed precision.
+    packing = get_strategy("sort")(wikipedia, 512, None, PackOptions(batch_size=32))
+    assert percent(packing) == pytest.approx(99.9, abs=TABLE_1_POINTS)
+    assert percent(packing) >= 99.9
+
+
+def test_table_1_greedy(wikipedia):
+    # Paper: 78.24 % (std 0.005) for next fit over the shuffled dataset, packing factor ~1.6.
+    # simbench with seed 0: 78.247 %, packing factor 1.566, up to 10 sequences per pack.
+    packing = get_strategy("greedy")(wikipedia, 512, None, PackOptions(seed=0))
+    assert percent(packing) == pytest.approx(78.24, abs=TABLE_1_POINTS)
+    assert packing.packing_factor == pytest.approx(1.6, abs=0.05)
+    assert packing.depth_used == pytest.approx(10, abs=2)
+
+
+def test_table_1_nnlshp_depth_3(wikipedia):
+    # Paper: 99.7 %, packing factor 2.00. simbench: 99.79 % with its leftovers packed by spfhp
+    # (99.746 % with the paper's one-pack-per-leftover rule). The paper's first pass left 56,799
+    # sequences (0.35 %) unpacked with 634 strategies; simbench's exact Lawson-Hanson fit leaves
+    # about 7,900 (0.05 %) with about 510 strategies. Three solvers (simbench's, SciPy 1.11's
+    # Fortran NNLS and SciPy 1.17's) agree on these to within ten sequences, so the paper's count
+    # most likely comes from a looser, early-stopped fit; it is not reproduced.
+    packing = get_strategy("nnlshp")(wikipedia, 512, 3)
+    assert percent(packing) == pytest.approx(99.7, abs=TABLE_1_POINTS)
+    assert packing.packing_factor == pytest.approx(2.00, abs=0.005)
+    assert packing.depth_used == 3
+    assert 0 < packing.details["sequences_left_over"] < 56_799
+
+
+def test_graphcore_readme_lpfhp(wikipedia):
+    # Graphcore's packedBERT README: LPFHP (best fit, longest pack first) 99.81 %; simbench 99.823 %.
+    assert percent(get_strategy("lpfhp")(wikipedia, 512, None)) == pytest.approx(99.81, abs=TABLE_1_POINTS)
+
+
+@pytest.mark.parametrize("strategy, max_depth, strategies_used, packs, tokens, padding_tokens, efficiency, factor", [
+    ("none", None, 348, 88641, 34038144, 18788665, 44.801, 1.000),
+    ("spfhp", 2, 348, 45335, 17408640, 2159161, 87.597, 1.955),
+    ("spfhp", 3, 344, 40711, 15633024, 383545, 97.547, 2.177),
+    ("spfhp", None, 344, 40711, 15633024, 383545, 97.547, 2.177),
+])
+def test_table_5_exactly(squad, strategy, max_depth, strategies_used, packs, tokens, padding_tokens,
+                         efficiency, factor):
+    packing = get_strategy(strategy)(squad, 384, max_depth)
+    assert packing.strategies_used == strategies_used
+    assert packing.packs_total == packs
+    assert packing.tokens == tokens
+    assert packing.padding_tokens == padding_tokens
+    assert round(percent(packing), 3) == efficiency
+    assert round(packing.packing_factor, 3) == factor
+
+
+def test_table_5_nnlshp_with_the_papers_leftover_rule(squad):
+    # Paper: 40,808 packs, 97.310 %, 398 strategies. With the paper's rule (each leftover gets
+    # its own pack) simbench gets 40,783 packs, 97.374 %: within 0.1 points and 0.1 % of the
+    # packs, not exact. The rounded NNLS solution is not unique: SciPy 1.11's Fortran NNLS gives
+    # 40,782 packs and SciPy 1.17's 40,778 on the same matrix, so the last few dozen packs depend
+    # on which optimal vertex the solver lands on.
+    rows, repeats, _ = pack_nnlshp_counts(squad.counts, 384, 3, leftovers="single")
+    packing = Packing.from_rows("nnlshp", 384, 3, rows, repeats)
+    assert packing.placed_histogram().counts.tolist() == squad.counts.tolist()
+    assert percent(packing) == pytest.approx(97.310, abs=0.1)
+    assert packing.packs_total == pytest.approx(40808, rel=1e-3)
+
+
+def test_table_5_nnlshp_registered_beats_the_paper(squad):
+    # Packing the leftovers with spfhp instead of one pack each: 40,557 packs, 97.92 %.
+    packing = get_strategy("nnlshp")(squad, 384, 3)
+    assert packing.packs_total < 40808
+    assert percent(packing) > 97.310
