@@ -59,13 +59,6 @@ def unpadded_batches(lengths: np.ndarray) -> BatchSet:
     return BatchSet(flat, rows, flat, rows // batch_size, flat.size // batch_size)
 
 
-def padded_batches(lengths: np.ndarray, slots: int) -> BatchSet:
-    """Each sequence its own row of `slots` token slots (padding every sequence to one length)."""
-    batch = unpadded_batches(lengths)
-    return BatchSet(batch.sequence_lengths, batch.sequence_row, np.full_like(batch.row_slots, slots),
-                    batch.row_batch, batch.batches)
-
-
 class PackSampler:
     """Draws rows of a packing in proportion to their repeats (the packed dataset, shuffled)."""
 

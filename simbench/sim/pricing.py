@@ -27,10 +27,6 @@ class DeviceCosts:
     def total_seconds(self) -> np.ndarray:
         return self.compute_seconds + self.padding_seconds + self.overhead_seconds + self.stall_seconds
 
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.compute_seconds.shape
-
     def first_devices(self, devices: int) -> DeviceCosts:
         """The costs of devices 0..devices-1: a smaller cluster sees the same batches (common random numbers)."""
         return DeviceCosts(*(array[:, :devices] for array in self._arrays()))

@@ -107,14 +107,11 @@ def _rng(plan: ExecutionPlan, seed: int, purpose: int = 0) -> np.random.Generato
 
 
 def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
-    steps, batch_size, cost_model = settings.steps, settings.batch_size, settings.cost_model
+    """Draw and price the plan's batches chunk by chunk, keep per-step aggregates, then time every cluster."""
     largest = devices[-1]
-    rng, shuffle_rng = _rng(plan, settings.seed), _rng(plan, settings.seed, purpose=1)
+    source = _BatchSource(plan, packing, settings)
     simpy_sizes = [size for size in devices if _use_simpy(plan, size, settings)]
-    sampler, sequence_sampler = None, SequenceSampler(settings.histogram)
-    if packing is not None:
-        sampler = SortedBatchSampler(packing) if packing.strategy == "sort" else PackSampler(packing)
-    chunk_steps = max(1, ROWS_PER_CHUNK // (largest * batch_size))
+    chunk_steps = max(1, ROWS_PER_CHUNK // (largest * settings.batch_size))
     if plan.bucket_window:
         chunk_steps = max(1, chunk_steps // plan.bucket_window) * plan.bucket_window
     aggregate_chunks: dict[int, list[StepAggregates]] = {size: [] for size in devices}
@@ -122,28 +119,21 @@ def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
     simpy_lengths: list[np.ndarray] = []
     samples: list[np.ndarray] = []
     timeline = None
-    for first_step in range(0, steps, chunk_steps):
-        chunk = min(chunk_steps, steps - first_step)
-        if sampler is not None:
-            batches = sampler.batches(rng, chunk * largest, batch_size)
-            by_size = {largest: price_batches(cost_model, batches, plan.mode, chunk, largest)}
-        else:
-            lengths = sequence_sampler.lengths_of(rng, (chunk, largest, batch_size))
-            if plan.bucket_window:
-                lengths = vts.bucket_by_length(lengths, plan.bucket_window, shuffle_rng)
-            by_size = _price_sequences(plan, lengths, devices, settings)
-            if plan.kind is PlanKind.VTS:
-                if timeline is None:
-                    timeline = vts.pipeline_timeline(vts.stage_seconds(cost_model, lengths[0, 0], plan.stages),
-                                                     lengths[0, 0])
-                if simpy_sizes:
-                    simpy_lengths.append(lengths[:, :max(simpy_sizes)])
+    for first_step in range(0, settings.steps, chunk_steps):
+        by_size, lengths = source.chunk(min(chunk_steps, settings.steps - first_step), devices)
         for size, costs in by_size.items():
             sizes = devices if size == largest and plan.exchange is Exchange.NONE else [size]
             for cluster, aggregates in aggregate_by_cluster_size(costs, sizes).items():
                 aggregate_chunks[cluster].append(aggregates)
         for size in simpy_sizes:
             simpy_chunks[size].append(by_size.get(size, by_size[largest]).first_devices(size))
+        if plan.kind is PlanKind.VTS:
+            if timeline is None:
+                first_batch = lengths[0, 0]
+                timeline = vts.pipeline_timeline(vts.stage_seconds(settings.cost_model, first_batch, plan.stages),
+                                                 first_batch)
+            if simpy_sizes:
+                simpy_lengths.append(lengths[:, :max(simpy_sizes)])
         if plan.exchange is Exchange.NONE and sum(map(np.size, samples)) < LATENCY_SAMPLES_MAX:
             samples.append(by_size[largest].total_seconds.ravel())
     runs = []
@@ -154,6 +144,29 @@ def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
             progress(1)
     latency = np.concatenate(samples)[:LATENCY_SAMPLES_MAX] if samples else None
     return runs, latency, timeline
+
+
+class _BatchSource:
+    """A plan's stream of batches: packs of its packing, or sequences drawn from the histogram."""
+
+    def __init__(self, plan: ExecutionPlan, packing: Packing | None, settings: _Settings):
+        self.plan, self.settings = plan, settings
+        self.rng, self.shuffle_rng = _rng(plan, settings.seed), _rng(plan, settings.seed, purpose=1)
+        self.pack_sampler = None
+        if packing is not None:
+            self.pack_sampler = SortedBatchSampler(packing) if packing.strategy == "sort" else PackSampler(packing)
+        self.sequence_sampler = SequenceSampler(settings.histogram)
+
+    def chunk(self, steps: int, devices: list[int]) -> tuple[dict[int, DeviceCosts], np.ndarray | None]:
+        """Costs of the next `steps` steps by cluster size, and the sequence lengths drawn (None for packs)."""
+        plan, settings, largest = self.plan, self.settings, devices[-1]
+        if self.pack_sampler is not None:
+            batches = self.pack_sampler.batches(self.rng, steps * largest, settings.batch_size)
+            return {largest: price_batches(settings.cost_model, batches, plan.mode, steps, largest)}, None
+        lengths = self.sequence_sampler.lengths_of(self.rng, (steps, largest, settings.batch_size))
+        if plan.bucket_window:
+            lengths = vts.bucket_by_length(lengths, plan.bucket_window, self.shuffle_rng)
+        return _price_sequences(plan, lengths, devices, settings), lengths
 
 
 def _price_sequences(plan: ExecutionPlan, lengths: np.ndarray, devices: list[int], settings: _Settings):
