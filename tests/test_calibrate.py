@@ -69,3 +69,18 @@ def test_cuda_is_refused_clearly_when_torch_sees_no_gpu(tmp_path):
     result = runner.invoke(app, ["calibrate", "--quick", "--device", "cuda", "-o", str(tmp_path / "p.yaml")])
     assert isinstance(result.exception, InputError)
     assert "no CUDA device" in str(result.exception)
+
+
+def test_load_adjustment_removes_a_slowdown_shared_by_a_whole_round_and_ignores_a_spike():
+    pytest.importorskip("torch")
+    from simbench.calibrate.timing import StepTiming, load_adjusted
+
+    base_seconds = np.array([0.01, 0.05, 0.2, 0.03])
+    round_factors = np.array([1.0, 2.5, 1.0, 0.9, 1.6])  # another process ran during rounds 2 and 5
+    samples = base_seconds[:, None] * round_factors[None, :]
+    samples[1, 3] *= 4  # a one-step spike
+    adjusted = load_adjusted([StepTiming(tuple(row)) for row in samples])
+    np.testing.assert_allclose(adjusted.seconds, base_seconds * 1.0, rtol=1e-9)
+    np.testing.assert_allclose(adjusted.round_factors, round_factors, rtol=1e-9)
+    plain_medians = np.median(samples, axis=1)
+    assert not np.allclose(plain_medians / plain_medians[0], base_seconds / base_seconds[0], rtol=0.05)

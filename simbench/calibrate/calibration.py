@@ -16,7 +16,7 @@ from simbench.calibrate.batches import TorchBatch, batch_for_layout
 from simbench.calibrate.encoder import EncoderShape
 from simbench.calibrate.fit import ProfileFit, TimedLayout, fit_profile
 from simbench.calibrate.layout import BatchLayout
-from simbench.calibrate.timing import (StepTiming, build_trainer, device_description, time_batches,
+from simbench.calibrate.timing import (StepTiming, build_trainer, device_description, load_adjusted, time_batches,
                                        training_precision)
 from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
@@ -56,12 +56,17 @@ class CalibrationSettings:
         if self.max_length > model.max_positions:
             raise InputError(f"max length {self.max_length} exceeds the model's {model.max_positions} positions")
         return EncoderShape(layers=model.layers, hidden=model.hidden, heads=model.heads, intermediate=model.ffn,
-                            vocabulary=min(model.vocab, CALIBRATION_VOCABULARY), max_length=self.max_length)
+                            vocabulary=min(model.vocab, CALIBRATION_VOCABULARY), max_length=model.max_positions)
 
 
-def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator) -> list[BatchLayout]:
+def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator,
+                        longest: int | None = None) -> list[BatchLayout]:
     """Padded rows at several lengths and batch sizes, packs of several depths, and un-padded
-    batches with one, a few or many length groups (so the per-group cost is measured, not assumed)."""
+    batches with one, a few or many length groups (so the per-group cost is measured, not assumed).
+
+    A few rows up to `longest` tokens (the model's positions) make attention a large share of the
+    step, which pins down its rate; at max_length alone it is too small a share to fit.
+    """
     row_counts = (2, 6) if quick else (4, 16)
     lengths = (max_length // 4, max_length // 2, max_length) if quick else tuple(
         max_length * quarter // 4 for quarter in (1, 2, 3, 4))
@@ -71,6 +76,10 @@ def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator) 
             layouts.append(BatchLayout.padded(rng.integers(1, row_length + 1, size=rows), row_length))
         for depth in ((2, 6) if quick else (2, 4, 8)):
             layouts.append(BatchLayout.packed([_random_pack(max_length, depth, rng) for _ in range(rows)], max_length))
+    for row_length in (2 * max_length,) if quick else (2 * max_length, 4 * max_length):
+        for rows in (1,) if quick else (1, 2):
+            if row_length <= (longest or max_length):
+                layouts.append(BatchLayout.padded(rng.integers(row_length // 2, row_length + 1, size=rows), row_length))
     for sequences in ((4, 12) if quick else (4, 16, 32)):
         for groups in sorted({1, max(1, sequences // 4), sequences}):
             layouts.append(BatchLayout.unpadded(_lengths_in_groups(sequences, groups, max_length, rng)))
@@ -81,7 +90,7 @@ def prepare_calibration(settings: CalibrationSettings) -> tuple[list[BatchLayout
     """The calibration batches, as layouts (for the fit) and as torch batches (to time)."""
     rng = np.random.default_rng(settings.seed)
     vocabulary = settings.encoder_shape().vocabulary
-    layouts = calibration_layouts(settings.max_length, settings.quick, rng)
+    layouts = calibration_layouts(settings.max_length, settings.quick, rng, settings.model.max_positions)
     return layouts, [batch_for_layout(layout, vocabulary, rng, settings.attention) for layout in layouts]
 
 
@@ -95,12 +104,18 @@ def run_calibration(settings: CalibrationSettings, progress: Callable[[], None] 
     return fit_calibration(settings, layouts, timings)
 
 
-def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout],
-                    timings: list[StepTiming]) -> ProfileFit:
-    """The profile fitted to the timings of the calibration batches, recording those timings."""
+def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout], timings: list[StepTiming],
+                    adjusted_seconds: np.ndarray | None = None) -> ProfileFit:
+    """The profile fitted to the load-adjusted timings of the calibration batches, recording them.
+
+    `adjusted_seconds` come from timing them among other batches; by default the load is
+    factored out of these timings alone.
+    """
     shape = settings.encoder_shape()
-    timed = [TimedLayout(layout, timing.median_seconds, timing.spread_fraction)
-             for layout, timing in zip(layouts, timings)]
+    if adjusted_seconds is None:
+        adjusted_seconds = load_adjusted(timings).seconds
+    timed = [TimedLayout(layout, float(seconds), timing.spread_fraction)
+             for layout, timing, seconds in zip(layouts, timings, adjusted_seconds)]
     machine = device_description(settings.device)
     record = {
         **machine,
@@ -115,8 +130,8 @@ def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout],
         "precision": training_precision(settings.device),
         "timings": [{"kind": layout.kind, "mode": layout.mode.value, "rows": [list(row) for row in layout.rows],
                      "row_slots": list(layout.row_slots), "samples_seconds": list(timing.samples_seconds),
-                     "median_seconds": timing.median_seconds}
-                    for layout, timing in zip(layouts, timings)],
+                     "median_seconds": timing.median_seconds, "load_adjusted_seconds": float(seconds)}
+                    for layout, timing, seconds in zip(layouts, timings, adjusted_seconds)],
     }
     base = {
         "name": f"calibrated {machine['device_name']}",
@@ -130,7 +145,8 @@ def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout],
 
 def calibration_steps(settings: CalibrationSettings) -> int:
     """Training steps a run takes, for a progress bar."""
-    layouts = calibration_layouts(settings.max_length, settings.quick, np.random.default_rng(settings.seed))
+    layouts = calibration_layouts(settings.max_length, settings.quick, np.random.default_rng(settings.seed),
+                                  settings.model.max_positions)
     return len(layouts) * (settings.warmup + settings.repeats)
 
 

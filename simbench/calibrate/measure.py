@@ -16,7 +16,7 @@ from simbench.calibrate.calibration import CALIBRATION_VOCABULARY, default_unpad
 from simbench.calibrate.encoder import EncoderShape
 from simbench.calibrate.fit import step_seconds_by_term
 from simbench.calibrate.layout import BatchLayout
-from simbench.calibrate.timing import StepTiming, build_trainer, time_batches
+from simbench.calibrate.timing import StepTiming, build_trainer, load_adjusted, time_batches
 from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile
 from simbench.costmodels.model import ModelSpec
@@ -97,12 +97,14 @@ class MeasuredSteps:
 
 def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSettings,
                     progress: Callable[[], None] = lambda: None,
-                    calibration_batches: Sequence[TorchBatch] = ()) -> tuple[MeasuredSteps, list[StepTiming]]:
+                    calibration_batches: Sequence[TorchBatch] = ()
+                    ) -> tuple[MeasuredSteps, list[StepTiming], np.ndarray]:
     """Time every strategy's batches, all in each round in a random order, so that noise from other
     processes hits every strategy alike.
 
     `calibration_batches` are timed in the same rounds, so that a profile fitted to them saw the
-    same machine load as the measured steps (on a shared machine the load drifts within minutes).
+    same machine load as the measured steps (on a shared machine the load drifts within minutes);
+    their raw timings and load-adjusted seconds come back alongside.
     """
     torch.set_num_threads(settings.threads)
     shape = measure_encoder_shape(settings)
@@ -117,11 +119,13 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     interleaved = [batches[name][step] for step in range(settings.steps) for name in names]
     timings = time_batches(trainer, interleaved + list(calibration_batches), warmup=0, repeats=settings.repeats,
                            progress=progress, order_rng=np.random.default_rng(settings.seed + 2))
-    seconds = {name: np.array([timings[step * len(names) + index].median_seconds for step in range(settings.steps)])
+    # Load factored out over all timed batches, the calibration ones included, on one common scale.
+    adjusted = load_adjusted(timings).seconds
+    seconds = {name: np.array([adjusted[step * len(names) + index] for step in range(settings.steps)])
                for index, name in enumerate(names)}
     spreads = {name: np.array([timings[step * len(names) + index].spread_fraction for step in range(settings.steps)])
                for index, name in enumerate(names)}
-    return MeasuredSteps(layouts, seconds, spreads), timings[len(interleaved):]
+    return MeasuredSteps(layouts, seconds, spreads), timings[len(interleaved):], adjusted[len(interleaved):]
 
 
 def measure_steps(settings: MeasureSettings, strategies: int, calibration_batches: int) -> int:
@@ -133,7 +137,7 @@ def measure_steps(settings: MeasureSettings, strategies: int, calibration_batche
 def measure_encoder_shape(settings: MeasureSettings) -> EncoderShape:
     model = settings.model
     return EncoderShape(layers=model.layers, hidden=model.hidden, heads=model.heads, intermediate=model.ffn,
-                        vocabulary=min(model.vocab, CALIBRATION_VOCABULARY), max_length=settings.max_length)
+                        vocabulary=min(model.vocab, CALIBRATION_VOCABULARY), max_length=model.max_positions)
 
 
 def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile) -> pd.DataFrame:

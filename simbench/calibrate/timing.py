@@ -5,9 +5,11 @@ Repeats are interleaved across batches so that noise from other processes hits e
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -59,6 +61,32 @@ class StepTiming:
         return float((high - low) / self.median_seconds)
 
 
+@dataclass(frozen=True)
+class LoadAdjustedTimings:
+    """Per-batch step seconds with the machine's round-to-round load factored out."""
+
+    seconds: np.ndarray  # (batches,) at the median round's load
+    round_factors: np.ndarray  # (rounds,) how much slower each round ran than the median round
+
+
+def load_adjusted(timings: Sequence[StepTiming], sweeps: int = 10) -> LoadAdjustedTimings:
+    """Split log step times into a batch effect plus a round effect (median polish).
+
+    Every round times every batch, so when other processes slow the machine down for a while, all
+    batches of the rounds in that while are slower by about the same factor; the polish removes
+    that factor, and its medians shrug off single-step spikes. Seconds are given at the load of
+    the median round (all factors are 1 on a quiet machine).
+    """
+    log_seconds = np.log(np.array([timing.samples_seconds for timing in timings]))
+    batch_effect = np.median(log_seconds, axis=1)
+    round_effect = np.zeros(log_seconds.shape[1])
+    for _ in range(sweeps):
+        round_effect = np.median(log_seconds - batch_effect[:, None], axis=0)
+        round_effect -= np.median(round_effect)
+        batch_effect = np.median(log_seconds - round_effect[None, :], axis=1)
+    return LoadAdjustedTimings(np.exp(batch_effect), np.exp(round_effect))
+
+
 def build_trainer(shape: EncoderShape, device: torch.device | str, seed: int) -> Trainer:
     """A freshly initialised encoder (seeded) with AdamW, on `device`."""
     device = torch.device(device)
@@ -95,18 +123,22 @@ def time_batches(trainer: Trainer, batches: Sequence[TorchBatch], warmup: int, r
 def device_description(device: torch.device | str) -> dict:
     """What the profile records about the machine the timings came from."""
     device = torch.device(device)
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    else:
-        import platform
-
-        name = platform.processor() or platform.machine()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
     return {"device": device.type, "device_name": name, "torch_version": str(torch.__version__),
             "threads": torch.get_num_threads()}
 
 
 def training_precision(device: torch.device | str) -> str:
     return "bfloat16 autocast" if torch.device(device).type == "cuda" else "float32"
+
+
+def _cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or platform.machine()
 
 
 def _synchronize(device: torch.device) -> None:

@@ -112,9 +112,12 @@ def measure(
         calibration_layouts, calibration_batches = prepare_calibration(calibration)
     with _progress() as progress:
         task = progress.add_task("timing", total=measure_steps(settings, len(layouts), len(calibration_batches)))
-        measured, calibration_timings = time_strategies(layouts, settings, lambda: progress.advance(task),
-                                                        calibration_batches)
-    calibrated = fit_calibration(calibration, calibration_layouts, calibration_timings).profile if calibration else None
+        measured, calibration_timings, calibration_seconds = time_strategies(
+            layouts, settings, lambda: progress.advance(task), calibration_batches)
+    calibrated = None
+    if calibration is not None:
+        calibrated = fit_calibration(calibration, calibration_layouts, calibration_timings,
+                                     calibration_seconds).profile
     profile = calibrated or given_profile
     table = compare(measured, spec, profile)
     output_dir = output_dir or Path(f"measure-{histogram.name}")
