@@ -1,1 +1,4 @@
-"""The simulator: per-device batches, SimPy processes and vectorized Monte Carlo."""
+"""The simulator: per-device batches, SimPy processes and vectorized Monte Carlo.
+
+Entry point: `simbench.sim.simulate.simulate(histogram, plans, devices, cost_model, ...)`.
+"""

@@ -20,7 +20,7 @@ from simbench.sim.batching import PackSampler, SequenceSampler, SortedBatchSampl
 from simbench.sim.engine import run_simpy
 from simbench.sim.exchange import ExchangeCosts, deal_sorted
 from simbench.sim.montecarlo import StepAggregates, aggregate_by_cluster_size, step_timeline
-from simbench.sim.plans import ExecutionPlan, Exchange, PlanKind, parse_plan, with_reference
+from simbench.sim.plans import ExecutionPlan, Exchange, PlanKind, parse_plans, with_reference
 from simbench.sim.pricing import DeviceCosts, price_batches
 from simbench.sim.results import PlanRun, SimulationResult, summarize
 from simbench.strategies import get_strategy
@@ -43,7 +43,9 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     `progress(1)` is called after each (plan, devices) is done: len(with_reference(plans)) * len(devices) calls.
     `packings` (by plan name, e.g. a previous result's `.packings`) are reused instead of packing again.
     """
-    plans = with_reference([parse_plan(plan) if isinstance(plan, str) else plan for plan in plans])
+    named = parse_plans([plan for plan in plans if isinstance(plan, str)])  # expands `all`
+    given = [plan for plan in plans if not isinstance(plan, str)]
+    plans = with_reference(list({plan.name: plan for plan in [*named, *given]}.values()))
     devices = _validate(devices, batch_size, steps, engine)
     settings = _Settings(histogram, cost_model, batch_size, steps, seed, engine, ExchangeCosts.from_cost_model(cost_model))
     packings = dict(packings or {})
