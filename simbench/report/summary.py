@@ -105,7 +105,7 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
         return ""
     one_device = scaling[scaling["devices"] == scaling["devices"].min()].set_index("strategy")["speedup"]
     table = pd.DataFrame({
-        "depth": packing["max_depth"].map(lambda depth: "max" if pd.isna(depth) else str(int(depth))),
+        "depth": packing["bound_depth"].map(lambda depth: "max" if pd.isna(depth) else str(int(depth))),
         "strategy": packing["label"],
         "efficiency %": (100 * packing["efficiency"]).map("{:.1f}".format),
         "packing factor": packing["packing_factor"].map("{:.3f}".format),

@@ -1,0 +1,91 @@
+"""Report pieces on their own: atomic writes, the headline answer, deterministic plots."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simbench.report import plots
+from simbench.report.summary import _headline, _winners_table
+from simbench.report.writer import atomic_directory, atomic_file
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.iterdir())
+
+
+def test_atomic_directory_replaces_the_old_folder(tmp_path):
+    target = tmp_path / "report"
+    target.mkdir()
+    (target / "old.csv").write_text("old")
+    with atomic_directory(target) as staging:
+        (staging / "new.csv").write_text("new")
+        assert listing(target) == ["old.csv"]  # nothing visible until the swap
+    assert listing(target) == ["new.csv"]
+    assert listing(tmp_path) == ["report"]
+
+
+@pytest.mark.parametrize("failure", [ValueError, KeyboardInterrupt])
+def test_atomic_directory_keeps_the_old_folder_on_failure(tmp_path, failure):
+    target = tmp_path / "report"
+    target.mkdir()
+    (target / "old.csv").write_text("old")
+    with pytest.raises(failure):
+        with atomic_directory(target) as staging:
+            (staging / "half.csv").write_text("half")
+            raise failure()
+    assert listing(target) == ["old.csv"] and (target / "old.csv").read_text() == "old"
+    assert listing(tmp_path) == ["report"]
+
+
+def test_atomic_directory_creates_a_missing_target(tmp_path):
+    target = tmp_path / "deep" / "report"
+    with atomic_directory(target) as staging:
+        (staging / "a.csv").write_text("a")
+    assert listing(target) == ["a.csv"]
+
+
+def test_atomic_file_leaves_the_old_file_on_failure(tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_file(path) as temporary:
+            temporary.write_text("half")
+            raise RuntimeError
+    assert path.read_text() == "old" and listing(tmp_path) == ["h.csv"]
+    with atomic_file(path) as temporary:
+        temporary.write_text("new")
+    assert path.read_text() == "new" and listing(tmp_path) == ["h.csv"]
+
+
+def scaling_table(rows: list[tuple[str, int, float]], reference: str = "none") -> pd.DataFrame:
+    return pd.DataFrame([{"strategy": name, "devices": devices, "speedup": speedup, "reference": reference}
+                         for name, devices, speedup in rows])
+
+
+def test_headline_names_the_winner_at_each_end_and_the_crossover():
+    scaling = scaling_table([("none", 1, 1.0), ("packed", 1, 1.90), ("unpad", 1, 2.10),
+                             ("none", 64, 1.0), ("packed", 64, 1.90), ("unpad", 64, 1.50)])
+    headline = _headline(scaling)
+    assert headline.startswith("**Answer:** on 1 device the fastest strategy is **unpad**, 2.100x")
+    assert "On 64 devices it is **packed** at 1.900x, 26.7 % ahead of unpad (1.500x)" in headline
+    assert "The winner changes with scale: unpad from 1 device; packed from 64 devices." in headline
+    table = _winners_table(scaling)
+    assert "| 1 | unpad | 2.100 | packed | 1.900 | 10.5 |" in table
+
+
+def test_headline_ranks_other_baselines_separately():
+    scaling = pd.concat([scaling_table([("none", 1, 1.0), ("spfhp:3", 1, 1.7)]),
+                         scaling_table([("vts", 1, 5.0), ("vts-bucketed", 1, 6.0)], reference="vts-padded")])
+    headline = _headline(scaling)
+    assert "**spfhp:3**, 1.700x the throughput of padding" in headline
+    assert "Against vts-padded instead: on 1 device the fastest strategy is **vts-bucketed**, 6.000x" in headline
+
+
+def test_plots_are_byte_identical_between_draws(tmp_path):
+    scaling = scaling_table([("none", 1, 1.0), ("unpad", 1, 2.0), ("none", 8, 1.0), ("unpad", 8, 1.7)])
+    first = plots.save_figure(plots.scaling_figure(scaling), tmp_path / "a", ("png", "svg"))
+    second = plots.save_figure(plots.scaling_figure(scaling), tmp_path / "b", ("png", "svg"))
+    for one, other in zip(first, second):
+        assert one.read_bytes() == other.read_bytes()
+    assert b"<dc:date>" not in first[1].read_bytes()
