@@ -1,0 +1,110 @@
+"""Recorded packer efficiencies and the check that no packer has fallen below its record.
+
+data/baselines/packer_efficiency.csv: one row per (histogram, strategy, max_depth, seed, batch_size).
+
+    >>> records = load_baseline()
+    >>> spfhp = [record for record in records if record.strategy == "spfhp"]
+    >>> any(comparison.regressed for comparison in compare_with_baseline(spfhp))
+    False
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from simbench.errors import InputError
+from simbench.histogram import load_histogram
+from simbench.strategies import PackOptions, get_strategy
+
+BASELINE_PATH = Path(__file__).resolve().parent.parent.parent / "data" / "baselines" / "packer_efficiency.csv"
+COLUMNS = ["histogram", "strategy", "max_depth", "seed", "batch_size", "efficiency"]
+# Efficiencies are ratios of integers computed the same way every time; anything below the
+# record by more than float noise is a real loss of packed tokens.
+TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class BaselineRecord:
+    """The efficiency (a fraction) one strategy reached on one histogram with these options."""
+
+    histogram: str
+    strategy: str
+    max_depth: int | None
+    seed: int
+    batch_size: int
+    efficiency: float
+
+    @property
+    def options(self) -> PackOptions:
+        return PackOptions(seed=self.seed, batch_size=self.batch_size)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A record and the efficiency its strategy reaches today."""
+
+    record: BaselineRecord
+    measured_efficiency: float
+
+    @property
+    def shortfall(self) -> float:
+        """Efficiency lost since the record (negative when the packer improved)."""
+        return self.record.efficiency - self.measured_efficiency
+
+    @property
+    def regressed(self) -> bool:
+        return self.shortfall > TOLERANCE
+
+
+def load_baseline(path: Path = BASELINE_PATH) -> list[BaselineRecord]:
+    """Read the records; a malformed row is an InputError naming the file and line."""
+    source = str(path)
+    if not Path(path).exists():
+        raise InputError("no such baseline file", source=source)
+    with Path(path).open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    if not rows or [cell.strip() for cell in rows[0]] != COLUMNS:
+        raise InputError(f"expected the header `{','.join(COLUMNS)}`", source=source, line=1)
+    records = []
+    for line, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(COLUMNS):
+            raise InputError(f"expected {len(COLUMNS)} columns, found {len(row)}", source=source, line=line)
+        histogram, strategy, depth, seed, batch_size, efficiency = (cell.strip() for cell in row)
+        try:
+            record = BaselineRecord(histogram, strategy, int(depth) if depth else None, int(seed),
+                                    int(batch_size), float(efficiency))
+        except ValueError as error:
+            raise InputError(f"bad number: {error}", source=source, line=line) from None
+        if not 0.0 < record.efficiency <= 1.0:
+            raise InputError(f"efficiency must be a fraction in (0, 1], found {efficiency}", source=source, line=line)
+        records.append(record)
+    return records
+
+
+def write_baseline(records: Iterable[BaselineRecord], path: Path = BASELINE_PATH) -> None:
+    """Write records in the layout `load_baseline` reads (efficiencies with all their digits)."""
+    lines = [",".join(COLUMNS)]
+    for record in records:
+        depth = "" if record.max_depth is None else str(record.max_depth)
+        lines.append(f"{record.histogram},{record.strategy},{depth},{record.seed},{record.batch_size},"
+                     f"{record.efficiency!r}")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def measure_efficiency(histogram_name: str, strategy: str, max_depth: int | None, options: PackOptions) -> float:
+    """The efficiency the strategy reaches today on a histogram (file path or bundled name)."""
+    histogram = load_histogram(histogram_name)
+    return get_strategy(strategy)(histogram, histogram.max_length, max_depth, options).efficiency
+
+
+def compare_with_baseline(records: Iterable[BaselineRecord]) -> Iterator[Comparison]:
+    """Measure each record's strategy again, yielding each comparison as it finishes."""
+    for record in records:
+        yield Comparison(record, measure_efficiency(record.histogram, record.strategy, record.max_depth,
+                                                    record.options))
