@@ -3,11 +3,15 @@
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
 from simbench.sim.linear import LinearCostModel
+from simbench.sim.plans import ExecutionPlan, PlanKind
 from simbench.sim.results import BREAKDOWN_COLUMNS
 from simbench.sim.simulate import simulate
 
@@ -163,3 +167,43 @@ def test_bad_arguments_raise_input_errors(arguments, fragment):
     devices = call.pop("devices")
     with pytest.raises(InputError, match=fragment):
         simulate(SQUAD, ["unpad"], devices, LINEAR, **call)
+
+
+def test_sorted_batches_cost_the_slowest_devices_longest_sequence_closed_form():
+    """Sorted batching (the `sort` plan's execution): a batch is a run of the length-sorted dataset padded
+    to its longest. With a linear cost a device's time is proportional to that longest length, and a step
+    waits for the device with the longest batch: speed-up = max_length / E[max over devices of longest]."""
+    batch_size, steps = 16, 400
+    sorted_padding = ExecutionPlan("sorted", PlanKind.PACKING, ExecutionMode.SORTED, packer="none", max_depth=1)
+    result = simulate(SQUAD, [sorted_padding], [1, 8], LinearCostModel(seconds_per_token=1e-6),
+                      batch_size=batch_size, steps=steps, seed=4)
+    ordered = SQUAD.expand()
+    whole_batches = ordered.size // batch_size
+    longest = np.sort(ordered[:whole_batches * batch_size].reshape(whole_batches, batch_size).max(axis=1))
+    speedup = result.summary.set_index(["strategy", "devices"])["speedup"]
+    for devices in (1, 8):
+        cdf = np.arange(1, whole_batches + 1) / whole_batches
+        expected_longest = longest @ (cdf**devices - (cdf - 1 / whole_batches) ** devices)
+        # Real tokens per step are estimated from the draws too: allow 2 % for both sampling errors.
+        assert speedup["sorted", devices] == pytest.approx(SQUAD.max_length / expected_longest, rel=0.02), devices
+    assert speedup["sorted", 8] < speedup["sorted", 1]  # sorted batches have stragglers, packs do not
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.sampled_from(["spfhp:2", "unpad", "unpad-exchange", "unpad-exchange-overlap", "vts",
+                                 "vts-bucketed:window=2", "packed-varlen:spfhp"]), min_size=1, max_size=3),
+       st.lists(st.integers(1, 9), min_size=1, max_size=3), st.integers(1, 5), st.integers(1, 6),
+       st.integers(0, 2**16))
+def test_invariants_hold_for_any_small_run(plans, devices, batch_size, steps, seed):
+    arguments = dict(batch_size=batch_size, steps=steps, seed=seed)
+    result = simulate(SQUAD, plans, devices, LINEAR, engine="simpy", **arguments)
+    summary, traces = result.summary, result.traces
+    assert np.allclose(summary[list(BREAKDOWN_COLUMNS)].sum(axis=1), summary["step_seconds_mean"])
+    assert (summary["speedup"] > 0).all() and (summary["tokens_per_s"] > 0).all()
+    assert len(traces) == len(summary) * steps
+    # Each device trains on batch_size rows per step, and a row holds at least one sequence.
+    assert (traces["sequences"] >= batch_size * traces["devices"]).all()
+    assert (traces["step_seconds"] >= traces["slowest_device_seconds"] - 1e-12).all()
+    assert (traces["slowest_device_seconds"] >= traces["mean_device_seconds"] - 1e-12).all()
+    vectorized = simulate(SQUAD, plans, devices, LINEAR, engine="vectorized", **arguments).summary
+    assert np.allclose(summary["step_seconds_mean"], vectorized["step_seconds_mean"])

@@ -58,7 +58,7 @@ class ExecutionPlan:
 
     @property
     def is_reference(self) -> bool:
-        return self.kind is PlanKind.PACKING and self.packer == "none"
+        return self.kind is PlanKind.PACKING and self.packer == "none" and self.mode is ExecutionMode.PADDED
 
 
 REFERENCE_PLAN = ExecutionPlan("none", PlanKind.PACKING, ExecutionMode.PADDED, packer="none", max_depth=1)

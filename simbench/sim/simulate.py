@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from simbench.costmodels.base import ExecutionMode
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.sim import vts
@@ -156,7 +157,8 @@ class _BatchSource:
         self.rng, self.shuffle_rng = _rng(plan, settings.seed), _rng(plan, settings.seed, purpose=1)
         self.pack_sampler = None
         if packing is not None:
-            self.pack_sampler = SortedBatchSampler(packing) if packing.strategy == "sort" else PackSampler(packing)
+            sorted_batches = plan.mode is ExecutionMode.SORTED
+            self.pack_sampler = SortedBatchSampler(packing) if sorted_batches else PackSampler(packing)
         self.sequence_sampler = SequenceSampler(settings.histogram)
 
     def chunk(self, steps: int, devices: list[int]) -> tuple[dict[int, DeviceCosts], np.ndarray | None]:
