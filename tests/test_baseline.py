@@ -1,0 +1,58 @@
+"""Regression check: no packer may fall below its recorded efficiency (data/baselines).
+
+Each record is measured again; the tolerance is 1e-9 on the efficiency fraction.
+"""
+
+import pytest
+
+from simbench.errors import InputError
+from simbench.histogram import bundled_histograms
+from simbench.strategies import available_strategies
+from simbench.strategies.baseline import (BaselineRecord, Comparison, compare_with_baseline, load_baseline,
+                                          write_baseline)
+
+RECORDS = load_baseline()
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: f"{r.histogram}-{r.strategy}-{r.max_depth}")
+def test_packer_reaches_its_record(record):
+    (comparison,) = compare_with_baseline([record])
+    assert not comparison.regressed, (
+        f"{record.strategy} on {record.histogram} at depth {record.max_depth}: "
+        f"{comparison.measured_efficiency!r} < recorded {record.efficiency!r}")
+
+
+def test_every_registered_built_in_strategy_has_records_on_every_bundled_histogram():
+    recorded = {(record.histogram, record.strategy) for record in RECORDS}
+    for histogram in bundled_histograms():
+        for strategy in available_strategies():
+            assert (histogram, strategy) in recorded
+
+
+def test_a_record_above_the_measurement_is_a_regression():
+    record = BaselineRecord("squad_1_1_384", "spfhp", 2, 0, 32, 0.9)
+    assert Comparison(record, 0.9 - 2e-9).regressed
+    assert not Comparison(record, 0.9 - 5e-10).regressed
+    assert not Comparison(record, 0.95).regressed
+    (comparison,) = compare_with_baseline([record])
+    assert comparison.regressed and comparison.shortfall == pytest.approx(0.9 - 0.8759718737362597)
+
+
+def test_records_round_trip(tmp_path):
+    path = tmp_path / "baseline.csv"
+    write_baseline(RECORDS, path)
+    assert load_baseline(path) == RECORDS
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ("histogram,strategy\n", 1, "expected the header"),
+    ("histogram,strategy,max_depth,seed,batch_size,efficiency\nsquad_1_1_384,spfhp,2,0,32\n", 2, "expected 6 columns"),
+    ("histogram,strategy,max_depth,seed,batch_size,efficiency\n\nsquad_1_1_384,spfhp,two,0,32,0.5\n", 3, "bad number"),
+    ("histogram,strategy,max_depth,seed,batch_size,efficiency\nsquad_1_1_384,spfhp,2,0,32,87.6\n", 2, "fraction"),
+])
+def test_bad_baseline_names_file_and_line(tmp_path, text, line, message):
+    path = tmp_path / "baseline.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message) as caught:
+        load_baseline(path)
+    assert (caught.value.source, caught.value.line) == (str(path), line)
