@@ -79,7 +79,8 @@ class PackSampler:
         rows = np.arange(picks.size, dtype=np.int64)
         row_batch = rows // batch_size
         if self.packing.depth_used == 1:
-            return BatchSet(self.flat_lengths[self.row_offsets[picks]], rows, row_slots, row_batch, picks.size // batch_size)
+            lengths = self.flat_lengths[self.row_offsets[picks]]
+            return BatchSet(lengths, rows, row_slots, row_batch, picks.size // batch_size)
         depths = self.depths[picks]
         ends = np.cumsum(depths)
         # Sequence k of the batch set is flat_lengths[k + (its row's offset - its row's first k)].

@@ -48,7 +48,8 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     given = [plan for plan in plans if not isinstance(plan, str)]
     plans = with_reference(list({plan.name: plan for plan in [*named, *given]}.values()))
     devices = _validate(devices, batch_size, steps, engine)
-    settings = _Settings(histogram, cost_model, batch_size, steps, seed, engine, ExchangeCosts.from_cost_model(cost_model))
+    settings = _Settings(histogram, cost_model, batch_size, steps, seed, engine,
+                         ExchangeCosts.from_cost_model(cost_model))
     packings = dict(packings or {})
     runs: list[PlanRun] = []
     latency_samples: dict[str, np.ndarray] = {}
