@@ -162,12 +162,14 @@ class StrategySpec(_Strict):
 class OutputsSpec(_Strict):
     plots: tuple[Literal[PLOTS], ...] = Field(PLOTS, description="plots to draw")
     formats: tuple[Literal["png", "svg"], ...] = Field(("png", "svg"), description="image formats of every plot")
+    lp_bounds: bool = Field(True, description="bound every packing by the LP optimum at its depth (seconds each)")
 
 
 class QuickSpec(_Strict):
     steps: int = Field(5, ge=1, description="simulated steps per strategy and device count under --quick")
     devices: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(
         None, description="device counts under --quick; default: the smallest, a middle one and the largest")
+    lp_bounds: bool = Field(False, description="compute the LP bounds under --quick too")
 
 
 class Scenario(_Strict):
@@ -226,10 +228,12 @@ class Scenario(_Strict):
         return self
 
     def quickened(self) -> Scenario:
-        """The --quick variant: every strategy, fewer steps and device counts."""
+        """The --quick variant: every strategy, fewer steps and device counts, no LP bounds unless asked."""
         devices = self.quick.devices or tuple(sorted({self.devices[0], self.devices[len(self.devices) // 2],
                                                       self.devices[-1]}))
-        return self.model_copy(update={"steps": self.quick.steps, "devices": tuple(sorted(set(devices)))})
+        outputs = self.outputs.model_copy(update={"lp_bounds": self.outputs.lp_bounds and self.quick.lp_bounds})
+        return self.model_copy(update={"steps": self.quick.steps, "devices": tuple(sorted(set(devices))),
+                                       "outputs": outputs})
 
     def to_yaml(self) -> str:
         """The resolved scenario: defaults filled in and paths absolute; `load_scenario` reads it back."""

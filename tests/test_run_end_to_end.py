@@ -27,6 +27,7 @@ strategies:
 devices: [1, 4, 16]
 steps: 50
 seed: 3
+quick: {lp_bounds: true}
 """
 TABLES = ("packing", "scaling", "breakdown", "latency", "gumbel", "extrapolation", "timeline", "timings")
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")

@@ -21,7 +21,7 @@ from simbench.sim.plans import PlanKind, parse_plan, with_reference
 from simbench.sim.results import BREAKDOWN_COLUMNS
 from simbench.sim.simulate import simulate
 from simbench.strategies import available_strategies
-from simbench.strategies.optimal import lp_lower_bound
+from simbench.strategies.optimal import LPBound, lp_lower_bound
 from simbench.strategies.packing import Packing
 
 Progress = Callable[[int], None]
@@ -46,7 +46,7 @@ def build_tables(scenario: Scenario, histogram: LengthHistogram, progress: Progr
     result = simulate(histogram, plans, list(scenario.devices), cost_model, batch_size=scenario.batch_size,
                       steps=scenario.steps, seed=scenario.seed, progress=progress)
     summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
-    packing, timings = _packing_tables(result.packings, labels, histogram, progress)
+    packing, timings = _packing_tables(result.packings, labels, histogram, progress, scenario.outputs.lp_bounds)
     plans_by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(plans)}
     latency, gumbel, extrapolation = _straggler_tables(result.latency_samples, labels, plans_by_label, summary,
                                                        scenario.batch_size)
@@ -62,10 +62,10 @@ def build_tables(scenario: Scenario, histogram: LengthHistogram, progress: Progr
 
 
 def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histogram: LengthHistogram,
-                    progress: Progress) -> tuple[pd.DataFrame, pd.DataFrame]:
+                    progress: Progress, with_bounds: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """packing.csv (deterministic metrics with the LP bound) and timings.csv (measured solve seconds)."""
     strategies = available_strategies()
-    bounds: dict[int | None, object] = {}
+    bounds: dict[int | None, LPBound | None] = {}
     bound_seconds: dict[int | None, float] = {}
     rows, timing_rows = [], []
     for name, packing in packings.items():
@@ -73,15 +73,19 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
         depth = packing.max_depth if strategies[packing.strategy].uses_depth else packing.depth_used
         if depth not in bounds:
             start = time.perf_counter()
-            bounds[depth] = lp_lower_bound(histogram, histogram.max_length, depth)
+            bounds[depth] = lp_lower_bound(histogram, histogram.max_length, depth) if with_bounds else None
             bound_seconds[depth] = time.perf_counter() - start
         progress(1)
-        metrics = packing.metrics(bounds[depth].lower_bound_packs)
+        bound = bounds[depth]
+        metrics = packing.metrics(bound.lower_bound_packs if bound else None)
         label = labels.get(name, name)
         timing_rows.append({"strategy": label, "packer": packing.strategy, "solve_seconds": metrics.pop("seconds"),
-                            "lp_bound_seconds": bound_seconds[depth]})
-        rows.append({"label": label, **metrics, "bound_depth": depth, "lp_bound_value": bounds[depth].value})
-    return pd.DataFrame(rows), pd.DataFrame(timing_rows)
+                            "lp_bound_seconds": bound_seconds[depth] if bound else None})
+        rows.append({"label": label, **metrics, "bound_depth": depth, "lp_bound_value": bound.value if bound else None})
+    packing_columns = ["label", "strategy", "max_depth", "sequences", "packs", "tokens", "padding_tokens", "efficiency",
+                       "packing_factor", "strategies_used", "depth_used", "lower_bound_packs", "gap_to_bound",
+                       "bound_depth", "lp_bound_value"]
+    return pd.DataFrame(rows).reindex(columns=packing_columns), pd.DataFrame(timing_rows)
 
 
 def _straggler_tables(latency_samples: dict[str, np.ndarray], labels: dict[str, str], plans_by_label: dict,

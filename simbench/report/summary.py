@@ -114,10 +114,12 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
         "gap to bound %": packing["gap_to_bound"].map(lambda value: "-" if pd.isna(value) else f"{100 * value:.2f}"),
         "realized speed-up": packing["label"].map(lambda label: f"{one_device[label]:.3f}" if label in one_device else "-"),
     })
+    bound_note = ("LP bound: the certified lower bound on packs at the same depth limit." if
+                  packing["lower_bound_packs"].notna().any() else
+                  "LP bounds were not computed in this run (`outputs.lp_bounds: false`, the --quick default).")
     return ("## Packing (compare Table 1 of the packing paper)\n\n" + _markdown(table) +
-            f"\n\nRealized speed-up: on {_devices(int(scaling['devices'].min()))}, over padding. "
-            "LP bound: the certified lower bound on packs at the same depth limit. Solve times are in "
-            "timings.csv (measured, so they differ from run to run).")
+            f"\n\nRealized speed-up: on {_devices(int(scaling['devices'].min()))}, over padding. {bound_note} "
+            "Solve times are in timings.csv (measured, so they differ from run to run).")
 
 
 def _speedup_table(scaling: pd.DataFrame) -> str:
