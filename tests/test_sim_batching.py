@@ -26,7 +26,7 @@ def test_inverse_cdf_equals_searchsorted_on_the_same_uniforms(weights, seed):
 
 
 def test_packs_are_drawn_in_proportion_to_their_repeats():
-    batches = PackSampler(PACKING).batches(np.random.default_rng(0), 2000, 32)
+    batches = PackSampler(PACKING).batches(np.random.default_rng(0), 200, 10, 32)
     first_length_of_row = np.zeros(batches.row_slots.size, dtype=np.int64)
     np.maximum.at(first_length_of_row, batches.sequence_row, batches.sequence_lengths)
     for row, repeats in zip(PACKING.rows, PACKING.repeats):
@@ -35,7 +35,7 @@ def test_packs_are_drawn_in_proportion_to_their_repeats():
 
 
 def test_pack_batches_keep_every_pack_whole_and_the_batch_set_contract():
-    batches = PackSampler(PACKING).batches(np.random.default_rng(1), 50, 8)
+    batches = PackSampler(PACKING).batches(np.random.default_rng(1), 10, 5, 8)
     assert batches.batches == 50 and batches.row_slots.size == 400
     assert np.all(np.diff(batches.row_batch) >= 0) and np.all(np.diff(batches.sequence_row) >= 0)
     tokens_per_row = np.bincount(batches.sequence_row, weights=batches.sequence_lengths, minlength=400)
@@ -46,9 +46,9 @@ def test_pack_batches_keep_every_pack_whole_and_the_batch_set_contract():
 
 
 def test_drawing_in_chunks_gives_the_same_batches_as_drawing_at_once():
-    whole = PackSampler(PACKING).batches(np.random.default_rng(7), 40, 4)
+    whole = PackSampler(PACKING).batches(np.random.default_rng(7), 20, 2, 4)
     rng = np.random.default_rng(7)
-    parts = [PackSampler(PACKING).batches(rng, 10, 4) for _ in range(4)]
+    parts = [PackSampler(PACKING).batches(rng, 5, 2, 4) for _ in range(4)]
     assert np.array_equal(whole.sequence_lengths, np.concatenate([part.sequence_lengths for part in parts]))
     histogram = LengthHistogram.from_lengths([1, 2, 2, 5, 9, 9, 9], max_length=9)
     sampler, rng = SequenceSampler(histogram), np.random.default_rng(3)
@@ -59,11 +59,15 @@ def test_drawing_in_chunks_gives_the_same_batches_as_drawing_at_once():
 def test_sorted_batches_are_runs_of_the_sorted_dataset_padded_to_their_longest():
     lengths = np.arange(1, 101)
     packing = Packing.from_rows("sort", 100, 1, lengths, np.ones(100, dtype=np.int64))
-    batches = SortedBatchSampler(packing).batches(np.random.default_rng(2), 30, 10)
-    per_batch = batches.sequence_lengths.reshape(30, 10)
-    assert np.all(np.diff(per_batch, axis=1) == 1)  # ten consecutive lengths of the sorted dataset
-    assert np.all(per_batch[:, 0] % 10 == 1)  # aligned with the cuts of the sorted dataset
-    assert np.array_equal(batches.row_slots.reshape(30, 10), np.repeat(per_batch.max(axis=1), 10).reshape(30, 10))
+    steps, devices = 30, 3
+    batches = SortedBatchSampler(packing).batches(np.random.default_rng(2), steps, devices, 10)
+    per_batch = batches.sequence_lengths.reshape(steps, devices, 10)
+    assert np.all(np.diff(per_batch, axis=2) == -1)  # ten consecutive lengths of the sorted dataset
+    assert np.all(per_batch[..., 0] % 10 == 0)  # aligned with the cuts of the sorted dataset, longest first
+    # A step's devices take consecutive batches (wrapping around from the shortest to the longest).
+    assert np.all((per_batch[:, :-1, 0] - per_batch[:, 1:, 0]) % 100 == 10)
+    assert np.array_equal(batches.row_slots.reshape(steps, devices, 10),
+                          np.repeat(per_batch.max(axis=2), 10).reshape(steps, devices, 10))
 
 
 def test_unpadded_batches_have_no_padding():

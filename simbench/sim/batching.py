@@ -71,8 +71,9 @@ class PackSampler:
         self.flat_lengths = packing.rows[nonzero]
         self.row_offsets = np.cumsum(self.depths) - self.depths
 
-    def batches(self, rng: np.random.Generator, batches: int, batch_size: int) -> BatchSet:
-        picks = self.inverse_cdf.sample(rng, batches * batch_size)
+    def batches(self, rng: np.random.Generator, steps: int, devices: int, batch_size: int) -> BatchSet:
+        """Batches of `steps` x `devices` (step-major), `batch_size` packs each."""
+        picks = self.inverse_cdf.sample(rng, steps * devices * batch_size)
         return self._batch_set(picks, self.packing.slot_lengths[picks].astype(np.int64), batch_size)
 
     def _batch_set(self, picks: np.ndarray, row_slots: np.ndarray, batch_size: int) -> BatchSet:
@@ -90,19 +91,24 @@ class PackSampler:
 
 
 class SortedBatchSampler(PackSampler):
-    """Draws whole batches of the length-sorted dataset: consecutive rows, padded to the batch's longest."""
+    """Draws batches of the length-sorted dataset, longest first, each padded to its longest sequence.
+
+    The sorted dataset is cut into batches of `batch_size`; a step takes `devices` consecutive ones (a
+    global batch of similar lengths split across the devices), starting at a random batch, wrapping around.
+    """
 
     def __init__(self, packing: Packing):
-        order = np.lexsort((packing.rows[:, 0], packing.slot_lengths))
+        order = np.argsort(-packing.rows[:, 0], kind="stable")
         sorted_packing = Packing(packing.strategy, packing.max_length, packing.max_depth, packing.rows[order],
                                  packing.repeats[order], packing.slot_lengths[order])
         super().__init__(sorted_packing)
         self.row_ends = np.cumsum(sorted_packing.repeats)
 
-    def batches(self, rng: np.random.Generator, batches: int, batch_size: int) -> BatchSet:
+    def batches(self, rng: np.random.Generator, steps: int, devices: int, batch_size: int) -> BatchSet:
         whole_batches = max(int(self.row_ends[-1]) // batch_size, 1)
-        starts = rng.integers(0, whole_batches, size=batches) * batch_size
-        positions = (starts[:, None] + np.arange(batch_size)).reshape(-1)
+        first = rng.integers(0, whole_batches, size=(steps, 1))
+        batch_index = (first + np.arange(devices)) % whole_batches
+        positions = (batch_index.reshape(-1, 1) * batch_size + np.arange(batch_size)).reshape(-1)
         picks = np.minimum(np.searchsorted(self.row_ends, positions, side="right"), self.row_ends.size - 1)
-        longest = self.packing.rows[picks, 0].reshape(batches, batch_size).max(axis=1)
+        longest = self.packing.rows[picks, 0].reshape(-1, batch_size).max(axis=1)
         return self._batch_set(picks, np.repeat(longest, batch_size), batch_size)

@@ -166,7 +166,7 @@ class _BatchSource:
         """Costs of the next `steps` steps by cluster size, and the sequence lengths drawn (None for packs)."""
         plan, settings, largest = self.plan, self.settings, devices[-1]
         if self.pack_sampler is not None:
-            batches = self.pack_sampler.batches(self.rng, steps * largest, settings.batch_size)
+            batches = self.pack_sampler.batches(self.rng, steps, largest, settings.batch_size)
             return {largest: price_batches(settings.cost_model, batches, plan.mode, steps, largest)}, None
         lengths = self.sequence_sampler.lengths_of(self.rng, (steps, largest, settings.batch_size))
         if plan.bucket_window:
