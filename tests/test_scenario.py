@@ -119,7 +119,8 @@ def test_unknown_model_lists_presets(tmp_path):
 
 
 def test_repeated_labels_are_rejected(tmp_path):
-    message = error_of(tmp_path, FIVE_LINES.replace("[none, spfhp, unpad]", "[none, spfhp, {name: spfhp, max_depth: 3}]"))
+    repeated = FIVE_LINES.replace("[none, spfhp, unpad]", "[none, spfhp, {name: spfhp, max_depth: 3}]")
+    message = error_of(tmp_path, repeated)
     assert "repeated: spfhp:3" in message
 
 

@@ -20,10 +20,14 @@ def build(
                                       help="lengths (text, one per line, or .npy), .jsonl/.parquet, or raw text"),
     max_length: int = typer.Option(..., "--max-length", help="longest sequence the histogram holds"),
     output: Path = typer.Option(..., "-o", "--output", help="histogram CSV to write (length,count)"),
-    column: str = typer.Option(None, "--column", help="column of a .jsonl/.parquet file: lengths, token lists or text"),
-    tokenize: bool = typer.Option(False, "--tokenize", help="the input is raw text, one sequence per line: count tokens"),
-    tokenizer_file: Path = typer.Option(None, "--tokenizer", help="Hugging Face `tokenizers` JSON file (implies --tokenize)"),
-    truncate: bool = typer.Option(False, "--truncate", help="cut sequences longer than --max-length instead of leaving them out"),
+    column: str = typer.Option(None, "--column",
+                               help="column of a .jsonl/.parquet file: lengths, token lists or text"),
+    tokenize: bool = typer.Option(False, "--tokenize",
+                                  help="the input is raw text, one sequence per line: count tokens"),
+    tokenizer_file: Path = typer.Option(None, "--tokenizer",
+                                        help="Hugging Face `tokenizers` JSON file (implies --tokenize)"),
+    truncate: bool = typer.Option(False, "--truncate",
+                                  help="cut sequences longer than --max-length instead of leaving them out"),
 ) -> None:
     """Count per-sequence lengths into a histogram; sequences over --max-length are reported, never dropped silently."""
     tokenizer = load_tokenizer(tokenizer_file) if (tokenize or tokenizer_file) else None

@@ -91,7 +91,8 @@ def list_everything() -> None:
     console.print(_table("Bundled histograms", ["name", "file"],
                          [(name, str(path)) for name, path in bundled_histograms().items()]))
     console.print(_table("Model presets", ["name", "layers", "hidden", "heads", "ffn"],
-                         [(name, *map(str, (m.layers, m.hidden, m.heads, m.ffn))) for name, m in MODEL_PRESETS.items()]))
+                         [(name, *map(str, (model.layers, model.hidden, model.heads, model.ffn)))
+                          for name, model in MODEL_PRESETS.items()]))
     console.print(_table("Hardware presets", ["name", "source"],
                          [(name, profile.source) for name, profile in HARDWARE_PRESETS.items()]))
 

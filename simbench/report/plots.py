@@ -66,6 +66,8 @@ def packing_figure(packing: pd.DataFrame, timings: pd.DataFrame, real_tokens: in
     positions = np.arange(len(labels))
     left.barh(positions, 100 * packing["efficiency"], color=sns.color_palette()[0], label="packer")
     bound = 100 * real_tokens / (packing["lower_bound_packs"].astype(float) * max_length)
+    # A bound on packs bounds the efficiency of fixed-shape packs only (not of sorted batches).
+    bound = bound.where(packing["tokens"] == packing["packs"] * max_length)
     left.scatter(bound, positions, marker="|", s=300, color="black", zorder=3, label="LP bound (same depth)")
     for position, value in zip(positions, packing["efficiency"]):
         left.text(100 * value - 1, position, f"{100 * value:.1f}", va="center", ha="right", color="white", fontsize=8)
@@ -87,13 +89,15 @@ def packing_figure(packing: pd.DataFrame, timings: pd.DataFrame, real_tokens: in
 def scaling_figure(scaling: pd.DataFrame) -> Figure:
     """Realized speed-up over padding versus device count, one line per strategy (paper's Figure 5)."""
     figure, (axis,) = _figure(width=10.0, height=5.0)
-    for label, rows in scaling.groupby("strategy", sort=False):
+    groups = list(scaling.groupby("strategy", sort=False))
+    # Enough distinct colours for every strategy: the default palette repeats after ten.
+    for (label, rows), color in zip(groups, sns.color_palette("tab20" if len(groups) > 10 else None, len(groups))):
         rows = rows.sort_values("devices")
         reference = rows["reference"].iloc[0] if "reference" in rows else "none"
         # Plans measured against another baseline (VTS: the padded pipeline) are dashed and say so.
         style = {"linestyle": "-"} if reference == "none" else {"linestyle": "--"}
         name = label if reference == "none" else f"{label} (over {reference})"
-        axis.plot(rows["devices"], rows["speedup"], marker="o", markersize=4, label=name, **style)
+        axis.plot(rows["devices"], rows["speedup"], marker="o", markersize=4, label=name, color=color, **style)
     axis.set_xscale("log", base=2)
     devices = sorted(scaling["devices"].unique())
     axis.set_xticks(devices, [str(count) for count in devices])

@@ -98,9 +98,9 @@ def _straggler_tables(latency_samples: dict[str, np.ndarray], labels: dict[str, 
     for name, samples in latency_samples.items():
         label = labels.get(name, name)
         plan = plans_by_label[label]
-        # Only batches of the same sequences as padding's compare step by step with it.
-        same_sequences = plan.kind is PlanKind.UNPAD or plan.packer == "sort"
-        if not same_sequences or np.std(samples) <= CONSTANT_SPREAD * np.mean(samples):
+        # Un-padded batches hold the same sequences as padding's, so their steps compare one to one;
+        # sorted batching's step times are two-humped (a shape change or not), no Gumbel.
+        if plan.kind is not PlanKind.UNPAD or np.std(samples) <= CONSTANT_SPREAD * np.mean(samples):
             continue
         speedups = padded_seconds / samples
         fit = fit_gumbel(speedups)

@@ -22,7 +22,8 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Rep
             ("" if reference == "none" else f"Over {reference}:\n\n") + _winners_table(rows)
             for reference, rows in _groups(tables.scaling)),
         _packing_section(tables.packing, tables.scaling),
-        "## Speed-up over padding by device count\n\n" + _speedup_table(tables.scaling) + _reference_note(tables.scaling),
+        "## Speed-up over padding by device count\n\n" + _speedup_table(tables.scaling)
+        + _reference_note(tables.scaling),
         _breakdown_section(tables.breakdown),
         _straggler_section(tables.gumbel, tables.extrapolation),
         _files_section(),
@@ -110,9 +111,9 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
         "efficiency %": (100 * packing["efficiency"]).map("{:.1f}".format),
         "packing factor": packing["packing_factor"].map("{:.3f}".format),
         "packs": packing["packs"].map("{:,}".format),
-        "LP bound (packs)": packing["lower_bound_packs"].map(lambda value: "-" if pd.isna(value) else f"{int(value):,}"),
-        "gap to bound %": packing["gap_to_bound"].map(lambda value: "-" if pd.isna(value) else f"{100 * value:.2f}"),
-        "realized speed-up": packing["label"].map(lambda label: f"{one_device[label]:.3f}" if label in one_device else "-"),
+        "LP bound (packs)": packing["lower_bound_packs"].map(lambda value: _or_dash(value, f"{value:,.0f}")),
+        "gap to bound %": packing["gap_to_bound"].map(lambda value: _or_dash(value, f"{100 * value:.2f}")),
+        "realized speed-up": packing["label"].map(lambda label: f"{one_device.get(label, float('nan')):.3f}"),
     })
     bound_note = ("LP bound: the certified lower bound on packs at the same depth limit." if
                   packing["lower_bound_packs"].notna().any() else
@@ -167,6 +168,10 @@ def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame) -> str
 def _files_section() -> str:
     return ("## Files\n\nresolved.yaml (the scenario as run), packing.csv, scaling.csv, breakdown.csv, "
             "latency.csv, gumbel.csv, extrapolation.csv, timeline.csv, timings.csv; plots as PNG and SVG.")
+
+
+def _or_dash(value: float, text: str) -> str:
+    return "-" if pd.isna(value) else text
 
 
 def _milliseconds(value: float) -> str:
