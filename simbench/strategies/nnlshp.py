@@ -54,6 +54,18 @@ def exact_fill_strategies(max_length: int, depth: int) -> np.ndarray:
     return rows[remaining == 0]
 
 
+def count_exact_fill_strategies(max_length: int, depth: int) -> int:
+    """How many strategies `exact_fill_strategies` would list, without listing them.
+
+    Partitions of n into at most k parts: ways[k][n] = ways[k-1][n] + ways[k][n-k].
+    """
+    ways = [1] + [0] * max_length  # at most 0 parts: only the empty sum
+    for parts in range(1, depth + 1):
+        for total in range(parts, max_length + 1):
+            ways[total] += ways[total - parts]
+    return ways[max_length]
+
+
 def nonnegative_least_squares(matrix: sparse.csc_matrix, target: np.ndarray) -> np.ndarray:
     """argmin ||matrix @ x - target|| subject to x >= 0 (Lawson-Hanson active set).
 
@@ -191,11 +203,12 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
     depth = PAPER_DEPTH if max_depth is None else max_depth
     histogram = np.zeros(max_length, dtype=np.int64)
     histogram[:counts.size] = counts
-    strategies = exact_fill_strategies(max_length, depth)
-    if strategies.shape[0] > MAX_STRATEGIES:
+    strategy_count = count_exact_fill_strategies(max_length, depth)
+    if strategy_count > MAX_STRATEGIES:
         raise InputError(f"nnlshp at depth {depth} and max length {max_length} would fit "
-                         f"{strategies.shape[0]:,} strategies (limit {MAX_STRATEGIES:,}); "
+                         f"{strategy_count:,} strategies (limit {MAX_STRATEGIES:,}); "
                          "use a smaller --max-depth or another strategy such as spfhp")
+    strategies = exact_fill_strategies(max_length, depth)
     weights = np.ones(max_length)
     weights[:SHORT_LENGTH] = SHORT_LENGTH_WEIGHT
     fitted = nonnegative_least_squares(strategy_matrix(strategies, max_length, weights), weights * histogram)

@@ -1,0 +1,127 @@
+"""`simbench pack`: the JSON-lines contract, the table, baseline checks and one-line errors.
+
+Error paths run the real entry point in a subprocess to see the exit code and the absent traceback.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from simbench.cli import app
+from simbench.strategies import available_strategies
+from simbench.strategies.baseline import BaselineRecord, write_baseline
+
+RUNNER = CliRunner()
+SMALL_COUNTS = {length: (length * 7) % 5 for length in range(1, 65)}
+KEYS = {"strategy", "max_depth", "sequences", "packs", "tokens", "padding_tokens", "efficiency", "packing_factor",
+        "strategies_used", "depth_used", "seconds", "lower_bound_packs", "gap_to_bound"}
+
+
+def run_simbench(*arguments):
+    return subprocess.run([sys.executable, "-c", "from simbench.cli import main; main()", *arguments],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def small_histogram(tmp_path):
+    path = tmp_path / "small.csv"
+    path.write_text("length,count\n" + "".join(f"{length},{count}\n" for length, count in SMALL_COUNTS.items()))
+    return path
+
+
+def test_json_lines_for_one_strategy_match_table_5():
+    result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--strategy", "spfhp", "--max-depth", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    (line,) = result.stdout.strip().splitlines()
+    metrics = json.loads(line)
+    assert set(metrics) == KEYS
+    assert (metrics["strategy"], metrics["max_depth"], metrics["sequences"]) == ("spfhp", 2, 88641)
+    assert (metrics["packs"], metrics["tokens"], metrics["padding_tokens"]) == (45335, 17408640, 2159161)
+    assert 0 < metrics["efficiency"] < 1 and round(metrics["efficiency"], 5) == 0.87597
+    assert metrics["lower_bound_packs"] <= metrics["packs"]
+    assert metrics["gap_to_bound"] == pytest.approx(metrics["packs"] / metrics["lower_bound_packs"] - 1)
+
+
+def test_json_lines_for_all_strategies(small_histogram):
+    result = RUNNER.invoke(app, ["pack", str(small_histogram), "--strategy", "all", "--max-depth", "3",
+                                 "--seed", "4", "--batch-size", "8", "--json"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert [metrics["strategy"] for metrics in lines] == list(available_strategies())
+    for metrics in lines:
+        assert metrics["sequences"] == sum(SMALL_COUNTS.values())
+        assert metrics["tokens"] == metrics["padding_tokens"] + sum(length * count for length, count in SMALL_COUNTS.items())
+        if metrics["strategy"] == "sort":
+            assert metrics["lower_bound_packs"] is None and "gap_to_bound" not in metrics
+        else:
+            assert metrics["packs"] >= metrics["lower_bound_packs"] and metrics["gap_to_bound"] >= 0
+
+
+def test_table_reads_like_the_papers_table_1(small_histogram):
+    result = RUNNER.invoke(app, ["pack", str(small_histogram), "--max-length", "80"])
+    assert result.exit_code == 0, result.output
+    for text in ("depth", "algorithm", "strategies used", "padding tokens", "efficiency %", "packing factor",
+                 "gap to LP bound", "small: 130 sequences, max length 80", *available_strategies()):
+        assert text in result.stdout
+
+
+def test_a_strategy_that_cannot_run_at_this_depth_is_skipped_when_running_all(small_histogram):
+    result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--max-depth", "8", "--json"])
+    assert result.exit_code == 0, result.output
+    names = [json.loads(line)["strategy"] for line in result.stdout.strip().splitlines()]
+    assert "nnlshp" not in names and "spfhp" in names
+    assert "skipped nnlshp" in result.stderr
+
+
+def test_check_baseline_passes_on_the_records():
+    result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--strategy", "spfhp", "--check-baseline"])
+    assert result.exit_code == 0, result.output
+    assert "5 of 5 records met, 0 regressions" in result.stdout
+
+
+def test_check_baseline_fails_with_a_table_of_regressions(tmp_path):
+    baseline = tmp_path / "baseline.csv"
+    write_baseline([BaselineRecord("squad_1_1_384", "spfhp", 2, 0, 32, 0.9),
+                    BaselineRecord("squad_1_1_384", "spfhp", 3, 0, 32, 0.9)], baseline)
+    result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--strategy", "spfhp", "--check-baseline",
+                                 "--baseline", str(baseline)])
+    assert result.exit_code == 1
+    assert "regressions against baseline.csv" in result.stdout
+    assert "90.000000" in result.stdout and "87.597187" in result.stdout
+    assert "1 of 2 records met, 1 regressions" in result.stdout
+
+
+def test_check_baseline_json_reports_every_record(tmp_path):
+    baseline = tmp_path / "baseline.csv"
+    write_baseline([BaselineRecord("squad_1_1_384", "ffd", None, 0, 32, 0.9)], baseline)
+    result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--check-baseline", "--baseline", str(baseline), "--json"])
+    assert result.exit_code == 0
+    (line,) = result.stdout.strip().splitlines()
+    assert json.loads(line)["regression"] is False
+
+
+def test_unknown_strategy_lists_the_known_ones():
+    completed = run_simbench("pack", "squad_1_1_384", "--strategy", "nope")
+    assert completed.returncode == 2
+    message = " ".join(completed.stderr.split())
+    assert "unknown strategy 'nope'; known strategies: none, sort, greedy, spfhp" in message
+    assert "Traceback" not in completed.stderr
+
+
+def test_bad_histogram_names_file_and_line_without_traceback(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("length,count\n1,3\n2,-1\n")
+    completed = run_simbench("pack", str(path), "--json")
+    assert completed.returncode == 2
+    assert f"{path}:3: count must not be negative" in " ".join(completed.stderr.split())
+    assert "Traceback" not in completed.stderr and completed.stdout == ""
+
+
+def test_max_length_below_the_longest_sequence_is_an_input_error():
+    completed = run_simbench("pack", "squad_1_1_384", "--strategy", "spfhp", "--max-length", "100")
+    assert completed.returncode == 2
+    assert "longer than --max-length 100" in " ".join(completed.stderr.split())
+    assert "Traceback" not in completed.stderr
