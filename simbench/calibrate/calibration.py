@@ -17,7 +17,7 @@ from simbench.calibrate.encoder import EncoderShape
 from simbench.calibrate.fit import ProfileFit, TimedLayout, fit_profile
 from simbench.calibrate.layout import BatchLayout
 from simbench.calibrate.timing import (StepTiming, build_trainer, device_description, load_adjusted, time_batches,
-                                       training_precision)
+                                       training_precision, uses_cpu_clock)
 from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
 
@@ -37,6 +37,11 @@ class CalibrationSettings:
     seed: int = 0
     quick: bool = False
     unpadded_attention: str | None = None  # default: the fastest this device supports
+    wall_clock: bool = False  # force wall-clock timing where CPU seconds would be used
+
+    @property
+    def cpu_clock(self) -> bool:
+        return uses_cpu_clock(self.device, self.threads, self.wall_clock)
 
     @property
     def warmup(self) -> int:
@@ -98,7 +103,7 @@ def run_calibration(settings: CalibrationSettings, progress: Callable[[], None] 
     """Time every calibration batch on the device and fit a profile to the medians."""
     torch.set_num_threads(settings.threads)
     layouts, batches = prepare_calibration(settings)
-    trainer = build_trainer(settings.encoder_shape(), settings.device, settings.seed)
+    trainer = build_trainer(settings.encoder_shape(), settings.device, settings.seed, settings.cpu_clock)
     timings = time_batches(trainer, batches, settings.warmup, settings.repeats, progress,
                            order_rng=np.random.default_rng(settings.seed + 1))
     return fit_calibration(settings, layouts, timings)
@@ -128,6 +133,7 @@ def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout], t
         "repeats": len(timings[0].samples_seconds),
         "unpadded_attention": settings.attention,
         "precision": training_precision(settings.device),
+        "clock": "process CPU seconds" if settings.cpu_clock else "wall-clock seconds",
         "timings": [{"kind": layout.kind, "mode": layout.mode.value, "rows": [list(row) for row in layout.rows],
                      "row_slots": list(layout.row_slots), "samples_seconds": list(timing.samples_seconds),
                      "median_seconds": timing.median_seconds, "load_adjusted_seconds": float(seconds)}

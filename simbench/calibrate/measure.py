@@ -16,7 +16,7 @@ from simbench.calibrate.calibration import CALIBRATION_VOCABULARY, default_unpad
 from simbench.calibrate.encoder import EncoderShape
 from simbench.calibrate.fit import step_seconds_by_term
 from simbench.calibrate.layout import BatchLayout
-from simbench.calibrate.timing import StepTiming, build_trainer, load_adjusted, time_batches
+from simbench.calibrate.timing import StepTiming, build_trainer, load_adjusted, time_batches, uses_cpu_clock
 from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile
 from simbench.costmodels.model import ModelSpec
@@ -43,6 +43,11 @@ class MeasureSettings:
     seed: int = 0
     max_depth: int | None = None
     unpadded_attention: str | None = None  # default: the fastest this device supports
+    wall_clock: bool = False  # force wall-clock timing where CPU seconds would be used
+
+    @property
+    def cpu_clock(self) -> bool:
+        return uses_cpu_clock(self.device, self.threads, self.wall_clock)
 
 
 def rescale_histogram(histogram: LengthHistogram, max_length: int) -> LengthHistogram:
@@ -113,7 +118,7 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     attention = settings.unpadded_attention or default_unpadded_attention(settings.device)
     batches = {name: [batch_for_layout(layout, shape.vocabulary, rng, attention) for layout in layouts[name]]
                for name in names}
-    trainer = build_trainer(shape, settings.device, settings.seed)
+    trainer = build_trainer(shape, settings.device, settings.seed, settings.cpu_clock)
     warmup_batches = [batches[name][0] for name in names] + list(calibration_batches[:1])
     time_batches(trainer, warmup_batches, warmup=settings.warmup, repeats=0, progress=progress)
     interleaved = [batches[name][step] for step in range(settings.steps) for name in names]

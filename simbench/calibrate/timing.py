@@ -25,6 +25,7 @@ class Trainer:
     model: Encoder
     optimizer: torch.optim.Optimizer
     device: torch.device
+    cpu_clock: bool = False  # time steps by this process's CPU seconds instead of wall-clock seconds
 
     def step(self, batch: TorchBatch) -> None:
         """One full training step on a batch already on the device (bfloat16 autocast on CUDA, as
@@ -36,12 +37,13 @@ class Trainer:
         self.optimizer.step()
 
     def timed_step_seconds(self, batch: TorchBatch) -> float:
-        """Wall-clock seconds of one step; the device is synchronised before and after."""
+        """Seconds of one step; the device is synchronised before and after."""
+        clock = time.process_time if self.cpu_clock else time.perf_counter
         _synchronize(self.device)
-        start = time.perf_counter()
+        start = clock()
         self.step(batch)
         _synchronize(self.device)
-        return time.perf_counter() - start
+        return clock() - start
 
 
 @dataclass(frozen=True)
@@ -87,14 +89,21 @@ def load_adjusted(timings: Sequence[StepTiming], sweeps: int = 10) -> LoadAdjust
     return LoadAdjustedTimings(np.exp(batch_effect), np.exp(round_effect))
 
 
-def build_trainer(shape: EncoderShape, device: torch.device | str, seed: int) -> Trainer:
+def uses_cpu_clock(device: str, threads: int, wall_clock: bool = False) -> bool:
+    """Single-threaded CPU steps are timed in CPU seconds: on a machine shared with other processes
+    they exclude the time the scheduler hands the core to others (on a dedicated core the two agree).
+    Multi-threaded and GPU steps need wall-clock time."""
+    return not wall_clock and device == "cpu" and threads == 1
+
+
+def build_trainer(shape: EncoderShape, device: torch.device | str, seed: int, cpu_clock: bool = False) -> Trainer:
     """A freshly initialised encoder (seeded) with AdamW, on `device`."""
     device = torch.device(device)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)  # nn.Module initialisers draw from the global generator only
     model = Encoder(shape).to(device).train()
     torch.random.set_rng_state(generator_state)
-    return Trainer(model, torch.optim.AdamW(model.parameters(), lr=1e-4), device)
+    return Trainer(model, torch.optim.AdamW(model.parameters(), lr=1e-4), device, cpu_clock)
 
 
 def time_batches(trainer: Trainer, batches: Sequence[TorchBatch], warmup: int, repeats: int,

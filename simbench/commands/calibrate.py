@@ -20,6 +20,7 @@ from simbench.errors import InputError
 
 TORCH_MISSING = "torch is not installed: pip install 'simbench[torch]'"
 DEFAULT_MAX_LENGTH = 128  # long enough for packing to matter, short enough for a CPU run in minutes
+WALL_CLOCK_HELP = "time single-threaded CPU steps by the wall clock instead of the process's CPU seconds"
 UNPADDED_HELP = ("un-padded attention: grouped (one call per length), jagged (nested tensors) or flash_varlen; "
                  "default: flash_varlen or jagged on CUDA, grouped on CPU")
 
@@ -35,6 +36,7 @@ def calibrate(
     quick: bool = typer.Option(False, "--quick", help="few small batches, few repeats: seconds, for tests"),
     seed: int = typer.Option(0, "--seed", min=0),
     unpadded_attention: str = typer.Option(None, "--unpadded-attention", help=UNPADDED_HELP),
+    wall_clock: bool = typer.Option(False, "--wall-clock", help=WALL_CLOCK_HELP),
 ) -> None:
     """Time padded, packed and un-padded training steps and fit the cost model's parameters to them."""
     torch = _import_torch()
@@ -42,7 +44,7 @@ def calibrate(
 
     settings = CalibrationSettings(model=_model(model), max_length=max_length, device=_device(torch, device),
                                    threads=threads or torch.get_num_threads(), seed=seed, quick=quick,
-                                   unpadded_attention=_unpadded_attention(unpadded_attention))
+                                   unpadded_attention=_unpadded_attention(unpadded_attention), wall_clock=wall_clock)
     settings.encoder_shape()
     with _progress() as progress:
         task = progress.add_task("calibrating", total=calibration_steps(settings))
@@ -57,9 +59,10 @@ def measure(
     source: str = typer.Argument(..., metavar="SCENARIO_OR_HISTOGRAM",
                                  help="scenario YAML, histogram file or bundled histogram name"),
     device: str = typer.Option(None, "--device", help="cpu or cuda[:N]; default: cuda when available"),
-    steps: int = typer.Option(8, "--steps", min=1, help="timed batches per strategy"),
+    steps: int = typer.Option(16, "--steps", min=1, help="timed batches per strategy"),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="rows (sequences or packs) per batch"),
-    repeats: int = typer.Option(3, "--repeats", min=1, help="timings of every batch (the median is kept)"),
+    repeats: int = typer.Option(3, "--repeats", min=1,
+                                help="timings of every batch (round load factored out, then the median)"),
     profile_path: Path = typer.Option(None, "--profile",
                                       help="calibrated profile; default: calibrate on held-out batches "
                                            "timed alongside"),
@@ -70,6 +73,7 @@ def measure(
     seed: int = typer.Option(None, "--seed", min=0, help="default: the scenario's seed, else 0"),
     quick: bool = typer.Option(False, "--quick", help="without --profile: a quick calibration (seconds, for tests)"),
     unpadded_attention: str = typer.Option(None, "--unpadded-attention", help=UNPADDED_HELP),
+    wall_clock: bool = typer.Option(False, "--wall-clock", help=WALL_CLOCK_HELP),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object per strategy"),
     output_dir: Path = typer.Option(None, "-o", "--output", help="folder for the CSV, the plot and the settings"),
 ) -> None:
@@ -100,7 +104,7 @@ def measure(
         unpadded_attention = given_profile.calibration.get("unpadded_attention")
     settings = MeasureSettings(model=spec, max_length=max_length, device=device, threads=threads, steps=steps,
                                batch_size=batch_size, repeats=repeats, seed=seed,
-                               unpadded_attention=_unpadded_attention(unpadded_attention))
+                               unpadded_attention=_unpadded_attention(unpadded_attention), wall_clock=wall_clock)
     layouts = strategy_layouts(scaled, settings, _rng(seed))
     calibration = None
     calibration_layouts, calibration_batches = [], []
@@ -108,7 +112,7 @@ def measure(
         # Its own seed: the profile is fitted on other batches than the ones it is checked on.
         calibration = CalibrationSettings(model=spec, max_length=max_length, device=device, threads=threads,
                                           seed=seed + 1000, quick=quick,
-                                          unpadded_attention=settings.unpadded_attention)
+                                          unpadded_attention=settings.unpadded_attention, wall_clock=wall_clock)
         calibration_layouts, calibration_batches = prepare_calibration(calibration)
     with _progress() as progress:
         task = progress.add_task("timing", total=measure_steps(settings, len(layouts), len(calibration_batches)))
@@ -225,6 +229,7 @@ def _settings_record(settings, source: str, histogram, profile_path: Path | None
             "max_length": settings.max_length, "device": settings.device, "threads": settings.threads,
             "steps": settings.steps, "batch_size": settings.batch_size, "repeats": settings.repeats,
             "warmup": settings.warmup, "seed": settings.seed, "unpadded_attention": _resolved_attention(settings),
+            "clock": "process CPU seconds" if settings.cpu_clock else "wall-clock seconds",
             "profile": (str(profile_path) if profile_path
                         else "calibrated in the same run on held-out batches (profile.yaml)")}
 
