@@ -18,7 +18,7 @@ from scipy.stats import lognorm
 
 from simbench.costmodels import HardwareProfile, get_model, load_hardware
 from simbench.errors import InputError
-from simbench.histogram import LengthHistogram, load_histogram
+from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
 TABLES = ("packing", "scaling", "breakdown")
@@ -70,6 +70,15 @@ class DatasetSpec(_Strict):
         Discriminator(_by_type),
     ] = Field(description="bundled histogram name, a CSV/JSON path (relative to the scenario), or a synthetic one")
     max_length: int | None = Field(None, ge=1, description="pack and pad to this length; default: the histogram's")
+
+    @field_validator("histogram")
+    @classmethod
+    def _histogram_exists(cls, histogram: str | SyntheticHistogram) -> str | SyntheticHistogram:
+        bundled = bundled_histograms()
+        if isinstance(histogram, str) and histogram not in bundled and not Path(histogram).is_file():
+            raise ValueError(f"no such histogram file or bundled histogram {histogram!r}; "
+                             f"bundled: {', '.join(bundled)} (or build one: simbench histogram build)")
+        return histogram
 
     @model_validator(mode="after")
     def _synthetic_needs_length(self) -> DatasetSpec:

@@ -113,6 +113,11 @@ def test_plan_parameter_errors_come_from_the_simulator(tmp_path):
     assert ":4: strategies.1: " in message and "window" in message
 
 
+def test_missing_histogram_file_lists_bundled_ones(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES.replace("squad_1_1_384", "data/missing.csv"))
+    assert ":3: dataset.histogram: no such histogram file" in message and "wikipedia_512" in message
+
+
 def test_unknown_model_lists_presets(tmp_path):
     message = error_of(tmp_path, FIVE_LINES + "model: bert-huge\n")
     assert ":6: model: unknown model 'bert-huge'" in message and "bert-large" in message
