@@ -2,7 +2,7 @@
 
     >>> scenario = load_scenario(Path("scenarios/wiki512.yaml"))
     >>> scenario.name, [plan.label for plan in scenario.strategies][:3]
-    ('wiki512', ['none', 'spfhp:2', 'spfhp:3'])
+    ('wiki512', ['none', 'sort', 'greedy'])
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from scipy.stats import lognorm
 from simbench.costmodels import HardwareProfile, get_model, load_hardware
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
+from simbench.sim.plans import all_plan_names, parse_plan
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
-TABLES = ("packing", "scaling", "breakdown")
 DEFAULT_DEVICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 
 # Union members are told apart by the input's type, so a mistake yields one error, not one per member.
@@ -30,13 +30,6 @@ _SHORT, _FULL = "short form", "full form"
 
 def _by_type(value: Any) -> str:
     return _SHORT if isinstance(value, str) else _FULL
-
-
-def known_plan_names() -> list[str]:
-    """Every name a scenario's strategy may have: the registry's packers, then simulator-only plans."""
-    from simbench.sim.plans import all_plan_names
-
-    return all_plan_names()
 
 
 class _Strict(BaseModel):
@@ -136,15 +129,13 @@ class StrategySpec(_Strict):
     @field_validator("name")
     @classmethod
     def _known_name(cls, name: str) -> str:
-        known = known_plan_names()
+        known = all_plan_names()
         if name not in known:
             raise ValueError(f"unknown strategy {name!r}; known strategies: {', '.join(known)}")
         return name
 
     @model_validator(mode="after")
     def _valid_plan(self) -> StrategySpec:
-        from simbench.sim.plans import parse_plan
-
         try:
             plan = parse_plan(self.plan_text)
         except InputError as error:
@@ -238,8 +229,7 @@ class Scenario(_Strict):
 
     def quickened(self) -> Scenario:
         """The --quick variant: every strategy, fewer steps and device counts, no LP bounds unless asked."""
-        devices = self.quick.devices or tuple(sorted({self.devices[0], self.devices[len(self.devices) // 2],
-                                                      self.devices[-1]}))
+        devices = self.quick.devices or (self.devices[0], self.devices[len(self.devices) // 2], self.devices[-1])
         outputs = self.outputs.model_copy(update={"lp_bounds": self.outputs.lp_bounds and self.quick.lp_bounds})
         return self.model_copy(update={"steps": self.quick.steps, "devices": tuple(sorted(set(devices))),
                                        "outputs": outputs})

@@ -142,6 +142,15 @@ def test_failed_run_keeps_the_previous_report(report, scenario_path, tmp_path, m
     assert sorted(path.name for path in tmp_path.iterdir()) == ["smoke"]
 
 
+def test_run_refuses_to_replace_a_folder_that_is_no_report(scenario_path, tmp_path):
+    precious = tmp_path / "home"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    result = run(scenario_path, precious)
+    assert "holds no resolved.yaml" in str(result.exception)
+    assert (precious / "notes.txt").read_text() == "keep me"
+
+
 def test_plot_redraws_from_an_existing_report(report, tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()

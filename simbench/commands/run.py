@@ -32,7 +32,7 @@ def run(
     seed: int = typer.Option(None, "--seed", help="replace the scenario's seed"),
 ) -> None:
     """Simulate a scenario and write its report: tables, summary.md and plots."""
-    from simbench.report.folder import write_report
+    from simbench.report.folder import check_replaceable, write_report
     from simbench.report.results import build_tables, progress_total
     from simbench.scenario import load_scenarios
 
@@ -45,6 +45,7 @@ def run(
             target = out
         else:
             target = (out or REPORTS_DIR) / scenario.name
+        check_replaceable(target)  # before minutes of simulation, not after
         start = time.perf_counter()
         histogram = scenario.dataset.load()
         with _progress(console) as progress:

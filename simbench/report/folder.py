@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.report import plots
 from simbench.report.summary import summary_markdown
@@ -19,6 +20,7 @@ RESOLVED_SCENARIO = "resolved.yaml"
 
 def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> Path:
     """Write everything into a fresh sibling folder, then swap it in place of `target`."""
+    check_replaceable(Path(target))
     with atomic_directory(target) as folder:
         (folder / RESOLVED_SCENARIO).write_text(scenario.to_yaml())
         write_tables(tables, folder)
@@ -27,6 +29,17 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
         (folder / "summary.md").write_text(summary_markdown(scenario, histogram, stored))
         draw_plots(folder, scenario, histogram, stored)
     return Path(target)
+
+
+def check_replaceable(target: Path) -> None:
+    """Refuse to replace anything but an earlier report or an empty folder (think `--out ~`)."""
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise InputError("the report folder is a file; choose another --out", source=str(target))
+    if any(target.iterdir()) and not (target / RESOLVED_SCENARIO).is_file():
+        raise InputError(f"the folder is not empty and holds no {RESOLVED_SCENARIO}, so it is no simbench report "
+                         f"to replace; choose another --out", source=str(target))
 
 
 def read_report(folder: Path) -> tuple[Scenario, LengthHistogram, ReportTables]:
