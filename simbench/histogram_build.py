@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +17,8 @@ from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 
 Tokenizer = Callable[[str], int]  # text -> number of tokens
+Progress = Callable[[int], None]  # bytes read so far
+PROGRESS_LINES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,16 @@ def load_tokenizer(path: Path | None) -> Tokenizer:
     return lambda text: len(tokenizer.encode(text).ids)
 
 
-def read_lengths(path: Path, *, column: str | None = None, tokenizer: Tokenizer | None = None) -> np.ndarray:
+def read_lengths(path: Path, *, column: str | None = None, tokenizer: Tokenizer | None = None,
+                 progress: Progress | None = None) -> np.ndarray:
     """Per-sequence lengths from `path`, chosen by its suffix.
 
     .npy: an integer array of lengths. .jsonl: `column` of each JSON line. .parquet: `column`.
     Other files: one sequence per line, a length, or with `tokenizer` raw text to tokenize.
-    A column holds lengths, token lists or (with `tokenizer`) text.
+    A column holds lengths, token lists or (with `tokenizer`) text. `progress(bytes)` is told how
+    far line-by-line reading has got.
     """
+    progress = progress or (lambda read_bytes: None)
     path = Path(path)
     if not path.is_file():
         raise InputError("no such file", source=str(path))
@@ -92,22 +97,32 @@ def read_lengths(path: Path, *, column: str | None = None, tokenizer: Tokenizer 
     if suffix == ".npy":
         return _read_npy(path)
     if suffix == ".jsonl":
-        return _read_jsonl(path, column, tokenizer)
+        return _read_jsonl(path, column, tokenizer, progress)
     if suffix == ".parquet":
         return _read_parquet(path, column, tokenizer)
     if tokenizer is not None:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            return np.fromiter((tokenizer(line.rstrip("\n")) for line in handle), dtype=np.int64)
-    return _read_length_lines(path)
+        return np.fromiter((tokenizer(line.rstrip("\r\n")) for _, line in _lines(path, progress)), dtype=np.int64)
+    return _read_length_lines(path, progress)
 
 
-def _read_length_lines(path: Path) -> np.ndarray:
+def _lines(path: Path, progress: Progress) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every line, reporting the bytes read every PROGRESS_LINES lines."""
+    read_bytes = 0
+    with path.open("rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            read_bytes += len(raw)
+            if line_number % PROGRESS_LINES == 0:
+                progress(read_bytes)
+            yield line_number, raw.decode("utf-8", errors="replace")
+    progress(read_bytes)
+
+
+def _read_length_lines(path: Path, progress: Progress) -> np.ndarray:
     lengths = []
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            text = line.strip()
-            if text:
-                lengths.append(_length(text, str(path), line_number))
+    for line_number, line in _lines(path, progress):
+        text = line.strip()
+        if text:
+            lengths.append(_length(text, str(path), line_number))
     return np.asarray(lengths, dtype=np.int64)
 
 
@@ -125,19 +140,18 @@ def _read_npy(path: Path) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def _read_jsonl(path: Path, column: str, tokenizer: Tokenizer | None) -> np.ndarray:
+def _read_jsonl(path: Path, column: str, tokenizer: Tokenizer | None, progress: Progress) -> np.ndarray:
     lengths = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InputError(f"not valid JSON: {error.msg}", source=str(path), line=line_number) from None
-            if not isinstance(record, dict) or column not in record:
-                raise InputError(f"no column {column!r} in this record", source=str(path), line=line_number)
-            lengths.append(_value_length(record[column], tokenizer, str(path), line=line_number))
+    for line_number, line in _lines(path, progress):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InputError(f"not valid JSON: {error.msg}", source=str(path), line=line_number) from None
+        if not isinstance(record, dict) or column not in record:
+            raise InputError(f"no column {column!r} in this record", source=str(path), line=line_number)
+        lengths.append(_value_length(record[column], tokenizer, str(path), line=line_number))
     return np.asarray(lengths, dtype=np.int64)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
 from simbench.histogram_build import build_histogram, load_tokenizer, read_lengths
 from simbench.report.writer import atomic_file
@@ -31,11 +32,16 @@ def build(
 ) -> None:
     """Count per-sequence lengths into a histogram; sequences over --max-length are reported, never dropped silently."""
     tokenizer = load_tokenizer(tokenizer_file) if (tokenize or tokenizer_file) else None
-    lengths = read_lengths(input_path, column=column, tokenizer=tokenizer)
+    console = Console(stderr=True)
+    size_bytes = input_path.stat().st_size if input_path.is_file() else None
+    with Progress(TextColumn("reading {task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task(input_path.name, total=size_bytes)
+        lengths = read_lengths(input_path, column=column, tokenizer=tokenizer,
+                               progress=lambda read_bytes: progress.update(task, completed=read_bytes))
     built = build_histogram(lengths, max_length, truncate=truncate, name=output.stem)
     with atomic_file(output) as temporary:
         built.histogram.to_csv(temporary)
-    console = Console(stderr=True)
     console.print(built.describe(), highlight=False, soft_wrap=True)
     console.print(f"wrote {output}", highlight=False, soft_wrap=True)
 
