@@ -1,6 +1,6 @@
 """Per-(step, device) seconds of a plan's batches, split by cause, as (steps, devices) arrays.
 
-Pricing is the only place the cost model is called for device time; both engines read these arrays.
+Packs and sequences are priced here, VTS pipelines in `vts`; both engines read these arrays.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """`simulate`: run execution plans on clusters of 1..N devices and measure throughput and speed-ups.
 
-    >>> result = simulate(histogram, ["spfhp:3", "unpad"], [1, 8], cost_model, batch_size=32, steps=200, seed=0)
-    >>> result.summary[["strategy", "devices", "speedup", "engine"]]
+    >>> from simbench.histogram import load_histogram; from simbench.sim.linear import LinearCostModel
+    >>> result = simulate(load_histogram("squad_1_1_384"), ["unpad"], [1, 8], LinearCostModel(),
+    ...                   batch_size=8, steps=20, seed=0)
+    >>> result.summary[["strategy", "devices", "engine"]].values.tolist()
+    [['none', 1, 'simpy'], ['none', 8, 'simpy'], ['unpad', 1, 'simpy'], ['unpad', 8, 'simpy']]
 """
 
 from __future__ import annotations
