@@ -23,9 +23,17 @@ BREAKDOWN_COLUMNS = ("compute_seconds", "padding_seconds", "overhead_seconds", "
 class SimulationResult:
     """Everything `simulate` measured.
 
-    summary: one row per (strategy, devices); traces: one row per (strategy, devices, step);
-    packings: the Packing of each plan that has one; latency_samples: per-device step seconds of
-    single devices, per strategy; vts_timeline: per (sample, stage) times of one batch, per VTS plan.
+    summary: one row per (strategy, devices): speedup (real tokens/s over `reference`: padding at the
+        same devices, or for VTS the same pipeline with padded samples), tokens_per_s, sequences_per_s,
+        step_seconds_mean, step_seconds_p99, engine ("simpy" or "vectorized"), the BREAKDOWN_COLUMNS
+        (seconds per step, adding up to step_seconds_mean), steps, packer, max_depth, mode.
+    traces: one row per (strategy, devices, step): step_seconds, slowest_device_seconds,
+        mean_device_seconds, allreduce_seconds, data_wait_seconds, real_tokens, sequences, engine.
+    packings: the Packing of each plan that has one, by strategy name.
+    latency_samples: per-device step seconds, i.e. single-device step times (up to 100,000 per
+        strategy; none for padding exchange plans, which on one device are `unpad`).
+    vts_timeline: per VTS plan, enter/finish/leave seconds of each (sample, stage) of one batch.
+    config: the resolved arguments of the run.
     """
 
     summary: pd.DataFrame
