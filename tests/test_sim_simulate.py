@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
-from simbench.histogram import load_histogram
+from simbench.histogram import LengthHistogram, load_histogram
 from simbench.sim.linear import LinearCostModel
 from simbench.sim.plans import ExecutionPlan, PlanKind
 from simbench.sim.results import BREAKDOWN_COLUMNS
@@ -153,6 +153,12 @@ def test_given_packings_are_reused_not_recomputed():
     first = simulate(SQUAD, ["spfhp:2"], [1], LINEAR, batch_size=4, steps=3, seed=0)
     again = simulate(SQUAD, ["spfhp:2"], [1], LINEAR, batch_size=4, steps=3, seed=0, packings=first.packings)
     assert again.packings["spfhp:2"] is first.packings["spfhp:2"]
+
+
+def test_empty_histogram_is_an_input_error():
+    with pytest.raises(InputError, match="no sequences"):
+        simulate(LengthHistogram(np.zeros(8, dtype=np.int64), name="empty"), ["unpad"], [1], LINEAR,
+                 batch_size=2, steps=2, seed=0)
 
 
 @pytest.mark.parametrize("arguments, fragment", [

@@ -50,7 +50,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     named = parse_plans([plan for plan in plans if isinstance(plan, str)])  # expands `all`
     given = [plan for plan in plans if not isinstance(plan, str)]
     plans = with_reference(list({plan.name: plan for plan in [*named, *given]}.values()))
-    devices = _validate(devices, batch_size, steps, engine)
+    devices = _validate(histogram, devices, batch_size, steps, engine)
     settings = _Settings(histogram, cost_model, batch_size, steps, seed, engine,
                          ExchangeCosts.from_cost_model(cost_model))
     packings = dict(packings or {})
@@ -85,7 +85,9 @@ class _Settings:
     exchange_costs: ExchangeCosts
 
 
-def _validate(devices, batch_size, steps, engine) -> list[int]:
+def _validate(histogram, devices, batch_size, steps, engine) -> list[int]:
+    if histogram.sequences == 0:
+        raise InputError(f"histogram {histogram.name} holds no sequences: nothing to train on")
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, found {engine!r}")
     if batch_size < 1:
