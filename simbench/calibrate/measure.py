@@ -36,7 +36,7 @@ class MeasureSettings:
     max_length: int
     device: str
     threads: int
-    steps: int = 8
+    steps: int = 16
     batch_size: int = 16
     repeats: int = 3
     warmup: int = 2
