@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from simbench.costmodels import TransformerCostModel, get_model
+from simbench.costmodels import TransformerCostModel
 from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     extrapolate_cluster_speedups, fit_gumbel
 from simbench.histogram import LengthHistogram
@@ -40,7 +40,7 @@ def progress_total(scenario: Scenario) -> int:
 
 def build_tables(scenario: Scenario, histogram: LengthHistogram, progress: Progress | None = None) -> ReportTables:
     progress = progress or (lambda units: None)
-    cost_model = TransformerCostModel(get_model(scenario.model), scenario.hardware.load())
+    cost_model = TransformerCostModel(scenario.model, scenario.hardware.load())
     plans = [parse_plan(spec.plan_text) for spec in scenario.strategies]
     labels = {plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}
     result = simulate(histogram, plans, list(scenario.devices), cost_model, batch_size=scenario.batch_size,
