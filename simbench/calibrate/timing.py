@@ -1,6 +1,7 @@
 """Times full training steps (forward, backward, optimizer) of the encoder on real batches.
 
-Repeats are interleaved across batches so that noise from other processes hits every batch alike.
+Repeats go round all batches in a fresh random order, and each round's shared slowdown from other
+processes is factored out, so that machine load hits every batch alike and then drops out.
 """
 
 from __future__ import annotations
