@@ -20,12 +20,13 @@ def test_the_cli_does_not_import_torch():
     assert completed.stdout.strip() == "False"
 
 
-def test_calibrate_without_torch_says_how_to_install_it(monkeypatch, tmp_path):
+@pytest.mark.parametrize("command", [["calibrate", "--quick"], ["measure", "wikipedia_512"]])
+def test_commands_without_torch_say_how_to_install_it(monkeypatch, tmp_path, command):
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
-    result = runner.invoke(app, ["calibrate", "--quick", "-o", str(tmp_path / "profile.yaml")])
+    result = runner.invoke(app, [*command, "-o", str(tmp_path / "out")])
     assert isinstance(result.exception, InputError)
     assert "torch is not installed: pip install 'simbench[torch]'" in str(result.exception)
-    assert not (tmp_path / "profile.yaml").exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_quick_calibration_writes_a_loadable_profile_with_its_raw_timings(tmp_path):

@@ -86,8 +86,10 @@ def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator,
             if row_length <= (longest or max_length):
                 layouts.append(BatchLayout.padded(rng.integers(row_length // 2, row_length + 1, size=rows), row_length))
     for sequences in ((4, 12) if quick else (4, 16, 32)):
+        centre = int(rng.integers(max_length // 4, 3 * max_length // 4 + 1))
         for groups in sorted({1, max(1, sequences // 4), sequences}):
-            layouts.append(BatchLayout.unpadded(_lengths_in_groups(sequences, groups, max_length, rng)))
+            layouts.append(BatchLayout.unpadded(rng.permutation(
+                _lengths_in_groups(sequences, groups, centre, max_length))))
     return layouts
 
 
@@ -156,11 +158,18 @@ def calibration_steps(settings: CalibrationSettings) -> int:
     return len(layouts) * (settings.warmup + settings.repeats)
 
 
-def _lengths_in_groups(sequences: int, groups: int, max_length: int, rng: np.random.Generator) -> np.ndarray:
-    """`sequences` lengths taking exactly `groups` distinct values: the number of attention calls
-    of an un-padded batch varies independently of its tokens, so the fit can tell the two apart."""
-    values = rng.choice(np.arange(1, max_length + 1), size=groups, replace=False)
-    return rng.permutation(np.resize(values, sequences))
+def _lengths_in_groups(sequences: int, groups: int, centre: int, max_length: int) -> np.ndarray:
+    """`sequences` lengths taking `groups` distinct values (fewer if the lengths near `centre` run
+    out) spread evenly around `centre`.
+
+    Batches of the same size and centre hold about the same tokens whatever their number of
+    groups, so their differences measure the per-group cost alone.
+    """
+    if groups == 1:
+        return np.full(sequences, centre)
+    half_width = min(centre - 1, max_length - centre, groups)
+    values = np.unique(np.round(np.linspace(centre - half_width, centre + half_width, groups)).astype(np.int64))
+    return np.resize(values, sequences)
 
 
 def _random_pack(max_length: int, depth: int, rng: np.random.Generator) -> list[int]:
