@@ -29,6 +29,8 @@ from simbench.strategies.packing import PackOptions, Packing
 PRICING_TOLERANCE = 1e-9
 # Patterns added to the master LP per pricing round: one per best "first length" candidate.
 COLUMNS_PER_ROUND = 200
+# Knapsack table cells computed at once: bounds the pricing's memory for long contexts.
+DP_CELLS_PER_CHUNK = 2**21
 # Safety cap on pricing rounds; the reported bound stays valid (Farley) if it is ever reached.
 MAX_PRICING_ROUNDS = 2000
 # LP re-solves of the residual before the last residual goes to best-fit decreasing.
@@ -234,6 +236,26 @@ class _Items:
         return table.best_value, patterns
 
 
+def _best_extension(best: np.ndarray, lengths: np.ndarray, values: np.ndarray,
+                    capacities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each capacity c: the most `best[c - length] + value` over the lengths that fit, and which.
+
+    Works through the lengths in chunks so long contexts (8k lengths x 8k capacities) stay small.
+    """
+    top_value = np.full(capacities.size, -np.inf)
+    top_item = np.full(capacities.size, -1, dtype=np.int64)
+    chunk = max(1, DP_CELLS_PER_CHUNK // capacities.size)
+    for first in range(0, lengths.size, chunk):
+        before = capacities[None, :] - lengths[first:first + chunk, None]
+        candidate = np.where(before >= 0, best[np.maximum(before, 0)] + values[first:first + chunk, None], -np.inf)
+        item = candidate.argmax(axis=0)
+        value = candidate[item, np.arange(capacities.size)]
+        better = value > top_value
+        top_value = np.where(better, value, top_value)
+        top_item = np.where(better, item + first, top_item)
+    return top_value, top_item
+
+
 class _UnboundedKnapsack:
     """Integer knapsack over capacity with unlimited copies of each length (no depth limit)."""
 
@@ -246,10 +268,7 @@ class _UnboundedKnapsack:
         step = int(lengths[0]) if lengths.size else capacity + 1
         for start in range(step, capacity + 1, step):
             capacities = np.arange(start, min(start + step, capacity + 1))
-            before = capacities[None, :] - lengths[:, None]
-            candidate = np.where(before >= 0, best[np.maximum(before, 0)] + values[:, None], -np.inf)
-            item = candidate.argmax(axis=0)
-            value = candidate[item, np.arange(capacities.size)]
+            value, item = _best_extension(best, lengths, values, capacities)
             running = np.maximum.accumulate(np.concatenate([[best[start - 1]], value]))[1:]
             best[capacities] = running
             choice[capacities] = np.where(value >= running, item, -1)
@@ -284,15 +303,10 @@ class _CardinalityKnapsack:
         self.capacity = capacity
         self.depth = depth
         capacities = np.arange(capacity + 1)
-        before = capacities[None, :] - lengths[:, None]
-        fits = before >= 0
-        before = np.maximum(before, 0)
         best = np.zeros((depth + 1, capacity + 1))
         choice = np.full((depth + 1, capacity + 1), -1, dtype=np.int64)
         for count in range(1, depth + 1):
-            candidate = np.where(fits, best[count - 1][before] + values[:, None], -np.inf)
-            item = candidate.argmax(axis=0)
-            value = candidate[item, capacities]
+            value, item = _best_extension(best[count - 1], lengths, values, capacities)
             take = value >= best[count - 1]
             best[count] = np.where(take, value, best[count - 1])
             choice[count] = np.where(take, item, -1)
