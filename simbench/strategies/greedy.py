@@ -25,10 +25,12 @@ def next_pack_starts(lengths: np.ndarray, max_length: int, max_depth: int | None
     """For every position s, where the next pack starts when a pack starts at s (next fit)."""
     ends = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=ends[1:])
-    following = np.searchsorted(ends, ends[:-1] + max_length, side="right") - 1
+    following = np.searchsorted(ends, ends + max_length, side="right")
+    following -= 1
     if max_depth is not None:
-        np.minimum(following, np.arange(max_depth, lengths.size + max_depth), out=following)
-    return np.append(following, lengths.size)
+        np.minimum(following, np.arange(max_depth, lengths.size + 1 + max_depth), out=following)
+    following[-1] = lengths.size  # the end of the dataset leads nowhere
+    return following
 
 
 def mark_pack_starts(following: np.ndarray) -> np.ndarray:
@@ -102,39 +104,46 @@ def distinct_packs(lengths: np.ndarray, starts: np.ndarray, max_length: int) -> 
     Packs are grouped by depth; each pack's sorted lengths are bit-packed into one exact integer
     key, so counting distinct packs is a bincount or a hash-table pass rather than a row sort.
     """
-    depths = np.diff(np.append(starts, lengths.size))
+    depths = np.diff(starts, append=lengths.size)
     bits = int(max_length).bit_length()
-    width = int(depths.max(initial=1))
-    all_rows, all_repeats = [], []
-    for depth in np.unique(depths):
+    per_depth = []
+    for depth in np.flatnonzero(np.bincount(depths)):
         first = starts[depths == depth]
-        members = lengths[first[:, None] + np.arange(depth)].astype(np.int64)
-        if depth == 2:
-            members = np.column_stack([members.max(axis=1), members.min(axis=1)])
-        elif depth > 2:
-            members = -np.sort(-members, axis=1)
-        if depth * bits <= 62:
-            rows, repeats = count_packed_rows(members, bits)
+        if depth == 1:
+            members = [lengths[first]]
+        elif depth == 2:
+            one, other = lengths[first], lengths[first + 1]
+            members = [np.maximum(one, other), np.minimum(one, other)]
         else:
-            rows, repeats = np.unique(members, axis=0, return_counts=True)
-        all_rows.append(np.pad(rows, ((0, 0), (0, width - depth))))
-        all_repeats.append(repeats)
-    if not all_rows:
-        return np.zeros((0, 1), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.vstack(all_rows), np.concatenate(all_repeats)
+            members = list(-np.sort(-lengths[first[:, None] + np.arange(depth)].astype(np.int64), axis=1).T)
+        if depth * bits <= 62:
+            per_depth.append(count_packed_rows(members, bits))
+        else:
+            per_depth.append(np.unique(np.column_stack(members), axis=0, return_counts=True))
+    width = max((rows.shape[1] for rows, _ in per_depth), default=1)
+    all_rows = np.zeros((sum(rows.shape[0] for rows, _ in per_depth), width), dtype=np.int64)
+    filled = 0
+    for rows, _ in per_depth:
+        all_rows[filled:filled + rows.shape[0], :rows.shape[1]] = rows
+        filled += rows.shape[0]
+    repeats = np.concatenate([repeats for _, repeats in per_depth]) if per_depth else np.zeros(0, dtype=np.int64)
+    return all_rows, repeats
 
 
-def count_packed_rows(rows: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows and their counts, via exact keys of `bits` bits per column."""
-    shifts = bits * np.arange(rows.shape[1], dtype=np.int64)
-    keys = (rows << shifts).sum(axis=1)
-    if rows.shape[1] * bits <= 24:
+def count_packed_rows(columns: list[np.ndarray], bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows and their counts, via exact keys of `bits` bits per column (first column highest)."""
+    keys = columns[0].astype(np.int64)
+    for column in columns[1:]:
+        keys <<= bits
+        keys |= column
+    if len(columns) * bits <= 24:
         counts = np.bincount(keys)
         distinct = np.flatnonzero(counts)
         counts = counts[distinct]
     else:
         codes, distinct = pd.factorize(keys, sort=False)
         counts = np.bincount(codes, minlength=distinct.size)
+    shifts = bits * np.arange(len(columns) - 1, -1, -1, dtype=np.int64)
     distinct = np.asarray(distinct, dtype=np.int64)
     return (distinct[:, None] >> shifts) & ((1 << bits) - 1), counts
 
