@@ -37,8 +37,8 @@ def test_table_1_none_is_half_padding(wikipedia):
 
 def test_table_1_sort(wikipedia):
     # Sorting 16.3M sequences and cutting batches of 32 leaves almost no padding: simbench
-    # measures 99.9998 %, the paper prints 99.9 (it gives no batch size; every batch size from
-    # 1 to 4096 tried stays above 99.97 %), so the match holds within the printed precision.
+    # measures 99.9998 %, the paper prints 99.9 (it gives no batch size; the batch sizes tried, from
+    # 1 to 4096, all stay above 99.97 %), so the match holds within the printed precision.
     packing = get_strategy("sort")(wikipedia, 512, None, PackOptions(batch_size=32))
     assert percent(packing) == pytest.approx(99.9, abs=TABLE_1_POINTS)
     assert percent(packing) >= 99.9
@@ -107,3 +107,12 @@ def test_table_5_nnlshp_registered_beats_the_paper(squad):
     packing = get_strategy("nnlshp")(squad, 384, 3)
     assert packing.packs_total < 40808
     assert percent(packing) > 97.310
+
+
+def test_nnlshp_strategy_count_for_512_at_depth_3():
+    # Paper: all sorted combinations of up to 3 lengths summing exactly to 512: 22,102 (~s^2/12 + s/2 + 1).
+    from simbench.strategies.nnlshp import count_exact_fill_strategies, exact_fill_strategies
+
+    strategies = exact_fill_strategies(512, 3)
+    assert strategies.shape[0] == count_exact_fill_strategies(512, 3) == 22102
+    assert round(512**2 / 12 + 512 / 2 + 1) == 22102  # the paper's approximation agrees

@@ -162,3 +162,47 @@ def test_greedy_next_fit_crosses_many_blocks():
         packing = available_strategies()["greedy"](histogram, 100, max_depth, PackOptions(seed=11))
         lengths = shuffled_lengths(histogram, np.random.default_rng(11))
         assert expanded_packs(packing) == one_by_one_next_fit(lengths, 100, max_depth)
+
+
+# nnlshp's building blocks against brute force and SciPy.
+
+@pytest.mark.parametrize("max_length, depth", [(1, 1), (9, 2), (12, 3), (16, 5), (30, 4)])
+def test_exact_fill_strategies_are_every_partition_in_lexicographic_order(max_length, depth):
+    from itertools import combinations_with_replacement
+
+    from simbench.strategies.nnlshp import count_exact_fill_strategies, exact_fill_strategies
+
+    expected = sorted(parts for size in range(1, depth + 1)
+                      for parts in combinations_with_replacement(range(1, max_length + 1), size)
+                      if sum(parts) == max_length)
+    listed = [tuple(int(part) for part in row if part) for row in exact_fill_strategies(max_length, depth)]
+    assert listed == expected
+    assert count_exact_fill_strategies(max_length, depth) == len(expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(2, 12), columns=st.integers(1, 40))
+def test_nonnegative_least_squares_matches_scipy(seed, rows, columns):
+    from scipy import optimize, sparse
+
+    from simbench.strategies.nnlshp import nonnegative_least_squares
+
+    rng = np.random.default_rng(seed)
+    matrix = rng.integers(0, 3, size=(rows, columns)) * rng.uniform(0.1, 1.0, size=(rows, 1))
+    target = rng.uniform(-5, 50, size=rows)
+    solution = nonnegative_least_squares(sparse.csc_matrix(matrix), target)
+    assert np.all(solution >= 0)
+    expected, residual = optimize.nnls(matrix, target)
+    assert np.linalg.norm(matrix @ solution - target) == pytest.approx(residual, rel=1e-7, abs=1e-7)
+
+
+def test_removing_a_column_updates_the_cholesky_factor():
+    from simbench.strategies.nnlshp import drop_from_factor
+
+    columns = np.random.default_rng(0).normal(size=(20, 8))
+    factor = np.zeros((10, 10))
+    factor[:8, :8] = np.linalg.cholesky(columns.T @ columns)
+    drop_from_factor(factor, 8, 3)
+    kept = np.delete(columns, 3, axis=1)
+    assert np.allclose(factor[:7, :7] @ factor[:7, :7].T, kept.T @ kept)
+    assert np.allclose(np.triu(factor[:7, :7], 1), 0) and np.allclose(factor[7:], 0)
