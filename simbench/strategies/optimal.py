@@ -31,6 +31,10 @@ PRICING_TOLERANCE = 1e-9
 COLUMNS_PER_ROUND = 200
 # Knapsack table cells computed at once: bounds the pricing's memory for long contexts.
 DP_CELLS_PER_CHUNK = 2**21
+# The master keeps about this many columns per length present; the rest go when it grows past.
+COLUMNS_KEPT_PER_ROW = 8
+# Only columns this far from pricing out are dropped.
+DROP_REDUCED_COST = 0.05
 # Safety cap on pricing rounds; the reported bound stays valid (Farley) if it is ever reached.
 MAX_PRICING_ROUNDS = 2000
 # LP re-solves of the residual before the last residual goes to best-fit decreasing.
@@ -369,19 +373,40 @@ class _MasterLP:
         self.columns.extend(fresh)
         return count
 
+    def drop_unpromising(self, reduced_costs: np.ndarray, keep: int) -> np.ndarray:
+        """Delete all but `keep` columns, highest reduced costs first; returns which columns stayed.
+
+        Every simplex iteration prices every column, so a master that only grows slows down;
+        columns far from pricing out are the least likely to be wanted again. Basic columns
+        have zero reduced cost and stay, so the basis survives.
+        """
+        order = np.argsort(-reduced_costs, kind="stable")
+        drop = np.sort(order[:max(0, len(self.columns) - keep)])
+        drop = drop[reduced_costs[drop] > DROP_REDUCED_COST]
+        kept = np.ones(len(self.columns), dtype=bool)
+        if drop.size == 0:
+            return kept
+        self.highs.deleteCols(int(drop.size), drop.astype(np.int32))
+        kept[drop] = False
+        for column in drop:
+            self.known.discard(self.columns[column].tobytes())
+        self.columns = [column for column, keep in zip(self.columns, kept) if keep]
+        return kept
+
     def set_demand(self, demand: np.ndarray) -> None:
         bounds = demand.astype(np.float64)
         self.highs.changeRowsBounds(demand.size, np.arange(demand.size, dtype=np.int32), bounds, bounds)
 
-    def solve(self) -> tuple[float, np.ndarray, np.ndarray]:
-        """The LP optimum, the column values and the row duals (prices of one sequence of each length)."""
+    def solve(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """The LP optimum, the column values, the row duals (prices of one sequence of each length)
+        and the columns' reduced costs."""
         self.highs.run()
         status = self.highs.getModelStatus()
         if status != highspy.HighsModelStatus.kOptimal:
             raise RuntimeError(f"HiGHS did not solve the packing LP: {self.highs.modelStatusToString(status)}")
         solution = self.highs.getSolution()
         value = self.highs.getInfo().objective_function_value
-        return value, np.asarray(solution.col_value), np.asarray(solution.row_dual)
+        return value, np.asarray(solution.col_value), np.asarray(solution.row_dual), np.asarray(solution.col_dual)
 
     def patterns_at(self, columns: np.ndarray) -> np.ndarray:
         if columns.size == 0:
@@ -408,7 +433,7 @@ def _column_generation(master: _MasterLP, items: _Items, demand: np.ndarray) -> 
     converged = False
     rounds = 0
     while True:
-        primal_value, weights, prices = master.solve()
+        primal_value, weights, prices, reduced_costs = master.solve()
         # Negative prices (equality rows) keep their sign: a pack filled with such lengths is worth
         # less, and the knapsack leaves them out. prices / max(1, best_price) is dual feasible for
         # the LP over all patterns, so its dual value is a certified bound at every round.
@@ -418,6 +443,8 @@ def _column_generation(master: _MasterLP, items: _Items, demand: np.ndarray) -> 
         if best_price <= 1.0 + PRICING_TOLERANCE:
             converged = True
             break
+        if len(master.columns) > COLUMNS_KEPT_PER_ROW * demand.size + COLUMNS_PER_ROUND:
+            weights = weights[master.drop_unpromising(reduced_costs, COLUMNS_KEPT_PER_ROW * demand.size)]
         if master.add_patterns(patterns) == 0 or rounds >= MAX_PRICING_ROUNDS:
             break
     return _LPSolution(min(best_bound, primal_value), primal_value, converged, rounds, weights)
