@@ -19,17 +19,30 @@ from simbench.strategies.packing import Packing
 # Chains are followed in lockstep from one start per block; a block this long holds enough
 # packs that a chain started at the wrong place almost always meets the true one inside it.
 BLOCK_SEQUENCES = 256
+# Positions whose next pack start is searched together (see next_pack_starts).
+WINDOW_SEQUENCES = 1 << 16
+SHUFFLE_BLOCK_SEQUENCES = 1 << 16
 
 
 def next_pack_starts(lengths: np.ndarray, max_length: int, max_depth: int | None) -> np.ndarray:
-    """For every position s, where the next pack starts when a pack starts at s (next fit)."""
-    ends = np.zeros(lengths.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=ends[1:])
-    following = np.searchsorted(ends, ends + max_length, side="right")
-    following -= 1
-    if max_depth is not None:
-        np.minimum(following, np.arange(max_depth, lengths.size + 1 + max_depth), out=following)
-    following[-1] = lengths.size  # the end of the dataset leads nowhere
+    """For every position s, where the next pack starts when a pack starts at s (next fit).
+
+    A pack holds at most max_length sequences (each has a token), so each window of positions
+    only needs prefix sums over itself and max_length more sequences: small, cache-resident
+    searches in 32-bit sums instead of one search over 16M 64-bit sums.
+    """
+    total = lengths.size
+    following = np.empty(total + 1, dtype=np.int64)
+    sum_type = np.int32 if (WINDOW_SEQUENCES + max_length) * max_length < 2**31 else np.int64
+    for start in range(0, total, WINDOW_SEQUENCES):
+        stop = min(start + WINDOW_SEQUENCES, total)
+        sums = np.zeros(min(stop + max_length, total) - start + 1, dtype=sum_type)
+        np.cumsum(lengths[start:start + sums.size - 1], out=sums[1:])
+        ahead = np.searchsorted(sums, sums[:stop - start] + max_length, side="right") - 1
+        if max_depth is not None:
+            np.minimum(ahead, np.arange(max_depth, stop - start + max_depth), out=ahead)
+        following[start:stop] = ahead + start
+    following[total] = total  # the end of the dataset leads nowhere
     return following
 
 
@@ -91,11 +104,24 @@ def repair_blocks(following, is_start, old_starts, new_starts, ends, old_exits) 
 
 
 def shuffled_lengths(histogram, rng: np.random.Generator) -> np.ndarray:
-    """The dataset's lengths in a random order (16-bit: lengths stay below 65,536)."""
+    """The dataset's lengths in a uniformly random order (16-bit: lengths stay below 65,536).
+
+    Block by block: a block's mix of lengths is a multivariate hypergeometric draw from what is
+    left, then the block is shuffled. That is the same distribution as one shuffle of the whole
+    dataset, with every swap inside a cache-sized block (three times faster at 16M).
+    """
     dtype = np.uint16 if histogram.max_length < 2**16 else np.int64
-    lengths = np.repeat(histogram.lengths.astype(dtype), histogram.counts)
-    rng.shuffle(lengths)
-    return lengths
+    values = histogram.lengths.astype(dtype)
+    remaining = histogram.counts.copy()
+    shuffled = np.empty(histogram.sequences, dtype=dtype)
+    for start in range(0, shuffled.size, SHUFFLE_BLOCK_SEQUENCES):
+        size = min(SHUFFLE_BLOCK_SEQUENCES, shuffled.size - start)
+        drawn = rng.multivariate_hypergeometric(remaining, size, method="marginals")
+        remaining -= drawn
+        block = np.repeat(values, drawn)
+        rng.shuffle(block)
+        shuffled[start:start + size] = block
+    return shuffled
 
 
 def distinct_packs(lengths: np.ndarray, starts: np.ndarray, max_length: int) -> tuple[np.ndarray, np.ndarray]:
