@@ -206,3 +206,13 @@ def test_removing_a_column_updates_the_cholesky_factor():
     kept = np.delete(columns, 3, axis=1)
     assert np.allclose(factor[:7, :7] @ factor[:7, :7].T, kept.T @ kept)
     assert np.allclose(np.triu(factor[:7, :7], 1), 0) and np.allclose(factor[7:], 0)
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+def test_empty_lengths_beyond_max_length_change_nothing(name):
+    counts = np.arange(30) % 4
+    strategy = available_strategies()[name]
+    exact = strategy(LengthHistogram.from_counts(counts), 30, 3, PackOptions(seed=2, batch_size=4))
+    padded = strategy(LengthHistogram.from_counts(np.r_[counts, np.zeros(20, dtype=int)]), 30, 3,
+                      PackOptions(seed=2, batch_size=4))
+    assert np.array_equal(exact.rows, padded.rows) and np.array_equal(exact.repeats, padded.repeats)

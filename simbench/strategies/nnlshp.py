@@ -202,7 +202,7 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
     """
     depth = PAPER_DEPTH if max_depth is None else max_depth
     histogram = np.zeros(max_length, dtype=np.int64)
-    histogram[:counts.size] = counts
+    histogram[:min(counts.size, max_length)] = counts[:max_length]  # lengths beyond are empty
     strategy_count = count_exact_fill_strategies(max_length, depth)
     if strategy_count > MAX_STRATEGIES:
         raise InputError(f"nnlshp at depth {depth} and max length {max_length} would fit "
