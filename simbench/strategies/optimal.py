@@ -5,10 +5,6 @@ The LP optimum is a certified lower bound on the packs any packer needs (`lp_low
     >>> bound = lp_lower_bound(load_histogram("squad_1_1_384"), 384, max_depth=3)
     >>> packing = get_strategy("optimal")(load_histogram("squad_1_1_384"), 384, 3)
     >>> packing.packs_total / bound.lower_bound_packs - 1   # the certified gap
-
-The master LP (one row per length present, one column per pack pattern, equality rows for the
-counts) lives in HiGHS; new patterns come from an integer knapsack with the dual prices as values
-(a dynamic programme over capacity, or over (sequences, capacity) under a depth limit).
 """
 
 from __future__ import annotations
@@ -59,11 +55,6 @@ class LPBound:
     pricing_rounds: int
     patterns: np.ndarray
     weights: np.ndarray
-
-    @property
-    def gap_closed(self) -> bool:
-        """True when the integer bound cannot rise any further with more pricing."""
-        return self.lower_bound_packs >= _robust_ceil(self.primal_value)
 
 
 @register("optimal", "LP-optimal: column generation on the histogram, rounded; states its gap to the LP bound")
