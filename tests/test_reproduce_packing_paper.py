@@ -92,7 +92,7 @@ def test_table_5_exactly(squad, strategy, max_depth, strategies_used, packs, tok
 
 def test_table_5_nnlshp_with_the_papers_leftover_rule(squad):
     # Paper: 40,808 packs, 97.310 %, 398 strategies. With the paper's rule (each leftover gets
-    # its own pack) simbench gets 40,783 packs, 97.374 %: within 0.1 points and 0.1 % of the
+    # its own pack) simbench gets 40,782 packs, 97.377 %: within 0.1 points and 0.1 % of the
     # packs, not exact. The rounded NNLS solution is not unique: SciPy 1.11's Fortran NNLS gives
     # 40,782 packs and SciPy 1.17's 40,778 on the same matrix, so the last few dozen packs depend
     # on which optimal vertex the solver lands on.
@@ -104,7 +104,7 @@ def test_table_5_nnlshp_with_the_papers_leftover_rule(squad):
 
 
 def test_table_5_nnlshp_registered_beats_the_paper(squad):
-    # Packing the leftovers with spfhp instead of one pack each: 40,557 packs, 97.92 %.
+    # Packing the leftovers with spfhp instead of one pack each: 40,559 packs, 97.91 %.
     packing = get_strategy("nnlshp")(squad, 384, 3)
     assert packing.packs_total < 40808
     assert percent(packing) > 97.310

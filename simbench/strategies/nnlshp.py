@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import sparse
-from scipy.linalg import cho_solve, solve_triangular
+from scipy.linalg import solve_triangular
 
 from simbench.errors import InputError
 from simbench.strategies import register
@@ -77,7 +77,7 @@ def nonnegative_least_squares(matrix: sparse.csc_matrix, target: np.ndarray) -> 
     transposed = matrix.T.tocsr()
     solution = np.zeros(columns)
     passive: list[int] = []
-    passive_columns = np.zeros((rows, rows))
+    passive_rows = np.zeros((rows, rows))  # the passive columns of the matrix, one per row
     factor = np.zeros((rows, rows))
     gradient = transposed @ target
     tolerance = 1e-10 * max(1.0, float(np.abs(gradient).max(initial=0.0)))
@@ -93,8 +93,9 @@ def nonnegative_least_squares(matrix: sparse.csc_matrix, target: np.ndarray) -> 
         size = len(passive)
         if size == 0:
             return np.zeros(0)
-        right = passive_columns[:, :size].T @ target
-        return cho_solve((factor[:size, :size], True), right, check_finite=False)
+        lower = factor[:size, :size]
+        halfway = solve_triangular(lower, passive_rows[:size] @ target, lower=True, check_finite=False)
+        return solve_triangular(lower, halfway, lower=True, trans="T", check_finite=False)
 
     for _ in range(3 * columns):
         candidates = np.where(blocked, -np.inf, gradient)
@@ -104,14 +105,14 @@ def nonnegative_least_squares(matrix: sparse.csc_matrix, target: np.ndarray) -> 
             break
         column = dense_column(entering)
         size = len(passive)
-        cross = passive_columns[:, :size].T @ column
+        cross = passive_rows[:size] @ column
         below = solve_triangular(factor[:size, :size], cross, lower=True, check_finite=False) if size else cross
         pivot_squared = column @ column - below @ below
         if pivot_squared <= 1e-12 * (column @ column):
             blocked[entering] = True  # linearly dependent on the passive set: cannot enter
             continue
         passive.append(entering)
-        passive_columns[:, size] = column
+        passive_rows[size] = column
         factor[size, :size] = below
         factor[size, size] = np.sqrt(pivot_squared)
         values = solve_passive()
@@ -132,12 +133,12 @@ def nonnegative_least_squares(matrix: sparse.csc_matrix, target: np.ndarray) -> 
                 drop_from_factor(factor, len(passive), int(position))
                 passive.pop(position)
             keep = ~leaving
-            passive_columns[:, :len(passive)] = passive_columns[:, :keep.size][:, keep]
+            passive_rows[:len(passive)] = passive_rows[:keep.size][keep]
             values = solve_passive()
         solution[:] = 0.0
         solution[passive] = values
         blocked[:] = False
-        residual = target - passive_columns[:, :len(passive)] @ values
+        residual = target - values @ passive_rows[:len(passive)]
         gradient = transposed @ residual
     return solution
 
