@@ -74,6 +74,8 @@ def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | N
         solution = _column_generation(master, items, residual)
         columns = np.stack(master.columns[:solution.weights.size])
         whole = _floor_within(solution.weights, columns, residual)
+        if not whole.any():
+            whole = _round_up_greedily(solution.weights, columns, residual)
         passes += 1
         if not whole.any():
             break
@@ -95,6 +97,19 @@ def _floor_within(weights: np.ndarray, columns: np.ndarray, residual: np.ndarray
     whole = np.floor(weights + 1e-7).astype(np.int64)
     if np.any(whole @ columns > residual):
         whole = np.floor(weights).astype(np.int64)
+    return whole
+
+
+def _round_up_greedily(weights: np.ndarray, columns: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """One pack of each column with LP weight of at least a half, heaviest first, while they fit."""
+    whole = np.zeros(weights.size, dtype=np.int64)
+    left = residual.copy()
+    for column in np.argsort(-weights, kind="stable"):
+        if weights[column] < 0.5:
+            break
+        if np.all(columns[column] <= left):
+            whole[column] = 1
+            left -= columns[column]
     return whole
 
 
@@ -373,7 +388,9 @@ class _MasterLP:
         """
         order = np.argsort(-reduced_costs, kind="stable")
         drop = np.sort(order[:max(0, len(self.columns) - keep)])
-        drop = drop[reduced_costs[drop] > DROP_REDUCED_COST]
+        # Single-sequence packs stay: they keep every residual of the rounding feasible.
+        single = np.fromiter((self.columns[column].sum() == 1 for column in drop), dtype=bool, count=drop.size)
+        drop = drop[(reduced_costs[drop] > DROP_REDUCED_COST) & ~single]
         kept = np.ones(len(self.columns), dtype=bool)
         if drop.size == 0:
             return kept
