@@ -33,7 +33,7 @@ COLUMNS_KEPT_PER_ROW = 8
 DROP_REDUCED_COST = 0.05
 # Safety cap on pricing rounds; the reported bound stays valid (Farley) if it is ever reached.
 MAX_PRICING_ROUNDS = 2000
-# LP re-solves of the residual before the last residual goes to best-fit decreasing.
+# Roundings of the residual LP before the last few sequences go to best-fit decreasing.
 ROUNDING_PASSES = 6
 
 
@@ -60,7 +60,8 @@ class LPBound:
 @register("optimal", "LP-optimal: column generation on the histogram, rounded; states its gap to the LP bound")
 def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | None,
                  options: PackOptions) -> Packing:
-    """Floor the LP solution, re-solve the LP on what is left a few times, best-fit the last few."""
+    """Floor the LP solution (or round up its heaviest columns when flooring places nothing),
+    re-solve the LP on what is left a few times, and best-fit the last few sequences."""
     bound = lp_lower_bound(histogram, max_length, max_depth)
     items = _Items.from_counts(histogram.counts, max_length, max_depth)
     master = _MasterLP(items.demand)
