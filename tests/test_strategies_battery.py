@@ -216,3 +216,26 @@ def test_empty_lengths_beyond_max_length_change_nothing(name):
     padded = strategy(LengthHistogram.from_counts(np.r_[counts, np.zeros(20, dtype=int)]), 30, 3,
                       PackOptions(seed=2, batch_size=4))
     assert np.array_equal(exact.rows, padded.rows) and np.array_equal(exact.repeats, padded.repeats)
+
+
+@pytest.mark.parametrize("length, count, max_depth", [(170, 3000, None), (3, 4000, 2), (100, 2500, None)])
+def test_greedy_on_periodic_data_where_chains_never_meet(length, count, max_depth):
+    """Sequences all alike: chains started at block starts run parallel to the true one forever."""
+    from simbench.strategies.greedy import shuffled_lengths
+
+    counts = np.zeros(512, dtype=np.int64)
+    counts[length - 1] = count
+    histogram = LengthHistogram.from_counts(counts)
+    packing = available_strategies()["greedy"](histogram, 512, max_depth, PackOptions(seed=0))
+    lengths = shuffled_lengths(histogram, np.random.default_rng(0))
+    assert expanded_packs(packing) == one_by_one_next_fit(lengths, 512, max_depth)
+
+
+def test_greedy_exact_route_alone_matches_next_fit(monkeypatch):
+    from simbench.strategies import greedy
+
+    monkeypatch.setattr(greedy, "MAX_REPAIR_ROUNDS", 0)
+    histogram = LengthHistogram.from_counts(np.r_[np.full(60, 30), np.zeros(40, dtype=int)])
+    packing = available_strategies()["greedy"](histogram, 100, None, PackOptions(seed=5))
+    lengths = greedy.shuffled_lengths(histogram, np.random.default_rng(5))
+    assert expanded_packs(packing) == one_by_one_next_fit(lengths, 100, None)

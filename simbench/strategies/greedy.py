@@ -19,6 +19,9 @@ from simbench.strategies.packing import Packing
 # Chains are followed in lockstep from one start per block; a block this long holds enough
 # packs that a chain started at the wrong place almost always meets the true one inside it.
 BLOCK_SEQUENCES = 256
+# Repair rounds before the chains are taken as unable to meet (see mark_pack_starts); real
+# datasets need one.
+MAX_REPAIR_ROUNDS = 4
 # Positions whose next pack start is searched together (see next_pack_starts).
 WINDOW_SEQUENCES = 1 << 16
 SHUFFLE_BLOCK_SEQUENCES = 1 << 16
@@ -53,6 +56,8 @@ def mark_pack_starts(following: np.ndarray) -> np.ndarray:
     true entry (where the previous block's chain leaves it) differs from where its chain began
     is repaired by walking both chains until they meet, which for next fit comes within a few
     packs; a repair that changes a block's exit makes the next block pending in the next round.
+    Periodic data (all sequences alike) can keep chains from ever meeting; after a few rounds
+    the exact but slower route takes over.
     """
     total = following.size - 1
     is_start = np.zeros(total + 1, dtype=bool)
@@ -61,13 +66,40 @@ def mark_pack_starts(following: np.ndarray) -> np.ndarray:
     exits = walk_blocks(following, is_start, block_starts, block_ends)
     chain_starts = block_starts.copy()
     pending = np.flatnonzero(exits[:-1] != chain_starts[1:]) + 1
-    while pending.size:
+    for _ in range(MAX_REPAIR_ROUNDS):
+        if not pending.size:
+            return is_start[:total]
         entries = exits[pending - 1]
         exits[pending] = repair_blocks(following, is_start, chain_starts[pending], entries,
                                        block_ends[pending], exits[pending])
         chain_starts[pending] = entries
         pending = np.flatnonzero(exits[:-1] != chain_starts[1:]) + 1
+    if not pending.size:
+        return is_start[:total]
+    is_start[:] = False
+    window_starts = np.arange(0, total, WINDOW_SEQUENCES)
+    window_ends = np.minimum(window_starts + WINDOW_SEQUENCES, total)
+    walk_blocks(following, is_start, window_entries(following, window_starts, window_ends), window_ends)
     return is_start[:total]
+
+
+def window_entries(following: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Where the true chain enters each window, by pointer doubling inside each window.
+
+    `leave[p]` starts as the next pack start after p and, squared again and again, becomes the
+    first chain position at or past the window's end, for every p in the window at once.
+    """
+    entries = np.empty_like(starts)
+    entry = 0
+    for index, (start, end) in enumerate(zip(starts, ends)):
+        entries[index] = entry
+        leave = following[start:end].copy()
+        inside = leave < end
+        while inside.any():
+            leave[inside] = leave[leave[inside] - start]
+            inside = leave < end
+        entry = leave[entry - start]
+    return entries
 
 
 def walk_blocks(following, is_start, starts, ends) -> np.ndarray:
