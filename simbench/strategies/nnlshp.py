@@ -1,4 +1,4 @@
-"""`nnlshp`: non-negative least-squares histogram packing (Krell et al., arXiv 2107.02027, section 3.3).
+"""`nnlshp`: non-negative least-squares histogram packing (Krell et al., arXiv 2107.02027).
 
 Fits how often to use each mix of lengths that fills a pack exactly, then repairs the rounding.
 

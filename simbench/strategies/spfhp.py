@@ -1,4 +1,4 @@
-"""`spfhp`: shortest-pack-first histogram packing (Krell et al., arXiv 2107.02027, section 3.2).
+"""`spfhp`: shortest-pack-first histogram packing (Krell et al., arXiv 2107.02027).
 
 Works on counts, not on sequences: groups of identical packs wait in queues keyed by free space.
 
