@@ -68,7 +68,7 @@ def test_table_reads_like_the_papers_table_1(small_histogram):
         assert text in result.stdout
 
 
-def test_a_strategy_that_cannot_run_at_this_depth_is_skipped_when_running_all(small_histogram):
+def test_a_strategy_that_cannot_run_at_this_depth_is_skipped_when_running_all():
     result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--max-depth", "8", "--json"])
     assert result.exit_code == 0, result.output
     names = [json.loads(line)["strategy"] for line in result.stdout.strip().splitlines()]

@@ -192,7 +192,7 @@ def test_nonnegative_least_squares_matches_scipy(seed, rows, columns):
     target = rng.uniform(-5, 50, size=rows)
     solution = nonnegative_least_squares(sparse.csc_matrix(matrix), target)
     assert np.all(solution >= 0)
-    expected, residual = optimize.nnls(matrix, target)
+    _, residual = optimize.nnls(matrix, target)
     assert np.linalg.norm(matrix @ solution - target) == pytest.approx(residual, rel=1e-7, abs=1e-7)
 
 
