@@ -199,7 +199,8 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
     """Rows and repeats of an NNLSHP packing, and the first pass's statistics.
 
     `leftovers` says what happens to the sequences the rounded fit leaves out: "spfhp" packs
-    them with `spfhp` at the same depth; "single" gives each its own pack, as the paper does.
+    them with `spfhp` at the same depth, first into the room that removed surplus sequences
+    left in the fitted packs; "single" gives each its own pack, as the paper does.
     """
     depth = PAPER_DEPTH if max_depth is None else max_depth
     histogram = np.zeros(max_length, dtype=np.int64)
@@ -228,12 +229,13 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
         extra_rows[:, 0] = present + 1
         extra_repeats = left_over[present]
     elif leftovers == "spfhp":
-        groups = pack_by_free_space(left_over, max_length, depth, shortest_pack_first=True)
-        extra_rows = np.zeros((len(groups), max(rows.shape[1], depth)), dtype=np.int64)
+        fitted_packs = [(int(count), tuple(int(length) for length in row if length))
+                        for row, count in zip(rows, repeats) if count]
+        groups = pack_by_free_space(left_over, max_length, depth, True, partial_packs=fitted_packs)
+        all_rows = np.zeros((len(groups), depth), dtype=np.int64)
         for index, (_, pack) in enumerate(groups):
-            extra_rows[index, :len(pack)] = pack
-        extra_repeats = np.array([count for count, _ in groups], dtype=np.int64)
-        rows = np.pad(rows, ((0, 0), (0, extra_rows.shape[1] - rows.shape[1])))
+            all_rows[index, :len(pack)] = pack
+        return all_rows, np.array([count for count, _ in groups], dtype=np.int64), details
     else:
         raise ValueError(f"unknown leftover handling {leftovers!r}")
     return np.vstack([rows, extra_rows]), np.concatenate([repeats, extra_repeats]), details

@@ -10,6 +10,7 @@ Works on counts, not on sequences: groups of identical packs wait in queues keye
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -21,13 +22,14 @@ PackGroup = tuple[int, tuple[int, ...]]
 
 
 def pack_by_free_space(counts: np.ndarray, max_length: int, max_depth: int | None,
-                       shortest_pack_first: bool) -> list[PackGroup]:
+                       shortest_pack_first: bool, partial_packs: Iterable[PackGroup] = ()) -> list[PackGroup]:
     """Place lengths longest first into the queue of open pack groups, by counts.
 
     Each length goes into the open group with the most free space (shortest pack first, a
     worst fit) or the least free space that still fits (longest pack first, a best fit); the
     last group added to a free-space queue is served first. A group is split when only part of
-    it is needed. Whatever does not fit opens new single-sequence packs.
+    it is needed. Whatever does not fit opens new single-sequence packs. `partial_packs` are
+    groups already holding sequences that the lengths may fill up first.
     """
     open_by_space: dict[int, list[PackGroup]] = {}
     spaces: list[int] = []  # sorted keys of open_by_space
@@ -42,6 +44,8 @@ def pack_by_free_space(counts: np.ndarray, max_length: int, max_depth: int | Non
             bisect.insort(spaces, space)
         open_by_space[space].append((count, pack))
 
+    for count, pack in partial_packs:
+        add(count, pack, max_length - sum(pack))
     for length in range(len(counts), 0, -1):
         to_place = int(counts[length - 1])
         # The search resumes at the last key used: a group just filled moves to a smaller key,
