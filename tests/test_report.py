@@ -70,6 +70,7 @@ def test_headline_names_the_winner_at_each_end_and_the_crossover():
     assert headline.startswith("**Answer:** on 1 device the fastest strategy is **unpad**, 2.100x")
     assert "On 64 devices it is **packed** at 1.900x, 26.7 % ahead of unpad (1.500x)" in headline
     assert "The winner changes with scale: unpad from 1 device; packed from 64 devices." in headline
+    assert "Biggest loss with scale: unpad, from 2.100x on 1 device to 1.500x on 64 devices (28.6 % less)." in headline
     table = _winners_table(scaling)
     assert "| 1 | unpad | 2.100 | packed | 1.900 | 10.5 |" in table
 

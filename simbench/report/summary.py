@@ -12,6 +12,9 @@ from simbench.report.tables import ReportTables
 from simbench.scenario import Scenario
 from simbench.sim.results import BREAKDOWN_COLUMNS
 
+# A drop in speed-up from the smallest to the largest cluster worth a sentence in the headline.
+SIGNIFICANT_LOSS = 0.05
+
 
 def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> str:
     sections = [
@@ -75,7 +78,20 @@ def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str) -> str:
     if len(changes) > 1:
         steps = "; ".join(f"{strategy} from {_devices(devices)}" for devices, strategy in changes)
         sentences.append(f"The winner changes with scale: {steps}.")
-    return " ".join(sentences)
+    if largest != smallest:
+        sentences.append(_biggest_loss(scaling, smallest, largest))
+    return " ".join(sentence for sentence in sentences if sentence)
+
+
+def _biggest_loss(scaling: pd.DataFrame, smallest: int, largest: int) -> str:
+    """The strategy that loses most of its speed-up between the smallest and the largest cluster."""
+    by_size = scaling.pivot(index="strategy", columns="devices", values="speedup")
+    loss = (1 - by_size[largest] / by_size[smallest]).sort_values(ascending=False, kind="stable")
+    if loss.empty or loss.iloc[0] < SIGNIFICANT_LOSS:
+        return ""
+    name = loss.index[0]
+    return (f"Biggest loss with scale: {name}, from {by_size.loc[name, smallest]:.3f}x on {_devices(smallest)} "
+            f"to {by_size.loc[name, largest]:.3f}x on {_devices(largest)} ({100 * loss.iloc[0]:.1f} % less).")
 
 
 def _setup(scenario: Scenario, histogram: LengthHistogram) -> str:
