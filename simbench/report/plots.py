@@ -50,10 +50,14 @@ def histogram_figure(histogram: LengthHistogram) -> Figure:
     figure, (axis,) = _figure()
     share = histogram.counts / max(histogram.sequences, 1)
     edges = np.arange(histogram.max_length + 1) + 0.5
-    axis.stairs(share, edges, fill=True, color=sns.color_palette()[0])
-    axis.set_xlim(0, histogram.max_length + 1)
+    floor = share[share > 0].min() / 2 if histogram.sequences else 1.0
+    axis.stairs(share, edges, fill=True, baseline=floor, color=sns.color_palette()[0])
+    # A log scale keeps both the body of the distribution and a spike at max length readable.
+    axis.set_yscale("log")
+    axis.set_ylim(bottom=floor)
+    axis.set_xlim(0, histogram.max_length * 1.02)  # room to see a spike at max length
     axis.set_xlabel("sequence length (tokens)")
-    axis.set_ylabel("share of sequences")
+    axis.set_ylabel("share of sequences (log scale)")
     # The figures go in the title, where they cannot hide a peak of the histogram.
     axis.set_title(f"{histogram.name}: {histogram.sequences:,} sequences, max length {histogram.max_length}\n"
                    f"padding at max length {100 * (1 - histogram.efficiency):.1f} %, "
