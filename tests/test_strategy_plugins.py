@@ -1,0 +1,50 @@
+"""Third-party strategies plug in through the `simbench.strategies` entry-point group."""
+
+from importlib.metadata import EntryPoint
+
+import numpy as np
+
+import simbench.strategies as strategies
+from simbench.histogram import LengthHistogram
+from simbench.strategies import Strategy, available_strategies, get_strategy
+from simbench.strategies.packing import Packing
+
+
+def pack_pairs_of_equal_length(histogram, max_length, max_depth, options) -> Packing:
+    """Pairs two sequences of the same length when they fit together, else one per pack."""
+    lengths = histogram.lengths
+    pairable = (2 * lengths <= max_length) & (max_depth is None or max_depth >= 2)
+    pairs = np.where(pairable, histogram.counts // 2, 0)
+    singles = histogram.counts - 2 * pairs
+    rows = np.concatenate([np.column_stack([lengths, lengths]), np.column_stack([lengths, 0 * lengths])])
+    return Packing.from_rows("pairs", max_length, max_depth, rows, np.concatenate([pairs, singles]))
+
+
+PAIRS = Strategy("pairs", "pairs of equal length (a plug-in)", pack_pairs_of_equal_length)
+IMPOSTOR = Strategy("spfhp", "a plug-in claiming a built-in name", pack_pairs_of_equal_length)
+
+
+def use_plugins(monkeypatch, *plugins: EntryPoint) -> None:
+    """Serve these entry points, on a copy of the registry with every built-in already in it."""
+    available_strategies()
+    monkeypatch.setattr(strategies, "_REGISTRY", dict(strategies._REGISTRY))
+    monkeypatch.setattr(strategies, "entry_points", lambda group: list(plugins) if group == "simbench.strategies" else [])
+
+
+def test_an_entry_point_strategy_is_registered_and_packs(monkeypatch):
+    use_plugins(monkeypatch, EntryPoint(name="pairs", value=f"{__name__}:PAIRS", group="simbench.strategies"))
+
+    assert "pairs" in available_strategies()
+    histogram = LengthHistogram.from_counts([0, 3, 0, 5, 0, 0, 0, 1])
+    packing = get_strategy("pairs")(histogram, max_length=8)
+
+    assert np.array_equal(packing.placed_histogram().counts, histogram.counts)
+    assert packing.packs_total == 1 + 1 + 2 + 1 + 1  # length 2: one pair + one single; 4: two pairs + one; 8: one
+    assert packing.strategy == "pairs" and packing.seconds >= 0
+
+
+def test_a_plugin_cannot_replace_a_builtin(monkeypatch):
+    use_plugins(monkeypatch, EntryPoint(name="spfhp", value=f"{__name__}:IMPOSTOR", group="simbench.strategies"))
+
+    assert get_strategy("spfhp") is not IMPOSTOR
+    assert get_strategy("spfhp").pack_function is not pack_pairs_of_equal_length
