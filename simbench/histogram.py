@@ -1,5 +1,6 @@
 """Sequence-length histograms: the input to every strategy.
 
+    >>> from simbench.histogram import LengthHistogram
     >>> h = LengthHistogram.from_lengths([3, 5, 5], max_length=8)
     >>> h.sequences, h.real_tokens, round(h.efficiency, 4)
     (3, 13, 0.5417)

@@ -1,7 +1,13 @@
-"""Bring your own data: a length histogram from a file of lengths, token lists or raw text.
+r"""Bring your own data: a length histogram from a file of lengths, token lists or raw text.
 
-    >>> built = build_histogram(read_lengths(Path("lengths.txt")), max_length=512, truncate=False)
-    >>> built.histogram.sequences, built.too_long
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from simbench.histogram_build import build_histogram, read_lengths
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = Path(folder, "lengths.txt").write_text("3\n5\n600\n0\n")
+    ...     built = build_histogram(read_lengths(Path(folder, "lengths.txt")), max_length=512, truncate=False)
+    >>> built.histogram.sequences, built.too_long, built.empty
+    (2, 1, 1)
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """Scenarios: the YAML file that says what `simbench run` simulates, as validated pydantic models.
 
+    >>> from pathlib import Path
+    >>> from simbench.scenario import load_scenario
     >>> scenario = load_scenario(Path("scenarios/wiki512.yaml"))
     >>> scenario.name, [plan.label for plan in scenario.strategies][:3]
     ('wiki512', ['none', 'sort', 'greedy'])

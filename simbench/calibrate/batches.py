@@ -1,7 +1,11 @@
 """Torch batches in the three layouts simbench times: padded rows, packed rows and un-padded tokens.
 
+    >>> import numpy as np
+    >>> from simbench.calibrate.batches import packed_batch, random_sequences
     >>> sequences = random_sequences([5, 3, 8], vocabulary=100, rng=np.random.default_rng(0))
     >>> batch = packed_batch(sequences, rows=[[0, 1], [2]], row_length=8)
+    >>> batch.row_sequence_ids.tolist(), batch.position_ids.tolist()   # positions restart per sequence
+    ([[1, 1, 1, 1, 1, 2, 2, 2], [1, 1, 1, 1, 1, 1, 1, 1]], [[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 2, 3, 4, 5, 6, 7]])
 """
 
 from __future__ import annotations

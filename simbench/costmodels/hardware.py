@@ -150,6 +150,7 @@ HARDWARE_PRESETS: dict[str, HardwareProfile] = {
 def load_hardware(name_or_path: str | Path | HardwareProfile, overrides: dict | None = None) -> HardwareProfile:
     """A preset by name (see `HARDWARE_PRESETS`) or a YAML profile file, with fields overridden.
 
+        >>> from simbench.costmodels.hardware import load_hardware
         >>> load_hardware("a100", {"kernel_launch_seconds": 0.0}).kernel_launch_seconds
         0.0
     """

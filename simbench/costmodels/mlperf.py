@@ -1,7 +1,13 @@
 """Reads MLPerf BERT training logs into per-step throughputs, for fitting the straggler model.
 
-    >>> run = parse_mlperf_log("nvidia_v0.7_dgxa100_ngc20.06_pytorch_bert_result_0.txt.gz")  # doctest: +SKIP
-    >>> run.gpus, run.per_gpu_batch, run.steps_after(50)["sequences_per_s"].median()  # doctest: +SKIP
+    >>> from simbench.costmodels.mlperf import parse_mlperf_lines
+    >>> run = parse_mlperf_lines(["0: python run_pretraining.py --train_batch_size=6",
+    ...                           '0: :::MLLOG {"key": "global_batch_size", "value": 48}',
+    ...                           "0: {'training_steps': 1, 'seq/s': 40.0}", "0: {'training_steps': 2, 'seq/s': 48.0}"])
+    >>> run.gpus, run.per_gpu_batch, run.per_gpu_sequences_per_s(after_step=1).tolist()
+    (8, 6, [6.0])
+
+`parse_mlperf_log(path)` reads the same from a result file, gzipped or not.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Transformer encoder dimensions and the training FLOPs and parameters they imply.
 
+    >>> from simbench.costmodels.model import get_model
     >>> bert = get_model("bert-large")
     >>> round(bert.training_flops([512]) / 1e12, 3), round(bert.parameters / 1e6)
     (1.005, 336)

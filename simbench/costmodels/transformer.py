@@ -1,5 +1,7 @@
 """Prices a transformer's training steps on one hardware profile, for every execution mode.
 
+    >>> import numpy as np
+    >>> from simbench.costmodels import BatchSet, ExecutionMode, TransformerCostModel
     >>> one_batch = BatchSet(np.array([100, 300]), np.array([0, 1]), np.array([512, 512]), np.array([0, 0]), 1)
     >>> costs = TransformerCostModel("bert-large", "a100").step_costs(one_batch, ExecutionMode.PADDED)
     >>> bool(costs.padding_seconds[0] > costs.compute_seconds[0])

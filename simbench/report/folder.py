@@ -1,6 +1,18 @@
 """A report folder: the resolved scenario, the tables, summary.md and the plots, written atomically.
 
-    >>> write_report(Path("reports/wiki512"), scenario, histogram, tables)
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from simbench.report.folder import write_report
+    >>> from simbench.report.results import build_tables
+    >>> from simbench.scenario import Scenario
+    >>> scenario = Scenario(name="demo", dataset={"histogram": "squad_1_1_384"}, strategies=["sort", "unpad"],
+    ...                     devices=[1, 8], steps=5, outputs={"plots": ["scaling"], "formats": ["svg"]})
+    >>> histogram = scenario.dataset.load()
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     folder = write_report(Path(root, "demo"), scenario, histogram, build_tables(scenario, histogram))
+    ...     sorted(path.name for path in folder.iterdir())  # doctest: +NORMALIZE_WHITESPACE
+    ['breakdown.csv', 'extrapolation.csv', 'gumbel.csv', 'latency.csv', 'packing.csv', 'resolved.yaml',
+     'scaling.csv', 'scaling.svg', 'summary.md', 'timeline.csv', 'timings.csv']
 """
 
 from __future__ import annotations

@@ -1,6 +1,14 @@
 """The report's figures, drawn from its tables alone (so `simbench plot` can redraw them).
 
-    >>> save_figure(scaling_figure(scaling_table), Path("reports/wiki512/scaling"), ("png", "svg"))
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import pandas as pd
+    >>> from simbench.report.plots import save_figure, scaling_figure
+    >>> scaling_table = pd.DataFrame({"strategy": ["none", "none", "unpad", "unpad"], "devices": [1, 8, 1, 8],
+    ...                               "speedup": [1.0, 1.0, 2.18, 1.91]})
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     [path.name for path in save_figure(scaling_figure(scaling_table), Path(folder, "scaling"), ("png", "svg"))]
+    ['scaling.png', 'scaling.svg']
 """
 
 from __future__ import annotations

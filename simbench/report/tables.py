@@ -1,6 +1,16 @@
 """The report's tables and their CSV files: what `run` writes and `plot` reads back.
 
-    >>> write_tables(tables, folder); read_tables(folder).scaling.columns[:4]
+    >>> import tempfile
+    >>> from simbench.report.results import build_tables
+    >>> from simbench.report.tables import read_tables, write_tables
+    >>> from simbench.scenario import Scenario
+    >>> scenario = Scenario(name="demo", dataset={"histogram": "squad_1_1_384"}, strategies=["sort", "unpad"],
+    ...                     devices=[1, 8], steps=5)
+    >>> tables = build_tables(scenario, scenario.dataset.load())
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     write_tables(tables, folder)
+    ...     read_tables(folder).scaling.columns[:4].tolist()
+    ['strategy', 'devices', 'speedup', 'tokens_per_s']
 """
 
 from __future__ import annotations

@@ -1,9 +1,15 @@
-"""Atomic writes: a report folder or a single file appears whole or not at all.
+r"""Atomic writes: a report folder or a single file appears whole or not at all.
 
-    >>> with atomic_directory(Path("reports/wiki512")) as folder:
-    ...     (folder / "scaling.csv").write_text(table)
-    >>> with atomic_file(Path("lengths.csv")) as temporary:
-    ...     histogram.to_csv(temporary)
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from simbench.report.writer import atomic_directory, atomic_file
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     with atomic_directory(Path(root, "report")) as folder:  # a hidden sibling until the block ends
+    ...         _ = (folder / "scaling.csv").write_text("devices,speedup\n1,2.18\n")
+    ...     with atomic_file(Path(root, "lengths.txt")) as temporary:
+    ...         _ = temporary.write_text("3\n5\n")
+    ...     sorted(str(path.relative_to(root)) for path in Path(root).rglob("*"))
+    ['lengths.txt', 'report', 'report/scaling.csv']
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Execution plans: what `--strategy NAME` means to the simulator (a packer and how a device runs it).
 
+    >>> from simbench.sim.plans import parse_plan
     >>> parse_plan("spfhp:3").packer, parse_plan("unpad-exchange").exchange.value
     ('spfhp', 'blocking')
 """

@@ -1,6 +1,8 @@
 """`simulate`: run execution plans on clusters of 1..N devices and measure throughput and speed-ups.
 
-    >>> from simbench.histogram import load_histogram; from simbench.sim.linear import LinearCostModel
+    >>> from simbench.histogram import load_histogram
+    >>> from simbench.sim.linear import LinearCostModel
+    >>> from simbench.sim.simulate import simulate
     >>> result = simulate(load_histogram("squad_1_1_384"), ["unpad"], [1, 8], LinearCostModel(),
     ...                   batch_size=8, steps=20, seed=0)
     >>> result.summary[["strategy", "devices", "engine"]].values.tolist()

@@ -1,5 +1,7 @@
 """Variable tensor shape (VTS) pipelines: samples stream one by one through blocking model stages.
 
+    >>> import numpy as np
+    >>> from simbench.sim.vts import pipeline_departures
     >>> departures = pipeline_departures(np.array([[1.0, 1.0], [0.5, 0.5]]))
     >>> departures.tolist()   # the short sample waits for the long one to leave stage 2
     [[1.0, 2.0], [2.0, 2.5]]

@@ -1,7 +1,10 @@
 """One registry of strategies: each turns a length histogram into a `Packing`.
 
     >>> from simbench.strategies import get_strategy
-    >>> packing = get_strategy("spfhp")(histogram, max_length=512, max_depth=3)
+    >>> from simbench.histogram import load_histogram
+    >>> packing = get_strategy("spfhp")(load_histogram("squad_1_1_384"), max_length=384, max_depth=3)
+    >>> packing.packs_total
+    40711
 
 Every strategy has the same call shape `(histogram, max_length, max_depth, options) -> Packing`
 and is a pure function of its arguments. Third-party strategies plug in through the entry-point

@@ -1,7 +1,16 @@
 """From a histogram packing to data: which sequence of the dataset goes into which pack slot.
 
+    >>> import numpy as np
+    >>> from simbench.histogram import LengthHistogram
+    >>> from simbench.strategies import get_strategy
+    >>> from simbench.strategies.assign import assign_sequences
+    >>> lengths = np.array([5, 3, 8, 5, 3])
+    >>> packing = get_strategy("spfhp")(LengthHistogram.from_lengths(lengths, max_length=8), 8, 3)
     >>> packs = assign_sequences(packing, lengths, np.random.default_rng(0))
-    >>> lengths[packs[0][packs[0] >= 0]]   # the lengths of pack 0, as in one of packing.rows
+    >>> packs.tolist()   # sequence indices per pack, -1 where a slot is empty
+    [[3, 4], [2, -1], [0, 1]]
+    >>> lengths[packs[0][packs[0] >= 0]].tolist()   # the lengths of pack 0, as in one of packing.rows
+    [5, 3]
 """
 
 from __future__ import annotations

@@ -2,10 +2,12 @@
 
 data/baselines/packer_efficiency.csv: one row per (histogram, strategy, max_depth, seed, batch_size).
 
-    >>> records = load_baseline()
-    >>> spfhp = [record for record in records if record.strategy == "spfhp"]
-    >>> any(comparison.regressed for comparison in compare_with_baseline(spfhp))
-    False
+    >>> from simbench.strategies.baseline import compare_with_baseline, load_baseline
+    >>> squad = [record for record in load_baseline()
+    ...          if record.histogram == "squad_1_1_384" and record.strategy == "spfhp"]
+    >>> comparisons = list(compare_with_baseline(squad))   # packs SQuAD again at each recorded depth
+    >>> [(c.record.max_depth, round(c.measured_efficiency, 4), c.regressed) for c in comparisons]
+    [(2, 0.876, False), (3, 0.9755, False), (4, 0.9755, False), (8, 0.9755, False), (None, 0.9755, False)]
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 Same packs as placing the sorted sequences one by one, but each step moves a group of packs.
 
+    >>> from simbench.strategies.classic import pack_ffd
     >>> from simbench.histogram import LengthHistogram
     >>> pack_ffd(LengthHistogram.from_counts([0, 3, 2]), 6, None, None).packs_total
     2

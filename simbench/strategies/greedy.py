@@ -2,6 +2,7 @@
 
 Sequences arrive in a seeded random order; a pack closes when the next sequence does not fit.
 
+    >>> from simbench.strategies.greedy import pack_greedy
     >>> from simbench.histogram import LengthHistogram
     >>> from simbench.strategies.packing import PackOptions
     >>> pack_greedy(LengthHistogram.from_counts([0, 0, 0, 4]), 8, None, PackOptions(seed=1)).packs_total

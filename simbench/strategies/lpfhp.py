@@ -2,6 +2,7 @@
 
 Each length goes to the open pack group with the least free space that still fits, by counts.
 
+    >>> from simbench.strategies.lpfhp import pack_lpfhp
     >>> from simbench.histogram import LengthHistogram
     >>> pack_lpfhp(LengthHistogram.from_counts([1, 1, 1, 1]), 5, None, None).packs_total
     2

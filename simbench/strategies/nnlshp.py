@@ -2,6 +2,7 @@
 
 Fits how often to use each mix of lengths that fills a pack exactly, then repairs the rounding.
 
+    >>> from simbench.strategies.nnlshp import pack_nnlshp
     >>> from simbench.histogram import LengthHistogram
     >>> pack_nnlshp(LengthHistogram.from_counts([2, 0, 2, 0]), 4, None, None).packs_total
     2

@@ -2,9 +2,14 @@
 
 The LP optimum is a certified lower bound on the packs any packer needs (`lp_lower_bound`).
 
-    >>> bound = lp_lower_bound(load_histogram("squad_1_1_384"), 384, max_depth=3)
-    >>> packing = get_strategy("optimal")(load_histogram("squad_1_1_384"), 384, 3)
-    >>> packing.packs_total / bound.lower_bound_packs - 1   # the certified gap
+    >>> from simbench.histogram import LengthHistogram
+    >>> from simbench.strategies import get_strategy
+    >>> from simbench.strategies.optimal import lp_lower_bound
+    >>> histogram = LengthHistogram.from_counts([0, 1, 2, 3, 4, 5, 6, 7])  # i - 1 sequences of length i
+    >>> bound = lp_lower_bound(histogram, 8, max_depth=3)
+    >>> packing = get_strategy("optimal")(histogram, 8, 3)
+    >>> round(bound.value, 6), bound.lower_bound_packs, packing.packs_total   # no gap left to the bound
+    (23.5, 24, 24)
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The result every strategy returns: distinct packs with repeat counts, and their metrics.
 
+    >>> from simbench.strategies.packing import Packing
     >>> p = Packing.from_rows("demo", 8, None, [[5, 3], [8, 0]], repeats=[2, 1])
     >>> p.packs_total, p.sequences, p.efficiency
     (3, 5, 1.0)

@@ -2,6 +2,7 @@
 
 One sequence per row; a row's slot length is its batch's longest sequence (the shape changes per batch).
 
+    >>> from simbench.strategies.sort import pack_sort
     >>> from simbench.histogram import LengthHistogram
     >>> from simbench.strategies.packing import PackOptions
     >>> pack_sort(LengthHistogram.from_counts([2, 0, 1]), 3, None, PackOptions(batch_size=2)).tokens

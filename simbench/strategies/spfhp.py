@@ -2,6 +2,7 @@
 
 Works on counts, not on sequences: groups of identical packs wait in queues keyed by free space.
 
+    >>> from simbench.strategies.spfhp import pack_spfhp
     >>> from simbench.histogram import LengthHistogram
     >>> pack_spfhp(LengthHistogram.from_counts([1, 1, 1, 1]), 5, None, None).packs_total
     2
