@@ -143,8 +143,20 @@ def test_command_defaults_to_the_papers_fit():
     (["--location", "1.6"], "--location and --scale go together"),
     (["--location", "1.6", "--scale", "0"], "--scale must be positive"),
     (["--log", "missing.txt.gz"], "no such MLPerf log file"),
+    (["--fit-devices", "0"], "--fit-devices must be at least 1"),
+    (["--location", "nan", "--scale", "0.1"], "--location must be a finite number"),
+    (["--location", "1.6", "--scale", "inf"], "--scale must be positive"),
+    (["--devices", "1,,8"], "found ''"),
 ])
 def test_command_errors_are_clear(arguments, message):
     result = CliRunner().invoke(app, ["gumbel", *arguments])
     assert isinstance(result.exception, InputError)
     assert message in str(result.exception)
+
+
+@pytest.mark.parametrize("devices", [10**9, 10**17, 10**23])
+def test_median_of_huge_clusters_stays_finite(devices):
+    median = median_min_of_n(1.94, 0.318, devices)
+    assert np.isfinite(median)
+    assert min_of_n_cdf(median, 1.94, 0.318, devices) == pytest.approx(0.5, abs=1e-9)
+    assert expected_min_speedup(1.94, 0.318, devices) < median_min_of_n(1.94, 0.318, devices // 10)

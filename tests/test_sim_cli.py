@@ -47,3 +47,15 @@ def test_bad_strategy_exits_with_one_line_and_no_traceback():
     assert completed.returncode == 2
     assert "unknown strategy 'nosuch'" in completed.stderr.replace("\n", " ")
     assert "Traceback" not in completed.stderr
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--seed", "-1"], "seed must be a whole number >= 0, found -1"),
+    (["--devices", "99999999999999"], "rows per step"),
+    (["--devices", "1,,2"], "found ''"),
+])
+def test_bad_seed_and_oversized_clusters_are_input_errors(arguments, message):
+    result = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "unpad", "--devices", "1", "--steps", "2",
+                                 *arguments])
+    assert isinstance(result.exception, InputError), result.output
+    assert message in str(result.exception)

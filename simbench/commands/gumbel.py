@@ -6,12 +6,14 @@ Defaults to the packing paper's 8-GPU fit; `--log` fits an MLPerf log's per-GPU 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from simbench.commands.simulate import parse_device_counts
 from simbench.errors import InputError
 
 DEFAULT_DEVICES = "1,2,4,8,16,32,64,128,256,512,1024,2048"
@@ -30,7 +32,9 @@ def gumbel(
     """Single-device Gumbel behind a cluster fit, and the expected cluster speed-up per device count."""
     from simbench.costmodels import gumbel as model
 
-    device_counts = _parse_devices(devices)
+    device_counts = tuple(parse_device_counts(devices))
+    if fit_devices is not None and fit_devices < 1:
+        raise InputError(f"--fit-devices must be at least 1, found {fit_devices}")
     if log is not None:
         if location is not None or scale is not None:
             raise InputError("give either --log or --location/--scale, not both")
@@ -53,10 +57,10 @@ def gumbel(
             origin = "given"
         fit_devices = fit_devices or model.PAPER_DEVICES
         unit = "speed-up"
-    if scale <= 0:
-        raise InputError(f"--scale must be positive, found {scale}")
-    if fit_devices < 1:
-        raise InputError(f"--fit-devices must be at least 1, found {fit_devices}")
+    if not math.isfinite(location):
+        raise InputError(f"--location must be a finite number, found {location}")
+    if not (math.isfinite(scale) and scale > 0):
+        raise InputError(f"--scale must be positive and finite, found {scale}")
     single = model.single_device_from_cluster(location, scale, fit_devices)
     table = model.extrapolate_cluster_speedups(location, scale, fit_devices, device_counts)
     if as_json:
@@ -77,16 +81,6 @@ def gumbel(
         gain = [f"{row.mean_gain_percent:.1f}"] if show_gain else []
         rich_table.add_row(str(row.devices), f"{row.mean_speedup:.4f}", f"{row.median_speedup:.4f}", *gain)
     console.print(rich_table)
-
-
-def _parse_devices(text: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise InputError(f"--devices must be comma-separated whole numbers, found {text!r}") from None
-    if not counts or min(counts) < 1:
-        raise InputError(f"--devices must list device counts of at least 1, found {text!r}")
-    return counts
 
 
 def register(app: typer.Typer) -> None:

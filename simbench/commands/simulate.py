@@ -63,7 +63,7 @@ def parse_device_counts(text: str) -> list[int]:
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit() or int(part) < 1:
-            raise InputError(f"--devices: expected comma-separated whole numbers >= 1, found {part!r} in {text!r}")
+            raise InputError(f"--devices must be comma-separated whole numbers >= 1, found {part!r} in {text!r}")
         counts.append(int(part))
     return counts
 

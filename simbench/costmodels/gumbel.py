@@ -102,8 +102,8 @@ def single_device_from_cluster(location: float, scale: float, devices: int) -> G
 def median_min_of_n(location: float, scale: float, devices: int) -> float:
     """Median of the minimum of `devices` draws: where (1 - P_1)^n = 1/2, in closed form."""
     _check_devices(devices)
-    single_survival = 0.5 ** (1 / devices)
-    return float(stats.gumbel_r.isf(single_survival, location, scale))
+    # P_1 = 1 - 0.5^(1/n), through expm1: 0.5^(1/n) rounds to 1 (a median of -inf) once n passes ~1e16.
+    return float(stats.gumbel_r.ppf(-np.expm1(np.log(0.5) / devices), location, scale))
 
 
 def expected_min_speedup(location: float, scale: float, devices: int) -> float:

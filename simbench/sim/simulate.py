@@ -37,6 +37,9 @@ ENGINES = ("auto", "simpy", "vectorized")
 SIMPY_EVENT_BUDGET = 20_000
 # Rows priced at once: bounds memory (a few hundred MB at most) whatever the devices and steps.
 ROWS_PER_CHUNK = 1_000_000
+# One step of the largest cluster is priced at once, so its rows (devices x batch size) bound peak
+# memory: 2**22 rows (131,072 devices at batch 32) peak near 0.6 GB.
+ROWS_PER_STEP_MAX = 1 << 22
 LATENCY_SAMPLES_MAX = 100_000
 
 
@@ -52,7 +55,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     named = parse_plans([plan for plan in plans if isinstance(plan, str)])  # expands `all`
     given = [plan for plan in plans if not isinstance(plan, str)]
     plans = with_reference(list({plan.name: plan for plan in [*named, *given]}.values()))
-    devices = _validate(histogram, devices, batch_size, steps, engine)
+    devices = _validate(histogram, devices, batch_size, steps, seed, engine)
     settings = _Settings(histogram, cost_model, batch_size, steps, seed, engine,
                          ExchangeCosts.from_cost_model(cost_model))
     packings = dict(packings or {})
@@ -87,7 +90,7 @@ class _Settings:
     exchange_costs: ExchangeCosts
 
 
-def _validate(histogram, devices, batch_size, steps, engine) -> list[int]:
+def _validate(histogram, devices, batch_size, steps, seed, engine) -> list[int]:
     if histogram.sequences == 0:
         raise InputError(f"histogram {histogram.name} holds no sequences: nothing to train on")
     if engine not in ENGINES:
@@ -96,8 +99,13 @@ def _validate(histogram, devices, batch_size, steps, engine) -> list[int]:
         raise InputError(f"batch size must be at least 1, found {batch_size}")
     if steps < 1:
         raise InputError(f"steps must be at least 1, found {steps}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"seed must be a whole number >= 0, found {seed!r}")
     if not devices or min(devices) < 1:
         raise InputError(f"device counts must be whole numbers >= 1, found {list(devices)}")
+    if max(devices) * batch_size > ROWS_PER_STEP_MAX:
+        raise InputError(f"{max(devices)} devices x batch size {batch_size} is {max(devices) * batch_size:,} rows "
+                         f"per step; at most {ROWS_PER_STEP_MAX:,} fit in memory")
     return sorted(set(int(count) for count in devices))
 
 
