@@ -22,6 +22,7 @@ from simbench.costmodels import HardwareProfile, get_model, load_hardware
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.plans import all_plan_names, parse_plan
+from simbench.sim.simulate import ROWS_PER_STEP_MAX
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
 DEFAULT_DEVICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -79,6 +80,17 @@ class DatasetSpec(_Strict):
     def _synthetic_needs_length(self) -> DatasetSpec:
         if isinstance(self.histogram, SyntheticHistogram) and self.max_length is None:
             raise ValueError("a synthetic histogram needs `max_length`")
+        return self
+
+    @model_validator(mode="after")
+    def _loadable(self) -> DatasetSpec:
+        # Loaded here so that a histogram longer than max_length, or an empty one, names this line.
+        try:
+            histogram = self.load()
+        except InputError as error:
+            raise ValueError(str(error)) from None
+        if histogram.sequences == 0:
+            raise ValueError(f"histogram {histogram.name} holds no sequences: nothing to train on")
         return self
 
     def load(self) -> LengthHistogram:
@@ -215,6 +227,20 @@ class Scenario(_Strict):
             return [{"name": item} if isinstance(item, str) else item for item in value]
         return value
 
+    @field_validator("strategies")
+    @classmethod
+    def _distinct_plans(cls, strategies: tuple[StrategySpec, ...]) -> tuple[StrategySpec, ...]:
+        # The simulator runs each plan once, so a second label for the same plan would vanish from the report.
+        plans = [parse_plan(spec.plan_text) for spec in strategies]
+        names = [plan.name for plan in plans]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"each plan may be listed once; repeated: {', '.join(repeated)}")
+        if any(spec.label == "none" for spec in strategies) and not any(plan.is_reference for plan in plans):
+            raise ValueError("the label 'none' belongs to padding, the reference every speed-up is measured "
+                             "against; choose another label")
+        return strategies
+
     @field_validator("devices")
     @classmethod
     def _sorted_devices(cls, devices: tuple[int, ...]) -> tuple[int, ...]:
@@ -227,6 +253,14 @@ class Scenario(_Strict):
         if repeated:
             raise ValueError(f"strategies must have distinct labels; repeated: {', '.join(repeated)} "
                              f"(give them different max_depth or a `label`)")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_in_memory(self) -> Scenario:
+        largest = max(self.devices + (self.quick.devices or ()))
+        if largest * self.batch_size > ROWS_PER_STEP_MAX:
+            raise ValueError(f"{largest} devices x batch_size {self.batch_size} is {largest * self.batch_size:,} "
+                             f"rows per step; at most {ROWS_PER_STEP_MAX:,} fit in memory")
         return self
 
     def quickened(self) -> Scenario:
@@ -251,6 +285,9 @@ def load_scenarios(path: Path, *, seed: int | None = None) -> list[Scenario]:
         text = path.read_text()
     except OSError as error:
         raise InputError(f"cannot read the scenario: {error.strerror}", source=str(path)) from None
+    except UnicodeDecodeError as error:
+        raise InputError(f"not a UTF-8 text file (byte {error.start}): a scenario is YAML text",
+                         source=str(path)) from None
     scenarios = parse_scenarios(text, source=str(path), base_dir=path.resolve().parent, seed=seed)
     names = [scenario.name for scenario in scenarios]
     repeated = sorted({name for name in names if names.count(name) > 1})

@@ -318,3 +318,10 @@ def test_eight_device_unpadding_speedup_matches_the_papers_fit():
 def test_unknown_mode_is_an_input_error():
     with pytest.raises(InputError, match="unknown execution mode 'pad'; one of padded, sorted"):
         plain_cost_model().step_costs(batch_set([[[3]]], slot=8), "pad")
+
+
+def test_profile_that_is_not_utf8_text_is_an_input_error(tmp_path):
+    path = tmp_path / "profile.yaml"
+    path.write_bytes(b"\xff\xfe name: x\n")
+    with pytest.raises(InputError, match=r"profile\.yaml: cannot read the hardware profile: not UTF-8"):
+        load_hardware(path)

@@ -173,3 +173,39 @@ def test_parser_either_accepts_or_names_the_line(steps, extra):
     else:
         # Lax numbers as pydantic reads them: 12, 12.0 and "12" all mean 12 steps; nothing else passes.
         assert steps is not None and float(steps) == scenario.steps >= 1
+
+
+def test_scenario_that_is_not_utf8_text_is_an_input_error(tmp_path):
+    path = tmp_path / "scenario.yaml"
+    path.write_bytes(b"\xff\xfe" + FIVE_LINES.encode())
+    with pytest.raises(InputError, match=r"scenario\.yaml: not a UTF-8 text file"):
+        load_scenario(path)
+
+
+def test_max_length_shorter_than_the_histogram_names_the_line(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES.replace("  histogram: squad_1_1_384\n",
+                                                    "  histogram: squad_1_1_384\n  max_length: 100\n"))
+    assert ":2: dataset: " in message and "shorter than the longest sequence (384)" in message
+
+
+def test_synthetic_histogram_that_rounds_to_nothing_names_the_line(tmp_path):
+    text = FIVE_LINES.replace("  histogram: squad_1_1_384\n", "  histogram: {synthetic: lognormal, sequences: 1, "
+                              "median_length: 8, sigma: 3}\n  max_length: 512\n")
+    assert "holds no sequences" in error_of(tmp_path, text)
+
+
+def test_one_plan_under_two_labels_is_rejected(tmp_path):
+    text = FIVE_LINES.replace("[none, spfhp, unpad]", "[{name: spfhp, label: a}, {name: spfhp, max_depth: 3, label: b}]")
+    assert ":4: strategies: each plan may be listed once; repeated: spfhp:3" in error_of(tmp_path, text)
+
+
+def test_label_none_is_reserved_for_padding(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES.replace("[none, spfhp, unpad]", "[{name: spfhp, label: none}, unpad]"))
+    assert ":4: strategies: the label 'none' belongs to padding" in message
+    relabelled = FIVE_LINES.replace("[none, spfhp, unpad]", "[{name: none, label: padding}, {name: spfhp, label: none}]")
+    assert [spec.label for spec in load_scenario(write(tmp_path, relabelled)).strategies] == ["padding", "none"]
+
+
+def test_cluster_too_big_to_price_is_rejected_before_running(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES.replace("devices: [1, 8]", "devices: [1, 1000000]"))
+    assert "1000000 devices x batch_size 32" in message and "rows per step" in message

@@ -182,6 +182,9 @@ def _read_profile_file(path: Path) -> dict:
                          source=str(path))
     try:
         data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) else f"not UTF-8 text (byte {error.start})"
+        raise InputError(f"cannot read the hardware profile: {reason}", source=str(path)) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
