@@ -29,6 +29,14 @@ def test_commands_without_torch_say_how_to_install_it(monkeypatch, tmp_path, com
     assert not (tmp_path / "out").exists()
 
 
+def test_calibrate_output_that_is_a_folder_or_under_a_file_is_refused_before_timing(tmp_path):
+    (tmp_path / "afile").write_text("keep me")
+    for output, message in ((tmp_path, "is a folder"), (tmp_path / "afile" / "profile.yaml", "is a file")):
+        result = runner.invoke(app, ["calibrate", "--quick", "--device", "cpu", "-o", str(output)])
+        assert isinstance(result.exception, InputError), result.output
+        assert message in str(result.exception)
+
+
 def test_quick_calibration_writes_a_loadable_profile_with_its_raw_timings(tmp_path):
     torch = pytest.importorskip("torch")
     path = tmp_path / "profile.yaml"

@@ -107,3 +107,14 @@ def test_quick_measure_times_every_strategy_and_packing_beats_padding(tmp_path):
     assert (output / "profile.yaml").exists()  # calibrated first, since no --profile was given
     timings = json.loads((output / "timings.json").read_text())
     assert all(len(batches) == 3 for batches in timings.values())
+
+
+def test_measure_refuses_to_replace_a_folder_that_is_no_measurement(tmp_path):
+    precious = tmp_path / "home"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    result = CliRunner().invoke(app, ["measure", "wikipedia_512", "--device", "cpu", "-o", str(precious)])
+    assert isinstance(result.exception, InputError), result.output
+    assert "holds no measured_vs_predicted.csv" in str(result.exception) and "choose another -o" in str(
+        result.exception)
+    assert sorted(path.name for path in precious.iterdir()) == ["notes.txt"]

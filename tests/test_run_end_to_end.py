@@ -9,6 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from simbench.cli import app
+from simbench.errors import InputError
 from simbench.report import folder, plots
 from simbench.scenario import load_scenario
 
@@ -149,6 +150,15 @@ def test_run_refuses_to_replace_a_folder_that_is_no_report(scenario_path, tmp_pa
     result = run(scenario_path, precious)
     assert "holds no resolved.yaml" in str(result.exception)
     assert (precious / "notes.txt").read_text() == "keep me"
+
+
+def test_run_under_a_file_is_an_input_error(scenario_path, tmp_path):
+    (tmp_path / "afile").write_text("keep me")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "report"):
+        result = run(scenario_path, out)
+        assert isinstance(result.exception, InputError), result.output
+        assert "is a file" in str(result.exception)
+    assert (tmp_path / "afile").read_text() == "keep me"
 
 
 def test_plot_redraws_from_an_existing_report(report, tmp_path):

@@ -60,8 +60,13 @@ class CalibrationSettings:
         model = self.model
         if self.max_length > model.max_positions:
             raise InputError(f"max length {self.max_length} exceeds the model's {model.max_positions} positions")
-        return EncoderShape(layers=model.layers, hidden=model.hidden, heads=model.heads, intermediate=model.ffn,
-                            vocabulary=min(model.vocab, CALIBRATION_VOCABULARY), max_length=model.max_positions)
+        return encoder_shape(model)
+
+
+def encoder_shape(model: ModelSpec) -> EncoderShape:
+    """The torch encoder timed for `model`, with the small calibration vocabulary."""
+    return EncoderShape(layers=model.layers, hidden=model.hidden, heads=model.heads, intermediate=model.ffn,
+                        vocabulary=min(model.vocab, CALIBRATION_VOCABULARY), max_length=model.max_positions)
 
 
 def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator,

@@ -12,8 +12,7 @@ import pandas as pd
 import torch
 
 from simbench.calibrate.batches import TorchBatch, batch_for_layout
-from simbench.calibrate.calibration import CALIBRATION_VOCABULARY, default_unpadded_attention
-from simbench.calibrate.encoder import EncoderShape
+from simbench.calibrate.calibration import default_unpadded_attention, encoder_shape
 from simbench.calibrate.fit import step_seconds_by_term
 from simbench.calibrate.layout import BatchLayout
 from simbench.calibrate.timing import StepTiming, build_trainer, load_adjusted, time_batches, uses_cpu_clock
@@ -112,7 +111,7 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     their raw timings and load-adjusted seconds come back alongside.
     """
     torch.set_num_threads(settings.threads)
-    shape = measure_encoder_shape(settings)
+    shape = encoder_shape(settings.model)
     rng = np.random.default_rng(settings.seed + 1)
     names = list(layouts)
     attention = settings.unpadded_attention or default_unpadded_attention(settings.device)
@@ -137,12 +136,6 @@ def measure_steps(settings: MeasureSettings, strategies: int, calibration_batche
     """Training steps `time_strategies` takes, for a progress bar."""
     warmup = settings.warmup * (strategies + min(calibration_batches, 1))
     return warmup + settings.repeats * (settings.steps * strategies + calibration_batches)
-
-
-def measure_encoder_shape(settings: MeasureSettings) -> EncoderShape:
-    model = settings.model
-    return EncoderShape(layers=model.layers, hidden=model.hidden, heads=model.heads, intermediate=model.ffn,
-                        vocabulary=min(model.vocab, CALIBRATION_VOCABULARY), max_length=model.max_positions)
 
 
 def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile) -> pd.DataFrame:

@@ -21,6 +21,7 @@ from simbench.errors import InputError
 TORCH_MISSING = "torch is not installed: pip install 'simbench[torch]'"
 DEFAULT_MAX_LENGTH = 128  # long enough for packing to matter, short enough for a CPU run in minutes
 WALL_CLOCK_HELP = "time single-threaded CPU steps by the wall clock instead of the process's CPU seconds"
+MEASURE_TABLE = "measured_vs_predicted.csv"  # marks a folder `measure` may replace
 UNPADDED_HELP = ("un-padded attention: grouped (one call per length), jagged (nested tensors) or flash_varlen; "
                  "default: flash_varlen or jagged on CUDA, grouped on CPU")
 
@@ -39,6 +40,7 @@ def calibrate(
     wall_clock: bool = typer.Option(False, "--wall-clock", help=WALL_CLOCK_HELP),
 ) -> None:
     """Time padded, packed and un-padded training steps and fit the cost model's parameters to them."""
+    _check_output_file(output)
     torch = _import_torch()
     from simbench.calibrate.calibration import CalibrationSettings, calibration_steps, run_calibration
 
@@ -83,10 +85,14 @@ def measure(
     from simbench.calibrate.measure import MeasureSettings, compare, measure_steps, rescale_histogram, \
         strategy_layouts, time_strategies
     from simbench.calibrate.plot import plot_measured_vs_predicted
-    from simbench.costmodels.hardware import load_hardware
+    from simbench.costmodels.hardware import load_hardware, profile_to_yaml
+    from simbench.report.folder import check_replaceable
     from simbench.report.writer import atomic_directory
 
     histogram, scenario_seed = _histogram_and_seed(source)
+    output_dir = output_dir or Path(f"measure-{histogram.name}")
+    # Checked before minutes of timing; and never swap away a folder that is not an earlier result.
+    check_replaceable(output_dir, marker=MEASURE_TABLE, option="-o")
     spec = _model(model)
     if max_length > spec.max_positions:
         raise InputError(f"--max-length {max_length} exceeds the model's {spec.max_positions} positions")
@@ -124,17 +130,16 @@ def measure(
                                      calibration_seconds).profile
     profile = calibrated or given_profile
     table = compare(measured, spec, profile)
-    output_dir = output_dir or Path(f"measure-{histogram.name}")
     title = (f"{spec.name} encoder, {scaled.name}, {steps} steps x {batch_size} rows, "
              f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
     with atomic_directory(output_dir) as folder:
-        table.to_csv(folder / "measured_vs_predicted.csv", index=False)
+        table.to_csv(folder / MEASURE_TABLE, index=False)
         plot_measured_vs_predicted(table, folder / "measured_vs_predicted.png", title)
         (folder / "timings.json").write_text(json.dumps(_timings_record(measured), indent=1))
         (folder / "settings.yaml").write_text(yaml.safe_dump(_settings_record(settings, source, scaled, profile_path),
                                                              sort_keys=False))
         if calibrated is not None:
-            (folder / "profile.yaml").write_text(_profile_yaml(calibrated))
+            (folder / "profile.yaml").write_text(profile_to_yaml(calibrated))
     if as_json:
         columns = ["strategy", "measured_speedup", "predicted_speedup", "error", "measured_step_seconds",
                    "predicted_step_seconds", "predicted_compute_seconds", "predicted_padding_seconds",
@@ -210,18 +215,20 @@ def _progress() -> Progress:
                     console=Console(stderr=True), transient=True)
 
 
-def _profile_yaml(profile) -> str:
-    data = profile.model_dump()
-    data["unpad_group_boundaries"] = list(data["unpad_group_boundaries"])
-    # Flow style keeps the per-length group boundaries and the raw timings one line each.
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1 << 16)
+def _check_output_file(path: Path) -> None:
+    if path.is_dir():
+        raise InputError("is a folder; -o names the profile file to write", source=str(path))
+    blocking = next((parent for parent in path.absolute().parents if parent.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise InputError(f"cannot write the profile: {blocking} is a file, not a folder", source=str(path))
 
 
 def _write_profile(profile, path: Path) -> None:
+    from simbench.costmodels.hardware import profile_to_yaml
     from simbench.report.writer import atomic_file
 
     with atomic_file(path) as temporary:
-        temporary.write_text(_profile_yaml(profile))
+        temporary.write_text(profile_to_yaml(profile))
 
 
 def _settings_record(settings, source: str, histogram, profile_path: Path | None) -> dict:

@@ -173,7 +173,8 @@ def profile_to_yaml(profile: HardwareProfile) -> str:
     """The profile as YAML that `load_hardware` reads back (tuples become lists, inf stays .inf)."""
     data = profile.model_dump()
     data["unpad_group_boundaries"] = list(data["unpad_group_boundaries"])
-    return yaml.safe_dump(data, sort_keys=False)
+    # Flow style keeps the group boundaries and each of a calibration's raw timings on one line.
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1 << 16)
 
 
 def _read_profile_file(path: Path) -> dict:

@@ -43,15 +43,21 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
     return Path(target)
 
 
-def check_replaceable(target: Path) -> None:
-    """Refuse to replace anything but an earlier report or an empty folder (think `--out ~`)."""
+def check_replaceable(target: Path, marker: str = RESOLVED_SCENARIO, option: str = "--out") -> None:
+    """Refuse to replace anything but an earlier report (a folder holding `marker`) or an empty folder
+    (think `--out ~`), or to create a folder where a file stands in the way."""
+    target = Path(target)
     if not target.exists():
+        blocking = next((parent for parent in target.absolute().parents if parent.exists()), None)
+        if blocking is not None and not blocking.is_dir():
+            raise InputError(f"cannot create the report folder: {blocking} is a file; choose another {option}",
+                             source=str(target))
         return
     if not target.is_dir():
-        raise InputError("the report folder is a file; choose another --out", source=str(target))
-    if any(target.iterdir()) and not (target / RESOLVED_SCENARIO).is_file():
-        raise InputError(f"the folder is not empty and holds no {RESOLVED_SCENARIO}, so it is no simbench report "
-                         f"to replace; choose another --out", source=str(target))
+        raise InputError(f"the report folder is a file; choose another {option}", source=str(target))
+    if any(target.iterdir()) and not (target / marker).is_file():
+        raise InputError(f"the folder is not empty and holds no {marker}, so it is no simbench report "
+                         f"to replace; choose another {option}", source=str(target))
 
 
 def read_report(folder: Path) -> tuple[Scenario, LengthHistogram, ReportTables]:
