@@ -3,6 +3,12 @@
 The CLI prints these as one clear message without a traceback; anything else is a bug.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 
 class InputError(Exception):
     """Bad user input; the message names the file, line or key and what is wrong."""
@@ -14,3 +20,28 @@ class InputError(Exception):
         if source is not None:
             where = f"{source}:{line}: " if line is not None else f"{source}: "
         super().__init__(f"{where}{message}")
+
+
+def read_text_file(path: str | Path, what: str) -> str:
+    """The UTF-8 text of a file the user named; a folder, a missing or unreadable file, or bytes
+    that are not UTF-8 are an InputError naming the file (`what` says what the file should be)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"cannot read the {what}: {error.strerror or error}", source=str(path)) from None
+    except UnicodeDecodeError as error:
+        raise InputError(f"not a UTF-8 text file (byte {error.start}): the {what} must be text",
+                         source=str(path)) from None
+
+
+@contextmanager
+def writing_to(path: str | Path) -> Iterator[None]:
+    """Report a failure to write a file the user named (a missing or read-only folder, a folder in
+    the way, a full disk) as an InputError naming that file rather than as a traceback."""
+    try:
+        yield
+    except OSError as error:
+        reason = error.strerror or str(error)
+        if error.filename and Path(error.filename) in Path(path).parents:
+            reason += f" ({error.filename})"  # e.g. a file where the output's folder should be
+        raise InputError(f"cannot write: {reason}", source=str(path)) from None

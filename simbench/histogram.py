@@ -9,15 +9,21 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from simbench.errors import InputError
+from simbench.errors import InputError, read_text_file
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "histograms"
+# Beyond any context length trained today; a typo such as 5120000 for 512 would otherwise ask
+# for a counts array (and packer tables) of that many entries and run out of memory.
+MAX_LENGTH = 1 << 20
+# Far above any dataset's size, and low enough that tokens (count x length) stay within int64.
+MAX_COUNT = 1 << 40
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,6 +40,8 @@ class LengthHistogram:
         counts = np.asarray(self.counts)
         if counts.ndim != 1 or counts.size == 0:
             raise InputError("a histogram needs a 1-D array of counts with at least one length")
+        if counts.size > MAX_LENGTH:
+            raise InputError(f"a histogram's max length may be at most {MAX_LENGTH:,}, found {counts.size:,}")
         if not np.issubdtype(counts.dtype, np.integer):
             if not np.all(np.isfinite(counts)) or np.any(counts != np.round(counts)):
                 raise InputError("histogram counts must be whole numbers")
@@ -50,6 +58,8 @@ class LengthHistogram:
     @classmethod
     def from_lengths(cls, lengths, max_length: int, name: str = "histogram") -> LengthHistogram:
         """Histogram of an array of per-sequence lengths (vectorized: 16M lengths in ~0.1 s)."""
+        if not 1 <= max_length <= MAX_LENGTH:
+            raise InputError(f"max_length must be in 1..{MAX_LENGTH:,}, found {max_length}")
         lengths = np.asarray(lengths)
         if lengths.size and (lengths.min() < 1 or lengths.max() > max_length):
             bad = int(np.count_nonzero((lengths < 1) | (lengths > max_length)))
@@ -132,8 +142,7 @@ def load_histogram(name_or_path: str | Path) -> LengthHistogram:
 
 def _load_csv(path: Path) -> LengthHistogram:
     source = str(path)
-    with path.open(newline="") as handle:
-        rows = list(csv.reader(handle))
+    rows = list(csv.reader(io.StringIO(read_text_file(path, "histogram"))))
     rows = [(number, row) for number, row in enumerate(rows, start=1) if row and any(cell.strip() for cell in row)]
     if not rows:
         raise InputError("the file is empty; expected a header `length,count` and one row per length",
@@ -150,8 +159,12 @@ def _load_csv(path: Path) -> LengthHistogram:
         count = _whole_number(row[1], "count", source, line)
         if length < 1:
             raise InputError(f"length must be at least 1, found {length}", source=source, line=line)
+        if length > MAX_LENGTH:
+            raise InputError(f"length may be at most {MAX_LENGTH:,}, found {length:,}", source=source, line=line)
         if count < 0:
             raise InputError(f"count must not be negative, found {count}", source=source, line=line)
+        if count > MAX_COUNT:
+            raise InputError(f"count may be at most {MAX_COUNT:,}, found {count:,}", source=source, line=line)
         if length in pairs:
             raise InputError(f"length {length} appears twice", source=source, line=line)
         pairs[length] = count
@@ -163,7 +176,7 @@ def _load_csv(path: Path) -> LengthHistogram:
 def _load_json(path: Path) -> LengthHistogram:
     source = str(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text_file(path, "histogram"))
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON: {error.msg}", source=source, line=error.lineno) from None
     counts = data.get("counts") if isinstance(data, dict) else None
@@ -180,11 +193,18 @@ def _load_json(path: Path) -> LengthHistogram:
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise InputError(f"count of length {length} must be a non-negative whole number, found {count!r}",
                              source=source)
+        if count > MAX_COUNT:
+            raise InputError(f"count of length {length} may be at most {MAX_COUNT:,}, found {count:,}", source=source)
     if not pairs:
         raise InputError("no counts", source=source)
     if min(pairs) < 1:
         raise InputError(f"length must be at least 1, found {min(pairs)}", source=source)
+    if max(pairs) > MAX_LENGTH:
+        raise InputError(f"length may be at most {MAX_LENGTH:,}, found {max(pairs):,}", source=source)
     max_length = data.get("max_length", max(pairs))
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or not 1 <= max_length <= MAX_LENGTH:
+        raise InputError(f"max_length must be a whole number in 1..{MAX_LENGTH:,}, found {max_length!r}",
+                         source=source)
     if max(pairs) > max_length:
         raise InputError(f"length {max(pairs)} is above max_length {max_length}", source=source)
     pairs.setdefault(max_length, 0)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from simbench.errors import InputError
-from simbench.histogram import LengthHistogram
+from simbench.histogram import MAX_LENGTH, LengthHistogram
 
 Tokenizer = Callable[[str], int]  # text -> number of tokens
 Progress = Callable[[int], None]  # bytes read so far
@@ -52,8 +52,8 @@ class BuiltHistogram:
 
 def build_histogram(lengths: np.ndarray, max_length: int, *, truncate: bool, name: str = "histogram") -> BuiltHistogram:
     """Count `lengths` into 1..max_length; longer ones are cut or left out, empty ones left out."""
-    if max_length < 1:
-        raise InputError(f"--max-length must be at least 1, found {max_length}")
+    if not 1 <= max_length <= MAX_LENGTH:
+        raise InputError(f"--max-length must be in 1..{MAX_LENGTH:,}, found {max_length}")
     lengths = np.asarray(lengths, dtype=np.int64)
     too_long = int(np.count_nonzero(lengths > max_length))
     empty = int(np.count_nonzero(lengths == 0))
@@ -114,7 +114,11 @@ def read_lengths(path: Path, *, column: str | None = None, tokenizer: Tokenizer 
 def _lines(path: Path, progress: Progress) -> Iterator[tuple[int, str]]:
     """(line number, text) of every line, reporting the bytes read every PROGRESS_LINES lines."""
     read_bytes = 0
-    with path.open("rb") as handle:
+    try:
+        handle = path.open("rb")
+    except OSError as error:
+        raise InputError(f"cannot read: {error.strerror or error}", source=str(path)) from None
+    with handle:
         for line_number, raw in enumerate(handle, start=1):
             read_bytes += len(raw)
             if line_number % PROGRESS_LINES == 0:
@@ -167,7 +171,7 @@ def _read_parquet(path: Path, column: str, tokenizer: Tokenizer | None) -> np.nd
 
     try:
         schema = pyarrow.parquet.read_schema(path)
-    except pyarrow.ArrowException as error:
+    except (pyarrow.ArrowException, OSError) as error:
         raise InputError(f"not a readable Parquet file: {error}", source=str(path)) from None
     if column not in schema.names:
         raise InputError(f"no column {column!r}; columns: {', '.join(schema.names)}", source=str(path))

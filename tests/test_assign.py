@@ -142,3 +142,19 @@ def test_assign_command_rejects_a_dataset_that_is_not_the_histogram(tmp_path):
     assert isinstance(result.exception, InputError)
     assert "do not match the packing's histogram" in str(result.exception)
     assert not (tmp_path / "packs.npy").exists()
+
+
+def test_assign_command_reports_an_unwritable_output_as_an_input_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from simbench.cli import app
+
+    histogram = LengthHistogram.from_counts([2, 0, 1])
+    histogram.to_csv(tmp_path / "h.csv")
+    np.save(tmp_path / "lengths.npy", histogram.expand())
+    (tmp_path / "packs.npy").mkdir()
+    result = CliRunner().invoke(app, ["assign", str(tmp_path / "h.csv"), "--lengths", str(tmp_path / "lengths.npy"),
+                                      "--strategy", "spfhp", "-o", str(tmp_path / "packs.npy")])
+    assert isinstance(result.exception, InputError)
+    assert f"{tmp_path / 'packs.npy'}: cannot write: Is a directory" in str(result.exception)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["h.csv", "lengths.npy", "packs.npy"]

@@ -125,3 +125,42 @@ def test_max_length_below_the_longest_sequence_is_an_input_error():
     assert completed.returncode == 2
     assert "longer than --max-length 100" in " ".join(completed.stderr.split())
     assert "Traceback" not in completed.stderr
+
+
+@pytest.mark.parametrize("command, name", [("pack", "--max-length"), ("bound", "max_length")])
+@pytest.mark.parametrize("max_length", ["0", "-5", "100000000000"])
+def test_max_length_outside_its_range_is_an_input_error(tmp_path, command, name, max_length):
+    # 0 used to fall back to the histogram's length silently, and a huge one to run out of memory.
+    path = tmp_path / "empty.csv"
+    path.write_text("length,count\n1,0\n8,0\n")
+    completed = run_simbench(command, str(path), "--max-length", max_length)
+    assert completed.returncode == 2
+    assert f"{name} must be in 1..1,048,576, found {max_length}" in " ".join(completed.stderr.split())
+    assert "Traceback" not in completed.stderr
+
+
+def test_a_folder_or_binary_file_as_histogram_is_an_input_error(tmp_path):
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff\xfe\x00bin")
+    for path, message in ((tmp_path, "cannot read the histogram: Is a directory"),
+                          (binary, "not a UTF-8 text file (byte 0)")):
+        completed = run_simbench("pack", str(path), "--strategy", "spfhp")
+        assert completed.returncode == 2
+        assert f"{path}: {message}" in " ".join(completed.stderr.split())
+        assert "Traceback" not in completed.stderr
+
+
+def test_empty_histogram_has_a_lower_bound_of_zero_packs(tmp_path):
+    path = tmp_path / "empty.csv"
+    path.write_text("length,count\n1,0\n8,0\n")
+    result = RUNNER.invoke(app, ["pack", str(path), "--strategy", "ffd", "--json"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout)
+    assert (metrics["packs"], metrics["lower_bound_packs"]) == (0, 0)
+
+
+def test_a_folder_as_baseline_is_an_input_error(tmp_path):
+    completed = run_simbench("pack", "squad_1_1_384", "--check-baseline", "--baseline", str(tmp_path))
+    assert completed.returncode == 2
+    assert f"{tmp_path}: cannot read the baseline: Is a directory" in " ".join(completed.stderr.split())
+    assert "Traceback" not in completed.stderr

@@ -177,3 +177,60 @@ def test_invalid_json_names_the_line(tmp_path):
 def test_unknown_name_lists_the_bundled_histograms():
     with pytest.raises(InputError, match="bundled: .*wikipedia_512"):
         load_histogram("no_such_histogram")
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ("length,count\n1000000000000,1\n", 2, "length may be at most 1,048,576, found 1,000,000,000,000"),
+    ("length,count\n3,1e30\n", 2, "count may be at most 1,099,511,627,776"),
+])
+def test_csv_lengths_and_counts_too_large_to_hold_are_input_errors(tmp_path, text, line, message):
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as caught:
+        load_histogram(path)
+    assert caught.value.line == line and message in str(caught.value)
+
+
+@pytest.mark.parametrize("document, message", [
+    ('{"counts": [1, 2], "max_length": "x"}', "max_length must be a whole number in 1..1,048,576, found 'x'"),
+    ('{"counts": [1, 2], "max_length": 2.5}', "max_length must be a whole number in 1..1,048,576, found 2.5"),
+    ('{"counts": [1, 2], "max_length": true}', "max_length must be a whole number"),
+    ('{"counts": {"1000000000": 1}}', "length may be at most 1,048,576, found 1,000,000,000"),
+    ('{"counts": [1, 1099511627777]}', "count of length 2 may be at most 1,099,511,627,776"),
+])
+def test_json_max_length_and_sizes_are_checked(tmp_path, document, message):
+    path = write(tmp_path, document, name="lengths.json")
+    with pytest.raises(InputError) as caught:
+        load_histogram(path)
+    assert caught.value.source == str(path) and message in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["lengths.csv", "lengths.json"])
+def test_unreadable_histogram_files_are_input_errors(tmp_path, name):
+    folder = tmp_path / name
+    folder.mkdir()
+    with pytest.raises(InputError, match="cannot read the histogram: Is a directory") as caught:
+        load_histogram(folder)
+    assert caught.value.source == str(folder)
+    binary = tmp_path / "binary" / name
+    binary.parent.mkdir()
+    binary.write_bytes(b"\xff\xfe\x00length,count\n")
+    with pytest.raises(InputError, match=r"not a UTF-8 text file \(byte 0\)") as caught:
+        load_histogram(binary)
+    assert caught.value.source == str(binary)
+
+
+def test_unreadable_histogram_permission_is_an_input_error(tmp_path, monkeypatch):
+    path = write(tmp_path, "length,count\n1,2\n")
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(type(path), "read_text", refuse)
+    with pytest.raises(InputError, match="cannot read the histogram: Permission denied"):
+        load_histogram(path)
+
+
+def test_from_lengths_rejects_an_impossible_max_length():
+    for max_length in (0, 1 << 40):
+        with pytest.raises(InputError, match="max_length must be in 1..1,048,576"):
+            LengthHistogram.from_lengths([1], max_length=max_length)

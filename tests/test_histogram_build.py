@@ -135,3 +135,36 @@ def test_failed_build_keeps_the_previous_csv(tmp_path):
     assert isinstance(result.exception, InputError)
     assert out.read_text() == "length,count\n1,5\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.csv", "lengths.txt"]
+
+
+@pytest.mark.parametrize("output, message", [
+    ("folder", "folder: cannot write: Is a directory"),
+    ("lengths.txt/h.csv", "lengths.txt/h.csv: cannot write: File exists"),
+    ("h.json", "the histogram is written as CSV; name it .csv, not 'h.json'"),
+])
+def test_unwritable_output_is_an_input_error(tmp_path, output, message):
+    (tmp_path / "folder").mkdir()
+    path = tmp_path / "lengths.txt"
+    path.write_text("3\n5\n")
+    result = CliRunner().invoke(app, ["histogram", "build", str(path), "--max-length", "8",
+                                      "-o", str(tmp_path / output)])
+    assert isinstance(result.exception, InputError)
+    assert message in str(result.exception)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "lengths.txt"]
+
+
+def test_unreadable_input_is_an_input_error(tmp_path, monkeypatch):
+    path = tmp_path / "lengths.txt"
+    path.write_text("3\n")
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(type(path), "open", refuse)
+    with pytest.raises(InputError, match="lengths.txt: cannot read: Permission denied"):
+        read_lengths(path)
+
+
+def test_max_length_beyond_any_context_is_an_input_error():
+    with pytest.raises(InputError, match="--max-length must be in 1..1,048,576, found 100000000000"):
+        build_histogram(np.array([3]), 100_000_000_000, truncate=False)

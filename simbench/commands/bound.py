@@ -13,7 +13,7 @@ import numpy as np
 import typer
 from rich.console import Console
 
-from simbench.errors import InputError
+from simbench.errors import InputError, writing_to
 from simbench.histogram import load_histogram
 from simbench.report.writer import atomic_file
 
@@ -25,10 +25,11 @@ def bound(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
 ) -> None:
     """The fewest packs any packer can reach: the LP relaxation's optimum, rounded up."""
+    from simbench.strategies import checked_max_length
     from simbench.strategies.optimal import lp_lower_bound
 
     histogram = load_histogram(histogram_name)
-    max_length = max_length or histogram.max_length
+    max_length = checked_max_length(histogram, max_length, max_depth)
     start = time.perf_counter()
     result = lp_lower_bound(histogram, max_length, max_depth)
     seconds = time.perf_counter() - start
@@ -64,12 +65,12 @@ def assign(
         raise InputError(f"output must end in .npy or .parquet, found {output.name!r}")
     histogram = load_histogram(histogram_name)
     lengths = _load_lengths(lengths_path)
-    packing = get_strategy(strategy)(histogram, max_length or histogram.max_length, max_depth, PackOptions(seed=seed))
+    packing = get_strategy(strategy)(histogram, max_length, max_depth, PackOptions(seed=seed))
     try:
         assignment = assign_sequences(packing, lengths, np.random.default_rng(seed))
     except InputError as error:
         raise InputError(f"{error} (histogram {histogram_name})", source=str(lengths_path)) from None
-    with atomic_file(output) as temporary:
+    with writing_to(output), atomic_file(output) as temporary:
         if output.suffix == ".npy":
             with temporary.open("wb") as handle:
                 np.save(handle, assignment)

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
+from simbench.errors import InputError, writing_to
 from simbench.histogram_build import build_histogram, load_tokenizer, read_lengths
 from simbench.report.writer import atomic_file
 
@@ -31,6 +32,9 @@ def build(
                                   help="cut sequences longer than --max-length instead of leaving them out"),
 ) -> None:
     """Count per-sequence lengths into a histogram; sequences over --max-length are reported, never dropped silently."""
+    if output.suffix.lower() == ".json":
+        # Histograms are read back by suffix: a .json name would be parsed as JSON and fail.
+        raise InputError(f"the histogram is written as CSV; name it .csv, not {output.name!r}")
     tokenizer = load_tokenizer(tokenizer_file) if (tokenize or tokenizer_file) else None
     console = Console(stderr=True)
     size_bytes = input_path.stat().st_size if input_path.is_file() else None
@@ -40,7 +44,7 @@ def build(
         lengths = read_lengths(input_path, column=column, tokenizer=tokenizer,
                                progress=lambda read_bytes: progress.update(task, completed=read_bytes))
     built = build_histogram(lengths, max_length, truncate=truncate, name=output.stem)
-    with atomic_file(output) as temporary:
+    with writing_to(output), atomic_file(output) as temporary:
         built.histogram.to_csv(temporary)
     console.print(built.describe(), highlight=False, soft_wrap=True)
     console.print(f"wrote {output}", highlight=False, soft_wrap=True)

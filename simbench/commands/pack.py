@@ -14,7 +14,7 @@ from rich.table import Table
 
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
-from simbench.strategies import PackOptions, Strategy, available_strategies, get_strategy
+from simbench.strategies import PackOptions, Strategy, available_strategies, checked_max_length, get_strategy
 from simbench.strategies.baseline import BASELINE_PATH, compare_with_baseline, load_baseline
 
 
@@ -36,12 +36,7 @@ def pack(
     if check_baseline:
         _check_baseline(histogram, strategies, max_depth, baseline_path, as_json)
         return
-    max_length = max_length or histogram.max_length
-    if histogram.longest > max_length:
-        raise InputError(f"histogram {histogram.name} has sequences of length {histogram.longest}, "
-                         f"longer than --max-length {max_length}")
-    if max_depth is not None and max_depth < 1:
-        raise InputError(f"--max-depth must be at least 1, found {max_depth}")
+    max_length = checked_max_length(histogram, max_length, max_depth, names=("--max-length", "--max-depth"))
     options = PackOptions(seed=seed, batch_size=batch_size)
     errors = Console(stderr=True)
     results = []
@@ -70,13 +65,11 @@ def _run(strategy: Strategy, histogram: LengthHistogram, max_length: int, max_de
     return packing.metrics(lower_bound)
 
 
-def _lower_bound_packs(histogram: LengthHistogram, max_length: int, max_depth: int | None) -> int | None:
-    """The LP bound on packs (cached by the optimal module), or None where it is unavailable."""
-    try:
-        from simbench.strategies.optimal import lp_lower_bound
-    except ImportError:
-        return None
-    return lp_lower_bound(histogram, max_length, max_depth).lower_bound_packs if histogram.sequences else None
+def _lower_bound_packs(histogram: LengthHistogram, max_length: int, max_depth: int | None) -> int:
+    """The LP bound on packs, cached by the optimal module so that every strategy can ask."""
+    from simbench.strategies.optimal import lp_lower_bound
+
+    return lp_lower_bound(histogram, max_length, max_depth).lower_bound_packs
 
 
 def _metrics_table(histogram: LengthHistogram, max_length: int, results: list[dict]) -> Table:

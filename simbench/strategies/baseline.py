@@ -13,11 +13,12 @@ data/baselines/packer_efficiency.csv: one row per (histogram, strategy, max_dept
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from simbench.errors import InputError
+from simbench.errors import InputError, read_text_file
 from simbench.histogram import load_histogram
 from simbench.strategies import PackOptions, get_strategy
 
@@ -66,8 +67,7 @@ def load_baseline(path: Path = BASELINE_PATH) -> list[BaselineRecord]:
     source = str(path)
     if not Path(path).exists():
         raise InputError("no such baseline file", source=source)
-    with Path(path).open(newline="") as handle:
-        rows = list(csv.reader(handle))
+    rows = list(csv.reader(io.StringIO(read_text_file(path, "baseline"))))
     if not rows or [cell.strip() for cell in rows[0]] != COLUMNS:
         raise InputError(f"expected the header `{','.join(COLUMNS)}`", source=source, line=1)
     records = []

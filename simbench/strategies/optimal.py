@@ -21,9 +21,8 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
-from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
-from simbench.strategies import register
+from simbench.strategies import checked_max_length, register
 from simbench.strategies.packing import PackOptions, Packing
 
 # A pattern prices out (improves the LP) when its dual value exceeds 1 by more than this.
@@ -157,12 +156,7 @@ def lp_lower_bound(histogram: LengthHistogram, max_length: int, max_depth: int |
 
     Cached by the histogram's counts, so asking again for each strategy costs nothing.
     """
-    max_length = int(max_length)
-    if histogram.longest > max_length:
-        raise InputError(f"histogram {histogram.name} has sequences of length {histogram.longest}, "
-                         f"longer than max_length {max_length}")
-    if max_depth is not None and max_depth < 1:
-        raise InputError(f"max_depth must be at least 1, found {max_depth}")
+    max_length = checked_max_length(histogram, max_length, max_depth)
     depth = None if max_depth is None else int(max_depth)
     return _cached_lp_lower_bound(histogram.counts.tobytes(), max_length, depth)
 
