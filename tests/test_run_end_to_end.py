@@ -161,6 +161,23 @@ def test_run_under_a_file_is_an_input_error(scenario_path, tmp_path):
     assert (tmp_path / "afile").read_text() == "keep me"
 
 
+def test_several_scenarios_check_every_report_folder_before_running_any(tmp_path):
+    small = "dataset: {histogram: squad_1_1_384}\nstrategies: [unpad]\ndevices: [1]\nsteps: 2\n"
+    path = tmp_path / "two.yaml"
+    path.write_text(f"name: first\n{small}---\nname: second\n{small}")
+    (tmp_path / "out" / "second").mkdir(parents=True)
+    (tmp_path / "out" / "second" / "notes.txt").write_text("keep me")
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert isinstance(result.exception, InputError) and "holds no resolved.yaml" in str(result.exception)
+    assert sorted(entry.name for entry in (tmp_path / "out").iterdir()) == ["second"]
+
+
+def test_negative_seed_is_a_usage_error_naming_the_option(scenario_path, tmp_path):
+    result = run(scenario_path, tmp_path / "out", "--seed", "-1")
+    assert result.exit_code == 2 and "--seed" in result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_plot_redraws_from_an_existing_report(report, tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()

@@ -86,3 +86,15 @@ def test_real_data_stalls_and_bucketing_recovers_part_of_the_loss():
 def test_padded_pipeline_reference_is_the_full_pipeline_closed_form():
     seconds = padded_pipeline_seconds(LINEAR, 512, batch_size=8, stages=3)
     assert seconds == pytest.approx((8 + 3 - 1) * 512 * 1e-5)
+
+
+@pytest.mark.parametrize("stages", [1, 4])
+def test_fixed_part_of_a_stage_is_exact_under_quadratic_attention(stages):
+    from simbench.sim.vts import _fixed_stage_seconds
+
+    cost_model = TransformerCostModel("bert-large", "cs-2")
+    assert _fixed_stage_seconds(cost_model, stages) == pytest.approx(1e-6, rel=1e-12)
+    lengths = np.array([[[100, 300, 512]]])
+    costs = price_vts(cost_model, lengths, stages)
+    first_stage_work = cost_model.vts_stage_seconds(lengths.ravel(), stages) - 1e-6
+    assert costs.compute_seconds[0, 0] == pytest.approx(first_stage_work.sum(), rel=1e-12)

@@ -29,7 +29,7 @@ def run(
     out: Path = typer.Option(None, "--out", help="report folder; default: reports/<scenario name> "
                                                  "(a file of several scenarios: DIR/<scenario name>)"),
     quick: bool = typer.Option(False, "--quick", help="every strategy, but few steps and device counts (seconds)"),
-    seed: int = typer.Option(None, "--seed", help="replace the scenario's seed"),
+    seed: int = typer.Option(None, "--seed", min=0, help="replace the scenario's seed"),
 ) -> None:
     """Simulate a scenario and write its report: tables, summary.md and plots."""
     from simbench.report.folder import check_replaceable, write_report
@@ -38,14 +38,13 @@ def run(
 
     console = Console(stderr=True)
     scenarios = load_scenarios(scenario_path, seed=seed)
-    for scenario in scenarios:
-        if quick:
-            scenario = scenario.quickened()
-        if out is not None and len(scenarios) == 1:
-            target = out
-        else:
-            target = (out or REPORTS_DIR) / scenario.name
-        check_replaceable(target)  # before minutes of simulation, not after
+    if quick:
+        scenarios = [scenario.quickened() for scenario in scenarios]
+    targets = [out if out is not None and len(scenarios) == 1 else (out or REPORTS_DIR) / scenario.name
+               for scenario in scenarios]
+    for target in targets:
+        check_replaceable(target)  # every one before minutes of simulation, not after the first report
+    for scenario, target in zip(scenarios, targets):
         start = time.perf_counter()
         histogram = scenario.dataset.load()
         with _progress(console) as progress:
@@ -62,8 +61,7 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
     from simbench.scenario import load_scenarios
 
     console = Console(stderr=True)
-    for scenario in load_scenarios(scenario_path):
-        scenario.dataset.load()
+    for scenario in load_scenarios(scenario_path):  # validating loads each dataset
         console.print(f"{scenario_path}: valid scenario {scenario.name!r} ({len(scenario.strategies)} strategies, "
                       f"devices {', '.join(map(str, scenario.devices))})", highlight=False, soft_wrap=True)
 
