@@ -135,7 +135,7 @@ def load_histogram(name_or_path: str | Path) -> LengthHistogram:
             known = ", ".join(bundled) or "none"
             raise InputError(f"no such histogram file or bundled histogram (bundled: {known})",
                              source=str(name_or_path))
-    if path.suffix == ".json":
+    if path.suffix.lower() == ".json":
         return _load_json(path)
     return _load_csv(path)
 

@@ -49,6 +49,12 @@ def test_records_round_trip(tmp_path):
     ("histogram,strategy,max_depth,seed,batch_size,efficiency\nsquad_1_1_384,spfhp,2,0,32\n", 2, "expected 6 columns"),
     ("histogram,strategy,max_depth,seed,batch_size,efficiency\n\nsquad_1_1_384,spfhp,two,0,32,0.5\n", 3, "bad number"),
     ("histogram,strategy,max_depth,seed,batch_size,efficiency\nsquad_1_1_384,spfhp,2,0,32,87.6\n", 2, "fraction"),
+    ("histogram,strategy,max_depth,seed,batch_size,efficiency\nsquad_1_1_384,spfhp,0,0,32,0.5\n", 2,
+     "max_depth must be at least 1 or empty, found 0"),
+    ("histogram,strategy,max_depth,seed,batch_size,efficiency\nsquad_1_1_384,sort,,0,0,0.5\n", 2,
+     "batch_size must be at least 1, found 0"),
+    ("histogram,strategy,max_depth,seed,batch_size,efficiency\nsquad_1_1_384,greedy,,-1,32,0.5\n", 2,
+     "seed must not be negative, found -1"),
 ])
 def test_bad_baseline_names_file_and_line(tmp_path, text, line, message):
     path = tmp_path / "baseline.csv"

@@ -164,3 +164,23 @@ def test_a_folder_as_baseline_is_an_input_error(tmp_path):
     assert completed.returncode == 2
     assert f"{tmp_path}: cannot read the baseline: Is a directory" in " ".join(completed.stderr.split())
     assert "Traceback" not in completed.stderr
+
+
+@pytest.mark.parametrize("option, message", [(("--seed", "-1"), "seed must not be negative, found -1"),
+                                             (("--batch-size", "0"), "batch_size must be at least 1, found 0")])
+def test_negative_seed_and_empty_batches_are_input_errors(option, message):
+    # A negative seed reached numpy's default_rng, which raised a traceback.
+    completed = run_simbench("pack", "squad_1_1_384", "--strategy", "all", *option)
+    assert completed.returncode == 2
+    assert message in " ".join(completed.stderr.split())
+    assert "Traceback" not in completed.stderr and completed.stdout == ""
+
+
+def test_bench_without_pytest_benchmark_says_what_to_install(monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "pytest_benchmark" else real_find_spec(name, *args))
+    result = RUNNER.invoke(app, ["bench", "--quick"])
+    assert "needs pytest-benchmark" in str(result.exception)

@@ -234,3 +234,8 @@ def test_from_lengths_rejects_an_impossible_max_length():
     for max_length in (0, 1 << 40):
         with pytest.raises(InputError, match="max_length must be in 1..1,048,576"):
             LengthHistogram.from_lengths([1], max_length=max_length)
+
+
+def test_json_suffix_is_recognised_in_any_case(tmp_path):
+    path = write(tmp_path, '{"counts": [1, 2]}', name="LENGTHS.JSON")
+    assert load_histogram(path).counts.tolist() == [1, 2]

@@ -1,5 +1,6 @@
 """`simbench bench`: run the performance benchmarks (pytest-benchmark) under tests/benchmarks/."""
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,9 @@ def bench(
     """Measure the speed targets: packers, LP bound, assignment, simulator and the full scenario run."""
     if not BENCHMARKS_DIR.is_dir():
         raise InputError(f"no benchmarks at {BENCHMARKS_DIR}: `simbench bench` needs a source checkout")
+    if importlib.util.find_spec("pytest_benchmark") is None:
+        # Without the plug-in pytest fails on --benchmark-only with a usage error that names no fix.
+        raise InputError("`simbench bench` needs pytest-benchmark: pip install -e '.[dev]'")
     command = [sys.executable, "-m", "pytest", str(BENCHMARKS_DIR), "--benchmark-only", "-p", "no:cacheprovider",
                "--benchmark-columns=min,median,max,rounds", "--benchmark-sort=name"]
     if keyword:

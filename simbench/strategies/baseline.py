@@ -84,6 +84,12 @@ def load_baseline(path: Path = BASELINE_PATH) -> list[BaselineRecord]:
             raise InputError(f"bad number: {error}", source=source, line=line) from None
         if not 0.0 < record.efficiency <= 1.0:
             raise InputError(f"efficiency must be a fraction in (0, 1], found {efficiency}", source=source, line=line)
+        if record.max_depth is not None and record.max_depth < 1:
+            raise InputError(f"max_depth must be at least 1 or empty, found {depth}", source=source, line=line)
+        try:
+            PackOptions(seed=record.seed, batch_size=record.batch_size)  # its checks, with this line named
+        except InputError as error:
+            raise InputError(str(error), source=source, line=line) from None
         records.append(record)
     return records
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 
 
@@ -21,6 +22,13 @@ class PackOptions:
 
     seed: int = 0
     batch_size: int = 32  # sequences per batch, for batchers such as `sort`
+
+    def __post_init__(self):
+        # Checked here, once, so that no strategy meets numpy's traceback for a negative seed.
+        if self.seed < 0:
+            raise InputError(f"seed must not be negative, found {self.seed}")
+        if self.batch_size < 1:
+            raise InputError(f"batch_size must be at least 1, found {self.batch_size}")
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from simbench.errors import InputError
 from simbench.strategies import register
 from simbench.strategies.packing import Packing
 
@@ -21,8 +20,6 @@ from simbench.strategies.packing import Packing
 @register("sort", "sorted batching: batches of --batch-size sequences padded to their longest", uses_depth=False)
 def pack_sort(histogram, max_length, max_depth, options) -> Packing:
     batch_size = options.batch_size
-    if batch_size < 1:
-        raise InputError(f"batch_size must be at least 1, found {batch_size}")
     present = np.flatnonzero(histogram.counts)[::-1]
     lengths = histogram.lengths[present]
     counts = histogram.counts[present]
