@@ -184,3 +184,8 @@ def test_bench_without_pytest_benchmark_says_what_to_install(monkeypatch):
                         lambda name, *args: None if name == "pytest_benchmark" else real_find_spec(name, *args))
     result = RUNNER.invoke(app, ["bench", "--quick"])
     assert "needs pytest-benchmark" in str(result.exception)
+
+
+def test_check_baseline_refuses_a_max_length_it_would_ignore():
+    result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--check-baseline", "--max-length", "400"])
+    assert "leave out --max-length" in str(result.exception)

@@ -3,8 +3,10 @@
 from importlib.metadata import EntryPoint
 
 import numpy as np
+import pytest
 
 import simbench.strategies as strategies
+from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.strategies import Strategy, available_strategies, get_strategy
 from simbench.strategies.packing import Packing
@@ -48,3 +50,14 @@ def test_a_plugin_cannot_replace_a_builtin(monkeypatch):
 
     assert get_strategy("spfhp") is not IMPOSTOR
     assert get_strategy("spfhp").pack_function is not pack_pairs_of_equal_length
+
+
+
+@pytest.mark.parametrize("value, message", [
+    ("no_such_module_here:PAIRS", r"cannot load the strategy plug-in 'broken' \(no_such_module_here:PAIRS\)"),
+    (f"{__name__}:pack_pairs_of_equal_length", "'broken' .* is a function, not a simbench.strategies.Strategy"),
+])
+def test_a_broken_plugin_is_named_in_an_input_error(monkeypatch, value, message):
+    use_plugins(monkeypatch, EntryPoint(name="broken", value=value, group="simbench.strategies"))
+    with pytest.raises(InputError, match=message):
+        available_strategies()

@@ -34,6 +34,10 @@ def pack(
     histogram = load_histogram(histogram_name)
     strategies = list(available_strategies().values()) if strategy == "all" else [get_strategy(strategy)]
     if check_baseline:
+        if max_length is not None:
+            # Records hold their own settings; measuring at another length would compare unlike runs.
+            raise InputError("--check-baseline measures each record at the histogram's max length; "
+                             "leave out --max-length")
         _check_baseline(histogram, strategies, max_depth, baseline_path, as_json)
         return
     max_length = checked_max_length(histogram, max_length, max_depth, names=("--max-length", "--max-depth"))

@@ -85,7 +85,14 @@ def _load_all() -> None:
     for module in BUILTIN_MODULES:
         importlib.import_module(f"simbench.strategies.{module}")
     for entry in entry_points(group="simbench.strategies"):
-        strategy = entry.load()
+        # A broken plug-in is an installation problem the user can fix: name it rather than crash.
+        try:
+            strategy = entry.load()
+        except (ImportError, AttributeError) as error:
+            raise InputError(f"cannot load the strategy plug-in {entry.name!r} ({entry.value}): {error}") from None
+        if not isinstance(strategy, Strategy):
+            raise InputError(f"the strategy plug-in {entry.name!r} ({entry.value}) is a {type(strategy).__name__}, "
+                             "not a simbench.strategies.Strategy")
         _REGISTRY.setdefault(strategy.name, strategy)
 
 
