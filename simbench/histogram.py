@@ -108,6 +108,8 @@ class LengthHistogram:
 
     def sample_lengths(self, size: int, rng: np.random.Generator) -> np.ndarray:
         """Lengths of `size` sequences drawn with replacement in proportion to the counts."""
+        if not self.sequences:
+            raise InputError(f"histogram {self.name} holds no sequences to draw from")
         return rng.choice(self.lengths, size=size, p=self.counts / self.sequences)
 
     def expand(self) -> np.ndarray:

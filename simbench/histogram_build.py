@@ -55,6 +55,9 @@ def build_histogram(lengths: np.ndarray, max_length: int, *, truncate: bool, nam
     if not 1 <= max_length <= MAX_LENGTH:
         raise InputError(f"--max-length must be in 1..{MAX_LENGTH:,}, found {max_length}")
     lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size and lengths.min() < 0:
+        # Counted neither as empty nor as too long, they would vanish from the report.
+        raise InputError(f"lengths must not be negative; element {int(np.argmin(lengths))} is {int(lengths.min())}")
     too_long = int(np.count_nonzero(lengths > max_length))
     empty = int(np.count_nonzero(lengths == 0))
     kept = np.minimum(lengths, max_length) if truncate else lengths[lengths <= max_length]

@@ -239,3 +239,8 @@ def test_from_lengths_rejects_an_impossible_max_length():
 def test_json_suffix_is_recognised_in_any_case(tmp_path):
     path = write(tmp_path, '{"counts": [1, 2]}', name="LENGTHS.JSON")
     assert load_histogram(path).counts.tolist() == [1, 2]
+
+
+def test_sampling_an_empty_histogram_is_an_input_error():
+    with pytest.raises(InputError, match="holds no sequences"):
+        LengthHistogram.from_counts([0, 0]).sample_lengths(3, np.random.default_rng(0))
