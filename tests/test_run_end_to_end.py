@@ -193,6 +193,17 @@ def test_plot_redraws_from_an_existing_report(report, tmp_path):
                 assert (copy / name).read_bytes() == (report / name).read_bytes(), name
 
 
+@pytest.mark.parametrize("damage, message", [("", "scaling.csv lacks column(s) strategy, devices, speedup"),
+                                             ("strategy,devices,speedup\n", "scaling.csv has no rows")])
+def test_plot_of_a_damaged_report_is_an_input_error(report, tmp_path, damage, message):
+    copy = tmp_path / "copy"
+    shutil.copytree(report, copy)
+    (copy / "scaling.csv").write_text(damage)
+    result = CliRunner().invoke(app, ["plot", str(copy)])
+    assert isinstance(result.exception, InputError), result.output
+    assert message in str(result.exception)
+
+
 def test_plot_of_a_folder_that_is_no_report(tmp_path):
     result = CliRunner().invoke(app, ["plot", str(tmp_path)])
     assert "resolved.yaml" in str(result.exception)

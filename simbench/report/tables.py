@@ -24,6 +24,9 @@ from simbench.errors import InputError
 
 # Enough digits to round-trip the figures that matter, few enough to keep the CSVs readable.
 FLOAT_FORMAT = "%.10g"
+# Tables every report has rows in, and the columns the summary and plots index them by.
+REQUIRED_COLUMNS = {"packing": ("label", "efficiency"), "scaling": ("strategy", "devices", "speedup"),
+                    "breakdown": ("strategy", "devices")}
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,4 +66,9 @@ def read_tables(folder: Path) -> ReportTables:
             frames[name] = pd.DataFrame()
         except pd.errors.ParserError as error:
             raise InputError(f"unreadable CSV: {error}", source=str(path)) from None
+    for name, columns in REQUIRED_COLUMNS.items():
+        missing = [column for column in columns if column not in frames[name]]
+        if missing or frames[name].empty:
+            problem = f"lacks column(s) {', '.join(missing)}" if missing else "has no rows"
+            raise InputError(f"damaged report: {name}.csv {problem}; run the scenario again", source=str(folder))
     return ReportTables(**frames)

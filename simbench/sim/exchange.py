@@ -32,9 +32,11 @@ class ExchangeCosts:
 
     @classmethod
     def from_cost_model(cls, cost_model) -> ExchangeCosts:
-        hardware = getattr(cost_model, "hardware", None)
-        latency = getattr(hardware, "allreduce_latency_seconds", 0.0) or DEFAULT_ALLGATHER_LATENCY_SECONDS
-        return cls(latency)
+        """Hops at the all-reduce's per-hop latency (the hardware profile's, or the cost model's own);
+        a latency set to 0 stays 0, the default is only for cost models that have none."""
+        source = getattr(cost_model, "hardware", cost_model)
+        latency = getattr(source, "allreduce_latency_seconds", None)
+        return cls(DEFAULT_ALLGATHER_LATENCY_SECONDS if latency is None else float(latency))
 
     def allgather_seconds(self, devices: int) -> float:
         """Ring all-gather of a few bytes per device: latency-bound, n - 1 hops."""
