@@ -23,6 +23,7 @@ import numpy as np
 
 from simbench.histogram import LengthHistogram
 from simbench.strategies import checked_max_length, register
+from simbench.strategies.classic import pack_decreasing
 from simbench.strategies.packing import PackOptions, Packing
 
 # A pattern prices out (improves the LP) when its dual value exceeds 1 by more than this.
@@ -119,28 +120,15 @@ def _round_up_greedily(weights: np.ndarray, columns: np.ndarray, residual: np.nd
 
 
 def _best_fit_decreasing(items: _Items, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pack the few sequences rounding left over: longest first, each into the fullest pack it fits."""
-    sequences = np.repeat(np.arange(items.lengths.size), residual)[::-1]
-    free_tokens = np.zeros(0, dtype=np.int64)
-    free_slots = np.zeros(0, dtype=np.int64)
-    contents: list[np.ndarray] = []
-    depth = items.max_depth or items.max_length
-    for item in sequences:
-        length = items.lengths[item]
-        fits = np.flatnonzero((free_tokens >= length) & (free_slots > 0))
-        if fits.size:
-            pack = fits[np.argmin(free_tokens[fits])]
-        else:
-            pack = free_tokens.size
-            free_tokens = np.append(free_tokens, items.max_length)
-            free_slots = np.append(free_slots, depth)
-            contents.append(np.zeros(items.lengths.size, dtype=np.int64))
-        free_tokens[pack] -= length
-        free_slots[pack] -= 1
-        contents[pack][item] += 1
-    if not contents:
-        return np.zeros((0, items.lengths.size), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.stack(contents), np.ones(len(contents), dtype=np.int64)
+    """Pack the few sequences rounding left over with `bfd`; patterns as multiplicities, and repeats."""
+    counts = np.zeros(items.max_length, dtype=np.int64)
+    counts[items.lengths - 1] = residual
+    groups = pack_decreasing(counts, items.max_length, items.max_depth, best_fit=True)
+    patterns = np.zeros((len(groups), items.lengths.size), dtype=np.int64)
+    for pattern, (_, contents) in zip(patterns, groups):
+        for length, copies in contents:
+            pattern[np.searchsorted(items.lengths, length)] += copies
+    return patterns, np.array([count for count, _ in groups], dtype=np.int64)
 
 
 def trivial_lower_bound(histogram: LengthHistogram, max_length: int, max_depth: int | None = None) -> int:
@@ -433,10 +421,9 @@ class _LPSolution:
 
 def _column_generation(master: _MasterLP, items: _Items, demand: np.ndarray) -> _LPSolution:
     """Price patterns into the master until none improves it; track the best Farley bound."""
-    if demand.sum() == 0:
-        master.set_demand(demand)
-        return _LPSolution(0.0, 0.0, True, 0, np.zeros(len(master.columns)))
     master.set_demand(demand)
+    if demand.sum() == 0:
+        return _LPSolution(0.0, 0.0, True, 0, np.zeros(len(master.columns)))
     best_bound = 0.0
     converged = False
     rounds = 0
