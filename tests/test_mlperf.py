@@ -133,3 +133,10 @@ def test_a100_preset_against_the_256_gpu_padded_log(runs):
     step_seconds = model.step_costs(batches, ExecutionMode.PADDED).total_seconds.mean() + model.allreduce_seconds(256)
     measured = runs[256].steps_after(50)["sequences_per_s"].median() / 256
     assert 20 / step_seconds == pytest.approx(measured, rel=0.05)
+
+
+@pytest.mark.parametrize("value", ['"48"', "48.5", "null", "true"])
+def test_a_global_batch_that_is_no_whole_number_leaves_the_batch_unknown(value):
+    run = parse_mlperf_lines([f'0: :::MLLOG {{"key": "global_batch_size", "value": {value}}}',
+                              "1: {'training_steps': 1, 'seq/s': 40.0}"])
+    assert run.gpus == 2 and run.per_gpu_batch == 0

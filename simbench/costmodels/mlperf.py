@@ -109,8 +109,11 @@ def parse_mlperf_lines(lines: Iterable[str], source: str = "log") -> MlperfRun:
     accumulation = _single_value(accumulation_options, "--gradient_accumulation_steps", source) or 1
     gpus = _gpu_count(events, per_gpu_batch, accumulation, ranks, source)
     frame = pd.DataFrame(sorted(steps.values(), key=lambda record: record["step"])).reset_index(drop=True)
-    return MlperfRun(source, frame, events, gpus, per_gpu_batch or events.get("global_batch_size", 0) // gpus,
-                     unpadded, malformed)
+    global_batch = events.get("global_batch_size")
+    # An event value is whatever the log's JSON holds; only a whole number gives a per-GPU batch.
+    if not per_gpu_batch and isinstance(global_batch, int) and not isinstance(global_batch, bool):
+        per_gpu_batch = global_batch // gpus
+    return MlperfRun(source, frame, events, gpus, per_gpu_batch or 0, unpadded, malformed)
 
 
 def _step_record(text: str) -> dict | None:
