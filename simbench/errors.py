@@ -26,7 +26,8 @@ def read_text_file(path: str | Path, what: str) -> str:
     """The UTF-8 text of a file the user named; a folder, a missing or unreadable file, or bytes
     that are not UTF-8 are an InputError naming the file (`what` says what the file should be)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        # utf-8-sig: spreadsheet programs save CSV with an invisible byte-order mark before the header.
+        return Path(path).read_text(encoding="utf-8-sig")
     except OSError as error:
         raise InputError(f"cannot read the {what}: {error.strerror or error}", source=str(path)) from None
     except UnicodeDecodeError as error:

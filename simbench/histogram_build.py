@@ -126,7 +126,8 @@ def _lines(path: Path, progress: Progress) -> Iterator[tuple[int, str]]:
             read_bytes += len(raw)
             if line_number % PROGRESS_LINES == 0:
                 progress(read_bytes)
-            yield line_number, raw.decode("utf-8", errors="replace")
+            # A byte-order mark (spreadsheet exports) before the first line is not part of its text.
+            yield line_number, raw.decode("utf-8-sig" if line_number == 1 else "utf-8", errors="replace")
     progress(read_bytes)
 
 

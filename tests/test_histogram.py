@@ -244,3 +244,10 @@ def test_json_suffix_is_recognised_in_any_case(tmp_path):
 def test_sampling_an_empty_histogram_is_an_input_error():
     with pytest.raises(InputError, match="holds no sequences"):
         LengthHistogram.from_counts([0, 0]).sample_lengths(3, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("name, text", [("lengths.csv", "length,count\n1,2\n"), ("lengths.json", '{"counts": [2]}')])
+def test_a_byte_order_mark_before_the_header_is_ignored(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert load_histogram(path).counts.tolist() == [2]

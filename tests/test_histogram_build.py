@@ -173,3 +173,9 @@ def test_max_length_beyond_any_context_is_an_input_error():
 def test_negative_lengths_are_not_dropped_silently():
     with pytest.raises(InputError, match="element 1 is -4"):
         build_histogram(np.array([3, -4, 5]), 8, truncate=True)
+
+
+def test_a_byte_order_mark_before_the_first_length_is_ignored(tmp_path):
+    path = tmp_path / "lengths.txt"
+    path.write_bytes(b"\xef\xbb\xbf3\n5\n")
+    assert read_lengths(path).tolist() == [3, 5]
