@@ -65,3 +65,9 @@ def test_padding_reference_always_comes_first_and_only_once():
     plans = with_reference(parse_plans(["unpad", "none"]))
     assert [plan.name for plan in plans] == ["none", "unpad"]
     assert plans[0].is_reference
+
+
+@pytest.mark.parametrize("text", ["sort:3", "none:max", "sort:sort"])
+def test_a_depth_for_a_batcher_without_one_is_an_input_error(text):
+    with pytest.raises(InputError, match="takes no depth"):
+        parse_plan(text)

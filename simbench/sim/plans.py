@@ -87,6 +87,8 @@ def parse_plan(text: str) -> ExecutionPlan:
         if packer != name:
             raise InputError(f"strategy {text!r}: a packer takes only a depth, not another packer name")
         if not packers[name].uses_depth:
+            if arguments:  # dropping it silently would label the run as if the depth had mattered
+                raise InputError(f"strategy {text!r}: {name} takes no depth")
             depth = 1 if name == "none" else None
         mode = ExecutionMode.SORTED if name == "sort" else ExecutionMode.PADDED
         depth_named = packers[name].uses_depth and (len(arguments) > 0 or name in DEFAULT_DEPTHS)
