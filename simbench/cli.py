@@ -35,5 +35,10 @@ def main() -> None:
     try:
         app()
     except InputError as error:
-        Console(stderr=True).print(Text("error: ", style="bold red") + Text(str(error)))
+        # soft_wrap: one line however long, so that the file:line prefix stays greppable.
+        Console(stderr=True).print(Text("error: ", style="bold red") + Text(str(error)), soft_wrap=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        # Outputs are written atomically, so an interrupted run has nothing to report but the stop.
+        Console(stderr=True).print("interrupted", highlight=False)
+        sys.exit(130)

@@ -189,3 +189,24 @@ def test_bench_without_pytest_benchmark_says_what_to_install(monkeypatch):
 def test_check_baseline_refuses_a_max_length_it_would_ignore():
     result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--check-baseline", "--max-length", "400"])
     assert "leave out --max-length" in str(result.exception)
+
+
+def test_error_message_stays_on_one_line_however_long(tmp_path):
+    path = tmp_path / ("a_rather_long_folder_name_" * 4) / "bad.csv"
+    path.parent.mkdir()
+    path.write_text("length,count\n1,3\n2,-1\n")
+    completed = run_simbench("pack", str(path))
+    assert completed.stderr.count("\n") == 1 and f"{path}:3: count must not be negative" in completed.stderr
+
+
+def test_interrupt_exits_quietly_with_status_130(monkeypatch, capsys):
+    import simbench.cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(simbench.cli, "app", interrupted)
+    with pytest.raises(SystemExit) as caught:
+        simbench.cli.main()
+    assert caught.value.code == 130
+    assert "interrupted" in capsys.readouterr().err
