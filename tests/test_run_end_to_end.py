@@ -161,6 +161,19 @@ def test_run_under_a_file_is_an_input_error(scenario_path, tmp_path):
     assert (tmp_path / "afile").read_text() == "keep me"
 
 
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_report_folder_that_cannot_be_created_is_refused_before_running(tmp_path, monkeypatch, exists):
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    target = tmp_path / "out"
+    if exists:
+        target.mkdir()
+    monkeypatch.setattr(folder.tempfile, "mkdtemp", refuse)
+    with pytest.raises(InputError, match=r"cannot create folders in .*: Permission denied; choose another --out"):
+        folder.check_replaceable(target)
+
+
 def test_several_scenarios_check_every_report_folder_before_running_any(tmp_path):
     small = "dataset: {histogram: squad_1_1_384}\nstrategies: [unpad]\ndevices: [1]\nsteps: 2\n"
     path = tmp_path / "two.yaml"

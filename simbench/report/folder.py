@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from simbench.errors import InputError
@@ -52,12 +53,23 @@ def check_replaceable(target: Path, marker: str = RESOLVED_SCENARIO, option: str
         if blocking is not None and not blocking.is_dir():
             raise InputError(f"cannot create the report folder: {blocking} is a file; choose another {option}",
                              source=str(target))
+        _check_writable(blocking or Path.cwd(), target, option)
         return
     if not target.is_dir():
         raise InputError(f"the report folder is a file; choose another {option}", source=str(target))
     if any(target.iterdir()) and not (target / marker).is_file():
         raise InputError(f"the folder is not empty and holds no {marker}, so it is no simbench report "
                          f"to replace; choose another {option}", source=str(target))
+    _check_writable(target.absolute().parent, target, option)
+
+
+def _check_writable(folder: Path, target: Path, option: str) -> None:
+    """The report is staged in a sibling folder: try making one now rather than after the simulation."""
+    try:
+        Path(tempfile.mkdtemp(prefix=f".{target.name}.probe-", dir=folder)).rmdir()
+    except OSError as error:
+        raise InputError(f"cannot create folders in {folder}: {error.strerror}; choose another {option}",
+                         source=str(target)) from None
 
 
 def read_report(folder: Path) -> tuple[Scenario, LengthHistogram, ReportTables]:
