@@ -103,6 +103,9 @@ def read_lengths(path: Path, *, column: str | None = None, tokenizer: Tokenizer 
     if suffix in (".jsonl", ".parquet") and column is None:
         raise InputError(f"a {suffix} file needs --column NAME: the column of lengths, token lists or text",
                          source=str(path))
+    if suffix not in (".jsonl", ".parquet") and column is not None:
+        raise InputError(f"--column {column} applies to .jsonl and .parquet files; a {suffix or 'text'} file "
+                         "has one length or text per line", source=str(path))
     if suffix == ".npy":
         return _read_npy(path)
     if suffix == ".jsonl":

@@ -179,3 +179,11 @@ def test_a_byte_order_mark_before_the_first_length_is_ignored(tmp_path):
     path = tmp_path / "lengths.txt"
     path.write_bytes(b"\xef\xbb\xbf3\n5\n")
     assert read_lengths(path).tolist() == [3, 5]
+
+
+def test_a_column_for_a_file_without_columns_is_an_input_error(tmp_path):
+    # It used to be ignored, so a user expecting a column read the whole line instead.
+    path = tmp_path / "lengths.txt"
+    path.write_text("3\n")
+    with pytest.raises(InputError, match="--column ids applies to .jsonl and .parquet files"):
+        read_lengths(path, column="ids")
