@@ -59,3 +59,11 @@ def test_bad_seed_and_oversized_clusters_are_input_errors(arguments, message):
                                  *arguments])
     assert isinstance(result.exception, InputError), result.output
     assert message in str(result.exception)
+
+
+def test_errors_through_a_pipe_start_on_the_first_line():
+    completed = subprocess.run([sys.executable, "-c", "from simbench.cli import main; main()", "simulate",
+                                "squad_1_1_384", "-s", "unpad", "--devices", "1", "--steps", "2", "--seed", "-1"],
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2
+    assert completed.stderr.startswith("error: seed must be a whole number >= 0")

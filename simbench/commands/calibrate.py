@@ -13,9 +13,9 @@ import numpy as np
 import typer
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from simbench.commands.run import progress_bar
 from simbench.errors import InputError
 
 TORCH_MISSING = "torch is not installed: pip install 'simbench[torch]'"
@@ -48,7 +48,7 @@ def calibrate(
                                    threads=threads or torch.get_num_threads(), seed=seed, quick=quick,
                                    unpadded_attention=_unpadded_attention(unpadded_attention), wall_clock=wall_clock)
     settings.encoder_shape()
-    with _progress() as progress:
+    with progress_bar(Console(stderr=True)) as progress:
         task = progress.add_task("calibrating", total=calibration_steps(settings))
         fit = run_calibration(settings, lambda: progress.advance(task))
     _write_profile(fit.profile, output)
@@ -120,7 +120,7 @@ def measure(
                                           seed=seed + 1000, quick=quick,
                                           unpadded_attention=settings.unpadded_attention, wall_clock=wall_clock)
         calibration_layouts, calibration_batches = prepare_calibration(calibration)
-    with _progress() as progress:
+    with progress_bar(Console(stderr=True)) as progress:
         task = progress.add_task("timing", total=measure_steps(settings, len(layouts), len(calibration_batches)))
         measured, calibration_timings, calibration_seconds = time_strategies(
             layouts, settings, lambda: progress.advance(task), calibration_batches)
@@ -208,11 +208,6 @@ def _histogram_and_seed(source: str):
 
 def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
-
-
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), transient=True)
 
 
 def _check_output_file(path: Path) -> None:

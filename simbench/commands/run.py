@@ -47,7 +47,7 @@ def run(
     for scenario, target in zip(scenarios, targets):
         start = time.perf_counter()
         histogram = scenario.dataset.load()
-        with _progress(console) as progress:
+        with progress_bar(console) as progress:
             task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
             tables = build_tables(scenario, histogram, lambda units: progress.advance(task, units))
             progress.update(task, description=f"writing {target}")
@@ -105,9 +105,11 @@ def _table(title: str, columns: list[str], rows: list[tuple[str, ...]]) -> Table
     return table
 
 
-def _progress(console: Console) -> Progress:
+def progress_bar(console: Console) -> Progress:
+    """The commands' progress bar; off when `console` is no terminal (a pipe or a CI log would keep a
+    stray blank line where the transient bar was)."""
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=True)
+                    console=console, transient=True, disable=not console.is_terminal)
 
 
 def register(app: typer.Typer) -> None:

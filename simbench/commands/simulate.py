@@ -10,9 +10,9 @@ import math
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from simbench.commands.run import progress_bar
 from simbench.errors import InputError
 
 DEFAULT_DEVICES = ",".join(str(2**power) for power in range(12))
@@ -43,9 +43,8 @@ def simulate(
     plans = parse_plans(strategy)
     lengths = load_histogram(histogram)
     cost_model = TransformerCostModel(model, hardware)
-    with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("simulate", total=len(with_reference(plans)) * len(device_counts))
+    with progress_bar(Console(stderr=True)) as progress:
+        task = progress.add_task("simulating", total=len(with_reference(plans)) * len(device_counts))
         result = run_simulation(lengths, plans, device_counts, cost_model, batch_size=batch_size, steps=steps,
                                 seed=seed, engine=engine, progress=lambda advance: progress.advance(task, advance))
     if as_json:
