@@ -64,6 +64,10 @@ class LengthHistogram:
         if lengths.size and (lengths.min() < 1 or lengths.max() > max_length):
             bad = int(np.count_nonzero((lengths < 1) | (lengths > max_length)))
             raise InputError(f"{bad} sequence lengths lie outside 1..{max_length}")
+        if not np.issubdtype(lengths.dtype, np.integer) and np.any(lengths != np.round(lengths)):
+            # The cast below would cut 3.5 to 3 and count it as a length-3 sequence.
+            fractional = lengths[lengths != np.round(lengths)]
+            raise InputError(f"sequence lengths must be whole numbers, found {fractional[0]}")
         counts = np.bincount(lengths.astype(np.int64, copy=False), minlength=max_length + 1)[1:]
         return cls(counts, name=name)
 

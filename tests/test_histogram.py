@@ -251,3 +251,9 @@ def test_a_byte_order_mark_before_the_header_is_ignored(tmp_path, name, text):
     path = tmp_path / name
     path.write_bytes(b"\xef\xbb\xbf" + text.encode())
     assert load_histogram(path).counts.tolist() == [2]
+
+
+def test_from_lengths_rejects_fractional_lengths():
+    with pytest.raises(InputError, match="whole numbers, found 3.5"):
+        LengthHistogram.from_lengths([2.0, 3.5], max_length=8)
+    assert LengthHistogram.from_lengths([2.0, 3.0], max_length=8).counts.tolist() == [0, 1, 1, 0, 0, 0, 0, 0]
