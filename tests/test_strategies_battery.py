@@ -239,3 +239,13 @@ def test_greedy_exact_route_alone_matches_next_fit(monkeypatch):
     packing = available_strategies()["greedy"](histogram, 100, None, PackOptions(seed=5))
     lengths = greedy.shuffled_lengths(histogram, np.random.default_rng(5))
     assert expanded_packs(packing) == one_by_one_next_fit(lengths, 100, None)
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+def test_a_depth_beyond_max_length_acts_as_max_length(name):
+    # No pack can hold more sequences than tokens; nnlshp used to enumerate (and allocate) every level.
+    histogram = LengthHistogram.from_counts([3, 2, 1, 1, 0, 0, 0, 1])
+    strategy = available_strategies()[name]
+    huge = strategy(histogram, 8, 10**9, PackOptions())
+    assert huge.packs_total == strategy(histogram, 8, 8, PackOptions()).packs_total
+    assert huge.rows.shape[1] <= 8

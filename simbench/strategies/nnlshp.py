@@ -203,7 +203,9 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
     them with `spfhp` at the same depth, first into the room that removed surplus sequences
     left in the fitted packs; "single" gives each its own pack, as the paper does.
     """
-    depth = PAPER_DEPTH if max_depth is None else max_depth
+    # Every sequence takes a token, so no pack holds more than max_length of them; a larger depth
+    # would only lengthen the enumeration and widen the rows for nothing.
+    depth = min(PAPER_DEPTH if max_depth is None else max_depth, max_length)
     histogram = np.zeros(max_length, dtype=np.int64)
     histogram[:min(counts.size, max_length)] = counts[:max_length]  # lengths beyond are empty
     strategy_count = count_exact_fill_strategies(max_length, depth)
