@@ -1,4 +1,4 @@
-"""Errors caused by the user's input (files, options, scenarios).
+"""Errors caused by the user's input (files, options, scenarios), and reading or writing the files it names.
 
 The CLI prints these as one clear message without a traceback; anything else is a bug.
 """
