@@ -1,6 +1,8 @@
 """`simbench histogram build`: every reader gives the same counts, nothing is dropped silently."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow
@@ -187,3 +189,13 @@ def test_a_column_for_a_file_without_columns_is_an_input_error(tmp_path):
     path.write_text("3\n")
     with pytest.raises(InputError, match="--column ids applies to .jsonl and .parquet files"):
         read_lengths(path, column="ids")
+
+
+def test_no_stray_blank_line_from_the_progress_bar_outside_a_terminal(tmp_path):
+    path = tmp_path / "lengths.txt"
+    path.write_text("3\n5\n")
+    completed = subprocess.run([sys.executable, "-c", "from simbench.cli import main; main()", "histogram", "build",
+                                str(path), "--max-length", "8", "-o", str(tmp_path / "h.csv")],
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0
+    assert completed.stderr.startswith("2 sequences read")

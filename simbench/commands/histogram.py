@@ -38,8 +38,9 @@ def build(
     tokenizer = load_tokenizer(tokenizer_file) if (tokenize or tokenizer_file) else None
     console = Console(stderr=True)
     size_bytes = input_path.stat().st_size if input_path.is_file() else None
+    # Off outside a terminal: a pipe or CI log would keep a blank line where the transient bar was.
     with Progress(TextColumn("reading {task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+                  console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task(input_path.name, total=size_bytes)
         lengths = read_lengths(input_path, column=column, tokenizer=tokenizer,
                                progress=lambda read_bytes: progress.update(task, completed=read_bytes))
