@@ -90,3 +90,19 @@ def test_plots_are_byte_identical_between_draws(tmp_path):
     for one, other in zip(first, second):
         assert one.read_bytes() == other.read_bytes()
     assert b"<dc:date>" not in first[1].read_bytes()
+
+
+def test_summary_straight_from_the_simulator_without_lp_bounds_shows_dashes():
+    from simbench.report.results import build_tables
+    from simbench.report.summary import summary_markdown
+    from simbench.scenario import Scenario
+
+    scenario = Scenario(name="no-bounds", dataset={"histogram": "squad_1_1_384"}, strategies=["spfhp"],
+                        devices=[1], steps=3, outputs={"lp_bounds": False})
+    histogram = scenario.dataset.load()
+    text = summary_markdown(scenario, histogram, build_tables(scenario, histogram))
+
+    spfhp_row = next(line for line in text.splitlines() if line.startswith("| 3 | spfhp"))
+    cells = [cell.strip() for cell in spfhp_row.strip("|").split("|")]
+    assert cells[5:7] == ["-", "-"]  # LP bound and gap to it: not computed
+    assert "LP bounds were not computed" in text

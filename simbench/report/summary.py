@@ -138,8 +138,8 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
         "efficiency %": (100 * packing["efficiency"]).map("{:.1f}".format),
         "packing factor": packing["packing_factor"].map("{:.3f}".format),
         "packs": packing["packs"].map("{:,}".format),
-        "LP bound (packs)": packing["lower_bound_packs"].map(lambda value: _or_dash(value, f"{value:,.0f}")),
-        "gap to bound %": packing["gap_to_bound"].map(lambda value: _or_dash(value, f"{100 * value:.2f}")),
+        "LP bound (packs)": packing["lower_bound_packs"].map(lambda value: _or_dash(value, "{:,.0f}")),
+        "gap to bound %": (100 * pd.to_numeric(packing["gap_to_bound"])).map(lambda value: _or_dash(value, "{:.2f}")),
         "realized speed-up": packing["label"].map(lambda label: f"{one_device.get(label, float('nan')):.3f}"),
     })
     bound_note = ("LP bound: the certified lower bound on packs at the same depth limit." if
@@ -197,8 +197,9 @@ def _files_section() -> str:
             "latency.csv, gumbel.csv, extrapolation.csv, timeline.csv, timings.csv; plots as PNG and SVG.")
 
 
-def _or_dash(value: float, text: str) -> str:
-    return "-" if pd.isna(value) else text
+def _or_dash(value: float | None, number_format: str) -> str:
+    # Formats only present values: a missing bound is None straight from the simulator, NaN from a CSV.
+    return "-" if pd.isna(value) else number_format.format(value)
 
 
 def _milliseconds(value: float) -> str:
