@@ -123,6 +123,21 @@ class HardwareSpec(_Strict):
             raise ValueError(str(error)) from None
 
 
+def _strategy_fields(plan_text: str) -> dict:
+    """The fields of a plan written short, as `simbench simulate` takes it: `spfhp:3`, `vts-bucketed:window=4`."""
+    name, *arguments = plan_text.split(":")
+    fields: dict[str, Any] = {"name": name}
+    for argument in arguments:
+        key, equals, number = argument.partition("=")
+        if equals:
+            fields[key] = number
+        elif argument == "max" or argument.isdigit():
+            fields["max_depth"] = argument if argument == "max" else int(argument)
+        else:
+            fields["packer"] = argument
+    return fields
+
+
 class StrategySpec(_Strict):
     name: str = Field(description="a packer from the registry or a simulator plan (`simbench list`)")
     max_depth: int | Literal["max"] | None = Field(
@@ -224,7 +239,7 @@ class Scenario(_Strict):
     @classmethod
     def _strategy_shorthand(cls, value: Any) -> Any:
         if isinstance(value, list):
-            return [{"name": item} if isinstance(item, str) else item for item in value]
+            return [_strategy_fields(item) if isinstance(item, str) else item for item in value]
         return value
 
     @field_validator("strategies")

@@ -50,6 +50,25 @@ def test_five_line_scenario_gets_sensible_defaults(tmp_path):
     assert set(scenario.outputs.plots) == {"histogram", "packing", "scaling", "gumbel", "timeline", "breakdown"}
 
 
+def test_short_plan_names_mean_the_same_as_their_long_form(tmp_path):
+    short = FIVE_LINES.replace("[none, spfhp, unpad]",
+                               '["lpfhp:max", "packed-varlen:spfhp:4", "vts-bucketed:stages=4:window=2"]')
+    long = FIVE_LINES.replace("[none, spfhp, unpad]", """
+  - {name: lpfhp, max_depth: max}
+  - {name: packed-varlen, packer: spfhp, max_depth: 4}
+  - {name: vts-bucketed, stages: 4, window: 2}""")
+    from_short = load_scenario(write(tmp_path, short, "short.yaml"))
+    from_long = load_scenario(write(tmp_path, long, "long.yaml"))
+    assert from_short.strategies == from_long.strategies
+    assert [spec.label for spec in from_short.strategies] == [
+        "lpfhp:max", "packed-varlen:spfhp:4", "vts-bucketed:window=2"]  # 4 stages is the default
+
+
+def test_a_bad_short_plan_name_names_its_line(tmp_path):
+    message = error_of(tmp_path, FIVE_LINES.replace("[none, spfhp, unpad]", '[none, "spfhp:deep"]'))
+    assert "scenario.yaml:4:" in message and "'deep'" in message
+
+
 def test_resolved_yaml_reads_back_to_the_same_scenario(tmp_path):
     scenario = load_scenario(write(tmp_path, FIVE_LINES), seed=7)
     again = load_scenario(write(tmp_path, scenario.to_yaml(), "resolved.yaml"))
