@@ -61,3 +61,11 @@ def test_a_broken_plugin_is_named_in_an_input_error(monkeypatch, value, message)
     use_plugins(monkeypatch, EntryPoint(name="broken", value=value, group="simbench.strategies"))
     with pytest.raises(InputError, match=message):
         available_strategies()
+
+
+def test_listing_order_does_not_depend_on_import_order(monkeypatch):
+    expected = list(available_strategies())
+    shuffled = dict(reversed(list(strategies._REGISTRY.items())))
+    monkeypatch.setattr(strategies, "_REGISTRY", shuffled)
+    assert list(available_strategies()) == expected
+    assert expected[:3] == ["none", "sort", "greedy"]

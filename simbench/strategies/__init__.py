@@ -97,9 +97,16 @@ def _load_all() -> None:
 
 
 def available_strategies() -> dict[str, Strategy]:
-    """All strategies by name, built-in first, then plug-ins."""
+    """All strategies by name, built-in first (in BUILTIN_MODULES order), then plug-ins."""
     _load_all()
-    return dict(_REGISTRY)
+    # Registration order follows import order, which depends on what the caller imported first
+    # (optimal imports classic): sort so listings and error messages read the same every time.
+    return dict(sorted(_REGISTRY.items(), key=lambda item: (_builtin_rank(item[1]), item[0])))
+
+
+def _builtin_rank(strategy: Strategy) -> int:
+    module = strategy.pack_function.__module__.removeprefix("simbench.strategies.")
+    return BUILTIN_MODULES.index(module) if module in BUILTIN_MODULES else len(BUILTIN_MODULES)
 
 
 def get_strategy(name: str) -> Strategy:
