@@ -7,7 +7,7 @@ import pytest
 
 from simbench.report import plots
 from simbench.report.summary import _headline, _winners_table
-from simbench.report.writer import atomic_directory, atomic_file
+from simbench.atomic import atomic_directory, atomic_file
 
 
 def listing(folder: Path) -> list[str]:

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from simbench.errors import InputError, writing_to
 from simbench.histogram import load_histogram
-from simbench.report.writer import atomic_file
+from simbench.atomic import atomic_file
 
 
 def bound(

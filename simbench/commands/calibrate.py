@@ -87,7 +87,7 @@ def measure(
     from simbench.calibrate.plot import plot_measured_vs_predicted
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
     from simbench.report.folder import check_replaceable
-    from simbench.report.writer import atomic_directory
+    from simbench.atomic import atomic_directory
 
     histogram, scenario_seed = _histogram_and_seed(source)
     output_dir = output_dir or Path(f"measure-{histogram.name}")
@@ -220,7 +220,7 @@ def _check_output_file(path: Path) -> None:
 
 def _write_profile(profile, path: Path) -> None:
     from simbench.costmodels.hardware import profile_to_yaml
-    from simbench.report.writer import atomic_file
+    from simbench.atomic import atomic_file
 
     with atomic_file(path) as temporary:
         temporary.write_text(profile_to_yaml(profile))

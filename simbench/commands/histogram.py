@@ -11,7 +11,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 
 from simbench.errors import InputError, writing_to
 from simbench.histogram_build import build_histogram, load_tokenizer, read_lengths
-from simbench.report.writer import atomic_file
+from simbench.atomic import atomic_file
 
 histogram_app = typer.Typer(help="Build length histograms from your own data.", no_args_is_help=True)
 

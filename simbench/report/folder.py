@@ -25,7 +25,7 @@ from simbench.histogram import LengthHistogram
 from simbench.report import plots
 from simbench.report.summary import summary_markdown
 from simbench.report.tables import ReportTables, read_tables, write_tables
-from simbench.report.writer import atomic_directory
+from simbench.atomic import atomic_directory
 from simbench.scenario import Scenario, load_scenario
 
 RESOLVED_SCENARIO = "resolved.yaml"

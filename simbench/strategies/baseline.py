@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from simbench.atomic import atomic_file
 from simbench.errors import InputError, read_text_file
 from simbench.histogram import load_histogram
 from simbench.strategies import PackOptions, get_strategy
@@ -101,8 +102,8 @@ def write_baseline(records: Iterable[BaselineRecord], path: Path = BASELINE_PATH
         depth = "" if record.max_depth is None else str(record.max_depth)
         lines.append(f"{record.histogram},{record.strategy},{depth},{record.seed},{record.batch_size},"
                      f"{record.efficiency!r}")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text("\n".join(lines) + "\n")
+    with atomic_file(Path(path)) as temporary:
+        temporary.write_text("\n".join(lines) + "\n")
 
 
 def measure_efficiency(histogram_name: str, strategy: str, max_depth: int | None, options: PackOptions) -> float:

@@ -1,8 +1,9 @@
-r"""Atomic writes: a report folder or a single file appears whole or not at all.
+r"""Atomic writes: a report folder or a single file appears whole or not at all, so a failed or
+interrupted run never leaves a half-written file over a good one.
 
     >>> import tempfile
     >>> from pathlib import Path
-    >>> from simbench.report.writer import atomic_directory, atomic_file
+    >>> from simbench.atomic import atomic_directory, atomic_file
     >>> with tempfile.TemporaryDirectory() as root:
     ...     with atomic_directory(Path(root, "report")) as folder:  # a hidden sibling until the block ends
     ...         _ = (folder / "scaling.csv").write_text("devices,speedup\n1,2.18\n")
