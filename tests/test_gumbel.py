@@ -160,3 +160,33 @@ def test_median_of_huge_clusters_stays_finite(devices):
     assert np.isfinite(median)
     assert min_of_n_cdf(median, 1.94, 0.318, devices) == pytest.approx(0.5, abs=1e-9)
     assert expected_min_speedup(1.94, 0.318, devices) < median_min_of_n(1.94, 0.318, devices // 10)
+
+
+def test_gumbel_fits_per_step_samples_from_a_csv_column_and_extrapolates_their_minimum(tmp_path):
+    # Per-step speed-ups of one device, drawn from the single-device Gumbel behind the paper's fit.
+    draws = stats.gumbel_r.rvs(loc=1.9409, scale=0.3179, size=20_000, random_state=np.random.default_rng(3))
+    samples = tmp_path / "steps.csv"
+    samples.write_text("step,unpadding\n" + "".join(f"{step},{value}\n" for step, value in enumerate(draws)))
+    result = CliRunner().invoke(app, ["gumbel", "--samples", str(samples), "--column", "unpadding",
+                                      "--devices", "1,32", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["cluster_fit"]["devices"] == 1
+    assert report["cluster_fit"]["location"] == pytest.approx(1.9409, abs=0.01)
+    assert report["cluster_fit"]["scale"] == pytest.approx(0.3179, abs=0.01)
+    means = {row["devices"]: row["mean_speedup"] for row in report["clusters"]}
+    assert means[32] == pytest.approx(np.sort(draws.reshape(-1, 32), axis=1)[:, 0].mean(), abs=0.01)
+
+
+@pytest.mark.parametrize("text, options, message", [
+    ("1.2\n1.3\nabc\n", [], ":3: not a finite number"),
+    ("a,b\n1,2\n", ["--column", "c"], "no column 'c'"),
+    ("", [], "empty"),
+    ("1.5\n1.6\n", [], "at least 3 samples"),
+])
+def test_gumbel_samples_errors_name_the_file_and_line(tmp_path, text, options, message):
+    samples = tmp_path / "samples.txt"
+    samples.write_text(text)
+    result = CliRunner().invoke(app, ["gumbel", "--samples", str(samples), *options])
+    assert result.exit_code != 0 and isinstance(result.exception, InputError)
+    assert message in str(result.exception) and "samples.txt" in str(result.exception)

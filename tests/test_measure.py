@@ -79,6 +79,16 @@ def test_compare_reports_zero_error_when_the_cost_model_is_exact_and_scales_with
     assert slower.loc["lpfhp", "error"] == pytest.approx(1.0)
 
 
+def test_per_step_speedups_are_each_steps_throughput_over_paddings_overall():
+    layouts = {"padding": [BatchLayout.padded(np.array([4, 4]), 8), BatchLayout.padded(np.array([8, 8]), 8)],
+               "unpadding": [BatchLayout.unpadded([4, 4]), BatchLayout.unpadded([8, 8])]}
+    seconds = {"padding": np.array([1.0, 1.0]), "unpadding": np.array([0.25, 1.0])}
+    steps = measure.per_step_speedups(measure.MeasuredSteps(layouts, seconds, {name: np.zeros(2) for name in layouts}))
+    # Padding runs 24 real tokens in 2 s: 12 tokens/s. Un-padding's steps run 8 / 0.25 and 16 / 1.
+    np.testing.assert_allclose(steps["padding"], [8 / 12, 16 / 12])
+    np.testing.assert_allclose(steps["unpadding"], [32 / 12, 16 / 12])
+
+
 def test_compare_needs_the_padding_baseline():
     layout = BatchLayout.unpadded([3, 5])
     with pytest.raises(InputError, match="baseline"):
@@ -107,6 +117,9 @@ def test_quick_measure_times_every_strategy_and_packing_beats_padding(tmp_path):
     assert (output / "profile.yaml").exists()  # calibrated first, since no --profile was given
     timings = json.loads((output / "timings.json").read_text())
     assert all(len(batches) == 3 for batches in timings.values())
+    steps = pd.read_csv(output / "steps.csv")
+    assert list(steps.columns) == ["step", *measure.STRATEGIES] and len(steps) == 3
+    assert (steps[list(measure.STRATEGIES)] > 0).all().all()
 
 
 def test_measure_refuses_to_replace_a_folder_that_is_no_measurement(tmp_path):

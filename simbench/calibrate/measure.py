@@ -138,6 +138,22 @@ def measure_steps(settings: MeasureSettings, strategies: int, calibration_batche
     return warmup + settings.repeats * (settings.steps * strategies + calibration_batches)
 
 
+def per_step_speedups(measured: MeasuredSteps) -> pd.DataFrame:
+    """Each timed step's real tokens per second over padding's mean, one column per strategy: the
+    per-step speed-up samples a Gumbel straggler fit takes (`simbench gumbel --samples`)."""
+    if BASELINE not in measured.layouts:
+        raise InputError(f"per-step speed-ups need the {BASELINE!r} baseline among the strategies")
+
+    def tokens_per_s(name: str) -> np.ndarray:
+        return np.array([layout.real_tokens for layout in measured.layouts[name]]) / measured.seconds[name]
+
+    # The reference is padding's overall throughput, as `compare` has it (tokens over seconds, summed).
+    padding_tokens_per_s = (sum(layout.real_tokens for layout in measured.layouts[BASELINE])
+                            / measured.seconds[BASELINE].sum())
+    steps = {name: tokens_per_s(name) / padding_tokens_per_s for name in measured.layouts}
+    return pd.DataFrame({"step": np.arange(measured.seconds[BASELINE].size), **steps})
+
+
 def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile) -> pd.DataFrame:
     """One row per strategy: measured and predicted throughput, speed-up over padding, and the
     predicted step seconds split by cost-model term next to the measured step seconds."""

@@ -83,7 +83,7 @@ def measure(
     torch = _import_torch()
     from simbench.calibrate.calibration import CalibrationSettings, fit_calibration, prepare_calibration
     from simbench.calibrate.measure import MeasureSettings, compare, measure_steps, rescale_histogram, \
-        strategy_layouts, time_strategies
+        per_step_speedups, strategy_layouts, time_strategies
     from simbench.calibrate.plot import plot_measured_vs_predicted
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
     from simbench.report.folder import check_replaceable
@@ -134,6 +134,7 @@ def measure(
              f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
     with atomic_directory(output_dir) as folder:
         table.to_csv(folder / MEASURE_TABLE, index=False)
+        per_step_speedups(measured).to_csv(folder / "steps.csv", index=False)
         plot_measured_vs_predicted(table, folder / "measured_vs_predicted.png", title)
         (folder / "timings.json").write_text(json.dumps(_timings_record(measured), indent=1))
         (folder / "settings.yaml").write_text(yaml.safe_dump(_settings_record(settings, source, scaled, profile_path),
@@ -147,7 +148,8 @@ def measure(
         typer.echo(json.dumps(table[columns].to_dict(orient="records"), indent=2))
     else:
         Console().print(_comparison_table(table))
-    console.print(f"wrote {output_dir}/measured_vs_predicted.csv and .png", highlight=False)
+    console.print(f"wrote {output_dir}/measured_vs_predicted.csv and .png, per-step speed-ups in steps.csv",
+                  highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,16 +5,20 @@ Defaults to the packing paper's 8-GPU fit; `--log` fits an MLPerf log's per-GPU 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
+
+import numpy as np
+import pandas as pd
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from simbench.commands.simulate import parse_device_counts
-from simbench.errors import InputError
+from simbench.errors import InputError, read_text_file
 
 DEFAULT_DEVICES = "1,2,4,8,16,32,64,128,256,512,1024,2048"
 
@@ -22,9 +26,13 @@ DEFAULT_DEVICES = "1,2,4,8,16,32,64,128,256,512,1024,2048"
 def gumbel(
     log: Path = typer.Option(None, "--log", help="MLPerf BERT result log (.txt or .txt.gz): fit its per-GPU seq/s "
                              "(right-skewed Gumbel, as the paper fits speed-ups)"),
+    samples: Path = typer.Option(None, "--samples", help="per-step speed-ups to fit: a CSV column (--column), e.g. "
+                                 "`simbench measure`'s steps.csv, or a text file with one number per line"),
+    column: str = typer.Option(None, "--column", help="with --samples: the CSV column, e.g. unpadding"),
     location: float = typer.Option(None, "--location", help="Gumbel location of the cluster's per-step speed-up"),
     scale: float = typer.Option(None, "--scale", help="Gumbel scale of the cluster's per-step speed-up"),
-    fit_devices: int = typer.Option(None, "--fit-devices", help="devices the fit was measured on [default: 8, or the log's GPUs]"),
+    fit_devices: int = typer.Option(None, "--fit-devices", help="devices the fit was measured on [default: 8, the "
+                                    "log's GPUs, or 1 with --samples]"),
     devices: str = typer.Option(DEFAULT_DEVICES, "--devices", help="comma-separated device counts to extrapolate to"),
     after_step: int = typer.Option(50, "--after-step", help="with --log: skip warm-up steps up to this one"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
@@ -35,9 +43,18 @@ def gumbel(
     device_counts = tuple(parse_device_counts(devices))
     if fit_devices is not None and fit_devices < 1:
         raise InputError(f"--fit-devices must be at least 1, found {fit_devices}")
-    if log is not None:
-        if location is not None or scale is not None:
-            raise InputError("give either --log or --location/--scale, not both")
+    if sum([log is not None, samples is not None, location is not None or scale is not None]) > 1:
+        raise InputError("give one of --log, --samples or --location/--scale")
+    if column is not None and samples is None:
+        raise InputError("--column goes with --samples")
+    if samples is not None:
+        values = read_samples(samples, column)
+        fit = model.fit_gumbel(values, side="right")
+        location, scale = fit.location, fit.scale
+        fit_devices = fit_devices or 1
+        unit = "speed-up"
+        origin = f"{samples}{f' column {column}' if column else ''} ({values.size} steps)"
+    elif log is not None:
         from simbench.costmodels.mlperf import parse_mlperf_log
 
         run = parse_mlperf_log(log)
@@ -75,12 +92,34 @@ def gumbel(
     console.print(f"cluster fit ({origin}): location {location:.4f}, scale {scale:.4f} on {fit_devices} devices")
     console.print(f"single device: location {single.location:.4f}, scale {single.scale:.4f} ({unit})")
     # A gain over the baseline only means something for speed-ups, not for raw throughputs.
-    show_gain = log is None
+    show_gain = unit == "speed-up"
     rich_table = Table("devices", f"mean {unit}", f"median {unit}", *(["mean gain %"] if show_gain else []))
     for row in table.itertuples():
         gain = [f"{row.mean_gain_percent:.1f}"] if show_gain else []
         rich_table.add_row(str(row.devices), f"{row.mean_speedup:.4f}", f"{row.median_speedup:.4f}", *gain)
     console.print(rich_table)
+
+
+def read_samples(path: Path, column: str | None) -> np.ndarray:
+    """Finite per-step values from a CSV column, or from a text file of one number per line."""
+    text = read_text_file(path, "speed-up samples")
+    if not text.strip():
+        raise InputError("the file is empty; expected per-step speed-ups", source=str(path))
+    if column is None:
+        frame = pd.read_csv(io.StringIO(text), header=None, names=["value"], skip_blank_lines=True)
+        column = "value"
+    else:
+        frame = pd.read_csv(io.StringIO(text))
+        if column not in frame.columns:
+            raise InputError(f"no column {column!r}; columns: {', '.join(map(str, frame.columns))}", source=str(path))
+    values = pd.to_numeric(frame[column], errors="coerce")
+    bad = np.flatnonzero(~np.isfinite(values.to_numpy(dtype=float)))
+    if bad.size:
+        line = int(bad[0]) + (2 if column != "value" else 1)  # 1-based, after the header if there is one
+        raise InputError(f"not a finite number: {frame[column].iloc[bad[0]]!r}", source=str(path), line=line)
+    if values.size < 3:
+        raise InputError(f"a Gumbel fit needs at least 3 samples, found {values.size}", source=str(path))
+    return values.to_numpy(dtype=float)
 
 
 def register(app: typer.Typer) -> None:
