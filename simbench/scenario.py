@@ -19,7 +19,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
 from scipy.stats import lognorm
 
 from simbench.costmodels import HardwareProfile, get_model, load_hardware
-from simbench.errors import InputError
+from simbench.errors import InputError, read_text_file
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.plans import all_plan_names, parse_plan
 from simbench.sim.simulate import ROWS_PER_STEP_MAX
@@ -296,14 +296,7 @@ def load_scenarios(path: Path, *, seed: int | None = None) -> list[Scenario]:
     Relative paths in it are resolved against the file's folder.
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise InputError(f"cannot read the scenario: {error.strerror}", source=str(path)) from None
-    except UnicodeDecodeError as error:
-        raise InputError(f"not a UTF-8 text file (byte {error.start}): a scenario is YAML text",
-                         source=str(path)) from None
-    scenarios = parse_scenarios(text, source=str(path), base_dir=path.resolve().parent, seed=seed)
+    scenarios = parse_scenarios(read_text_file(path, "scenario"), source=str(path), base_dir=path.resolve().parent, seed=seed)
     names = [scenario.name for scenario in scenarios]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:

@@ -323,5 +323,5 @@ def test_unknown_mode_is_an_input_error():
 def test_profile_that_is_not_utf8_text_is_an_input_error(tmp_path):
     path = tmp_path / "profile.yaml"
     path.write_bytes(b"\xff\xfe name: x\n")
-    with pytest.raises(InputError, match=r"profile\.yaml: cannot read the hardware profile: not UTF-8"):
+    with pytest.raises(InputError, match=r"profile\.yaml: not a UTF-8 text file \(byte 0\): the hardware profile must be text"):
         load_hardware(path)

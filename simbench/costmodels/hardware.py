@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simbench.errors import InputError
+from simbench.errors import InputError, read_text_file
 
 
 class HardwareProfile(BaseModel):
@@ -181,11 +181,9 @@ def _read_profile_file(path: Path) -> dict:
     if not path.is_file():
         raise InputError(f"no such hardware profile file or preset (presets: {', '.join(HARDWARE_PRESETS)})",
                          source=str(path))
+    text = read_text_file(path, "hardware profile")
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError) as error:
-        reason = error.strerror if isinstance(error, OSError) else f"not UTF-8 text (byte {error.start})"
-        raise InputError(f"cannot read the hardware profile: {reason}", source=str(path)) from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
