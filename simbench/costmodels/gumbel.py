@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy import integrate, stats
 
+from simbench.costmodels.base import check_device_count
 from simbench.errors import InputError
 
 # Krell et al. (arXiv 2107.02027) section 4.4: per-step speed-up of un-padding over padding,
@@ -58,20 +59,20 @@ def fit_gumbel(samples, side: str = "right") -> GumbelFit:
 
 def min_of_n_cdf(speedups, location: float, scale: float, devices: int) -> np.ndarray:
     """P_n(s): the chance that the minimum of `devices` right-skewed Gumbel draws is at most s."""
-    _check_devices(devices)
+    check_device_count(devices)
     return -np.expm1(devices * stats.gumbel_r.logsf(speedups, location, scale))
 
 
 def min_of_n_pdf(speedups, location: float, scale: float, devices: int) -> np.ndarray:
     """Density of the minimum of `devices` right-skewed Gumbel draws."""
-    _check_devices(devices)
+    check_device_count(devices)
     return np.exp(np.log(devices) + (devices - 1) * stats.gumbel_r.logsf(speedups, location, scale)
                   + stats.gumbel_r.logpdf(speedups, location, scale))
 
 
 def max_of_n_gumbel(location: float, scale: float, devices: int) -> GumbelFit:
     """Step time of `devices` devices whose times are Gumbel(location, scale): max-stable, exact."""
-    _check_devices(devices)
+    check_device_count(devices)
     return GumbelFit(location + scale * np.log(devices), scale)
 
 
@@ -88,7 +89,7 @@ def single_device_from_cluster(location: float, scale: float, devices: int) -> G
     s = mu + beta z(q), so the two conditions are linear in (mu, beta) and solved exactly (the
     paper's Nelder-Mead search lands on the same point).
     """
-    _check_devices(devices)
+    check_device_count(devices)
     if not scale > 0:
         raise InputError(f"Gumbel scale must be positive, found {scale}")
     median = float(stats.gumbel_r.median(location, scale))
@@ -101,7 +102,7 @@ def single_device_from_cluster(location: float, scale: float, devices: int) -> G
 
 def median_min_of_n(location: float, scale: float, devices: int) -> float:
     """Median of the minimum of `devices` draws: where (1 - P_1)^n = 1/2, in closed form."""
-    _check_devices(devices)
+    check_device_count(devices)
     # P_1 = 1 - 0.5^(1/n), through expm1: 0.5^(1/n) rounds to 1 (a median of -inf) once n passes ~1e16.
     return float(stats.gumbel_r.ppf(-np.expm1(np.log(0.5) / devices), location, scale))
 
@@ -111,7 +112,7 @@ def expected_min_speedup(location: float, scale: float, devices: int) -> float:
 
     E[min] = low + integral from low of (1 - P_n(s)) ds, with `low` far below where P_1 is negligible.
     """
-    _check_devices(devices)
+    check_device_count(devices)
     low = location - 8 * scale  # P_1(low) = exp(-e^8) ~ 1e-1300: nothing of the minimum lies below
     median = median_min_of_n(location, scale, devices)
     high = location + 60 * scale
@@ -123,7 +124,7 @@ def expected_min_speedup(location: float, scale: float, devices: int) -> float:
 def monte_carlo_min_speedup(location: float, scale: float, devices: int, draws: int,
                             rng: np.random.Generator) -> float:
     """Mean over `draws` clusters of the minimum of `devices` Gumbel draws (a cross-check)."""
-    _check_devices(devices)
+    check_device_count(devices)
     return float(rng.gumbel(location, scale, size=(draws, devices)).min(axis=1).mean())
 
 
@@ -144,8 +145,3 @@ def extrapolate_cluster_speedups(location: float = PAPER_LOCATION, scale: float 
                      "median_speedup": median_min_of_n(single.location, single.scale, count),
                      "mean_gain_percent": 100 * (mean - 1)})
     return pd.DataFrame(rows)
-
-
-def _check_devices(devices) -> None:
-    if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) or devices < 1:
-        raise InputError(f"devices must be a whole number of at least 1, found {devices!r}")

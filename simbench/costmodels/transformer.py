@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
+from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts, check_device_count
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.errors import InputError
@@ -88,8 +88,7 @@ class TransformerCostModel:
     def allreduce_seconds(self, devices: int) -> float:
         """Ring all-reduce of the gradients; two-level (in node, then across nodes) when the
         profile sets `devices_per_node` and the devices span more than one node."""
-        if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) or devices < 1:
-            raise InputError(f"devices must be a whole number of at least 1, found {devices!r}")
+        check_device_count(devices)
         hardware = self.hardware
         gradient_bytes = self.model.parameters * hardware.gradient_bytes_per_parameter
         per_node = hardware.devices_per_node
