@@ -1,21 +1,14 @@
-"""`simbench bound`: the certified LP lower bound on packs; `simbench assign`: sequences to packs.
-
-`assign` turns a histogram packing into per-pack dataset indices, written atomically as .npy or parquet.
-"""
+"""`simbench bound`: the certified LP lower bound on packs, the fewest any packer can reach."""
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
-import numpy as np
 import typer
 from rich.console import Console
 
-from simbench.errors import InputError, writing_to
 from simbench.histogram import load_histogram
-from simbench.atomic import atomic_file
 
 
 def bound(
@@ -48,61 +41,5 @@ def bound(
         highlight=False, soft_wrap=True)
 
 
-def assign(
-    histogram_name: str = typer.Argument(..., metavar="HISTOGRAM", help="histogram CSV/JSON file or bundled name"),
-    lengths_path: Path = typer.Option(..., "--lengths", help=".npy file of every sequence's length, in dataset order"),
-    strategy: str = typer.Option(..., "--strategy", help="packing strategy (see `simbench pack --help`)"),
-    max_depth: int = typer.Option(None, "--max-depth", help="at most this many sequences per pack"),
-    max_length: int = typer.Option(None, "--max-length", help="pack length in tokens [default: the histogram's]"),
-    seed: int = typer.Option(0, "--seed", help="seed of the shuffles (same seed, same assignment)"),
-    output: Path = typer.Option(..., "-o", "--output", help="OUT.npy (packs x depth, -1 = empty) or OUT.parquet"),
-) -> None:
-    """Pack the histogram, then say which dataset sequence goes into each pack slot."""
-    from simbench.strategies import PackOptions, get_strategy
-    from simbench.strategies.assign import assign_sequences
-
-    if output.suffix not in (".npy", ".parquet"):
-        raise InputError(f"output must end in .npy or .parquet, found {output.name!r}")
-    histogram = load_histogram(histogram_name)
-    lengths = _load_lengths(lengths_path)
-    packing = get_strategy(strategy)(histogram, max_length, max_depth, PackOptions(seed=seed))
-    try:
-        assignment = assign_sequences(packing, lengths, np.random.default_rng(seed))
-    except InputError as error:
-        raise InputError(f"{error} (histogram {histogram_name})", source=str(lengths_path)) from None
-    with writing_to(output), atomic_file(output) as temporary:
-        if output.suffix == ".npy":
-            with temporary.open("wb") as handle:
-                np.save(handle, assignment)
-        else:
-            _write_parquet(assignment, temporary)
-    Console(stderr=True).print(f"{packing.packs_total} packs of {packing.sequences} sequences "
-                               f"({strategy}, efficiency {100 * packing.efficiency:.3f} %): wrote {output}",
-                               highlight=False, soft_wrap=True)
-
-
-def _load_lengths(path: Path) -> np.ndarray:
-    if path.suffix != ".npy":
-        raise InputError("expected a .npy file of sequence lengths", source=str(path))
-    try:
-        return np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError("no such file", source=str(path)) from None
-    except (ValueError, OSError) as error:
-        raise InputError(f"not a readable .npy array: {error}", source=str(path)) from None
-
-
-def _write_parquet(assignment: np.ndarray, path: Path) -> None:
-    """One row per pack, its sequence indices as a list column (empty slots left out)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    filled = assignment >= 0
-    offsets = np.concatenate([[0], np.cumsum(filled.sum(axis=1))]).astype(np.int64)
-    indices = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(assignment[filled]))
-    pq.write_table(pa.table({"sequence_indices": indices}), path)
-
-
 def register(app: typer.Typer) -> None:
     app.command()(bound)
-    app.command()(assign)

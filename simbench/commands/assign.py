@@ -1,0 +1,66 @@
+"""`simbench assign`: which dataset sequence goes into each pack slot, written atomically as .npy
+(packs x depth, -1 for an empty slot) or Parquet (one row per pack, a list column of indices).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import typer
+from rich.console import Console
+
+from simbench.atomic import atomic_file
+from simbench.errors import InputError, writing_to
+from simbench.histogram import load_histogram
+
+
+def assign(
+    histogram_name: str = typer.Argument(..., metavar="HISTOGRAM", help="histogram CSV/JSON file or bundled name"),
+    lengths_path: Path = typer.Option(..., "--lengths", help="every sequence's length in dataset order: .npy, text "
+                                      "(one per line), or a .jsonl/.parquet column (--column)"),
+    column: str = typer.Option(None, "--column", help="with .jsonl or .parquet lengths: the column of lengths or token lists"),
+    strategy: str = typer.Option(..., "--strategy", help="packing strategy (see `simbench pack --help`)"),
+    max_depth: int = typer.Option(None, "--max-depth", help="at most this many sequences per pack"),
+    max_length: int = typer.Option(None, "--max-length", help="pack length in tokens [default: the histogram's]"),
+    seed: int = typer.Option(0, "--seed", help="seed of the shuffles (same seed, same assignment)"),
+    output: Path = typer.Option(..., "-o", "--output", help="OUT.npy (packs x depth, -1 = empty) or OUT.parquet"),
+) -> None:
+    """Pack the histogram, then say which dataset sequence goes into each pack slot."""
+    from simbench.strategies import PackOptions, get_strategy
+    from simbench.histogram_build import read_lengths
+    from simbench.strategies.assign import assign_sequences
+
+    if output.suffix not in (".npy", ".parquet"):
+        raise InputError(f"output must end in .npy or .parquet, found {output.name!r}")
+    histogram = load_histogram(histogram_name)
+    lengths = read_lengths(lengths_path, column=column)
+    packing = get_strategy(strategy)(histogram, max_length, max_depth, PackOptions(seed=seed))
+    try:
+        assignment = assign_sequences(packing, lengths, np.random.default_rng(seed))
+    except InputError as error:
+        raise InputError(f"{error} (histogram {histogram_name})", source=str(lengths_path)) from None
+    with writing_to(output), atomic_file(output) as temporary:
+        if output.suffix == ".npy":
+            with temporary.open("wb") as handle:
+                np.save(handle, assignment)
+        else:
+            _write_parquet(assignment, temporary)
+    Console(stderr=True).print(f"{packing.packs_total} packs of {packing.sequences} sequences "
+                               f"({strategy}, efficiency {100 * packing.efficiency:.3f} %): wrote {output}",
+                               highlight=False, soft_wrap=True)
+
+
+def _write_parquet(assignment: np.ndarray, path: Path) -> None:
+    """One row per pack, its sequence indices as a list column (empty slots left out)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    filled = assignment >= 0
+    offsets = np.concatenate([[0], np.cumsum(filled.sum(axis=1))]).astype(np.int64)
+    indices = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(assignment[filled]))
+    pq.write_table(pa.table({"sequence_indices": indices}), path)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(assign)
