@@ -43,6 +43,13 @@ class HardwareProfile(BaseModel):
 
     # Un-padding: one kernel launch per length group per layer (Baidu's grouped FMHA)
     unpad_group_boundaries: tuple[int, ...] = (128, 256, 384, 512)
+    # Un-padded kernels (gathers, grouped attention, ragged tiles) reach a share of the padded kernels'
+    # FLOP/s, and their time varies beyond what the batch's FLOPs explain; both 1 and 0 unless fitted
+    # (`simbench fit-logs`). Fixed-shape steps get no such noise: the 256-GPU padded MLPerf log's steps
+    # vary by 0.3 % (inter-quartile range over median), its un-padded 8-GPU log's by 12 %.
+    unpadded_flops_fraction: float = Field(1.0, gt=0, description="un-padded kernels' FLOP/s over the padded kernels'")
+    unpadded_noise_cv: float = Field(0.0, ge=0, description="per-device, per-step coefficient of variation of "
+                                     "un-padded device time beyond its FLOPs (mean-one lognormal)")
 
     # Data-parallel all-reduce, ring algorithm: 2 (N - 1) latency + 2 (N - 1) / N * bytes / bandwidth.
     # With devices_per_node set, a two-level ring: reduce-scatter and all-gather inside a node over

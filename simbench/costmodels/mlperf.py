@@ -7,22 +7,25 @@
     >>> run.gpus, run.per_gpu_batch, run.per_gpu_sequences_per_s(after_step=1).tolist()
     (8, 6, [6.0])
 
-`parse_mlperf_log(path)` reads the same from a result file, gzipped or not.
+`parse_mlperf_log(path)` reads the same from a result file, gzipped or not; `parse_step_csv(path)`
+reads a plain per-step CSV (see there), and `read_training_log(path)` either, by the file's content.
 """
 
 from __future__ import annotations
 
 import ast
 import gzip
+import io
 import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from simbench.errors import InputError
+from simbench.errors import InputError, read_text_file
 
 _STEP_MARK = "{'training_steps'"
 _EVENT_MARK = ":::MLLOG"
@@ -67,6 +70,85 @@ def parse_mlperf_log(path: str | Path) -> MlperfRun:
             return parse_mlperf_lines(handle, source=str(path))
     except (OSError, EOFError) as error:
         raise InputError(f"cannot read the log: {error}", source=str(path)) from None
+
+
+def read_training_log(path: str | Path) -> MlperfRun:
+    """An MLPerf result log, or a per-step CSV when the file's first line is a CSV header with `gpus`."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such training log file", source=str(path))
+    head = path.read_bytes()[:4096]
+    if head[:2] != b"\x1f\x8b" and "gpus" in _csv_header(head):
+        return parse_step_csv(path)
+    return parse_mlperf_log(path)
+
+
+def _csv_header(head: bytes) -> list[str]:
+    lines = head.decode("utf-8-sig", errors="replace").splitlines()
+    return [field.strip() for field in lines[0].split(",")] if lines else []
+
+
+CSV_METADATA = ("gpus", "per_gpu_batch", "unpadded")
+CSV_THROUGHPUTS = ("sequences_per_s", "seq/s", "step_seconds")
+
+
+def parse_step_csv(path: str | Path) -> MlperfRun:
+    """A plain per-step log: one row per optimizer step with a throughput column and the run's setup.
+
+    Columns: `gpus`, `per_gpu_batch`, `unpadded` (true/false; the same on every row), one of
+    `sequences_per_s`, `seq/s` (the whole cluster's) or `step_seconds`, and optionally `step`
+    (numbered from 1 otherwise)::
+
+        step,gpus,per_gpu_batch,unpadded,step_seconds
+        1,8,32,true,0.245
+    """
+    path = Path(path)
+    text = read_text_file(path, "per-step CSV log")
+    try:
+        frame = pd.read_csv(io.StringIO(text), skipinitialspace=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise InputError(f"not a readable CSV: {error}", source=str(path)) from None
+    missing = [column for column in CSV_METADATA if column not in frame.columns]
+    throughput = next((column for column in CSV_THROUGHPUTS if column in frame.columns), None)
+    if missing or throughput is None:
+        needed = missing + ([] if throughput else ["one of " + " / ".join(CSV_THROUGHPUTS)])
+        raise InputError(f"missing column(s): {', '.join(needed)}; found {', '.join(map(str, frame.columns))}",
+                         source=str(path))
+    if frame.empty:
+        raise InputError("no step rows after the header", source=str(path))
+    setup = {column: _constant_column(frame, column, path) for column in CSV_METADATA}
+    gpus, batch = (_whole_positive(setup[key], key, path) for key in ("gpus", "per_gpu_batch"))
+    unpadded = str(setup["unpadded"]).strip().lower()
+    if unpadded not in ("true", "false", "1", "0", "yes", "no"):
+        raise InputError(f"`unpadded` must be true or false, found {setup['unpadded']!r}", source=str(path), line=2)
+    values = pd.to_numeric(frame[throughput], errors="coerce").to_numpy(dtype=float)
+    bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+    if bad.size:
+        raise InputError(f"`{throughput}` must be a positive number, found {frame[throughput].iloc[bad[0]]!r}",
+                         source=str(path), line=int(bad[0]) + 2)
+    sequences_per_s = gpus * batch / values if throughput == "step_seconds" else values
+    steps = (pd.to_numeric(frame["step"], errors="coerce").to_numpy() if "step" in frame.columns
+             else np.arange(1, len(frame) + 1))
+    if not (np.all(np.isfinite(steps)) and np.all(np.diff(steps) > 0)):
+        raise InputError("`step` must be increasing whole numbers", source=str(path))
+    table = pd.DataFrame({"step": steps.astype(np.int64), "sequences_per_s": sequences_per_s})
+    return MlperfRun(str(path), table, {}, gpus, batch, unpadded in ("true", "1", "yes"), 0)
+
+
+def _constant_column(frame: pd.DataFrame, column: str, path: Path):
+    values = frame[column]
+    differs = np.flatnonzero(values.astype(str).to_numpy() != str(values.iloc[0]))
+    if differs.size:
+        raise InputError(f"`{column}` must be the same on every row: {values.iloc[0]!r} then "
+                         f"{values.iloc[differs[0]]!r}", source=str(path), line=int(differs[0]) + 2)
+    return values.iloc[0]
+
+
+def _whole_positive(value, key: str, path: Path) -> int:
+    number = pd.to_numeric(value, errors="coerce")
+    if not (np.isfinite(number) and number >= 1 and float(number).is_integer()):
+        raise InputError(f"`{key}` must be a whole number of at least 1, found {value!r}", source=str(path), line=2)
+    return int(number)
 
 
 def parse_mlperf_lines(lines: Iterable[str], source: str = "log") -> MlperfRun:

@@ -58,8 +58,8 @@ class TransformerCostModel:
         PADDED and SORTED rows cost their full slots, attention included (a block-diagonal mask
         still computes the whole row on dense kernels); the shape of a SORTED batch is taken to
         change every step, since batches are shuffled. PACKED_VARLEN computes the dense layers on
-        all slots but attention per sequence. UNPADDED computes real tokens only, plus one
-        attention kernel per length group present. Padding seconds are the share of the device
+        all slots but attention per sequence. UNPADDED computes real tokens only (at the profile's
+        `unpadded_flops_fraction` of the padded rates), plus one attention kernel per length group present. Padding seconds are the share of the device
         work spent on padding FLOPs, at the same achieved throughput as the real tokens.
         Overhead: kernel launches, the fixed step cost, the optimizer update, the input transfer,
         and for rows holding several sequences packing's share of the step (growing with depth).
@@ -76,6 +76,7 @@ class TransformerCostModel:
                                       + work.padding_attention_flops / hardware.attention_flops_per_s)
         overhead_seconds = self._fixed_overhead_seconds(work, batches.batches)
         if mode is ExecutionMode.UNPADDED:
+            compute_seconds = compute_seconds / hardware.unpadded_flops_fraction
             overhead_seconds = overhead_seconds + self._grouped_attention_launch_seconds(batches)
         else:
             overhead_seconds = overhead_seconds + self._packing_overhead_seconds(

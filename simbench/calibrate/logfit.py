@@ -1,0 +1,200 @@
+"""Fits a hardware profile's free parameters on real training logs, then predicts logs it did not see.
+
+    >>> from simbench.calibrate.logfit import fit_logs
+    >>> from simbench.costmodels.mlperf import read_training_log
+    >>> fit = fit_logs([read_training_log("8gpu.txt.gz")], [read_training_log("16gpu.txt.gz")])  # doctest: +SKIP
+    >>> fit.table[["log", "quantity", "role", "simbench", "measured", "error_percent"]]  # doctest: +SKIP
+
+A log is simulated as the run it records: every step, each of its GPUs trains on `per_gpu_batch`
+sequences drawn from the dataset's length histogram, priced by `TransformerCostModel` (un-padded or
+padded, as the log says), times per-device noise when un-padded; the step waits for the slowest GPU,
+then the all-reduce. Draws are made once per log (common random numbers), so the fit is smooth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simbench.costmodels.base import BatchSet, ExecutionMode
+from simbench.costmodels.hardware import HardwareProfile, load_hardware
+from simbench.costmodels.mlperf import MlperfRun
+from simbench.costmodels.noise import step_noise_factors
+from simbench.costmodels.transformer import TransformerCostModel
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram, load_histogram
+
+# Each free parameter: bounds, and the scale that makes it about 1 in the solver's coordinates.
+FREE_PARAMETERS = {
+    "unpadded_flops_fraction": ((0.05, 2.0), 1.0),
+    "unpadded_noise_cv": ((0.0, 1.0), 0.1),
+    "step_overhead_seconds": ((0.0, 1.0), 1e-2),
+}
+DEFAULT_FREE = ("unpadded_flops_fraction", "unpadded_noise_cv")
+DEFAULT_AFTER_STEP = 50  # MLPerf's first steps include compilation and cache warm-up
+DEFAULT_SIMULATED_STEPS = 1000  # medians within about 0.5 % from seed to seed
+
+
+@dataclass(frozen=True)
+class LogStatistics:
+    """What a fit matches: the median per-step throughput and its coefficient of variation."""
+
+    median_sequences_per_s: float
+    cv: float
+
+    @staticmethod
+    def of(sequences_per_s: np.ndarray) -> LogStatistics:
+        values = np.asarray(sequences_per_s, dtype=np.float64)
+        # Rounded so that identical steps (padded, noise-free) show a spread of 0, not float dust.
+        return LogStatistics(float(np.median(values)), round(float(values.std() / values.mean()), 12))
+
+
+def measured_statistics(run: MlperfRun, after_step: int = DEFAULT_AFTER_STEP) -> LogStatistics:
+    """The log's statistics over the steps after warm-up."""
+    values = run.steps_after(after_step)["sequences_per_s"].to_numpy()
+    if values.size < 3:
+        raise InputError(f"only {values.size} steps after step {after_step}; need at least 3 "
+                         "(lower --after-step?)", source=run.source)
+    return LogStatistics.of(values)
+
+
+class LogSimulation:
+    """One log's run, drawn once: the same batches and noise draws for every profile tried."""
+
+    def __init__(self, run: MlperfRun, histogram: LengthHistogram, steps: int, rng: np.random.Generator):
+        if run.per_gpu_batch < 1:
+            raise InputError("the log does not say the per-GPU batch size (no --train_batch_size, no "
+                             "global_batch_size event)", source=run.source)
+        self.run = run
+        self.mode = ExecutionMode.UNPADDED if run.unpadded else ExecutionMode.PADDED
+        lengths = histogram.sample_lengths(steps * run.gpus * run.per_gpu_batch, rng).astype(np.int64)
+        sequences = np.arange(lengths.size, dtype=np.int64)
+        slots = lengths if run.unpadded else np.full(lengths.size, histogram.max_length, dtype=np.int64)
+        self.batches = BatchSet(lengths, sequences, slots, sequences // run.per_gpu_batch, steps * run.gpus)
+        self.standard_normal = rng.standard_normal((steps, run.gpus))
+        self.shape = (steps, run.gpus)
+
+    def sequences_per_s(self, cost_model: TransformerCostModel) -> np.ndarray:
+        """Each simulated step's cluster throughput, as the log's `seq/s` measures it."""
+        device_seconds = cost_model.step_costs(self.batches, self.mode).total_seconds.reshape(self.shape)
+        if self.run.unpadded:
+            device_seconds = device_seconds * step_noise_factors(self.standard_normal,
+                                                                 cost_model.hardware.unpadded_noise_cv)
+        step_seconds = device_seconds.max(axis=1) + cost_model.allreduce_seconds(self.run.gpus)
+        return self.run.gpus * self.run.per_gpu_batch / step_seconds
+
+
+@dataclass(frozen=True, eq=False)
+class LogFit:
+    """A fitted profile and, for every log, simbench's statistics against the measured ones.
+
+    `table` has one row per (log, quantity): `role` is "fitted" for the quantities the fit matched
+    and "predicted" for all others; `per-GPU scaling` is a log's per-GPU throughput over the first
+    fitted log's.
+    """
+
+    profile: HardwareProfile
+    fitted: dict[str, float]
+    table: pd.DataFrame
+
+
+def fit_logs(fit_on: Sequence[MlperfRun], predict: Sequence[MlperfRun] = (), *, hardware="a100",
+             model="bert-large", histogram="wikipedia_512", free: Sequence[str] = DEFAULT_FREE,
+             after_step: int = DEFAULT_AFTER_STEP, steps: int = DEFAULT_SIMULATED_STEPS, seed: int = 0) -> LogFit:
+    """Fit `free` profile fields on the `fit_on` logs' medians (and spreads, when noise is free), then
+    compare simbench with every log. Each free parameter needs a statistic that moves it: un-padded
+    fields need an un-padded log, `step_overhead_seconds` a second batch size."""
+    from scipy.optimize import least_squares
+
+    if not fit_on:
+        raise InputError("give at least one log to fit on")
+    if isinstance(steps, bool) or steps < 10:
+        raise InputError(f"simulated steps must be at least 10, found {steps!r}")
+    free = _checked_free(free, fit_on)
+    base = load_hardware(hardware)
+    lengths = histogram if isinstance(histogram, LengthHistogram) else load_histogram(histogram)
+    rng = np.random.default_rng(seed)
+    fit_cases = [(run, measured_statistics(run, after_step), LogSimulation(run, lengths, steps, rng)) for run in fit_on]
+    scales = np.array([FREE_PARAMETERS[name][1] for name in free])
+
+    def profile_at(x: np.ndarray) -> HardwareProfile:
+        return base.model_copy(update=dict(zip(free, (x * scales).tolist())))
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        cost_model = TransformerCostModel(model, profile_at(x))
+        errors = []
+        for run, measured, simulation in fit_cases:
+            simulated = LogStatistics.of(simulation.sequences_per_s(cost_model))
+            errors.append(np.log(simulated.median_sequences_per_s / measured.median_sequences_per_s))
+            if run.unpadded and "unpadded_noise_cv" in free:
+                errors.append(simulated.cv / measured.cv - 1)
+        return np.array(errors)
+
+    if free:
+        # Start noise inside its range: at zero the spread's derivative in the noise is zero too.
+        start = np.array([getattr(base, name) or (0.5 * scale if name == "unpadded_noise_cv" else 0.0)
+                          for name, scale in zip(free, scales)]) / scales
+        lower = np.array([FREE_PARAMETERS[name][0][0] for name in free]) / scales
+        upper = np.array([FREE_PARAMETERS[name][0][1] for name in free]) / scales
+        # A coarse difference step: the slowest device's time has kinks that a tiny step would see.
+        solution = least_squares(residuals, np.clip(start, lower, upper), bounds=(lower, upper), diff_step=1e-2)
+        fitted = dict(zip(free, (solution.x * scales).tolist()))
+    else:
+        fitted = {}
+    names = ", ".join(Path(run.source).name for run in fit_on)
+    profile = base.model_copy(update={**fitted, "source": f"{base.source} Fitted by simbench fit-logs on {names}: "
+                                      + ", ".join(f"{key} = {value:.4g}" for key, value in fitted.items())})
+    cost_model = TransformerCostModel(model, profile)
+    predict_cases = [(run, measured_statistics(run, after_step), LogSimulation(run, lengths, steps, rng))
+                     for run in predict]
+    rows = []
+    reference = None
+    for cases in (fit_cases, predict_cases):
+        for run, measured, simulation in cases:
+            simulated = LogStatistics.of(simulation.sequences_per_s(cost_model))
+            reference = reference or (simulated, measured, run.gpus)
+            fitted_quantities = _fitted_quantities(run, fit_on, free)
+            rows += [{**row, "role": "fitted" if row["quantity"] in fitted_quantities else "predicted"}
+                     for row in _rows(run, simulated, measured, reference)]
+    return LogFit(profile, fitted, pd.DataFrame(rows))
+
+
+def _fitted_quantities(run: MlperfRun, fit_on: Sequence[MlperfRun], free: tuple[str, ...]) -> set[str]:
+    """The quantities of `run` the fit matched: medians of every fitted log, spreads of un-padded ones."""
+    if not free or not any(run is fitted for fitted in fit_on):
+        return set()
+    return {"median seq/s"} | ({"CV of seq/s"} if run.unpadded and "unpadded_noise_cv" in free else set())
+
+
+def _checked_free(free: Sequence[str], fit_on: Sequence[MlperfRun]) -> tuple[str, ...]:
+    free = tuple(dict.fromkeys(free))
+    unknown = [name for name in free if name not in FREE_PARAMETERS]
+    if unknown:
+        raise InputError(f"cannot fit {', '.join(unknown)}; free parameters: {', '.join(FREE_PARAMETERS)}")
+    if any(name.startswith("unpadded_") for name in free) and not any(run.unpadded for run in fit_on):
+        raise InputError("un-padded parameters need an un-padded log to fit on (--unpad in its command line, "
+                         "or unpadded=true in a CSV log)")
+    if "step_overhead_seconds" in free and len({(run.per_gpu_batch, run.unpadded) for run in fit_on}) < 2:
+        raise InputError("a fixed step cost needs logs at two batch sizes to tell it from kernel speed")
+    return free
+
+
+def _rows(run: MlperfRun, simulated: LogStatistics, measured: LogStatistics, reference) -> list[dict]:
+    setup = {"log": Path(run.source).name, "gpus": run.gpus, "per_gpu_batch": run.per_gpu_batch,
+             "execution": "un-padded" if run.unpadded else "padded"}
+    reference_simulated, reference_measured, reference_gpus = reference
+
+    def per_gpu_scaling(statistics: LogStatistics, of_reference: LogStatistics) -> float:
+        return (statistics.median_sequences_per_s / run.gpus) / (of_reference.median_sequences_per_s / reference_gpus)
+
+    quantities = [("median seq/s", simulated.median_sequences_per_s, measured.median_sequences_per_s),
+                  ("CV of seq/s", simulated.cv, measured.cv)]
+    if reference_simulated is not simulated:
+        quantities.append(("per-GPU scaling", per_gpu_scaling(simulated, reference_simulated),
+                           per_gpu_scaling(measured, reference_measured)))
+    return [{**setup, "quantity": quantity, "simbench": value, "measured": truth,
+             "error_percent": 100 * (value / truth - 1)} for quantity, value, truth in quantities]

@@ -1,0 +1,70 @@
+"""`simbench fit-logs`: fit a hardware profile on training logs, predict other logs, print the errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simbench.errors import InputError
+
+FREE_HELP = ("comma-separated profile fields to fit: unpadded_flops_fraction, unpadded_noise_cv, "
+             "step_overhead_seconds (needs logs at two batch sizes); empty: fit nothing, only compare")
+
+
+def fit_logs(
+    logs: list[Path] = typer.Argument(..., metavar="FIT_LOG...", help="logs to fit on: MLPerf result logs "
+                                      "(.txt or .txt.gz) or per-step CSVs (gpus, per_gpu_batch, unpadded, seq/s)"),
+    predict: list[Path] = typer.Option([], "--predict", help="a log to predict without fitting on it (repeatable)"),
+    hardware: str = typer.Option("a100", "--hardware", help="hardware preset or profile YAML to start from"),
+    model: str = typer.Option("bert-large", "--model", help="model preset the logs trained"),
+    histogram: str = typer.Option("wikipedia_512", "--histogram", help="length histogram of the logs' dataset"),
+    free: str = typer.Option("unpadded_flops_fraction,unpadded_noise_cv", "--fit", help=FREE_HELP),
+    after_step: int = typer.Option(50, "--after-step", min=0, help="skip warm-up steps up to this one"),
+    steps: int = typer.Option(1000, "--steps", min=10, help="simulated steps per log"),
+    seed: int = typer.Option(0, "--seed", min=0),
+    output: Path = typer.Option(None, "-o", "--output", help="write the fitted hardware profile (YAML) here"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object per table row"),
+) -> None:
+    """Fit profile fields on some logs, then compare simbench with every log: fitted or predicted, and the error."""
+    from simbench.atomic import atomic_file
+    from simbench.calibrate.logfit import fit_logs as fit
+    from simbench.costmodels.hardware import profile_to_yaml
+    from simbench.costmodels.mlperf import read_training_log
+
+    if output is not None and output.is_dir():
+        raise InputError("the output is a folder; give a .yaml file name", source=str(output))
+    names = tuple(name.strip() for name in free.split(",") if name.strip())
+    result = fit([read_training_log(path) for path in logs], [read_training_log(path) for path in predict],
+                 hardware=hardware, model=model, histogram=histogram, free=names, after_step=after_step,
+                 steps=steps, seed=seed)
+    if output is not None:
+        with atomic_file(output) as temporary:
+            temporary.write_text(profile_to_yaml(result.profile))
+    if as_json:
+        for row in result.table.to_dict(orient="records"):
+            print(json.dumps(row))
+        return
+    console = Console()
+    for row in result.table.drop_duplicates("log").itertuples():
+        console.print(f"{_run_label(row)}: {row.log}", highlight=False, soft_wrap=True)
+    fitted = ", ".join(f"{name} = {value:.4g}" for name, value in result.fitted.items()) or "nothing"
+    console.print(f"fitted: {fitted}", highlight=False, soft_wrap=True)
+    table = Table("run", "quantity", "role", "simbench", "log", "error %")
+    for row in result.table.itertuples():
+        table.add_row(_run_label(row), row.quantity, row.role, f"{row.simbench:.4g}", f"{row.measured:.4g}",
+                      f"{row.error_percent:+.1f}")
+    console.print(table)
+    if output is not None:
+        Console(stderr=True).print(f"wrote {output}", highlight=False)
+
+
+def _run_label(row) -> str:
+    return f"{row.gpus} x {row.per_gpu_batch} {row.execution}"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fit-logs")(fit_logs)
