@@ -128,6 +128,6 @@ def test_measure_refuses_to_replace_a_folder_that_is_no_measurement(tmp_path):
     (precious / "notes.txt").write_text("keep me")
     result = CliRunner().invoke(app, ["measure", "wikipedia_512", "--device", "cpu", "-o", str(precious)])
     assert isinstance(result.exception, InputError), result.output
-    assert "holds no measured_vs_predicted.csv" in str(result.exception) and "choose another -o" in str(
+    assert "holds no .simbench-folder.json" in str(result.exception) and "choose another -o" in str(
         result.exception)
     assert sorted(path.name for path in precious.iterdir()) == ["notes.txt"]

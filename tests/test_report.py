@@ -1,5 +1,9 @@
 """Report pieces on their own: atomic writes, the headline answer, deterministic plots."""
 
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -8,33 +12,40 @@ import pytest
 from simbench.report import plots
 from simbench.report.summary import _headline, _winners_table
 from simbench.atomic import atomic_directory, atomic_file
+from simbench.errors import InputError
 
 
 def listing(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.iterdir())
 
 
+MARKER = ".simbench-folder.json"
+
+
+def old_report(target: Path) -> None:
+    with atomic_directory(target) as staging:
+        (staging / "old.csv").write_text("old")
+
+
 def test_atomic_directory_replaces_the_old_folder(tmp_path):
     target = tmp_path / "report"
-    target.mkdir()
-    (target / "old.csv").write_text("old")
+    old_report(target)
     with atomic_directory(target) as staging:
         (staging / "new.csv").write_text("new")
-        assert listing(target) == ["old.csv"]  # nothing visible until the swap
-    assert listing(target) == ["new.csv"]
+        assert listing(target) == [MARKER, "old.csv"]  # nothing visible until the swap
+    assert listing(target) == [MARKER, "new.csv"]
     assert listing(tmp_path) == ["report"]
 
 
 @pytest.mark.parametrize("failure", [ValueError, KeyboardInterrupt])
 def test_atomic_directory_keeps_the_old_folder_on_failure(tmp_path, failure):
     target = tmp_path / "report"
-    target.mkdir()
-    (target / "old.csv").write_text("old")
+    old_report(target)
     with pytest.raises(failure):
         with atomic_directory(target) as staging:
             (staging / "half.csv").write_text("half")
             raise failure()
-    assert listing(target) == ["old.csv"] and (target / "old.csv").read_text() == "old"
+    assert listing(target) == [MARKER, "old.csv"] and (target / "old.csv").read_text() == "old"
     assert listing(tmp_path) == ["report"]
 
 
@@ -42,7 +53,90 @@ def test_atomic_directory_creates_a_missing_target(tmp_path):
     target = tmp_path / "deep" / "report"
     with atomic_directory(target) as staging:
         (staging / "a.csv").write_text("a")
-    assert listing(target) == ["a.csv"]
+    assert listing(target) == [MARKER, "a.csv"]
+
+
+@pytest.mark.parametrize("user_files, was_report, reason", [
+    (["thesis.tex", "resolved.yaml"], False, "holds no .simbench-folder.json"),  # a report's file name is no proof
+    (["NOTES.md"], True, r"holds 1 file\(s\) simbench did not write \(NOTES.md\)"),
+])
+def test_a_folder_with_files_simbench_did_not_write_is_never_replaced(tmp_path, user_files, was_report, reason):
+    target = tmp_path / "report"
+    if was_report:
+        old_report(target)  # a real report into which the user put a file of their own
+    else:
+        target.mkdir()
+    for name in user_files:
+        (target / name).write_text("mine")
+    with pytest.raises(InputError, match=reason):
+        with atomic_directory(target) as staging:
+            (staging / "new.csv").write_text("new")
+    assert all((target / name).read_text() == "mine" for name in user_files)
+    assert listing(tmp_path) == ["report"]
+
+
+def test_leftovers_of_killed_runs_are_swept_and_a_report_moved_aside_is_restored(tmp_path):
+    target = tmp_path / "report"
+    old_report(target)
+    (tmp_path / ".report.partial-abc").mkdir()  # killed while writing
+    (tmp_path / ".report.partial-abc" / "half.csv").write_text("half")
+    target.rename(tmp_path / ".report.old-def")  # killed between moving the old report aside and the swap
+    (tmp_path / "other").mkdir()  # another folder's business
+    with atomic_directory(target) as staging:
+        assert (target / "old.csv").read_text() == "old"  # the only whole copy came back first
+        (staging / "new.csv").write_text("new")
+    assert listing(tmp_path) == ["other", "report"] and listing(target) == [MARKER, "new.csv"]
+
+
+def test_sigterm_while_writing_removes_the_staging_folder(tmp_path):
+    target = tmp_path / "report"
+    old_report(target)
+    with pytest.raises(SystemExit) as stopped:
+        with atomic_directory(target) as staging:
+            (staging / "half.csv").write_text("half")
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert listing(tmp_path) == ["report"] and listing(target) == [MARKER, "old.csv"]
+
+
+def test_a_link_to_a_report_stays_a_link_and_the_report_behind_it_is_replaced(tmp_path):
+    real = tmp_path / "real"
+    old_report(real)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with atomic_directory(link) as staging:
+        (staging / "new.csv").write_text("new")
+    assert link.is_symlink() and listing(real) == [MARKER, "new.csv"]
+    assert listing(tmp_path) == ["link", "real"]
+
+
+@pytest.mark.parametrize("name", [".", "..", "/"])
+def test_dot_dot_and_the_root_are_no_report_folders(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match="must name a folder to create or replace"):
+        with atomic_directory(Path(name)):
+            pass
+    assert listing(tmp_path) == []
+
+
+def test_concurrent_writers_of_one_folder_take_turns(tmp_path):
+    target = tmp_path / "report"
+    inside = []
+
+    def write(tag: str) -> None:
+        with atomic_directory(target) as staging:
+            inside.append(tag)
+            time.sleep(0.05)
+            (staging / f"{tag}.csv").write_text(tag)
+            inside.append(tag)
+
+    threads = [threading.Thread(target=write, args=(tag,)) for tag in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert inside in (["a", "a", "b", "b"], ["b", "b", "a", "a"])  # never interleaved
+    assert listing(target) == [MARKER, f"{inside[-1]}.csv"] and listing(tmp_path) == ["report"]
 
 
 def test_atomic_file_leaves_the_old_file_on_failure(tmp_path):

@@ -1,5 +1,6 @@
 """`simbench run --quick` end to end: every promised file, consistent tables, determinism, atomicity."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -61,7 +62,9 @@ def test_every_promised_file_exists(report):
     expected = {"resolved.yaml", "summary.md"} | {f"{table}.csv" for table in TABLES}
     expected |= {f"{plot}.{extension}" for plot in PLOTS for extension in ("png", "svg")}
     assert expected <= names
-    assert not [name for name in names if name.startswith(".")]
+    assert [name for name in names if name.startswith(".")] == [".simbench-folder.json"]  # no leftovers
+    record = json.loads((report / ".simbench-folder.json").read_text())
+    assert set(record["files"]) == names - {".simbench-folder.json"} and len(record["scenario_sha256"]) == 64
 
 
 def test_scaling_rows_match_strategies_and_devices(report):
@@ -148,7 +151,7 @@ def test_run_refuses_to_replace_a_folder_that_is_no_report(scenario_path, tmp_pa
     precious.mkdir()
     (precious / "notes.txt").write_text("keep me")
     result = run(scenario_path, precious)
-    assert "holds no resolved.yaml" in str(result.exception)
+    assert "holds no .simbench-folder.json" in str(result.exception)
     assert (precious / "notes.txt").read_text() == "keep me"
 
 
@@ -181,7 +184,7 @@ def test_several_scenarios_check_every_report_folder_before_running_any(tmp_path
     (tmp_path / "out" / "second").mkdir(parents=True)
     (tmp_path / "out" / "second" / "notes.txt").write_text("keep me")
     result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
-    assert isinstance(result.exception, InputError) and "holds no resolved.yaml" in str(result.exception)
+    assert isinstance(result.exception, InputError) and "holds no .simbench-folder.json" in str(result.exception)
     assert sorted(entry.name for entry in (tmp_path / "out").iterdir()) == ["second"]
 
 

@@ -21,7 +21,7 @@ from simbench.errors import InputError
 TORCH_MISSING = "torch is not installed: pip install 'simbench[torch]'"
 DEFAULT_MAX_LENGTH = 128  # long enough for packing to matter, short enough for a CPU run in minutes
 WALL_CLOCK_HELP = "time single-threaded CPU steps by the wall clock instead of the process's CPU seconds"
-MEASURE_TABLE = "measured_vs_predicted.csv"  # marks a folder `measure` may replace
+MEASURE_TABLE = "measured_vs_predicted.csv"
 UNPADDED_HELP = ("un-padded attention: grouped (one call per length), jagged (nested tensors) or flash_varlen; "
                  "default: flash_varlen or jagged on CUDA, grouped on CPU")
 
@@ -92,7 +92,7 @@ def measure(
     histogram, scenario_seed = _histogram_and_seed(source)
     output_dir = output_dir or Path(f"measure-{histogram.name}")
     # Checked before minutes of timing; and never swap away a folder that is not an earlier result.
-    check_replaceable(output_dir, marker=MEASURE_TABLE, option="-o")
+    check_replaceable(output_dir, option="-o")
     spec = _model(model)
     if max_length > spec.max_positions:
         raise InputError(f"--max-length {max_length} exceeds the model's {spec.max_positions} positions")
@@ -132,7 +132,7 @@ def measure(
     table = compare(measured, spec, profile)
     title = (f"{spec.name} encoder, {scaled.name}, {steps} steps x {batch_size} rows, "
              f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
-    with atomic_directory(output_dir) as folder:
+    with atomic_directory(output_dir, option="-o") as folder:
         table.to_csv(folder / MEASURE_TABLE, index=False)
         per_step_speedups(measured).to_csv(folder / "steps.csv", index=False)
         plot_measured_vs_predicted(table, folder / "measured_vs_predicted.png", title)

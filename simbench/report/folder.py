@@ -11,12 +11,13 @@
     >>> with tempfile.TemporaryDirectory() as root:
     ...     folder = write_report(Path(root, "demo"), scenario, histogram, build_tables(scenario, histogram))
     ...     sorted(path.name for path in folder.iterdir())  # doctest: +NORMALIZE_WHITESPACE
-    ['breakdown.csv', 'extrapolation.csv', 'gumbel.csv', 'latency.csv', 'packing.csv', 'resolved.yaml',
-     'scaling.csv', 'scaling.svg', 'summary.md', 'timeline.csv', 'timings.csv']
+    ['.simbench-folder.json', 'breakdown.csv', 'extrapolation.csv', 'gumbel.csv', 'latency.csv', 'packing.csv',
+     'resolved.yaml', 'scaling.csv', 'scaling.svg', 'summary.md', 'timeline.csv', 'timings.csv']
 """
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from simbench.histogram import LengthHistogram
 from simbench.report import plots
 from simbench.report.summary import summary_markdown
 from simbench.report.tables import ReportTables, read_tables, write_tables
-from simbench.atomic import atomic_directory
+from simbench.atomic import atomic_directory, check_owned_folder, resolve_output_folder
 from simbench.scenario import Scenario, load_scenario
 
 RESOLVED_SCENARIO = "resolved.yaml"
@@ -34,7 +35,7 @@ RESOLVED_SCENARIO = "resolved.yaml"
 def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> Path:
     """Write everything into a fresh sibling folder, then swap it in place of `target`."""
     check_replaceable(Path(target))
-    with atomic_directory(target) as folder:
+    with atomic_directory(target, metadata={"scenario_sha256": _sha256(scenario.to_yaml())}) as folder:
         (folder / RESOLVED_SCENARIO).write_text(scenario.to_yaml())
         write_tables(tables, folder)
         # Summary and plots use the tables as stored, so `simbench plot` redraws them byte for byte.
@@ -44,12 +45,12 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
     return Path(target)
 
 
-def check_replaceable(target: Path, marker: str = RESOLVED_SCENARIO, option: str = "--out") -> None:
-    """Refuse to replace anything but an earlier report (a folder holding `marker`) or an empty folder
-    (think `--out ~`), or to create a folder where a file stands in the way."""
-    target = Path(target)
+def check_replaceable(target: Path, option: str = "--out") -> None:
+    """Refuse, before any work, to write where the write would fail or lose a user's files: a folder
+    simbench did not write whole (see `simbench.atomic`), a file in the way, an unwritable place."""
+    target = resolve_output_folder(target, option)
     if not target.exists():
-        blocking = next((parent for parent in target.absolute().parents if parent.exists()), None)
+        blocking = next((parent for parent in target.parents if parent.exists()), None)
         if blocking is not None and not blocking.is_dir():
             raise InputError(f"cannot create the report folder: {blocking} is a file; choose another {option}",
                              source=str(target))
@@ -57,10 +58,12 @@ def check_replaceable(target: Path, marker: str = RESOLVED_SCENARIO, option: str
         return
     if not target.is_dir():
         raise InputError(f"the report folder is a file; choose another {option}", source=str(target))
-    if any(target.iterdir()) and not (target / marker).is_file():
-        raise InputError(f"the folder is not empty and holds no {marker}, so it is no simbench report "
-                         f"to replace; choose another {option}", source=str(target))
-    _check_writable(target.absolute().parent, target, option)
+    check_owned_folder(target, option)
+    _check_writable(target.parent, target, option)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _check_writable(folder: Path, target: Path, option: str) -> None:
