@@ -12,13 +12,15 @@ import csv
 import io
 import json
 from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import numpy as np
 
+from simbench.data import bundled_files
 from simbench.errors import InputError, read_text_file
 
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "histograms"
 # Beyond any context length trained today; a typo such as 5120000 for 512 would otherwise ask
 # for a counts array (and packer tables) of that many entries and run out of memory.
 MAX_LENGTH = 1 << 20
@@ -125,22 +127,22 @@ class LengthHistogram:
         Path(path).write_text(f"length,count\n{rows}\n")
 
 
-def bundled_histograms() -> dict[str, Path]:
-    """Bundled histograms by name (file stem)."""
-    return {path.stem: path for path in sorted(BUNDLED_DIR.glob("*.csv"))}
+def bundled_histograms() -> dict[str, Traversable]:
+    """Bundled histograms by name (file stem), read from the package's data."""
+    return bundled_files("histograms", ".csv")
 
 
 def load_histogram(name_or_path: str | Path) -> LengthHistogram:
     """Load a histogram from a CSV/JSON file, or a bundled one by its name (e.g. `wikipedia_512`)."""
     bundled = bundled_histograms()
     if str(name_or_path) in bundled:
-        path = bundled[str(name_or_path)]
-    else:
-        path = Path(name_or_path)
-        if not path.exists():
-            known = ", ".join(bundled) or "none"
-            raise InputError(f"no such histogram file or bundled histogram (bundled: {known})",
-                             source=str(name_or_path))
+        with resources.as_file(bundled[str(name_or_path)]) as path:
+            return _load_csv(path)
+    path = Path(name_or_path)
+    if not path.exists():
+        known = ", ".join(bundled) or "none"
+        raise InputError(f"no such histogram file or bundled histogram (bundled: {known})",
+                         source=str(name_or_path))
     if path.suffix.lower() == ".json":
         return _load_json(path)
     return _load_csv(path)

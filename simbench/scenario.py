@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,6 +21,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
 from scipy.stats import lognorm
 
 from simbench.costmodels import HardwareProfile, get_model, load_hardware
+from simbench.data import bundled_files
 from simbench.errors import InputError, read_text_file
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.plans import all_plan_names, parse_plan
@@ -290,12 +293,25 @@ class Scenario(_Strict):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, default_flow_style=None)
 
 
-def load_scenarios(path: Path, *, seed: int | None = None) -> list[Scenario]:
-    """Read and validate a scenario file: one scenario, or several as YAML documents separated by `---`.
+def bundled_scenarios() -> dict[str, Traversable]:
+    """Bundled scenario files by name (file stem): `simbench run wiki512` runs `wiki512.yaml`."""
+    return bundled_files("scenarios", ".yaml")
+
+
+def load_scenarios(path: Path | str, *, seed: int | None = None) -> list[Scenario]:
+    """Read and validate a scenario file, or a bundled one by name: one scenario, or several as YAML
+    documents separated by `---`.
 
     Relative paths in it are resolved against the file's folder.
     """
+    bundled = bundled_scenarios()
+    if str(path) in bundled:
+        with resources.as_file(bundled[str(path)]) as bundled_path:
+            return load_scenarios(bundled_path, seed=seed)
     path = Path(path)
+    if not path.exists():
+        raise InputError(f"no such scenario file or bundled scenario (bundled: {', '.join(bundled)})",
+                         source=str(path))
     scenarios = parse_scenarios(read_text_file(path, "scenario"), source=str(path), base_dir=path.resolve().parent, seed=seed)
     names = [scenario.name for scenario in scenarios]
     repeated = sorted({name for name in names if names.count(name) > 1})
@@ -305,7 +321,7 @@ def load_scenarios(path: Path, *, seed: int | None = None) -> list[Scenario]:
     return scenarios
 
 
-def load_scenario(path: Path, *, seed: int | None = None) -> Scenario:
+def load_scenario(path: Path | str, *, seed: int | None = None) -> Scenario:
     """Read a file that holds exactly one scenario (a report's resolved.yaml, for instance)."""
     scenarios = load_scenarios(path, seed=seed)
     if len(scenarios) != 1:

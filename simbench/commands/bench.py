@@ -9,7 +9,10 @@ import typer
 
 from simbench.errors import InputError
 
-BENCHMARKS_DIR = Path(__file__).resolve().parents[2] / "tests" / "benchmarks"
+# The benchmarks are tests, not package data: they exist only in a source checkout, beside its
+# pyproject.toml (an installed wheel's parent folder is site-packages, which may hold anything).
+CHECKOUT_DIR = Path(__file__).resolve().parents[2]
+BENCHMARKS_DIR = CHECKOUT_DIR / "tests" / "benchmarks"
 
 
 def bench(
@@ -18,8 +21,10 @@ def bench(
     save: str = typer.Option(None, "--save", help="save the results as JSON under .benchmarks/ with this name"),
 ) -> None:
     """Measure the speed targets: packers, LP bound, assignment, simulator and the full scenario run."""
-    if not BENCHMARKS_DIR.is_dir():
-        raise InputError(f"no benchmarks at {BENCHMARKS_DIR}: `simbench bench` needs a source checkout")
+    if not (CHECKOUT_DIR / "pyproject.toml").is_file() or not BENCHMARKS_DIR.is_dir():
+        raise InputError(f"`simbench bench` runs the benchmarks of a source checkout (tests/benchmarks/), not found "
+                         f"beside this simbench ({CHECKOUT_DIR / 'simbench'}): clone the repository and "
+                         f"`pip install -e '.[dev]'` there")
     if importlib.util.find_spec("pytest_benchmark") is None:
         # Without the plug-in pytest fails on --benchmark-only with a usage error that names no fix.
         raise InputError("`simbench bench` needs pytest-benchmark: pip install -e '.[dev]'")

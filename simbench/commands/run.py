@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 REPORTS_DIR = Path("reports")
+SCENARIO_HELP = "scenario YAML file, or a bundled scenario's name (simbench list)"
 SIMULATOR_PLAN_DESCRIPTIONS = {
     "unpad": "un-padding: no padding tokens, kernels grouped by length, each device's batch as drawn",
     "unpad-exchange": "un-padding with NVIDIA's padding exchange: the global batch sorted and dealt out",
@@ -25,7 +26,7 @@ SIMULATOR_PLAN_DESCRIPTIONS = {
 
 
 def run(
-    scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
+    scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
     out: Path = typer.Option(None, "--out", help="report folder; default: reports/<scenario name> "
                                                  "(a file of several scenarios: DIR/<scenario name>)"),
     quick: bool = typer.Option(False, "--quick", help="every strategy, but few steps and device counts (seconds)"),
@@ -56,7 +57,7 @@ def run(
                       highlight=False, soft_wrap=True)
 
 
-def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file")) -> None:
+def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP)) -> None:
     """Check a scenario file without running it."""
     from simbench.scenario import load_scenarios
 
@@ -79,6 +80,7 @@ def list_everything() -> None:
     """Show strategies, simulator plans, bundled histograms, and model and hardware presets."""
     from simbench.costmodels import HARDWARE_PRESETS, MODEL_PRESETS
     from simbench.histogram import bundled_histograms
+    from simbench.scenario import bundled_scenarios
     from simbench.sim.plans import EXTRA_PLANS
     from simbench.strategies import available_strategies
 
@@ -89,6 +91,8 @@ def list_everything() -> None:
                          [(name, SIMULATOR_PLAN_DESCRIPTIONS.get(name, "")) for name in EXTRA_PLANS]))
     console.print(_table("Bundled histograms", ["name", "file"],
                          [(name, str(path)) for name, path in bundled_histograms().items()]))
+    console.print(_table("Bundled scenarios (simbench run NAME)", ["name", "file"],
+                         [(name, str(path)) for name, path in bundled_scenarios().items()]))
     console.print(_table("Model presets", ["name", "layers", "hidden", "heads", "ffn"],
                          [(name, *map(str, (model.layers, model.hidden, model.heads, model.ffn)))
                           for name, model in MODEL_PRESETS.items()]))

@@ -1,6 +1,6 @@
 """Recorded packer efficiencies and the check that no packer has fallen below its record.
 
-data/baselines/packer_efficiency.csv: one row per (histogram, strategy, max_depth, seed, batch_size).
+simbench/data/baselines/packer_efficiency.csv (bundled with the package): one row per (histogram, strategy, max_depth, seed, batch_size).
 
     >>> from simbench.strategies.baseline import compare_with_baseline, load_baseline
     >>> squad = [record for record in load_baseline()
@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simbench.atomic import atomic_file
+from simbench.data import bundled_file
 from simbench.errors import InputError, read_text_file
 from simbench.histogram import load_histogram
 from simbench.strategies import PackOptions, get_strategy
 
-BASELINE_PATH = Path(__file__).resolve().parent.parent.parent / "data" / "baselines" / "packer_efficiency.csv"
+# A pathlib.Path wherever simbench is installed as files (a checkout or an unpacked wheel).
+BASELINE_PATH = bundled_file("baselines", "packer_efficiency.csv")
 COLUMNS = ["histogram", "strategy", "max_depth", "seed", "batch_size", "efficiency"]
 # Efficiencies are ratios of integers computed the same way every time; anything below the
 # record by more than float noise is a real loss of packed tokens.
