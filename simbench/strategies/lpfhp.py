@@ -1,6 +1,7 @@
-"""`lpfhp`: longest-pack-first histogram packing, the best-fit sibling of `spfhp`.
+"""`lpfhp`: longest-pack-first histogram packing (Graphcore's packedBERT), on counts.
 
-Each length goes to the open pack group with the least free space that still fits, by counts.
+Lengths are placed longest first, each into the open group of packs with the least free space
+that still fits (a best fit), several copies of a length into one pack at once where they fit.
 
     >>> from simbench.strategies.lpfhp import pack_lpfhp
     >>> from simbench.histogram import LengthHistogram
@@ -8,12 +9,68 @@ Each length goes to the open pack group with the least free space that still fit
     2
 """
 
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
 from simbench.strategies import register
 from simbench.strategies.packing import Packing
-from simbench.strategies.spfhp import pack_by_free_space, packing_from_groups
+from simbench.strategies.spfhp import PackGroup, packing_from_groups
 
 
-@register("lpfhp", "longest-pack-first histogram packing (best fit on counts)")
+def longest_pack_first(counts: np.ndarray, max_length: int, max_depth: int | None) -> list[PackGroup]:
+    """Groups of identical packs (how many, lengths in the order added) made by LPFHP.
+
+    Per length, longest first, until its sequences are placed: take the most recently added open
+    group with the least free space that fits one sequence and put into each of its packs as many
+    copies of the length as fit (by space, the depth limit, and so that at least one pack gets
+    them all); if the group has more packs than the sequences can fill that way, only part of it
+    is used. With no group that fits, new packs take as many copies as fit, and the last sequences
+    share one more pack. The copies per pack are what distributes a long run of short sequences
+    over few packs; placing one copy per step instead gives more, emptier packs.
+    """
+    depth_limit = max_length if max_depth is None else max_depth
+    open_by_space: dict[int, list[PackGroup]] = {}  # a stack of groups per free space
+    spaces: list[int] = []  # sorted keys of open_by_space
+    closed: list[PackGroup] = []
+
+    def add(count: int, pack: tuple[int, ...], space: int) -> None:
+        if space == 0 or len(pack) >= depth_limit:
+            closed.append((count, pack))
+            return
+        if space not in open_by_space:
+            open_by_space[space] = []
+            bisect.insort(spaces, space)
+        open_by_space[space].append((count, pack))
+
+    for length in range(min(len(counts), max_length), 0, -1):
+        to_place = int(counts[length - 1])
+        while to_place > 0:
+            position = bisect.bisect_left(spaces, length)
+            if position == len(spaces):
+                copies = min(max_length // length, depth_limit, to_place)
+                add(to_place // copies, (length,) * copies, max_length - copies * length)
+                to_place %= copies
+                continue
+            space = spaces[position]
+            stack = open_by_space[space]
+            group_count, pack = stack.pop()
+            copies = min(space // length, depth_limit - len(pack), to_place)
+            filled = min(group_count, to_place // copies)
+            if group_count > filled:
+                stack.append((group_count - filled, pack))
+            elif not stack:
+                del open_by_space[space]
+                spaces.pop(position)
+            to_place -= filled * copies
+            add(filled, pack + (length,) * copies, space - copies * length)
+
+    return closed + [group for stack in open_by_space.values() for group in stack]
+
+
+@register("lpfhp", "longest-pack-first histogram packing (best fit on counts, several copies per pack)")
 def pack_lpfhp(histogram, max_length, max_depth, options) -> Packing:
-    groups = pack_by_free_space(histogram.counts, max_length, max_depth, shortest_pack_first=False)
+    groups = longest_pack_first(histogram.counts, max_length, max_depth)
     return packing_from_groups("lpfhp", max_length, max_depth, groups)
