@@ -209,10 +209,12 @@ class Scenario(_Strict):
     description: str = ""
     dataset: DatasetSpec
     model: Annotated[
-        Annotated[str, Tag(_SHORT)] | Annotated[dict[str, int], Tag(_FULL)],
+        Annotated[str, Tag(_SHORT)] | Annotated[dict[str, int | bool | str], Tag(_FULL)],
         Discriminator(_by_type),
     ] = Field("bert-large", description="model preset name or dimensions")
     hardware: HardwareSpec = HardwareSpec()
+    gpus_per_replica: int = Field(1, ge=1, description="GPUs in one data-parallel device (tensor or context "
+                                  "parallel); `devices` count replicas")
     strategies: tuple[Annotated[
         Annotated[StrategySpec, Tag(_FULL)],
         Field(description="a name, or a mapping with `name` and parameters"),
@@ -226,7 +228,7 @@ class Scenario(_Strict):
 
     @field_validator("model")
     @classmethod
-    def _known_model(cls, model: str | dict[str, int]) -> str | dict[str, int]:
+    def _known_model(cls, model: str | dict[str, int | bool | str]) -> str | dict[str, int | bool | str]:
         try:
             get_model(model)
         except InputError as error:

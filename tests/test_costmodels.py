@@ -92,7 +92,7 @@ def test_bad_model_is_an_input_error(bad):
 # --- hardware presets and loading -------------------------------------------------------------
 
 def test_presets_state_their_sources_and_peaks():
-    assert set(HARDWARE_PRESETS) == {"a100", "ipu-m2000", "cs-2"}
+    assert {"a100", "ipu-m2000", "cs-2"} <= set(HARDWARE_PRESETS)
     assert all(len(profile.source) > 80 for profile in HARDWARE_PRESETS.values())
     assert HARDWARE_PRESETS["a100"].linear_flops_per_s < 312e12
     assert HARDWARE_PRESETS["ipu-m2000"].linear_flops_per_s < 4 * 250e12

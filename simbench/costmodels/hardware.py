@@ -60,6 +60,9 @@ class HardwareProfile(BaseModel):
     intra_node_latency_seconds: float = Field(0.0, ge=0, description="per-hop latency inside a node")
     intra_node_bytes_per_s: float = Field(float("inf"), gt=0, description="per-device ring bandwidth inside a node")
     gradient_bytes_per_parameter: float = Field(2.0, gt=0)
+    # A data-parallel replica of g > 1 GPUs (tensor or context parallel) computes g x this as fast as one GPU;
+    # the rest is lost to its activation all-reduces and all-gathers.
+    tensor_parallel_efficiency: float = Field(1.0, gt=0, le=1, description="a g-GPU replica's speed over g GPUs'")
 
     # VTS pipeline: a stage spends vts_stage_fixed_seconds + its share of the sample's FLOPs
     vts_stage_fixed_seconds: float = Field(0.0, ge=0)
@@ -77,6 +80,68 @@ PAPER_PACK_OVERHEAD_PER_DEPTH_FRACTION = 0.0001525
 A100_PEAK_FLOPS_PER_S = 312e12  # datasheet: bf16/fp16 dense tensor-core peak
 IPU_M2000_PEAK_FLOPS_PER_S = 4 * 250e12  # datasheet: 4 x GC200 at 250 TFLOP/s fp16 each
 CS2_PEAK_FLOPS_PER_S = 7.5e15  # no vendor FLOP/s figure exists for the WSE-2: an assumed order of magnitude
+
+# Datasheet peaks of the LLM-era accelerators: bf16 dense tensor FLOP/s (half the "with sparsity" figure),
+# HBM bytes/s, per-GPU scale-up link bytes/s per direction, per-GPU scale-out NIC bits/s.
+H100_SXM_PEAK_FLOPS_PER_S = 989.4e12  # H100 Tensor Core GPU datasheet (SXM5): 1,979 TFLOP/s bf16 with sparsity
+H100_HBM_BYTES_PER_S = 3.35e12  # HBM3, same datasheet
+H200_HBM_BYTES_PER_S = 4.8e12  # H200 Tensor Core GPU datasheet (SXM): HBM3e; compute as H100 SXM
+B200_PEAK_FLOPS_PER_S = 2.25e15  # DGX B200 / HGX B200 datasheet: 4.5 PFLOP/s bf16 with sparsity per GPU
+B200_HBM_BYTES_PER_S = 8e12  # HGX B200 datasheet: HBM3e, 8 TB/s per GPU
+MI300X_PEAK_FLOPS_PER_S = 1307.4e12  # AMD Instinct MI300X datasheet: 1,307.4 TFLOP/s bf16 dense
+MI300X_HBM_BYTES_PER_S = 5.3e12  # HBM3, same datasheet
+NVLINK4_BYTES_PER_S = 450e9  # NVLink 4 (H100, H200): 900 GB/s per GPU, both directions
+NVLINK5_BYTES_PER_S = 900e9  # NVLink 5 (B200): 1.8 TB/s per GPU, both directions
+XGMI_BYTES_PER_S = 7 * 64e9  # MI300X: 7 Infinity Fabric links of 128 GB/s (both directions) to its 7 peers
+NDR_INFINIBAND_BYTES_PER_S = 400e9 / 8  # one 400 Gb/s ConnectX-7 NDR port per GPU (DGX H100, H200, B200)
+
+# Chosen, not measured (README "Decoder LLMs" gives how far the headlines move for +-10 % on each):
+LLM_LINEAR_FRACTION = 0.50  # large bf16 GEMMs reach 60-75 % of peak; norms, activations, rotary and the
+# loss are not counted as FLOPs, so a well-tuned Llama-style step sits near 40-55 % MFU (Llama 3 paper: 38-43 %
+# at 16k H100s, pipeline bubbles included)
+LLM_ATTENTION_FRACTION = 0.40  # flash attention forward + backward: FlashAttention-2 ~35 %, FlashAttention-3 ~50-60 %
+LLM_TENSOR_PARALLEL_EFFICIENCY = 0.85  # 8-way tensor + sequence parallel over NVLink, activation traffic partly hidden
+LLM_RING_FRACTION = 0.8  # NCCL ring bus bandwidth over the scale-up links' per-direction peak
+LLM_NETWORK_FRACTION = 0.9  # achieved over the NIC's line rate, as for the a100 preset
+# AdamW with fp32 master weights: read and write the weight, both moments (24 B) and read a fp32 gradient (4 B);
+# rounded up to 32 B per parameter at HBM speed (fused multi-tensor kernel).
+ADAMW_BYTES_PER_PARAMETER = 32
+# Decoder LMs take a per-token loss over every position, so packing adds only cu_seqlens and position ids:
+# assumed 0.5 % of the step at any depth (the paper's 4.3 % was BERT's per-sequence MLM/NSP unpacking on the IPU).
+LLM_PACK_OVERHEAD_FRACTION = 0.005
+
+
+def _llm_gpu(name: str, source: str, peak_flops_per_s: float, hbm_bytes_per_s: float, link_bytes_per_s: float,
+             *, linear_fraction: float = LLM_LINEAR_FRACTION, attention_fraction: float = LLM_ATTENTION_FRACTION,
+             ring_fraction: float = LLM_RING_FRACTION,
+             tensor_parallel_efficiency: float = LLM_TENSOR_PARALLEL_EFFICIENCY) -> HardwareProfile:
+    """An 8-GPU-per-node LLM training accelerator from its datasheet figures and the stated choices."""
+    return HardwareProfile(
+        name=name,
+        source=source,
+        linear_flops_per_s=linear_fraction * peak_flops_per_s,
+        attention_flops_per_s=attention_fraction * peak_flops_per_s,
+        half_saturation_tokens=512.0,  # chosen: twice the a100's, a larger device needs more rows per GEMM
+        kernel_launch_seconds=4e-6,
+        kernels_per_layer=40,
+        step_overhead_seconds=1e-3,
+        optimizer_seconds_per_parameter=ADAMW_BYTES_PER_PARAMETER / hbm_bytes_per_s,
+        shape_change_seconds=1e-3,
+        host_to_device_bytes_per_s=50e9,  # PCIe gen5 x16, achieved
+        pack_overhead_fraction=LLM_PACK_OVERHEAD_FRACTION,
+        allreduce_latency_seconds=10e-6,
+        allreduce_bytes_per_s=LLM_NETWORK_FRACTION * NDR_INFINIBAND_BYTES_PER_S,
+        devices_per_node=8,
+        intra_node_latency_seconds=5e-6,
+        intra_node_bytes_per_s=ring_fraction * link_bytes_per_s,
+        gradient_bytes_per_parameter=2.0,  # bf16 gradient reduction
+        tensor_parallel_efficiency=tensor_parallel_efficiency,
+    )
+
+
+_LLM_CHOICES = ("Chosen, not measured: 50 % of peak on dense layers, 40 % on flash attention, 85 % tensor-parallel "
+                "efficiency for a multi-GPU replica, NCCL rings at 80 % of the scale-up links and 90 % of the NIC, "
+                "AdamW at 32 bytes per parameter of HBM traffic, packing overhead 0.5 % of the step.")
 
 HARDWARE_PRESETS: dict[str, HardwareProfile] = {
     "a100": HardwareProfile(
@@ -151,6 +216,34 @@ HARDWARE_PRESETS: dict[str, HardwareProfile] = {
         gradient_bytes_per_parameter=2.0,
         vts_stage_fixed_seconds=1e-6,
     ),
+    "h100-sxm": _llm_gpu(
+        "h100-sxm",
+        "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989 TFLOP/s bf16 dense (1,979 with sparsity), 3.35 TB/s HBM3, "
+        "NVLink 4 at 900 GB/s per GPU; DGX H100: 8 GPUs per node, one 400 Gb/s ConnectX-7 NDR InfiniBand port per "
+        "GPU. " + _LLM_CHOICES,
+        H100_SXM_PEAK_FLOPS_PER_S, H100_HBM_BYTES_PER_S, NVLINK4_BYTES_PER_S),
+    "h200": _llm_gpu(
+        "h200",
+        "NVIDIA H200 Tensor Core GPU datasheet (SXM): 989 TFLOP/s bf16 dense (1,979 with sparsity, as H100), "
+        "4.8 TB/s HBM3e (141 GB), NVLink 4 at 900 GB/s per GPU; DGX H200: 8 GPUs per node, one 400 Gb/s "
+        "ConnectX-7 NDR InfiniBand port per GPU. " + _LLM_CHOICES,
+        H100_SXM_PEAK_FLOPS_PER_S, H200_HBM_BYTES_PER_S, NVLINK4_BYTES_PER_S),
+    "b200": _llm_gpu(
+        "b200",
+        "NVIDIA HGX B200 / DGX B200 datasheets: 2.25 PFLOP/s bf16 dense per GPU (4.5 with sparsity), 8 TB/s "
+        "HBM3e, NVLink 5 at 1.8 TB/s per GPU; DGX B200: 8 GPUs per node, one 400 Gb/s ConnectX-7 port per GPU. "
+        + _LLM_CHOICES,
+        B200_PEAK_FLOPS_PER_S, B200_HBM_BYTES_PER_S, NVLINK5_BYTES_PER_S),
+    "mi300x": _llm_gpu(
+        "mi300x",
+        "AMD Instinct MI300X datasheet: 1,307 TFLOP/s bf16 dense (2,615 with sparsity), 5.3 TB/s HBM3 (192 GB), "
+        "7 Infinity Fabric (xGMI) links of 128 GB/s to the other 7 GPUs of an 8-GPU platform. Assumed, as no "
+        "datasheet fixes it: one 400 Gb/s NIC per GPU. Chosen, not measured: 35 % of peak on dense layers and "
+        "30 % on attention (ROCm kernels reach a smaller share of a higher peak than CUDA's on H100), 80 % "
+        "tensor-parallel efficiency, RCCL rings at 70 % of the xGMI links, 90 % of the NIC, AdamW at 32 bytes "
+        "per parameter of HBM traffic, packing overhead 0.5 % of the step.",
+        MI300X_PEAK_FLOPS_PER_S, MI300X_HBM_BYTES_PER_S, XGMI_BYTES_PER_S, linear_fraction=0.35,
+        attention_fraction=0.30, ring_fraction=0.7, tensor_parallel_efficiency=0.80),
 }
 
 

@@ -1,15 +1,19 @@
-"""Transformer encoder dimensions and the training FLOPs and parameters they imply.
+"""Transformer dimensions (BERT-style encoders and causal decoders) and the training FLOPs and parameters they imply.
 
     >>> from simbench.costmodels.model import get_model
     >>> bert = get_model("bert-large")
     >>> round(bert.training_flops([512]) / 1e12, 3), round(bert.parameters / 1e6)
     (1.005, 336)
+    >>> llama = get_model("llama-3.1-8b")
+    >>> round(llama.parameters / 1e9, 2), round(llama.training_flops([8192]) / 8192 / 1e9, 1)
+    (8.03, 51.5)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Literal
 
 import numpy as np
 
@@ -19,13 +23,23 @@ FLOPS_PER_MULTIPLY_ACCUMULATE = 2
 # Backward computes gradients for both the activations and the weights: twice the forward work.
 FORWARD_BACKWARD_FACTOR = 3
 
+FAMILIES = ("encoder", "decoder")
+POSITIONS = ("learned", "rotary")
+BIASES = ("all", "qkv", "none")
+NORMS = ("layernorm", "rmsnorm")
+
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A BERT-style encoder: `layers` blocks of self-attention plus a feed-forward network.
+    """A transformer: `layers` blocks of self-attention plus a feed-forward network.
 
-    FLOPs cover the encoder layers only: the embedding lookup is a gather (no multiplies), and
-    the MLM head runs on the masked ~15 % of tokens only (about 1.5 % of BERT-large's FLOPs).
+    family "encoder" (BERT): bidirectional attention; FLOPs cover the layers only, since the
+    embedding lookup is a gather and the MLM head runs on the masked ~15 % of tokens (about 1.5 %
+    of BERT-large's FLOPs); parameters include token types, pooler and MLM head.
+    family "decoder" (GPT, Llama): causal attention, priced as a causal kernel (flash attention)
+    computes it, half the score matrix; an LM head over the vocabulary for every token.
+    `kv_heads` below `heads` is grouped-query attention (smaller K and V projections);
+    `gated_mlp` a SwiGLU feed-forward of three matrices; rotary positions have no table.
     """
 
     layers: int
@@ -35,25 +49,57 @@ class ModelSpec:
     vocab: int = 30522
     max_positions: int = 512
     name: str = "custom"
+    family: Literal["encoder", "decoder"] = "encoder"
+    kv_heads: int | None = None  # None: as many as `heads` (multi-head attention)
+    gated_mlp: bool = False
+    positions: Literal["learned", "rotary"] = "learned"
+    tied_embeddings: bool = True  # decoders: LM head shares the input embedding matrix
+    biases: Literal["all", "qkv", "none"] = "all"  # which linear layers carry a bias
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
 
     def __post_init__(self):
         for field in ("layers", "hidden", "heads", "ffn", "vocab", "max_positions"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise InputError(f"model dimension `{field}` must be a positive whole number, found {value!r}")
+            _check_positive_whole(field, getattr(self, field))
+        if self.kv_heads is not None:
+            _check_positive_whole("kv_heads", self.kv_heads)
+            if self.heads % self.kv_heads:
+                raise InputError(f"model `heads` ({self.heads}) must be a multiple of `kv_heads` ({self.kv_heads})")
         if self.hidden % self.heads:
             raise InputError(f"model `hidden` ({self.hidden}) must be divisible by `heads` ({self.heads})")
+        for field, allowed in (("family", FAMILIES), ("positions", POSITIONS), ("biases", BIASES), ("norm", NORMS)):
+            if getattr(self, field) not in allowed:
+                raise InputError(f"model `{field}` must be one of {', '.join(allowed)}, found {getattr(self, field)!r}")
+        for field in ("gated_mlp", "tied_embeddings"):
+            if not isinstance(getattr(self, field), bool):
+                raise InputError(f"model `{field}` must be true or false, found {getattr(self, field)!r}")
+
+    @property
+    def is_decoder(self) -> bool:
+        return self.family == "decoder"
+
+    @property
+    def kv_hidden(self) -> int:
+        """Width of the K and V projections: kv_heads x head size."""
+        return (self.kv_heads or self.heads) * (self.hidden // self.heads)
 
     @property
     def forward_linear_flops_per_token(self) -> int:
-        """Forward FLOPs of one token through QKV (3 h^2), the output projection (h^2) and the FFN (2 h f)."""
-        multiply_accumulates = 4 * self.hidden**2 + 2 * self.hidden * self.ffn
-        return self.layers * FLOPS_PER_MULTIPLY_ACCUMULATE * multiply_accumulates
+        """Forward FLOPs of one token through Q, K, V and the output projection, the FFN and (decoders) the LM head."""
+        h = self.hidden
+        attention = 2 * h * h + 2 * h * self.kv_hidden
+        feed_forward = (3 if self.gated_mlp else 2) * h * self.ffn
+        lm_head = h * self.vocab if self.is_decoder else 0
+        return FLOPS_PER_MULTIPLY_ACCUMULATE * (self.layers * (attention + feed_forward) + lm_head)
 
     @property
-    def forward_attention_flops_per_token_squared(self) -> int:
-        """Forward FLOPs of QK^T and attention x V per squared sequence length (h each, summed over heads)."""
-        return self.layers * FLOPS_PER_MULTIPLY_ACCUMULATE * 2 * self.hidden
+    def forward_attention_flops_per_token_squared(self) -> int | float:
+        """Forward FLOPs of QK^T and attention x V per squared sequence length (h each, summed over heads).
+
+        A causal kernel skips the masked upper triangle: half the pairs (L^2 / 2, the accounting of
+        flash attention's causal mode; the diagonal's extra L / 2 pairs are left out).
+        """
+        full = self.layers * FLOPS_PER_MULTIPLY_ACCUMULATE * 2 * self.hidden
+        return full / 2 if self.is_decoder else full
 
     @property
     def linear_flops_per_token(self) -> int:
@@ -61,7 +107,7 @@ class ModelSpec:
         return FORWARD_BACKWARD_FACTOR * self.forward_linear_flops_per_token
 
     @property
-    def attention_flops_per_token_squared(self) -> int:
+    def attention_flops_per_token_squared(self) -> int | float:
         """Training FLOPs of attention per squared length: a sequence of L tokens costs this x L^2."""
         return FORWARD_BACKWARD_FACTOR * self.forward_attention_flops_per_token_squared
 
@@ -76,15 +122,36 @@ class ModelSpec:
 
     @property
     def parameters(self) -> int:
-        """Trainable parameters, pooler and MLM head (decoder tied to the embeddings) included."""
+        """Trainable parameters: encoders with pooler and MLM head (decoder tied to the embeddings),
+        decoders with the final norm and the LM head (unless tied)."""
         h, f = self.hidden, self.ffn
-        embeddings = (self.vocab + self.max_positions + 2) * h + 2 * h  # two token types, LayerNorm
-        attention = 4 * h * h + 4 * h + 2 * h  # QKV + output weights and biases, LayerNorm
-        feed_forward = 2 * h * f + f + h + 2 * h
+        norm = 2 * h if self.norm == "layernorm" else h
+        attention_biases = {"all": 2 * h + 2 * self.kv_hidden, "qkv": h + 2 * self.kv_hidden, "none": 0}[self.biases]
+        attention = 2 * h * h + 2 * h * self.kv_hidden + attention_biases + norm
+        matrices = 3 if self.gated_mlp else 2
+        feed_forward = matrices * h * f + ((matrices - 1) * f + h if self.biases == "all" else 0) + norm
+        positions = self.max_positions * h if self.positions == "learned" else 0
+        layers = self.layers * (attention + feed_forward)
+        if self.is_decoder:
+            lm_head = 0 if self.tied_embeddings else self.vocab * h
+            return self.vocab * h + positions + layers + norm + lm_head
+        embeddings = (self.vocab + 2) * h + positions + norm  # two token types, LayerNorm
         pooler = h * h + h
-        mlm_head = h * h + h + 2 * h + self.vocab  # transform, LayerNorm, decoder bias
-        return embeddings + self.layers * (attention + feed_forward) + pooler + mlm_head
+        mlm_head = h * h + h + norm + self.vocab  # transform, LayerNorm, decoder bias
+        return embeddings + layers + pooler + mlm_head
 
+
+def _check_positive_whole(field: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InputError(f"model dimension `{field}` must be a positive whole number, found {value!r}")
+
+
+def _decoder(name: str, **dimensions) -> ModelSpec:
+    return ModelSpec(name=name, family="decoder", **dimensions)
+
+
+# Llama-style decoders: SwiGLU, rotary positions, RMSNorm, no biases, untied LM head.
+_LLAMA_STYLE = dict(gated_mlp=True, positions="rotary", tied_embeddings=False, biases="none", norm="rmsnorm")
 
 MODEL_PRESETS: dict[str, ModelSpec] = {
     "bert-base": ModelSpec(layers=12, hidden=768, heads=12, ffn=3072, name="bert-base"),
@@ -92,16 +159,39 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
     # Small enough for a CPU torch run to time in seconds (used by calibration).
     "tiny": ModelSpec(layers=2, hidden=128, heads=2, ffn=512, name="tiny"),
     "mini": ModelSpec(layers=4, hidden=256, heads=4, ffn=1024, name="mini"),
+    # Decoders: the values of each model card's config.json on huggingface.co.
+    # openai-community/gpt2: n_layer 12, n_embd 768, n_head 12, n_inner null (4 x 768), n_positions 1024,
+    # vocab_size 50257; GELU MLP, learned positions, LayerNorm, biases everywhere, LM head tied (124M).
+    "gpt2": _decoder("gpt2", layers=12, hidden=768, heads=12, ffn=3072, vocab=50257, max_positions=1024),
+    # meta-llama/Llama-3.1-8B: num_hidden_layers 32, hidden_size 4096, num_attention_heads 32,
+    # num_key_value_heads 8, intermediate_size 14336, vocab_size 128256, max_position_embeddings 131072 (8.03B).
+    "llama-3.1-8b": _decoder("llama-3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+                             vocab=128256, max_positions=131072, **_LLAMA_STYLE),
+    # meta-llama/Llama-3.1-70B: num_hidden_layers 80, hidden_size 8192, num_attention_heads 64,
+    # num_key_value_heads 8, intermediate_size 28672, vocab_size 128256, max_position_embeddings 131072 (70.6B).
+    "llama-3.1-70b": _decoder("llama-3.1-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672,
+                              vocab=128256, max_positions=131072, **_LLAMA_STYLE),
+    # mistralai/Mistral-7B-v0.3: num_hidden_layers 32, hidden_size 4096, num_attention_heads 32,
+    # num_key_value_heads 8, intermediate_size 14336, vocab_size 32768, max_position_embeddings 32768,
+    # sliding_window null (v0.1's 4,096-token window is gone in v0.3) (7.25B).
+    "mistral-7b": _decoder("mistral-7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+                           vocab=32768, max_positions=32768, **_LLAMA_STYLE),
+    # Qwen/Qwen2.5-7B: num_hidden_layers 28, hidden_size 3584, num_attention_heads 28, num_key_value_heads 4,
+    # intermediate_size 18944, vocab_size 152064, max_position_embeddings 131072, biases on Q, K and V only
+    # (7.61B, 6.53B without embeddings, as its model card states).
+    "qwen2.5-7b": _decoder("qwen2.5-7b", layers=28, hidden=3584, heads=28, kv_heads=4, ffn=18944, vocab=152064,
+                           max_positions=131072, **{**_LLAMA_STYLE, "biases": "qkv"}),
 }
 
 _DIMENSIONS = tuple(field.name for field in fields(ModelSpec) if field.name != "name")
+_REQUIRED = ("layers", "hidden", "heads", "ffn")
 
 
 def get_model(name_or_dims: str | ModelSpec | Mapping) -> ModelSpec:
     """A preset by name, a `ModelSpec` as is, or custom dimensions as a mapping.
 
-    A mapping needs `layers`, `hidden`, `heads` and `ffn`; `vocab` and `max_positions` default
-    to BERT's (30522, 512).
+    A mapping needs `layers`, `hidden`, `heads` and `ffn`; the other fields default to BERT's
+    (an encoder with a 30522-token vocabulary and 512 learned positions).
     """
     if isinstance(name_or_dims, ModelSpec):
         return name_or_dims
@@ -114,7 +204,7 @@ def get_model(name_or_dims: str | ModelSpec | Mapping) -> ModelSpec:
         unknown = sorted(set(name_or_dims) - set(_DIMENSIONS) - {"name"})
         if unknown:
             raise InputError(f"unknown model dimension(s) {', '.join(unknown)}; allowed: {', '.join(_DIMENSIONS)}")
-        missing = [key for key in ("layers", "hidden", "heads", "ffn") if key not in name_or_dims]
+        missing = [key for key in _REQUIRED if key not in name_or_dims]
         if missing:
             raise InputError(f"model dimensions are missing {', '.join(missing)}")
         return ModelSpec(**dict(name_or_dims))

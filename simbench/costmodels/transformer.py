@@ -37,20 +37,34 @@ class _Work:
 
 @dataclass(frozen=True)
 class TransformerCostModel:
-    """The `CostModel` of a transformer encoder (`ModelSpec`) on a `HardwareProfile`.
+    """The `CostModel` of a transformer (`ModelSpec`) on a `HardwareProfile`.
 
     Device time of a batch = FLOPs / achieved FLOP/s, with the achieved rate
     flops_per_s x tokens / (tokens + half_saturation_tokens): kernels over few tokens leave the
     device partly idle. `tokens` is what the batch's kernels process (all slots of fixed-shape
     rows, only real tokens when un-padded). Both model and hardware may be given by name.
+
+    A data-parallel device may be a replica of `gpus_per_replica` GPUs (tensor or context
+    parallel): it computes gpus_per_replica x the profile's `tensor_parallel_efficiency` as fast as
+    one GPU, each GPU updates and all-reduces its 1/gpus_per_replica share of the parameters, and
+    `allreduce_seconds(devices)` counts devices in replicas.
     """
 
     model: ModelSpec | str
     hardware: HardwareProfile | str
+    gpus_per_replica: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "model", get_model(self.model))
         object.__setattr__(self, "hardware", load_hardware(self.hardware))
+        check_device_count(self.gpus_per_replica, what="gpus_per_replica")
+
+    @property
+    def replica_speed(self) -> float:
+        """How many times one GPU's compute rate a replica achieves."""
+        if self.gpus_per_replica == 1:
+            return 1.0
+        return self.gpus_per_replica * self.hardware.tensor_parallel_efficiency
 
     def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
         """Per-batch seconds of a forward + backward + optimizer step, split by cause.
@@ -69,7 +83,7 @@ class TransformerCostModel:
         mode = ExecutionMode(mode)
         work = self._work(batches, mode)
         hardware = self.hardware
-        slowdown = _saturation_slowdown(work.tokens, hardware.half_saturation_tokens)
+        slowdown = _saturation_slowdown(work.tokens, hardware.half_saturation_tokens) / self.replica_speed
         compute_seconds = slowdown * (work.real_linear_flops / hardware.linear_flops_per_s
                                       + work.real_attention_flops / hardware.attention_flops_per_s)
         padding_seconds = slowdown * (work.padding_linear_flops / hardware.linear_flops_per_s
@@ -87,17 +101,22 @@ class TransformerCostModel:
                          overhead_seconds=overhead_seconds)
 
     def allreduce_seconds(self, devices: int) -> float:
-        """Ring all-reduce of the gradients; two-level (in node, then across nodes) when the
-        profile sets `devices_per_node` and the devices span more than one node."""
+        """Ring all-reduce of the gradients across `devices` replicas; two-level (in node, then across
+        nodes) when the profile sets `devices_per_node` and the replicas span more than one node.
+
+        Each GPU of a replica reduces its own parameter shard with the same GPU of the other
+        replicas, all shards at once: the rings carry 1/gpus_per_replica of the gradients each.
+        """
         check_device_count(devices)
         hardware = self.hardware
-        gradient_bytes = self.model.parameters * hardware.gradient_bytes_per_parameter
+        gradient_bytes = self.model.parameters * hardware.gradient_bytes_per_parameter / self.gpus_per_replica
         per_node = hardware.devices_per_node
         if per_node is None:
             return _ring_seconds(devices, gradient_bytes, hardware.allreduce_latency_seconds,
                                  hardware.allreduce_bytes_per_s)
-        in_node = min(devices, per_node)
-        nodes = -(-devices // per_node)
+        replicas_per_node = max(1, per_node // self.gpus_per_replica)
+        in_node = min(devices, replicas_per_node)
+        nodes = -(-devices // replicas_per_node)
         # Each device's inter-node ring carries only its 1/in_node shard, all rings in parallel.
         return (_ring_seconds(in_node, gradient_bytes, hardware.intra_node_latency_seconds,
                               hardware.intra_node_bytes_per_s)
@@ -142,7 +161,7 @@ class TransformerCostModel:
     def _fixed_overhead_seconds(self, work: _Work, batches: int) -> np.ndarray:
         hardware = self.hardware
         launches = hardware.kernels_per_layer * self.model.layers * hardware.kernel_launch_seconds
-        optimizer = hardware.optimizer_seconds_per_parameter * self.model.parameters
+        optimizer = hardware.optimizer_seconds_per_parameter * self.model.parameters / self.gpus_per_replica
         transfer = hardware.input_bytes_per_token * work.transferred_tokens / hardware.host_to_device_bytes_per_s
         return np.full(batches, launches + optimizer + hardware.step_overhead_seconds) + transfer
 

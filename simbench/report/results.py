@@ -46,7 +46,7 @@ def progress_total(scenario: Scenario) -> int:
 
 def build_tables(scenario: Scenario, histogram: LengthHistogram, progress: Progress | None = None) -> ReportTables:
     progress = progress or (lambda units: None)
-    cost_model = TransformerCostModel(scenario.model, scenario.hardware.load())
+    cost_model = TransformerCostModel(scenario.model, scenario.hardware.load(), scenario.gpus_per_replica)
     plans = [parse_plan(spec.plan_text) for spec in scenario.strategies]
     labels = {plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}
     result = simulate(histogram, plans, list(scenario.devices), cost_model, batch_size=scenario.batch_size,
@@ -59,7 +59,10 @@ def build_tables(scenario: Scenario, histogram: LengthHistogram, progress: Progr
     timeline = _timelines(result.vts_timeline, labels)
     progress(len(plans_by_label) - len(packing))  # plans without a packing had no bound to compute
     scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
-                       "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode"]
+                       "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
+                       "tokens_per_s_per_gpu"]
+    summary["gpus"] = summary["devices"] * scenario.gpus_per_replica
+    summary["tokens_per_s_per_gpu"] = summary["tokens_per_s"] / summary["gpus"]
     summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "real_tokens_per_device_step"]
     return ReportTables(packing=packing, scaling=summary[scaling_columns], breakdown=summary[breakdown_columns],
