@@ -281,9 +281,12 @@ def test_vts_stage_seconds_closed_form():
     model = plain_cost_model("tiny", vts_stage_fixed_seconds=1e-6)
     tiny = model.model
     stage_seconds = model.vts_stage_seconds(np.array([10, 100]), stages=4)
-    expected = [1e-6 + (tiny.linear_flops_per_token * n / 1e12 + tiny.attention_flops_per_token_squared * n * n / 5e11) / 4
+    # Each of 4 stages does a quarter of the work on a quarter of the device: the whole sample's time.
+    expected = [1e-6 + tiny.linear_flops_per_token * n / 1e12 + tiny.attention_flops_per_token_squared * n * n / 5e11
                 for n in (10, 100)]
     assert stage_seconds == pytest.approx(expected)
+    assert model.vts_stage_seconds(np.array([10, 100]), stages=24) == pytest.approx(expected)
+    assert model.vts_pipeline_stages() == tiny.layers  # one layer per stage unless the profile groups them
     with pytest.raises(InputError):
         model.vts_stage_seconds(np.array([10]), stages=0)
 

@@ -61,7 +61,7 @@ def test_short_plan_names_mean_the_same_as_their_long_form(tmp_path):
     from_long = load_scenario(write(tmp_path, long, "long.yaml"))
     assert from_short.strategies == from_long.strategies
     assert [spec.label for spec in from_short.strategies] == [
-        "lpfhp:max", "packed-varlen:spfhp:4", "vts-bucketed:window=2"]  # 4 stages is the default
+        "lpfhp:max", "packed-varlen:spfhp:4", "vts-bucketed:stages=4:window=2"]  # default: the model's stages
 
 
 def test_a_bad_short_plan_name_names_its_line(tmp_path):

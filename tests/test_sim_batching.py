@@ -92,13 +92,17 @@ def test_padding_exchange_deals_the_sorted_global_batch_round_robin(devices, bat
         assert totals.max() - totals.min() <= ordered[-1] - ordered[0]
 
 
-def test_bucketing_groups_similar_lengths_and_keeps_each_devices_samples():
+def test_bucketing_sorts_the_whole_global_batch_and_gives_every_device_the_same_band():
     lengths = np.random.default_rng(0).integers(1, 512, size=(10, 3, 8))
     bucketed = bucket_by_length(lengths, 4, np.random.default_rng(1))
-    for device in range(3):
-        for first in (0, 4, 8):
-            window = slice(first, first + 4)
-            assert np.array_equal(np.sort(bucketed[window, device].ravel()), np.sort(lengths[window, device].ravel()))
-            batches = bucketed[window, device]
-            # Batches of a window cover disjoint, increasing length ranges.
-            assert np.all(batches.max(axis=1)[:-1] <= batches.min(axis=1)[1:])
+    for first in (0, 4, 8):
+        window = slice(first, first + 4)
+        assert np.array_equal(np.sort(bucketed[window].ravel()), np.sort(lengths[window].ravel()))
+        steps = bucketed[window].reshape(bucketed[window].shape[0], -1)
+        # Global batches of a window cover disjoint, increasing length ranges.
+        assert np.all(steps.max(axis=1)[:-1] <= steps.min(axis=1)[1:])
+        # Within a step the devices' samples interleave: dealt round-robin from the sorted global batch.
+        # Device d's k-th shortest sample is the global batch's (k x devices + d)-th.
+        for step in bucketed[window]:
+            ordered = np.sort(step, axis=1)  # (devices, batch)
+            assert np.all(ordered.max(axis=0)[:-1] <= ordered.min(axis=0)[1:])

@@ -9,7 +9,8 @@ from simbench.costmodels.transformer import TransformerCostModel
 from simbench.histogram import LengthHistogram, load_histogram
 from simbench.sim.linear import LinearCostModel
 from simbench.sim.simulate import simulate
-from simbench.sim.vts import padded_pipeline_seconds, pipeline_departures, pipeline_timeline, price_vts
+from simbench.sim.vts import (padded_pipeline_seconds, pipeline_departures, pipeline_timeline, price_vts,
+                              weight_streaming_speedup)
 
 LINEAR = LinearCostModel(vts_fixed_seconds=0.0, vts_seconds_per_token=1e-5)
 
@@ -26,6 +27,29 @@ def test_recurrence_equals_simpy_stages_as_resources(samples, stages, seed):
     enter = timeline["enter_seconds"].to_numpy().reshape(samples, stages)
     assert np.allclose(enter[:, 1:], leave[:, :-1])
     assert np.all(enter[1:] >= leave[:-1] - 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 7), st.integers(1, 5), st.integers(0, 3), st.integers(0, 2**32 - 1))
+def test_recurrence_equals_simpy_with_fifo_buffers(samples, stages, buffer, seed):
+    seconds = np.random.default_rng(seed).uniform(0.1, 2.0, size=(samples, stages))
+    timeline = pipeline_timeline(seconds, np.arange(samples), buffer_samples=buffer)
+    departures = pipeline_departures(seconds, buffer_samples=buffer)
+    assert np.allclose(timeline["leave_seconds"].to_numpy().reshape(samples, stages), departures)
+    # A larger FIFO never delays anyone; one as long as the batch removes every block.
+    assert np.all(pipeline_departures(seconds, buffer_samples=buffer + 1) <= departures + 1e-12)
+    if buffer + 1 >= samples:
+        assert np.allclose(timeline["blocked_seconds"], 0.0)
+
+
+def test_a_pipeline_has_no_more_compute_than_its_device():
+    """Cut into 24 stages, bert-large on a cs-2 takes at least the device's time for the batch's FLOPs."""
+    cost_model = TransformerCostModel("bert-large", "cs-2")
+    lengths = load_histogram("wikipedia_512").sample_lengths(64, np.random.default_rng(0)).reshape(1, 1, 64)
+    device_seconds = cost_model.vts_stage_seconds(lengths.ravel(), 1).sum()
+    for stages in (1, 4, 24):
+        assert price_vts(cost_model, lengths, stages).total_seconds[0, 0] >= device_seconds
+    assert cost_model.vts_pipeline_stages() == 24
 
 
 def test_short_sample_behind_a_long_one_stalls():
@@ -98,3 +122,17 @@ def test_fixed_part_of_a_stage_is_exact_under_quadratic_attention(stages):
     costs = price_vts(cost_model, lengths, stages)
     first_stage_work = cost_model.vts_stage_seconds(lengths.ravel(), stages) - 1e-6
     assert costs.compute_seconds[0, 0] == pytest.approx(first_stage_work.sum(), rel=1e-12)
+
+
+def test_weight_streaming_has_no_stalls_and_bounds_the_layer_pipeline():
+    """Weight streaming runs each layer on the whole batch: its gain is padded over real work, exactly
+    the stage-time ratio on uniform data; a 24-stage layer pipeline stalls and gains at most that."""
+    cost_model = TransformerCostModel("bert-large", "cs-2")
+    padded_stage, real_stage = cost_model.vts_stage_seconds(np.array([512, 256]), 1)
+    assert weight_streaming_speedup(cost_model, _uniform_histogram(256)) == pytest.approx(padded_stage / real_stage)
+    wikipedia = load_histogram("wikipedia_512")
+    bound = weight_streaming_speedup(cost_model, wikipedia)
+    assert bound > 1 / wikipedia.efficiency  # attention's quadratic term
+    result = simulate(wikipedia, ["vts", "vts-bucketed"], [1], cost_model, batch_size=64, steps=4, seed=0)
+    speedup = result.summary.set_index("strategy")["speedup"]
+    assert speedup["vts"] < speedup["vts-bucketed"] < 1.02 * bound

@@ -64,8 +64,13 @@ class HardwareProfile(BaseModel):
     # the rest is lost to its activation all-reduces and all-gathers.
     tensor_parallel_efficiency: float = Field(1.0, gt=0, le=1, description="a g-GPU replica's speed over g GPUs'")
 
-    # VTS pipeline: a stage spends vts_stage_fixed_seconds + its share of the sample's FLOPs
+    # VTS pipeline (layer-pipelined execution): the model's layers are cut into stages of
+    # vts_layers_per_stage layers, each stage given that share of the device's compute, so a stage
+    # spends vts_stage_fixed_seconds + the sample's FLOPs at the device's rate; a FIFO of
+    # vts_buffer_samples samples sits before every stage but the first.
     vts_stage_fixed_seconds: float = Field(0.0, ge=0)
+    vts_layers_per_stage: int = Field(1, ge=1, description="model layers per pipeline stage")
+    vts_buffer_samples: int = Field(1, ge=0, description="samples each inter-stage FIFO holds (0: hand-off only)")
 
     # Raw measurements a calibrated profile was fitted on (device, torch version, timings)
     calibration: dict | None = None

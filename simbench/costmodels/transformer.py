@@ -124,15 +124,25 @@ class TransformerCostModel:
                                 hardware.allreduce_bytes_per_s))
 
     def vts_stage_seconds(self, sequence_lengths: np.ndarray, stages: int) -> np.ndarray:
-        """Per-stage seconds of each sample in a `stages`-stage pipeline: a fixed cost plus an
-        equal share of the sample's training FLOPs (padding stripped, no batch to saturate)."""
+        """Per-stage seconds of each sample in a `stages`-stage pipeline: a fixed cost plus the sample's
+        training FLOPs (padding stripped, no batch to saturate) at the device's rate. A stage does 1/S of
+        the work on 1/S of the device's compute, so its time does not depend on S: a pipeline never has
+        more FLOP/s than the device it runs on."""
         if isinstance(stages, bool) or not isinstance(stages, (int, np.integer)) or stages < 1:
             raise InputError(f"pipeline stages must be a whole number of at least 1, found {stages!r}")
         lengths = np.asarray(sequence_lengths, dtype=np.float64)
         model, hardware = self.model, self.hardware
         sample_seconds = (model.linear_flops_per_token * lengths / hardware.linear_flops_per_s
                           + model.attention_flops_per_token_squared * lengths**2 / hardware.attention_flops_per_s)
-        return hardware.vts_stage_fixed_seconds + sample_seconds / stages
+        return hardware.vts_stage_fixed_seconds + sample_seconds
+
+    def vts_pipeline_stages(self) -> int:
+        """Stages of the model's VTS pipeline: its layers, `vts_layers_per_stage` to a stage."""
+        return -(-self.model.layers // self.hardware.vts_layers_per_stage)
+
+    @property
+    def vts_buffer_samples(self) -> int:
+        return self.hardware.vts_buffer_samples
 
     def _work(self, batches: BatchSet, mode: ExecutionMode) -> _Work:
         linear = float(self.model.linear_flops_per_token)

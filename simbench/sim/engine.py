@@ -18,11 +18,13 @@ from simbench.sim.vts import pipeline_process
 
 
 def run_simpy(device_seconds: np.ndarray, allreduce_seconds: float, prepare_seconds: np.ndarray | None = None,
-              exchange: Exchange = Exchange.NONE, stage_seconds: np.ndarray | None = None) -> StepTimeline:
+              exchange: Exchange = Exchange.NONE, stage_seconds: np.ndarray | None = None,
+              buffer_samples: int = 0) -> StepTimeline:
     """Simulate data-parallel steps; `device_seconds` is (steps, devices).
 
     With `stage_seconds` (steps, devices, batch, stages) each device instead streams its batch
-    through its own VTS pipeline and its step time comes out of that model.
+    through its own VTS pipeline (FIFOs of `buffer_samples` between stages) and its step time
+    comes out of that model.
     """
     steps, devices = device_seconds.shape
     env = simpy.Environment()
@@ -35,15 +37,12 @@ def run_simpy(device_seconds: np.ndarray, allreduce_seconds: float, prepare_seco
     ready = [env.event() for _ in range(steps)] if exchanging else None
 
     def device(index: int):
-        pipeline = None
-        if stage_seconds is not None:
-            pipeline = [simpy.Resource(env, capacity=1) for _ in range(stage_seconds.shape[-1])]
         for step in range(steps):
             yield started[step]
-            if pipeline is None:
+            if stage_seconds is None:
                 yield env.timeout(device_seconds[step, index])
             else:
-                yield env.process(pipeline_process(env, pipeline, stage_seconds[step, index]))
+                yield env.process(pipeline_process(env, stage_seconds[step, index], buffer_samples))
             finish[step, index] = env.now - start[step]
             arrivals[step][index].succeed()
 

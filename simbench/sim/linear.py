@@ -25,6 +25,8 @@ class LinearCostModel:
     allreduce_latency_seconds: float = 0.0
     vts_fixed_seconds: float = 0.0  # per sample and stage
     vts_seconds_per_token: float = 1e-5  # per stage
+    vts_stages: int = 4  # pipeline stages when a plan does not give them
+    vts_buffer_samples: int = 0  # samples each inter-stage FIFO holds
 
     def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
         real_tokens = batches.per_batch(batches.sequence_lengths.astype(np.float64), of="sequences")
@@ -40,3 +42,6 @@ class LinearCostModel:
 
     def vts_stage_seconds(self, sequence_lengths: np.ndarray, stages: int) -> np.ndarray:
         return self.vts_fixed_seconds + self.vts_seconds_per_token * np.asarray(sequence_lengths, dtype=np.float64)
+
+    def vts_pipeline_stages(self) -> int:
+        return self.vts_stages

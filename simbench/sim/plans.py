@@ -34,7 +34,7 @@ class Exchange(str, Enum):
 # Depths that match the packing paper's headline rows; other packers run without a depth limit.
 DEFAULT_DEPTHS = {"spfhp": 3, "lpfhp": 3, "nnlshp": 3, "optimal": 3}
 DEFAULT_VARLEN_PACKER = "lpfhp"
-DEFAULT_VTS_STAGES = 4
+DEFAULT_VTS_STAGES = 0  # from the model: its layers, grouped as the hardware profile says
 DEFAULT_BUCKET_WINDOW = 8
 UNPAD_PLANS = {
     "unpad": Exchange.NONE,

@@ -150,7 +150,7 @@ def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
             if timeline is None:
                 first_batch = lengths[0, 0]
                 timeline = vts.pipeline_timeline(vts.stage_seconds(settings.cost_model, first_batch, plan.stages),
-                                                 first_batch)
+                                                 first_batch, vts.buffer_samples(settings.cost_model))
             if simpy_sizes:
                 simpy_lengths.append(lengths[:, :max(simpy_sizes)])
         if plan.exchange is Exchange.NONE and sum(map(np.size, samples)) < LATENCY_SAMPLES_MAX:
@@ -203,7 +203,8 @@ def _price_sequences(plan: ExecutionPlan, lengths: np.ndarray, devices: list[int
 def _use_simpy(plan: ExecutionPlan, devices: int, settings: _Settings) -> bool:
     if settings.engine != "auto":
         return settings.engine == "simpy"
-    events_per_device_step = 3 + (settings.batch_size * plan.stages * 3 if plan.kind is PlanKind.VTS else 0)
+    stages = vts.pipeline_stages(settings.cost_model, plan.stages) if plan.kind is PlanKind.VTS else 0
+    events_per_device_step = 3 + settings.batch_size * stages * 3
     return devices * settings.steps * events_per_device_step <= SIMPY_EVENT_BUDGET
 
 
@@ -221,7 +222,8 @@ def _run(plan, devices, aggregates, simpy_costs, simpy_lengths, settings: _Setti
         if plan.kind is PlanKind.VTS:
             lengths = np.concatenate(simpy_lengths)[:, :devices]
             stage_seconds = vts.stage_seconds(cost_model, lengths, plan.stages)
-        timeline = run_simpy(costs.total_seconds, allreduce_seconds, prepare_seconds, plan.exchange, stage_seconds)
+        timeline = run_simpy(costs.total_seconds, allreduce_seconds, prepare_seconds, plan.exchange, stage_seconds,
+                             vts.buffer_samples(cost_model))
     else:
         timeline = step_timeline(aggregates.slowest_device_seconds, aggregates.mean_device_seconds,
                                  allreduce_seconds, prepare_seconds, plan.exchange)
