@@ -1,7 +1,8 @@
 """The `simbench` command line: every module in `simbench.commands` adds its commands here.
 
 User mistakes (`InputError`, invalid scenarios) print one clear line and exit with status 2;
-anything else is a bug and keeps its traceback.
+anything else is a bug and keeps its traceback. Command modules import their heavy dependencies
+inside the commands, so that `simbench --help` and `simbench list` start at once.
 """
 
 import importlib
@@ -9,36 +10,57 @@ import pkgutil
 import sys
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
+import simbench
 import simbench.commands
 from simbench.errors import InputError
+
+HELPERS_MODULE = "common"  # shared by the commands, adds none of its own
 
 app = typer.Typer(
     help="Simulate and benchmark training transformers on variable-length data.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain help: rich's formatter alone costs more start-up time than the rest of `simbench --help`.
+    rich_markup_mode=None,
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"simbench {simbench.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def simbench_app() -> None:
+def simbench_app(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
     """Simulate and benchmark training transformers on variable-length data."""
 
+
 for module_info in sorted(pkgutil.iter_modules(simbench.commands.__path__), key=lambda info: info.name):
-    importlib.import_module(f"simbench.commands.{module_info.name}").register(app)
+    if module_info.name != HELPERS_MODULE:
+        importlib.import_module(f"simbench.commands.{module_info.name}").register(app)
 
 
 def main() -> None:
     try:
         app()
     except InputError as error:
-        # soft_wrap: one line however long, so that the file:line prefix stays greppable.
-        Console(stderr=True).print(Text("error: ", style="bold red") + Text(str(error)), soft_wrap=True)
+        _print_error(str(error))
         sys.exit(2)
     except KeyboardInterrupt:
         # Outputs are written atomically, so an interrupted run has nothing to report but the stop.
-        Console(stderr=True).print("interrupted", highlight=False)
+        _print_error("interrupted", prefix="")
         sys.exit(130)
+
+
+def _print_error(message: str, prefix: str = "error: ") -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    # soft_wrap: one line however long, so that the file:line prefix stays greppable.
+    Console(stderr=True).print(Text(prefix, style="bold red") + Text(message), soft_wrap=True, highlight=False)

@@ -7,19 +7,39 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+import re
 from pathlib import Path
 
 
 class InputError(Exception):
-    """Bad user input; the message names the file, line or key and what is wrong."""
+    """Bad user input; the message names the file, line or key and what is wrong.
 
-    def __init__(self, message: str, *, source: str | None = None, line: int | None = None):
+    `parameter` is the library's name for the value the message is about (e.g. `max_length`), so
+    that a command can call it by its option name instead (`--max-length`).
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, line: int | None = None,
+                 parameter: str | None = None):
+        self.message = message
         self.source = source
         self.line = line
+        self.parameter = parameter
         where = ""
         if source is not None:
             where = f"{source}:{line}: " if line is not None else f"{source}: "
         super().__init__(f"{where}{message}")
+
+    def located(self, source: str | None, line: int | None = None) -> InputError:
+        """The same error, said of a place in a file (a check that knew only the value)."""
+        return InputError(self.message, source=source, line=line, parameter=self.parameter)
+
+    def renamed(self, names: dict[str, str]) -> InputError:
+        """The same error with its parameter called by the caller's name for it (`--max-length`)."""
+        if self.parameter not in names:
+            return self
+        name = names[self.parameter]
+        message = re.sub(rf"(?<![\w-]){re.escape(self.parameter)}(?![\w-])", lambda _: name, self.message, count=1)
+        return InputError(message, source=self.source, line=self.line, parameter=name)
 
 
 def read_text_file(path: str | Path, what: str) -> str:

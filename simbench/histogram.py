@@ -20,10 +20,8 @@ import numpy as np
 
 from simbench.data import bundled_files
 from simbench.errors import InputError, read_text_file
+from simbench.validation import MAX_LENGTH, check_max_length, check_whole_number
 
-# Beyond any context length trained today; a typo such as 5120000 for 512 would otherwise ask
-# for a counts array (and packer tables) of that many entries and run out of memory.
-MAX_LENGTH = 1 << 20
 # Far above any dataset's size, and low enough that tokens (count x length) stay within int64.
 MAX_COUNT = 1 << 40
 
@@ -60,8 +58,7 @@ class LengthHistogram:
     @classmethod
     def from_lengths(cls, lengths, max_length: int, name: str = "histogram") -> LengthHistogram:
         """Histogram of an array of per-sequence lengths (vectorized: 16M lengths in ~0.1 s)."""
-        if not 1 <= max_length <= MAX_LENGTH:
-            raise InputError(f"max_length must be in 1..{MAX_LENGTH:,}, found {max_length}")
+        max_length = check_max_length(max_length)
         lengths = np.asarray(lengths)
         if lengths.size and (lengths.min() < 1 or lengths.max() > max_length):
             bad = int(np.count_nonzero((lengths < 1) | (lengths > max_length)))
@@ -198,9 +195,10 @@ def _load_json(path: Path) -> LengthHistogram:
         raise InputError('expected {"counts": [count of length 1, ...]} or {"counts": {"length": count}}',
                          source=source)
     for length, count in pairs.items():
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise InputError(f"count of length {length} must be a non-negative whole number, found {count!r}",
-                             source=source)
+        try:
+            check_whole_number(count, f"count of length {length}", minimum=0)
+        except InputError as error:
+            raise error.located(source) from None
         if count > MAX_COUNT:
             raise InputError(f"count of length {length} may be at most {MAX_COUNT:,}, found {count:,}", source=source)
     if not pairs:
@@ -209,10 +207,10 @@ def _load_json(path: Path) -> LengthHistogram:
         raise InputError(f"length must be at least 1, found {min(pairs)}", source=source)
     if max(pairs) > MAX_LENGTH:
         raise InputError(f"length may be at most {MAX_LENGTH:,}, found {max(pairs):,}", source=source)
-    max_length = data.get("max_length", max(pairs))
-    if not isinstance(max_length, int) or isinstance(max_length, bool) or not 1 <= max_length <= MAX_LENGTH:
-        raise InputError(f"max_length must be a whole number in 1..{MAX_LENGTH:,}, found {max_length!r}",
-                         source=source)
+    try:
+        max_length = check_max_length(data.get("max_length", max(pairs)))
+    except InputError as error:
+        raise error.located(source) from None
     if max(pairs) > max_length:
         raise InputError(f"length {max(pairs)} is above max_length {max_length}", source=source)
     pairs.setdefault(max_length, 0)

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from simbench.errors import InputError
-from simbench.histogram import MAX_LENGTH, LengthHistogram
+from simbench.histogram import LengthHistogram
+from simbench.validation import check_max_length
 
 Tokenizer = Callable[[str], int]  # text -> number of tokens
 Progress = Callable[[int], None]  # bytes read so far
@@ -52,8 +53,7 @@ class BuiltHistogram:
 
 def build_histogram(lengths: np.ndarray, max_length: int, *, truncate: bool, name: str = "histogram") -> BuiltHistogram:
     """Count `lengths` into 1..max_length; longer ones are cut or left out, empty ones left out."""
-    if not 1 <= max_length <= MAX_LENGTH:
-        raise InputError(f"--max-length must be in 1..{MAX_LENGTH:,}, found {max_length}")
+    max_length = check_max_length(max_length)
     lengths = np.asarray(lengths, dtype=np.int64)
     if lengths.size and lengths.min() < 0:
         # Counted neither as empty nor as too long, they would vanish from the report.

@@ -25,10 +25,9 @@ from simbench.data import bundled_files
 from simbench.errors import InputError, read_text_file
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.plans import all_plan_names, parse_plan
-from simbench.sim.simulate import ROWS_PER_STEP_MAX
+from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_max_depth, check_rows_per_step
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
-DEFAULT_DEVICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 
 # Union members are told apart by the input's type, so a mistake yields one error, not one per member.
 _SHORT, _FULL = "short form", "full form"
@@ -154,9 +153,12 @@ class StrategySpec(_Strict):
     @classmethod
     def _depth_or_max(cls, depth: Any) -> Any:
         # Checked here so that a bad depth gives one message, not one per member of the union.
-        if depth is None or depth == "max" or (isinstance(depth, int) and not isinstance(depth, bool) and depth >= 1):
+        if depth == "max":
             return depth
-        raise ValueError(f"max_depth must be a whole number >= 1 or `max`, found {depth!r}")
+        try:
+            return check_max_depth(depth)
+        except InputError:
+            raise ValueError(f"max_depth must be a whole number >= 1 or `max`, found {depth!r}") from None
 
     @field_validator("name")
     @classmethod
@@ -199,7 +201,7 @@ class OutputsSpec(_Strict):
 
 class QuickSpec(_Strict):
     steps: int = Field(5, ge=1, description="simulated steps per strategy and device count under --quick")
-    devices: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(
+    devices: tuple[Annotated[int, Field(ge=1, le=DEVICES_MAX)], ...] | None = Field(
         None, description="device counts under --quick; default: the smallest, a middle one and the largest")
     lp_bounds: bool = Field(False, description="compute the LP bounds under --quick too")
 
@@ -219,7 +221,7 @@ class Scenario(_Strict):
         Annotated[StrategySpec, Tag(_FULL)],
         Field(description="a name, or a mapping with `name` and parameters"),
     ], ...] = Field(min_length=1)
-    devices: tuple[Annotated[int, Field(ge=1)], ...] = Field(DEFAULT_DEVICES, min_length=1)
+    devices: tuple[Annotated[int, Field(ge=1, le=DEVICES_MAX)], ...] = Field(DEFAULT_DEVICES, min_length=1)
     batch_size: int = Field(32, ge=1, description="sequences (or packs) per device per step")
     steps: int = Field(200, ge=1, description="simulated training steps per strategy and device count")
     seed: int = Field(0, ge=0)
@@ -277,10 +279,10 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _fits_in_memory(self) -> Scenario:
-        largest = max(self.devices + (self.quick.devices or ()))
-        if largest * self.batch_size > ROWS_PER_STEP_MAX:
-            raise ValueError(f"{largest} devices x batch_size {self.batch_size} is {largest * self.batch_size:,} "
-                             f"rows per step; at most {ROWS_PER_STEP_MAX:,} fit in memory")
+        try:
+            check_rows_per_step(max(self.devices + (self.quick.devices or ())), self.batch_size)
+        except InputError as error:
+            raise ValueError(str(error)) from None
         return self
 
     def quickened(self) -> Scenario:

@@ -52,9 +52,9 @@ def test_records_round_trip(tmp_path):
     ("histogram,strategy,max_depth,seed,batch_size,efficiency\nsquad_1_1_384,spfhp,0,0,32,0.5\n", 2,
      "max_depth must be at least 1 or empty, found 0"),
     ("histogram,strategy,max_depth,seed,batch_size,efficiency\nsquad_1_1_384,sort,,0,0,0.5\n", 2,
-     "batch_size must be at least 1, found 0"),
+     "batch_size must be a whole number >= 1, found 0"),
     ("histogram,strategy,max_depth,seed,batch_size,efficiency\nsquad_1_1_384,greedy,,-1,32,0.5\n", 2,
-     "seed must not be negative, found -1"),
+     "seed must be a whole number >= 0, found -1"),
 ])
 def test_bad_baseline_names_file_and_line(tmp_path, text, line, message):
     path = tmp_path / "baseline.csv"

@@ -127,7 +127,7 @@ def test_max_length_below_the_longest_sequence_is_an_input_error():
     assert "Traceback" not in completed.stderr
 
 
-@pytest.mark.parametrize("command, name", [("pack", "--max-length"), ("bound", "max_length")])
+@pytest.mark.parametrize("command, name", [("pack", "--max-length"), ("bound", "--max-length")])
 @pytest.mark.parametrize("max_length", ["0", "-5", "100000000000"])
 def test_max_length_outside_its_range_is_an_input_error(tmp_path, command, name, max_length):
     # 0 used to fall back to the histogram's length silently, and a huge one to run out of memory.
@@ -135,7 +135,7 @@ def test_max_length_outside_its_range_is_an_input_error(tmp_path, command, name,
     path.write_text("length,count\n1,0\n8,0\n")
     completed = run_simbench(command, str(path), "--max-length", max_length)
     assert completed.returncode == 2
-    assert f"{name} must be in 1..1,048,576, found {max_length}" in " ".join(completed.stderr.split())
+    assert f"{name} must be a whole number in 1..1,048,576, found {max_length}" in " ".join(completed.stderr.split())
     assert "Traceback" not in completed.stderr
 
 
@@ -166,8 +166,8 @@ def test_a_folder_as_baseline_is_an_input_error(tmp_path):
     assert "Traceback" not in completed.stderr
 
 
-@pytest.mark.parametrize("option, message", [(("--seed", "-1"), "seed must not be negative, found -1"),
-                                             (("--batch-size", "0"), "batch_size must be at least 1, found 0")])
+@pytest.mark.parametrize("option, message", [(("--seed", "-1"), "--seed must be a whole number >= 0, found -1"),
+                                             (("--batch-size", "0"), "--batch-size must be a whole number >= 1, found 0")])
 def test_negative_seed_and_empty_batches_are_input_errors(option, message):
     # A negative seed reached numpy's default_rng, which raised a traceback.
     completed = run_simbench("pack", "squad_1_1_384", "--strategy", "all", *option)

@@ -143,7 +143,7 @@ def test_command_defaults_to_the_papers_fit():
     (["--location", "1.6"], "--location and --scale go together"),
     (["--location", "1.6", "--scale", "0"], "--scale must be positive"),
     (["--log", "missing.txt.gz"], "no such MLPerf log file"),
-    (["--fit-devices", "0"], "--fit-devices must be at least 1"),
+    (["--fit-devices", "0"], "--fit-devices must be a whole number >= 1"),
     (["--location", "nan", "--scale", "0.1"], "--location must be a finite number"),
     (["--location", "1.6", "--scale", "inf"], "--scale must be positive"),
     (["--devices", "1,,8"], "found ''"),

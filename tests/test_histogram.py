@@ -153,8 +153,8 @@ def test_empty_csv_names_the_file(tmp_path, text, message):
 @pytest.mark.parametrize("document, message", [
     ('{"counts": [1, 2], "max_length": 1}', "length 2 is above max_length 1"),
     ('{"counts": {"3": 1, "9": 2}, "max_length": 8}', "length 9 is above max_length 8"),
-    ('{"counts": [1, -1]}', "count of length 2 must be a non-negative whole number, found -1"),
-    ('{"counts": [1, 0.5]}', "count of length 2 must be a non-negative whole number, found 0.5"),
+    ('{"counts": [1, -1]}', "count of length 2 must be a whole number >= 0, found -1"),
+    ('{"counts": [1, 0.5]}', "count of length 2 must be a whole number >= 0, found 0.5"),
     ('{"counts": {"0": 1}}', "length must be at least 1, found 0"),
     ('{"counts": []}', "no counts"),
     ('{"lengths": [1]}', 'expected {"counts"'),
@@ -223,7 +223,7 @@ def test_unreadable_histogram_permission_is_an_input_error(tmp_path, monkeypatch
 
 def test_from_lengths_rejects_an_impossible_max_length():
     for max_length in (0, 1 << 40):
-        with pytest.raises(InputError, match="max_length must be in 1..1,048,576"):
+        with pytest.raises(InputError, match="max_length must be a whole number in 1..1,048,576"):
             LengthHistogram.from_lengths([1], max_length=max_length)
 
 

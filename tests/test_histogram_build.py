@@ -168,7 +168,7 @@ def test_unreadable_input_is_an_input_error(tmp_path, monkeypatch):
 
 
 def test_max_length_beyond_any_context_is_an_input_error():
-    with pytest.raises(InputError, match="--max-length must be in 1..1,048,576, found 100000000000"):
+    with pytest.raises(InputError, match="max_length must be a whole number in 1..1,048,576, found 100000000000"):
         build_histogram(np.array([3]), 100_000_000_000, truncate=False)
 
 

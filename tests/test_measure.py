@@ -102,7 +102,7 @@ def test_quick_measure_times_every_strategy_and_packing_beats_padding(tmp_path):
         "measure", "wikipedia_512", "--quick", "--device", "cpu", "--threads", "1", "--max-length", "64",
         "--steps", "3", "--batch-size", "8", "--repeats", "3", "--json", "-o", str(output)])
     assert result.exit_code == 0, result.output
-    records = json.loads(result.stdout[result.stdout.index("["):result.stdout.rindex("]") + 1])
+    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     by_strategy = {record["strategy"]: record for record in records}
     assert set(by_strategy) == set(measure.STRATEGIES)
     for record in records:

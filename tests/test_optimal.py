@@ -119,7 +119,7 @@ def test_bad_limits_are_input_errors():
     histogram = load_histogram("squad_1_1_384")
     with pytest.raises(InputError, match="longer than max_length 300"):
         lp_lower_bound(histogram, 300)
-    with pytest.raises(InputError, match="max_depth must be at least 1"):
+    with pytest.raises(InputError, match="max_depth must be a whole number >= 1"):
         lp_lower_bound(histogram, 384, 0)
 
 
@@ -218,4 +218,4 @@ def test_bound_command_reports_a_too_short_max_length_as_an_input_error():
 
     result = CliRunner().invoke(app, ["bound", "squad_1_1_384", "--max-length", "100"])
     assert isinstance(result.exception, InputError)
-    assert "longer than max_length 100" in str(result.exception)
+    assert "longer than --max-length 100" in str(result.exception)

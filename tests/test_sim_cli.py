@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simbench.cli import app
-from simbench.commands.simulate import parse_device_counts
+from simbench.commands.common import parse_counts
 from simbench.errors import InputError
 
 RUNNER = CliRunner()
@@ -35,9 +35,9 @@ def test_table_names_every_strategy():
 
 
 def test_bad_device_list_is_an_input_error_naming_the_bad_entry():
-    assert parse_device_counts("1, 8,64") == [1, 8, 64]
+    assert parse_counts("1, 8,64", "--devices") == [1, 8, 64]
     with pytest.raises(InputError, match="'two'"):
-        parse_device_counts("1,two,4")
+        parse_counts("1,two,4", "--devices")
 
 
 def test_bad_strategy_exits_with_one_line_and_no_traceback():
@@ -51,7 +51,8 @@ def test_bad_strategy_exits_with_one_line_and_no_traceback():
 
 @pytest.mark.parametrize("arguments, message", [
     (["--seed", "-1"], "seed must be a whole number >= 0, found -1"),
-    (["--devices", "99999999999999"], "rows per step"),
+    (["--devices", "99999999999999"], "--devices must be whole numbers in 1..4,194,304, found 99999999999999"),
+    (["--devices", "262144"], "262144 devices x --batch-size 32 is 8,388,608 rows per step"),
     (["--devices", "1,,2"], "found ''"),
 ])
 def test_bad_seed_and_oversized_clusters_are_input_errors(arguments, message):
@@ -66,4 +67,4 @@ def test_errors_through_a_pipe_start_on_the_first_line():
                                 "squad_1_1_384", "-s", "unpad", "--devices", "1", "--steps", "2", "--seed", "-1"],
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 2
-    assert completed.stderr.startswith("error: seed must be a whole number >= 0")
+    assert completed.stderr.startswith("error: --seed must be a whole number >= 0")

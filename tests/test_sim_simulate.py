@@ -162,10 +162,10 @@ def test_empty_histogram_is_an_input_error():
 
 
 @pytest.mark.parametrize("arguments, fragment", [
-    (dict(batch_size=0), "batch size"),
+    (dict(batch_size=0), "batch_size must be a whole number >= 1, found 0"),
     (dict(steps=0), "steps"),
-    (dict(devices=[]), "device counts"),
-    (dict(devices=[0, 2]), "device counts"),
+    (dict(devices=[]), "devices must be whole numbers in 1..4,194,304, found none"),
+    (dict(devices=[0, 2]), "devices must be whole numbers in 1..4,194,304, found 0"),
     (dict(engine="fast"), "engine"),
 ])
 def test_bad_arguments_raise_input_errors(arguments, fragment):

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from simbench.atomic import atomic_file
+from simbench.commands.common import command
 from simbench.errors import InputError, writing_to
 from simbench.histogram import load_histogram
 
@@ -63,4 +64,4 @@ def _write_parquet(assignment: np.ndarray, path: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(assign)
+    app.command()(command(assign))

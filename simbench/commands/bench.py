@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from simbench.commands.common import command
 from simbench.errors import InputError
 
 # The benchmarks are tests, not package data: they exist only in a source checkout, beside its
@@ -40,4 +41,4 @@ def bench(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(bench)
+    app.command()(command(bench))

@@ -8,6 +8,7 @@ import time
 import typer
 from rich.console import Console
 
+from simbench.commands.common import command
 from simbench.histogram import load_histogram
 
 
@@ -18,18 +19,18 @@ def bound(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
 ) -> None:
     """The fewest packs any packer can reach: the LP relaxation's optimum, rounded up."""
-    from simbench.strategies import checked_max_length
     from simbench.strategies.optimal import lp_lower_bound
+    from simbench.validation import check_pack_limits
 
     histogram = load_histogram(histogram_name)
-    max_length = checked_max_length(histogram, max_length, max_depth)
+    max_length = check_pack_limits(histogram, max_length, max_depth)
     start = time.perf_counter()
     result = lp_lower_bound(histogram, max_length, max_depth)
     seconds = time.perf_counter() - start
     if as_json:
         print(json.dumps({"histogram": histogram_name, "max_length": max_length, "max_depth": max_depth,
                           "lp_value": result.value, "lower_bound_packs": result.lower_bound_packs,
-                          "seconds": seconds}, indent=2))
+                          "seconds": seconds}))
         return
     depth = "no depth limit" if max_depth is None else f"depth <= {max_depth}"
     efficiency = histogram.real_tokens / (result.lower_bound_packs * max_length) if result.lower_bound_packs else 1.0
@@ -42,4 +43,4 @@ def bound(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(bound)
+    app.command()(command(bound))

@@ -15,7 +15,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from simbench.commands.run import progress_bar
+from simbench.commands.common import command, parse_model, print_json_lines, progress_bar
 from simbench.errors import InputError
 
 TORCH_MISSING = "torch is not installed: pip install 'simbench[torch]'"
@@ -44,7 +44,7 @@ def calibrate(
     torch = _import_torch()
     from simbench.calibrate.calibration import CalibrationSettings, calibration_steps, run_calibration
 
-    settings = CalibrationSettings(model=_model(model), max_length=max_length, device=_device(torch, device),
+    settings = CalibrationSettings(model=parse_model(model), max_length=max_length, device=_device(torch, device),
                                    threads=threads or torch.get_num_threads(), seed=seed, quick=quick,
                                    unpadded_attention=_unpadded_attention(unpadded_attention), wall_clock=wall_clock)
     settings.encoder_shape()
@@ -93,7 +93,7 @@ def measure(
     output_dir = output_dir or Path(f"measure-{histogram.name}")
     # Checked before minutes of timing; and never swap away a folder that is not an earlier result.
     check_replaceable(output_dir, option="-o")
-    spec = _model(model)
+    spec = parse_model(model)
     if max_length > spec.max_positions:
         raise InputError(f"--max-length {max_length} exceeds the model's {spec.max_positions} positions")
     seed = scenario_seed if seed is None else seed
@@ -145,7 +145,7 @@ def measure(
         columns = ["strategy", "measured_speedup", "predicted_speedup", "error", "measured_step_seconds",
                    "predicted_step_seconds", "predicted_compute_seconds", "predicted_padding_seconds",
                    "predicted_overhead_seconds", "measured_tokens_per_s", "predicted_tokens_per_s"]
-        typer.echo(json.dumps(table[columns].to_dict(orient="records"), indent=2))
+        print_json_lines(table[columns].to_dict(orient="records"))
     else:
         Console().print(_comparison_table(table))
     console.print(f"wrote {output_dir}/measured_vs_predicted.csv and .png, per-step speed-ups in steps.csv",
@@ -153,8 +153,8 @@ def measure(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("calibrate")(calibrate)
-    app.command("measure")(measure)
+    app.command("calibrate")(command(calibrate))
+    app.command("measure")(command(measure))
 
 
 def _import_torch():
@@ -181,20 +181,6 @@ def _unpadded_attention(name: str | None) -> str | None:
     if name is not None and name not in UNPADDED_ATTENTION:
         raise InputError(f"--unpadded-attention must be one of {', '.join(UNPADDED_ATTENTION)}, found {name!r}")
     return name
-
-
-def _model(text: str):
-    from simbench.costmodels.model import get_model
-
-    if "=" not in text:
-        return get_model(text)
-    dimensions = {}
-    for part in text.split(","):
-        key, _, value = part.partition("=")
-        if not value.strip().isdigit():
-            raise InputError(f"model dimension {key.strip()!r} needs a whole number, found {value.strip()!r}")
-        dimensions[key.strip()] = int(value)
-    return get_model(dimensions)
 
 
 def _histogram_and_seed(source: str):

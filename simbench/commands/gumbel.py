@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +16,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simbench.commands.simulate import parse_device_counts
+from simbench.commands.common import command, parse_counts
 from simbench.errors import InputError, read_text_file
-
-DEFAULT_DEVICES = "1,2,4,8,16,32,64,128,256,512,1024,2048"
+from simbench.validation import DEFAULT_DEVICES
 
 
 def gumbel(
@@ -33,16 +31,15 @@ def gumbel(
     scale: float = typer.Option(None, "--scale", help="Gumbel scale of the cluster's per-step speed-up"),
     fit_devices: int = typer.Option(None, "--fit-devices", help="devices the fit was measured on [default: 8, the "
                                     "log's GPUs, or 1 with --samples]"),
-    devices: str = typer.Option(DEFAULT_DEVICES, "--devices", help="comma-separated device counts to extrapolate to"),
+    devices: str = typer.Option(",".join(map(str, DEFAULT_DEVICES)), "--devices",
+                                help="comma-separated device counts to extrapolate to"),
     after_step: int = typer.Option(50, "--after-step", help="with --log: skip warm-up steps up to this one"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     """Single-device Gumbel behind a cluster fit, and the expected cluster speed-up per device count."""
     from simbench.costmodels import gumbel as model
 
-    device_counts = tuple(parse_device_counts(devices))
-    if fit_devices is not None and fit_devices < 1:
-        raise InputError(f"--fit-devices must be at least 1, found {fit_devices}")
+    device_counts = tuple(parse_counts(devices, "--devices"))
     if sum([log is not None, samples is not None, location is not None or scale is not None]) > 1:
         raise InputError("give one of --log, --samples or --location/--scale")
     if column is not None and samples is None:
@@ -51,7 +48,7 @@ def gumbel(
         values = read_samples(samples, column)
         fit = model.fit_gumbel(values, side="right")
         location, scale = fit.location, fit.scale
-        fit_devices = fit_devices or 1
+        fit_devices = 1 if fit_devices is None else fit_devices
         unit = "speed-up"
         origin = f"{samples}{f' column {column}' if column else ''} ({values.size} steps)"
     elif log is not None:
@@ -61,7 +58,7 @@ def gumbel(
         samples = run.per_gpu_sequences_per_s(after_step)
         fit = model.fit_gumbel(samples, side="right")
         location, scale = fit.location, fit.scale
-        fit_devices = fit_devices or run.gpus
+        fit_devices = run.gpus if fit_devices is None else fit_devices
         unit = "seq/s per GPU"
         origin = f"{log} ({run.gpus} GPUs, {samples.size} steps after step {after_step})"
     else:
@@ -72,21 +69,17 @@ def gumbel(
             origin = "packing paper, un-padding over padding, NVIDIA MLPerf v0.7 on 8 GPUs"
         else:
             origin = "given"
-        fit_devices = fit_devices or model.PAPER_DEVICES
+        fit_devices = model.PAPER_DEVICES if fit_devices is None else fit_devices
         unit = "speed-up"
-    if not math.isfinite(location):
-        raise InputError(f"--location must be a finite number, found {location}")
-    if not (math.isfinite(scale) and scale > 0):
-        raise InputError(f"--scale must be positive and finite, found {scale}")
-    single = model.single_device_from_cluster(location, scale, fit_devices)
     table = model.extrapolate_cluster_speedups(location, scale, fit_devices, device_counts)
+    single = model.single_device_from_cluster(location, scale, fit_devices)
     if as_json:
         print(json.dumps({
             "unit": unit, "origin": origin,
             "cluster_fit": {"location": location, "scale": scale, "devices": fit_devices},
             "single_device": {"location": single.location, "scale": single.scale},
             "clusters": table.to_dict(orient="records"),
-        }, indent=2))
+        }))
         return
     console = Console()
     console.print(f"cluster fit ({origin}): location {location:.4f}, scale {scale:.4f} on {fit_devices} devices")
@@ -123,4 +116,4 @@ def read_samples(path: Path, column: str | None) -> np.ndarray:
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(gumbel)
+    app.command()(command(gumbel))

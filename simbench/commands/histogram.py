@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
+from simbench.commands.common import command
 from simbench.errors import InputError, writing_to
 from simbench.histogram_build import build_histogram, load_tokenizer, read_lengths
 from simbench.atomic import atomic_file
@@ -16,7 +17,6 @@ from simbench.atomic import atomic_file
 histogram_app = typer.Typer(help="Build length histograms from your own data.", no_args_is_help=True)
 
 
-@histogram_app.command("build")
 def build(
     input_path: Path = typer.Argument(..., metavar="INPUT",
                                       help="lengths (text, one per line, or .npy), .jsonl/.parquet, or raw text"),
@@ -52,4 +52,5 @@ def build(
 
 
 def register(app: typer.Typer) -> None:
+    histogram_app.command("build")(command(build))
     app.add_typer(histogram_app, name="histogram")

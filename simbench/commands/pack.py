@@ -14,8 +14,10 @@ from rich.table import Table
 
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
-from simbench.strategies import PackOptions, Strategy, available_strategies, checked_max_length, get_strategy
+from simbench.commands.common import command, print_json_lines
+from simbench.strategies import PackOptions, Strategy, available_strategies, get_strategy
 from simbench.strategies.baseline import BASELINE_PATH, compare_with_baseline, load_baseline
+from simbench.validation import check_pack_limits
 
 
 def pack(
@@ -40,7 +42,7 @@ def pack(
                              "leave out --max-length")
         _check_baseline(histogram, strategies, max_depth, baseline_path, as_json)
         return
-    max_length = checked_max_length(histogram, max_length, max_depth, names=("--max-length", "--max-depth"))
+    max_length = check_pack_limits(histogram, max_length, max_depth)
     options = PackOptions(seed=seed, batch_size=batch_size)
     errors = Console(stderr=True)
     results = []
@@ -53,7 +55,7 @@ def pack(
             errors.print(f"skipped {chosen.name}: {error}", highlight=False, soft_wrap=True)
             continue
         if as_json:
-            print(json.dumps(metrics), flush=True)
+            print_json_lines([metrics])
         results.append(metrics)
     if not as_json:
         # The table is as wide as the paper's; piped output should not fold it into 80 columns.
@@ -128,4 +130,4 @@ def _check_baseline(histogram: LengthHistogram, strategies: list[Strategy], max_
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(pack)
+    app.command()(command(pack))

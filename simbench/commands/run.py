@@ -10,8 +10,9 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from simbench.commands.common import command, progress_bar
 
 REPORTS_DIR = Path("reports")
 SCENARIO_HELP = "scenario YAML file, or a bundled scenario's name (simbench list)"
@@ -109,15 +110,8 @@ def _table(title: str, columns: list[str], rows: list[tuple[str, ...]]) -> Table
     return table
 
 
-def progress_bar(console: Console) -> Progress:
-    """The commands' progress bar; off when `console` is no terminal (a pipe or a CI log would keep a
-    stray blank line where the transient bar was)."""
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=True, disable=not console.is_terminal)
-
-
 def register(app: typer.Typer) -> None:
-    app.command("run")(run)
+    app.command("run")(command(run))
     app.command("validate")(validate)
     app.command("plot")(plot)
     app.command("list")(list_everything)

@@ -5,17 +5,12 @@ Prints a table, or with --json one JSON object per (strategy, devices) line; pro
 
 from __future__ import annotations
 
-import json
-import math
-
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from simbench.commands.run import progress_bar
-from simbench.errors import InputError
-
-DEFAULT_DEVICES = ",".join(str(2**power) for power in range(12))
+from simbench.commands.common import command, parse_counts, print_json_lines, progress_bar
+from simbench.validation import DEFAULT_DEVICES
 
 
 def simulate(
@@ -24,7 +19,8 @@ def simulate(
                                        help="NAME[:DEPTH] of a packer, unpad, unpad-exchange, unpad-exchange-overlap, "
                                             "packed-varlen[:PACKER][:DEPTH], vts[:stages=S], "
                                             "vts-bucketed[:window=K], or all; repeatable"),
-    devices: str = typer.Option(DEFAULT_DEVICES, "--devices", "-n", help="comma-separated device counts"),
+    devices: str = typer.Option(",".join(map(str, DEFAULT_DEVICES)), "--devices", "-n",
+                                help="comma-separated device counts"),
     model: str = typer.Option("bert-large", "--model", help="model preset"),
     hardware: str = typer.Option("a100", "--hardware", help="hardware preset or profile YAML file"),
     batch_size: int = typer.Option(32, "--batch-size", help="rows (packs or sequences) per device per step"),
@@ -39,7 +35,7 @@ def simulate(
     from simbench.sim.plans import parse_plans, with_reference
     from simbench.sim.simulate import simulate as run_simulation
 
-    device_counts = parse_device_counts(devices)
+    device_counts = parse_counts(devices, "--devices")
     plans = parse_plans(strategy)
     lengths = load_histogram(histogram)
     cost_model = TransformerCostModel(model, hardware)
@@ -48,32 +44,12 @@ def simulate(
         result = run_simulation(lengths, plans, device_counts, cost_model, batch_size=batch_size, steps=steps,
                                 seed=seed, engine=engine, progress=lambda advance: progress.advance(task, advance))
     if as_json:
-        for record in result.summary.to_dict("records"):
-            typer.echo(json.dumps({key: _plain(value) for key, value in record.items()}))
+        print_json_lines(result.summary.to_dict("records"))
     else:
         # The table needs ~120 columns; a narrower pipe or terminal would truncate every number.
         console = Console()
         console.width = max(console.width, 120)
         console.print(_table(result.summary, lengths.name, model, hardware))
-
-
-def parse_device_counts(text: str) -> list[int]:
-    counts = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) < 1:
-            raise InputError(f"--devices must be comma-separated whole numbers >= 1, found {part!r} in {text!r}")
-        counts.append(int(part))
-    return counts
-
-
-def _plain(value):
-    """JSON-ready scalars: numpy numbers to Python, NaN to null."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
 
 
 def _table(summary, histogram_name: str, model: str, hardware: str) -> Table:
@@ -90,4 +66,4 @@ def _table(summary, histogram_name: str, model: str, hardware: str) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(simulate)
+    app.command()(command(simulate))

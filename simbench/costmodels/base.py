@@ -12,14 +12,6 @@ from typing import Protocol
 
 import numpy as np
 
-from simbench.errors import InputError
-
-
-def check_device_count(devices, what: str = "devices") -> None:
-    """Every cost that depends on the cluster size takes a whole number of devices, at least one."""
-    if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) or devices < 1:
-        raise InputError(f"{what} must be a whole number of at least 1, found {devices!r}")
-
 
 class ExecutionMode(str, Enum):
     """How a device executes the rows of a batch."""

@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 from scipy import integrate, stats
 
-from simbench.costmodels.base import check_device_count
 from simbench.errors import InputError
+from simbench.validation import (DEFAULT_DEVICES, check_device_count, check_device_counts, check_finite_float,
+                                 check_positive_float)
 
 # Krell et al. (arXiv 2107.02027) section 4.4: per-step speed-up of un-padding over padding,
 # NVIDIA MLPerf v0.7 BERT on 8 GPUs, fitted with a (right-skewed) Gumbel.
@@ -59,20 +60,20 @@ def fit_gumbel(samples, side: str = "right") -> GumbelFit:
 
 def min_of_n_cdf(speedups, location: float, scale: float, devices: int) -> np.ndarray:
     """P_n(s): the chance that the minimum of `devices` right-skewed Gumbel draws is at most s."""
-    check_device_count(devices)
+    check_device_count(devices, maximum=None)
     return -np.expm1(devices * stats.gumbel_r.logsf(speedups, location, scale))
 
 
 def min_of_n_pdf(speedups, location: float, scale: float, devices: int) -> np.ndarray:
     """Density of the minimum of `devices` right-skewed Gumbel draws."""
-    check_device_count(devices)
+    check_device_count(devices, maximum=None)
     return np.exp(np.log(devices) + (devices - 1) * stats.gumbel_r.logsf(speedups, location, scale)
                   + stats.gumbel_r.logpdf(speedups, location, scale))
 
 
 def max_of_n_gumbel(location: float, scale: float, devices: int) -> GumbelFit:
     """Step time of `devices` devices whose times are Gumbel(location, scale): max-stable, exact."""
-    check_device_count(devices)
+    check_device_count(devices, maximum=None)
     return GumbelFit(location + scale * np.log(devices), scale)
 
 
@@ -89,9 +90,9 @@ def single_device_from_cluster(location: float, scale: float, devices: int) -> G
     s = mu + beta z(q), so the two conditions are linear in (mu, beta) and solved exactly (the
     paper's Nelder-Mead search lands on the same point).
     """
-    check_device_count(devices)
-    if not scale > 0:
-        raise InputError(f"Gumbel scale must be positive, found {scale}")
+    check_device_count(devices, maximum=None)
+    check_finite_float(location, "location")
+    check_positive_float(scale, "scale")
     median = float(stats.gumbel_r.median(location, scale))
     median_level = -np.expm1(np.log(0.5) / devices)
     mode_level = -np.expm1(np.log1p(-stats.gumbel_r.cdf(0.0)) / devices)
@@ -102,7 +103,7 @@ def single_device_from_cluster(location: float, scale: float, devices: int) -> G
 
 def median_min_of_n(location: float, scale: float, devices: int) -> float:
     """Median of the minimum of `devices` draws: where (1 - P_1)^n = 1/2, in closed form."""
-    check_device_count(devices)
+    check_device_count(devices, maximum=None)
     # P_1 = 1 - 0.5^(1/n), through expm1: 0.5^(1/n) rounds to 1 (a median of -inf) once n passes ~1e16.
     return float(stats.gumbel_r.ppf(-np.expm1(np.log(0.5) / devices), location, scale))
 
@@ -112,7 +113,7 @@ def expected_min_speedup(location: float, scale: float, devices: int) -> float:
 
     E[min] = low + integral from low of (1 - P_n(s)) ds, with `low` far below where P_1 is negligible.
     """
-    check_device_count(devices)
+    check_device_count(devices, maximum=None)
     low = location - 8 * scale  # P_1(low) = exp(-e^8) ~ 1e-1300: nothing of the minimum lies below
     median = median_min_of_n(location, scale, devices)
     high = location + 60 * scale
@@ -124,19 +125,21 @@ def expected_min_speedup(location: float, scale: float, devices: int) -> float:
 def monte_carlo_min_speedup(location: float, scale: float, devices: int, draws: int,
                             rng: np.random.Generator) -> float:
     """Mean over `draws` clusters of the minimum of `devices` Gumbel draws (a cross-check)."""
-    check_device_count(devices)
+    check_device_count(devices, maximum=None)
     return float(rng.gumbel(location, scale, size=(draws, devices)).min(axis=1).mean())
 
 
 def extrapolate_cluster_speedups(location: float = PAPER_LOCATION, scale: float = PAPER_SCALE,
                                  fit_devices: int = PAPER_DEVICES,
-                                 devices: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+                                 devices: tuple[int, ...] = DEFAULT_DEVICES,
                                  ) -> pd.DataFrame:
     """Expected and median cluster speed-up per device count, from a fit made on `fit_devices`.
 
     One row per device count: devices, mean_speedup, median_speedup, and mean_gain_percent
     (100 x (mean - 1): how much faster than the baseline the cluster still runs).
     """
+    check_device_count(fit_devices, "fit_devices", maximum=None)
+    check_device_counts(devices, maximum=None)
     single = single_device_from_cluster(location, scale, fit_devices)
     rows = []
     for count in devices:

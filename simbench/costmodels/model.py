@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 
 from simbench.errors import InputError
+from simbench.validation import check_whole_number
 
 FLOPS_PER_MULTIPLY_ACCUMULATE = 2
 # Backward computes gradients for both the activations and the weights: twice the forward work.
@@ -59,9 +60,9 @@ class ModelSpec:
 
     def __post_init__(self):
         for field in ("layers", "hidden", "heads", "ffn", "vocab", "max_positions"):
-            _check_positive_whole(field, getattr(self, field))
+            check_whole_number(getattr(self, field), f"model dimension `{field}`", minimum=1)
         if self.kv_heads is not None:
-            _check_positive_whole("kv_heads", self.kv_heads)
+            check_whole_number(self.kv_heads, "model dimension `kv_heads`", minimum=1)
             if self.heads % self.kv_heads:
                 raise InputError(f"model `heads` ({self.heads}) must be a multiple of `kv_heads` ({self.kv_heads})")
         if self.hidden % self.heads:
@@ -139,11 +140,6 @@ class ModelSpec:
         pooler = h * h + h
         mlm_head = h * h + h + norm + self.vocab  # transform, LayerNorm, decoder bias
         return embeddings + layers + pooler + mlm_head
-
-
-def _check_positive_whole(field: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InputError(f"model dimension `{field}` must be a positive whole number, found {value!r}")
 
 
 def _decoder(name: str, **dimensions) -> ModelSpec:

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts, check_device_count
+from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.errors import InputError
+from simbench.validation import check_device_count, check_whole_number
 
 # Grouped fused attention launches one forward and one backward kernel per length group.
 GROUPED_ATTENTION_KERNELS_PER_GROUP = 2
@@ -57,7 +58,7 @@ class TransformerCostModel:
     def __post_init__(self):
         object.__setattr__(self, "model", get_model(self.model))
         object.__setattr__(self, "hardware", load_hardware(self.hardware))
-        check_device_count(self.gpus_per_replica, what="gpus_per_replica")
+        check_device_count(self.gpus_per_replica, "gpus_per_replica", maximum=None)
 
     @property
     def replica_speed(self) -> float:
@@ -107,7 +108,7 @@ class TransformerCostModel:
         Each GPU of a replica reduces its own parameter shard with the same GPU of the other
         replicas, all shards at once: the rings carry 1/gpus_per_replica of the gradients each.
         """
-        check_device_count(devices)
+        check_device_count(devices, maximum=None)
         hardware = self.hardware
         gradient_bytes = self.model.parameters * hardware.gradient_bytes_per_parameter / self.gpus_per_replica
         per_node = hardware.devices_per_node
@@ -128,8 +129,7 @@ class TransformerCostModel:
         training FLOPs (padding stripped, no batch to saturate) at the device's rate. A stage does 1/S of
         the work on 1/S of the device's compute, so its time does not depend on S: a pipeline never has
         more FLOP/s than the device it runs on."""
-        if isinstance(stages, bool) or not isinstance(stages, (int, np.integer)) or stages < 1:
-            raise InputError(f"pipeline stages must be a whole number of at least 1, found {stages!r}")
+        check_whole_number(stages, "stages", minimum=1)
         lengths = np.asarray(sequence_lengths, dtype=np.float64)
         model, hardware = self.model, self.hardware
         sample_seconds = (model.linear_flops_per_token * lengths / hardware.linear_flops_per_s

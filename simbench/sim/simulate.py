@@ -31,15 +31,14 @@ from simbench.sim.pricing import DeviceCosts, price_batches
 from simbench.sim.results import PlanRun, SimulationResult, summarize
 from simbench.strategies import get_strategy
 from simbench.strategies.packing import PackOptions, Packing
+from simbench.validation import (check_choice, check_device_counts, check_rows_per_step, check_seed,
+                                 check_whole_number)
 
 ENGINES = ("auto", "simpy", "vectorized")
 # `auto` runs SimPy while a run needs at most this many events, the vectorized engine above.
 SIMPY_EVENT_BUDGET = 20_000
 # Rows priced at once: bounds memory (a few hundred MB at most) whatever the devices and steps.
 ROWS_PER_CHUNK = 1_000_000
-# One step of the largest cluster is priced at once, so its rows (devices x batch size) bound peak
-# memory: 2**22 rows (131,072 devices at batch 32) peak near 0.6 GB.
-ROWS_PER_STEP_MAX = 1 << 22
 LATENCY_SAMPLES_MAX = 100_000
 
 
@@ -93,20 +92,13 @@ class _Settings:
 def _validate(histogram, devices, batch_size, steps, seed, engine) -> list[int]:
     if histogram.sequences == 0:
         raise InputError(f"histogram {histogram.name} holds no sequences: nothing to train on")
-    if engine not in ENGINES:
-        raise InputError(f"engine must be one of {', '.join(ENGINES)}, found {engine!r}")
-    if batch_size < 1:
-        raise InputError(f"batch size must be at least 1, found {batch_size}")
-    if steps < 1:
-        raise InputError(f"steps must be at least 1, found {steps}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InputError(f"seed must be a whole number >= 0, found {seed!r}")
-    if not devices or min(devices) < 1:
-        raise InputError(f"device counts must be whole numbers >= 1, found {list(devices)}")
-    if max(devices) * batch_size > ROWS_PER_STEP_MAX:
-        raise InputError(f"{max(devices)} devices x batch size {batch_size} is {max(devices) * batch_size:,} rows "
-                         f"per step; at most {ROWS_PER_STEP_MAX:,} fit in memory")
-    return sorted(set(int(count) for count in devices))
+    check_choice(engine, "engine", ENGINES)
+    check_whole_number(batch_size, "batch_size", minimum=1)
+    check_whole_number(steps, "steps", minimum=1)
+    check_seed(seed)
+    devices = check_device_counts(devices)
+    check_rows_per_step(devices[-1], batch_size)
+    return devices
 
 
 def _packing(plan: ExecutionPlan, settings: _Settings, packings: dict[str, Packing]) -> Packing | None:

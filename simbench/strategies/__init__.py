@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 from simbench.errors import InputError
-from simbench.histogram import MAX_LENGTH, LengthHistogram
+from simbench.histogram import LengthHistogram
 from simbench.strategies.packing import PackOptions, Packing
+from simbench.validation import check_pack_limits
 
 PackFunction = Callable[[LengthHistogram, int, "int | None", PackOptions], Packing]
 
@@ -41,31 +42,12 @@ class Strategy:
     def __call__(self, histogram: LengthHistogram, max_length: int | None = None,
                  max_depth: int | None = None, options: PackOptions | None = None) -> Packing:
         """Validate the arguments, run the packer and record its solve time."""
-        max_length = checked_max_length(histogram, max_length, max_depth)
+        max_length = check_pack_limits(histogram, max_length, max_depth)
         start = time.perf_counter()
         packing = self.pack_function(histogram, max_length, max_depth, options or PackOptions())
         seconds = time.perf_counter() - start
         return Packing(self.name, max_length, max_depth, packing.rows, packing.repeats,
                        packing.slot_lengths, seconds, packing.details)
-
-
-def checked_max_length(histogram: LengthHistogram, max_length: int | None, max_depth: int | None,
-                       names: tuple[str, str] = ("max_length", "max_depth")) -> int:
-    """The pack length to use (the histogram's when None) once both limits are known to be valid.
-
-    `names` spell the two limits as the caller's user knows them (`--max-length` on the command line).
-    """
-    length_name, depth_name = names
-    if max_length is None:
-        max_length = histogram.max_length
-    if not 1 <= max_length <= MAX_LENGTH:
-        raise InputError(f"{length_name} must be in 1..{MAX_LENGTH:,}, found {max_length}")
-    if histogram.longest > max_length:
-        raise InputError(f"histogram {histogram.name} has sequences of length {histogram.longest}, "
-                         f"longer than {length_name} {max_length}")
-    if max_depth is not None and max_depth < 1:
-        raise InputError(f"{depth_name} must be at least 1, found {max_depth}")
-    return int(max_length)
 
 
 _REGISTRY: dict[str, Strategy] = {}
@@ -116,5 +98,5 @@ def get_strategy(name: str) -> Strategy:
     return strategies[name]
 
 
-__all__ = ["PackOptions", "Packing", "Strategy", "available_strategies", "checked_max_length", "get_strategy",
+__all__ = ["PackOptions", "Packing", "Strategy", "available_strategies", "get_strategy",
            "register"]

@@ -22,9 +22,10 @@ import highspy
 import numpy as np
 
 from simbench.histogram import LengthHistogram
-from simbench.strategies import checked_max_length, register
+from simbench.strategies import register
 from simbench.strategies.classic import pack_decreasing
 from simbench.strategies.packing import PackOptions, Packing
+from simbench.validation import check_pack_limits
 
 # A pattern prices out (improves the LP) when its dual value exceeds 1 by more than this.
 PRICING_TOLERANCE = 1e-9
@@ -144,7 +145,7 @@ def lp_lower_bound(histogram: LengthHistogram, max_length: int, max_depth: int |
 
     Cached by the histogram's counts, so asking again for each strategy costs nothing.
     """
-    max_length = checked_max_length(histogram, max_length, max_depth)
+    max_length = check_pack_limits(histogram, max_length, max_depth)
     depth = None if max_depth is None else int(max_depth)
     return _cached_lp_lower_bound(histogram.counts.tobytes(), max_length, depth)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
+from simbench.validation import check_seed, check_whole_number
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,8 @@ class PackOptions:
 
     def __post_init__(self):
         # Checked here, once, so that no strategy meets numpy's traceback for a negative seed.
-        if self.seed < 0:
-            raise InputError(f"seed must not be negative, found {self.seed}")
-        if self.batch_size < 1:
-            raise InputError(f"batch_size must be at least 1, found {self.batch_size}")
+        check_seed(self.seed)
+        check_whole_number(self.batch_size, "batch_size", minimum=1)
 
 
 @dataclass(frozen=True, eq=False)

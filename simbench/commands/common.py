@@ -1,0 +1,88 @@
+"""What the commands share: library errors in option names, option parsing, JSON lines, progress bars.
+
+Kept import-light (typer and the standard library) so that `simbench --help` loads it in no time.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import math
+from collections.abc import Callable, Iterable
+
+from simbench.errors import InputError
+
+
+def command(function: Callable, **names: str) -> Callable:
+    """`function` whose library errors call each value by the command's option for it (`max_length`
+    becomes `--max-length`); `names` adds options whose library name differs (`devices="--fit-devices"`)."""
+    options = {**_option_names(function), **names}
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except InputError as error:
+            raise error.renamed(options) from None
+
+    return run
+
+
+def _option_names(function: Callable) -> dict[str, str]:
+    names = {}
+    for name, parameter in inspect.signature(function).parameters.items():
+        long_options = [flag for flag in getattr(parameter.default, "param_decls", ()) or () if flag.startswith("--")]
+        if long_options:
+            names[name] = long_options[0]
+    return names
+
+
+def parse_counts(text: str, option: str) -> list[int]:
+    """Comma-separated whole numbers such as `1,8,64`; their bounds are the library's to check."""
+    counts = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise InputError(f"{option} must be comma-separated whole numbers >= 1, found {part!r} in {text!r}")
+        counts.append(int(part))
+    return counts
+
+
+def parse_model(text: str):
+    """A model preset name, or dimensions written `layers=2,hidden=128,heads=2,ffn=512`."""
+    from simbench.costmodels.model import get_model
+
+    if "=" not in text:
+        return get_model(text)
+    dimensions = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        if not value.strip().isdigit():
+            raise InputError(f"model dimension {key.strip()!r} needs a whole number, found {value.strip()!r}")
+        dimensions[key.strip()] = int(value)
+    return get_model(dimensions)
+
+
+def print_json_lines(records: Iterable[dict]) -> None:
+    """One JSON object per line, each flushed as it comes, so that a pipe reads results as they finish."""
+    for record in records:
+        print(json.dumps({key: _plain(value) for key, value in record.items()}), flush=True)
+
+
+def _plain(value):
+    """JSON-ready values: numpy numbers to Python, NaN to null."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def progress_bar(console):
+    """The commands' progress bar; off when `console` is no terminal (a pipe or a CI log would keep a
+    stray blank line where the transient bar was)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True, disable=not console.is_terminal)

@@ -1,0 +1,117 @@
+"""Checks of the values that enter the library, each limit and default defined once here.
+
+Every message names the value, the bound and what was found, e.g. "batch_size must be a whole
+number >= 1, found 0"; the CLI only swaps the library's name for its option (`--batch-size`).
+
+    >>> from simbench.validation import check_whole_number
+    >>> check_whole_number(3, "steps", minimum=1)
+    3
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from numbers import Integral, Real
+
+from simbench.errors import InputError
+
+# Beyond any context length trained today; a typo such as 5120000 for 512 would otherwise ask
+# for a counts array (and packer tables) of that many entries and run out of memory.
+MAX_LENGTH = 1 << 20
+# One step of the largest cluster is priced at once, so its rows (devices x batch size) bound peak
+# memory: 2**22 rows (131,072 devices at batch 32) peak near 0.6 GB.
+ROWS_PER_STEP_MAX = 1 << 22
+# A device trains on at least one row per step, so no run can hold more devices than that.
+DEVICES_MAX = ROWS_PER_STEP_MAX
+DEFAULT_DEVICES = tuple(2**power for power in range(12))  # 1, 2, 4, ..., 2048
+
+
+def check_whole_number(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """`value` as an int when it is a whole number (an int or numpy integer, not a bool) within bounds."""
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        value = int(value)
+        if (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
+            return value
+    raise InputError(f"{name} must be {_whole_number_phrase(minimum, maximum)}, found {value!r}", parameter=name)
+
+
+def _whole_number_phrase(minimum: int | None, maximum: int | None, plural: bool = False) -> str:
+    phrase = "whole numbers" if plural else "a whole number"
+    if minimum is not None and maximum is not None:
+        return f"{phrase} in {minimum}..{maximum:,}"
+    if minimum is not None:
+        return f"{phrase} >= {minimum}"
+    if maximum is not None:
+        return f"{phrase} <= {maximum:,}"
+    return phrase
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """A seed of numpy's Generator: a whole number >= 0."""
+    return check_whole_number(seed, name, minimum=0)
+
+
+def check_finite_float(value, name: str) -> float:
+    if isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise InputError(f"{name} must be a finite number, found {value!r}", parameter=name)
+
+
+def check_positive_float(value, name: str) -> float:
+    if isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    raise InputError(f"{name} must be positive and finite, found {value!r}", parameter=name)
+
+
+def check_max_length(max_length, name: str = "max_length") -> int:
+    """A sequence or pack length in tokens: 1..MAX_LENGTH."""
+    return check_whole_number(max_length, name, minimum=1, maximum=MAX_LENGTH)
+
+
+def check_max_depth(max_depth, name: str = "max_depth") -> int | None:
+    """At most this many sequences per pack; None for no limit."""
+    return None if max_depth is None else check_whole_number(max_depth, name, minimum=1)
+
+
+def check_pack_limits(histogram, max_length: int | None, max_depth: int | None) -> int:
+    """The pack length to use (the histogram's when None) once both limits are valid for `histogram`."""
+    max_length = check_max_length(histogram.max_length if max_length is None else max_length)
+    if histogram.longest > max_length:
+        raise InputError(f"histogram {histogram.name} has sequences of length {histogram.longest}, "
+                         f"longer than max_length {max_length}", parameter="max_length")
+    check_max_depth(max_depth)
+    return max_length
+
+
+def check_device_count(devices, name: str = "devices", *, maximum: int | None = DEVICES_MAX) -> int:
+    """A cluster size: 1..DEVICES_MAX devices when simulated; closed forms take `maximum=None`."""
+    return check_whole_number(devices, name, minimum=1, maximum=maximum)
+
+
+def check_device_counts(devices: Iterable, name: str = "devices", *, maximum: int | None = DEVICES_MAX) -> list[int]:
+    """Cluster sizes, sorted without repeats; at least one, each in 1..DEVICES_MAX (or 1.. with `maximum=None`)."""
+    devices = list(devices)
+    bad = [count for count in devices if isinstance(count, bool) or not isinstance(count, Integral)
+           or count < 1 or (maximum is not None and count > maximum)]
+    if not devices or bad:
+        found = repr(bad[0]) if bad else "none"
+        raise InputError(f"{name} must be {_whole_number_phrase(1, maximum, plural=True)}, found {found}",
+                         parameter=name)
+    return sorted({int(count) for count in devices})
+
+
+def check_rows_per_step(devices: int, batch_size: int) -> None:
+    """The largest cluster's rows per step (devices x batch_size) must fit in memory."""
+    rows = devices * batch_size
+    if rows > ROWS_PER_STEP_MAX:
+        raise InputError(f"{devices} devices x batch_size {batch_size} is {rows:,} rows per step; "
+                         f"at most {ROWS_PER_STEP_MAX:,} fit in memory", parameter="batch_size")
+
+
+def check_choice(value, name: str, choices: Iterable[str]) -> str:
+    """One of a fixed set of names."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise InputError(f"{name} must be one of {', '.join(choices)}, found {value!r}", parameter=name)
+    return value
