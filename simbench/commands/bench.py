@@ -29,15 +29,15 @@ def bench(
     if importlib.util.find_spec("pytest_benchmark") is None:
         # Without the plug-in pytest fails on --benchmark-only with a usage error that names no fix.
         raise InputError("`simbench bench` needs pytest-benchmark: pip install -e '.[dev]'")
-    command = [sys.executable, "-m", "pytest", str(BENCHMARKS_DIR), "--benchmark-only", "-p", "no:cacheprovider",
+    pytest_command = [sys.executable, "-m", "pytest", str(BENCHMARKS_DIR), "--benchmark-only", "-p", "no:cacheprovider",
                "--benchmark-columns=min,median,max,rounds", "--benchmark-sort=name"]
     if keyword:
-        command += ["-k", keyword]
+        pytest_command += ["-k", keyword]
     if quick:
-        command += ["--benchmark-min-rounds=1", "--benchmark-max-time=0.5"]
+        pytest_command += ["--benchmark-min-rounds=1", "--benchmark-max-time=0.5"]
     if save:
-        command += [f"--benchmark-save={save}"]
-    raise typer.Exit(subprocess.call(command))
+        pytest_command += [f"--benchmark-save={save}"]
+    raise typer.Exit(subprocess.call(pytest_command))
 
 
 def register(app: typer.Typer) -> None:
