@@ -1,0 +1,46 @@
+"""The validation table: every compared figure computed now, marked fitted or predicted."""
+
+from pathlib import Path
+
+import pytest
+
+from simbench.report.validation_table import MLPERF_LOGS, markdown, validation_table
+
+MLPERF_DIR = Path(__file__).resolve().parents[2] / "shared" / "mlperf"
+
+
+@pytest.fixture(scope="module")
+def table():
+    return validation_table(simulations=False)
+
+
+def test_every_row_is_fitted_or_predicted_and_its_error_is_its_figures(table):
+    assert set(table["kind"]) == {"fitted", "predicted"}
+    assert (table["error %"] == 100 * (table["simbench"] / table["published"] - 1)).all()
+    fitted = table[table["kind"] == "fitted"]
+    assert (fitted["reproduces"] == "").all() and fitted["fitted on"].str.startswith("this figure").all()
+    assert set(table.loc[table["kind"] == "predicted", "reproduces"]) <= {"yes", "no"}
+
+
+def test_the_ipu_overhead_rows_are_fitted_not_reproductions(table):
+    ipu = table[table["quantity"].str.startswith("IPU realized speed-up")]
+    assert len(ipu) == 4 and (ipu["kind"] == "fitted").all()
+
+
+def test_a_figure_that_misses_says_so(table):
+    scale = table.set_index("quantity").loc["single-GPU Gumbel scale"]
+    assert scale["reproduces"] == "no" and scale["simbench"] == pytest.approx(0.318, abs=0.001)
+
+
+def test_markdown_has_a_line_per_row(table):
+    lines = markdown(table).splitlines()
+    assert len(lines) == len(table) + 2 and all(line.count("|") == 9 for line in lines)
+
+
+@pytest.mark.skipif(not all((MLPERF_DIR / name).is_file() for name in MLPERF_LOGS.values()),
+                    reason="the MLPerf logs are not beside this checkout (../shared/mlperf)")
+def test_the_mlperf_rows_mark_the_256_gpu_log_as_fitted():
+    rows = validation_table(MLPERF_DIR, simulations=False).set_index("quantity")
+    assert rows.loc["median seq/s, 256 GPUs padded", "kind"] == "fitted"
+    assert rows.loc["median seq/s, 16 GPUs un-padded", "kind"] == "predicted"
+    assert rows.loc["median seq/s, 16 GPUs un-padded", "reproduces"] == "yes"
