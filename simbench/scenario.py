@@ -25,7 +25,7 @@ from simbench.data import bundled_files
 from simbench.errors import InputError, read_text_file
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.plans import all_plan_names, parse_plan
-from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_max_depth, check_rows_per_step
+from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_max_depth
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
 
@@ -275,14 +275,6 @@ class Scenario(_Strict):
         if repeated:
             raise ValueError(f"strategies must have distinct labels; repeated: {', '.join(repeated)} "
                              f"(give them different max_depth or a `label`)")
-        return self
-
-    @model_validator(mode="after")
-    def _fits_in_memory(self) -> Scenario:
-        try:
-            check_rows_per_step(max(self.devices + (self.quick.devices or ())), self.batch_size)
-        except InputError as error:
-            raise ValueError(str(error)) from None
         return self
 
     def quickened(self) -> Scenario:

@@ -19,11 +19,12 @@ from simbench.errors import InputError
 # Beyond any context length trained today; a typo such as 5120000 for 512 would otherwise ask
 # for a counts array (and packer tables) of that many entries and run out of memory.
 MAX_LENGTH = 1 << 20
-# One step of the largest cluster is priced at once, so its rows (devices x batch size) bound peak
-# memory: 2**22 rows (131,072 devices at batch 32) peak near 0.6 GB.
+# A plan that simulates every device prices one step of its largest cluster at once, so its rows
+# (devices x batch size) bound peak memory: 2**22 rows (131,072 devices at batch 32) peak near 0.6 GB.
 ROWS_PER_STEP_MAX = 1 << 22
-# A device trains on at least one row per step, so no run can hold more devices than that.
-DEVICES_MAX = ROWS_PER_STEP_MAX
+# Clusters of up to 2**20 devices, beyond today's largest: independent devices are drawn by order
+# statistics and coupled plans priced by distinct batches, so memory no longer grows with devices.
+DEVICES_MAX = 1 << 20
 DEFAULT_DEVICES = tuple(2**power for power in range(12))  # 1, 2, 4, ..., 2048
 
 

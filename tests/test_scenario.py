@@ -225,6 +225,8 @@ def test_label_none_is_reserved_for_padding(tmp_path):
     assert [spec.label for spec in load_scenario(write(tmp_path, relabelled)).strategies] == ["padding", "none"]
 
 
-def test_cluster_too_big_to_price_is_rejected_before_running(tmp_path):
-    message = error_of(tmp_path, FIVE_LINES.replace("devices: [1, 8]", "devices: [1, 1000000]"))
-    assert "1000000 devices x batch_size 32" in message and "rows per step" in message
+def test_clusters_up_to_2_20_devices_are_accepted_and_larger_ones_rejected_before_running(tmp_path):
+    accepted = load_scenario(write(tmp_path, FIVE_LINES.replace("devices: [1, 8]", "devices: [1, 1048576]")))
+    assert accepted.devices == (1, 1048576)
+    message = error_of(tmp_path, FIVE_LINES.replace("devices: [1, 8]", "devices: [1, 1048577]"))
+    assert ":5: devices.1: Input should be less than or equal to 1048576" in message

@@ -51,8 +51,8 @@ def test_bad_strategy_exits_with_one_line_and_no_traceback():
 
 @pytest.mark.parametrize("arguments, message", [
     (["--seed", "-1"], "seed must be a whole number >= 0, found -1"),
-    (["--devices", "99999999999999"], "--devices must be whole numbers in 1..4,194,304, found 99999999999999"),
-    (["--devices", "262144"], "262144 devices x --batch-size 32 is 8,388,608 rows per step"),
+    (["--devices", "99999999999999"], "--devices must be whole numbers in 1..1,048,576, found 99999999999999"),
+    (["--devices", "1048577"], "--devices must be whole numbers in 1..1,048,576, found 1048577"),
     (["--devices", "1,,2"], "found ''"),
 ])
 def test_bad_seed_and_oversized_clusters_are_input_errors(arguments, message):

@@ -46,7 +46,7 @@ def test_limits_are_the_shared_constants():
         check_device_counts([])
     assert check_device_counts([10**20], maximum=None) == [10**20]
     with pytest.raises(InputError, match="rows per step"):
-        check_rows_per_step(DEVICES_MAX, 2)
+        check_rows_per_step(DEVICES_MAX, 8)
 
 
 @pytest.mark.parametrize("value", [0.0, -1.0, float("inf"), float("nan"), True])

@@ -45,10 +45,16 @@ class SequenceSampler:
 
     def __init__(self, histogram: LengthHistogram):
         self.lengths = histogram.lengths
+        self.item_weights = np.asarray(histogram.counts, dtype=np.float64)
         self.inverse_cdf = InverseCdf(histogram.counts)
 
     def lengths_of(self, rng: np.random.Generator, shape: tuple) -> np.ndarray:
         return self.lengths[self.inverse_cdf.sample(rng, shape)]
+
+    def item_features(self) -> np.ndarray:
+        """Per length: what a sequence adds to a batch's linear and attention work."""
+        lengths = self.lengths.astype(np.float64)
+        return np.column_stack([lengths, lengths**2])
 
 
 def unpadded_batches(lengths: np.ndarray) -> BatchSet:
@@ -73,8 +79,21 @@ class PackSampler:
 
     def batches(self, rng: np.random.Generator, steps: int, devices: int, batch_size: int) -> BatchSet:
         """Batches of `steps` x `devices` (step-major), `batch_size` packs each."""
-        picks = self.inverse_cdf.sample(rng, steps * devices * batch_size)
+        return self.batches_of(self.inverse_cdf.sample(rng, steps * devices * batch_size), batch_size)
+
+    def batches_of(self, picks: np.ndarray, batch_size: int) -> BatchSet:
+        """The batches of given rows of the packing, `batch_size` consecutive picks each."""
+        picks = picks.reshape(-1)
         return self._batch_set(picks, self.packing.slot_lengths[picks].astype(np.int64), batch_size)
+
+    @property
+    def item_weights(self) -> np.ndarray:
+        return self.packing.repeats.astype(np.float64)
+
+    def item_features(self) -> np.ndarray:
+        """Per distinct pack: its real tokens, their squares (attention) and its sequences (packing overhead)."""
+        rows = self.packing.rows.astype(np.float64)
+        return np.column_stack([rows.sum(axis=1), (rows**2).sum(axis=1), self.depths])
 
     def _batch_set(self, picks: np.ndarray, row_slots: np.ndarray, batch_size: int) -> BatchSet:
         rows = np.arange(picks.size, dtype=np.int64)

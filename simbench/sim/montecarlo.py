@@ -57,7 +57,7 @@ def aggregate_by_cluster_size(costs: DeviceCosts, cluster_sizes: list[int]) -> d
 
 
 def step_timeline(slowest_device_seconds: np.ndarray, mean_device_seconds: np.ndarray, allreduce_seconds: float,
-                  prepare_seconds: np.ndarray | None, exchange: Exchange) -> StepTimeline:
+                  prepare_seconds: np.ndarray | None, exchange: Exchange, engine: str = "vectorized") -> StepTimeline:
     """Closed-form step times: a step starts when the previous ended and its data is ready.
 
     Blocking exchange: data preparation starts when the previous step ends. Overlapped exchange:
@@ -79,4 +79,4 @@ def step_timeline(slowest_device_seconds: np.ndarray, mean_device_seconds: np.nd
             start[step] = max(previous_end, ready)
             end[step] = start[step] + device_and_allreduce[step]
             previous_start, previous_end = start[step], end[step]
-    return StepTimeline(start, end, slowest_device_seconds, mean_device_seconds, allreduce_seconds, "vectorized")
+    return StepTimeline(start, end, slowest_device_seconds, mean_device_seconds, allreduce_seconds, engine)

@@ -58,6 +58,15 @@ class ExecutionPlan:
     bucket_window: int = 0  # VTS bucketing: batches per window sorted by length (0: no bucketing)
 
     @property
+    def independent_devices(self) -> bool:
+        """Each device draws its batch on its own, so its step time is an i.i.d. draw: the slowest of n
+        devices can be drawn directly (order statistics). Padding exchange deals one global batch, sorted
+        batching hands out consecutive batches, bucketing ties a device's steps together: they cannot."""
+        if self.kind is PlanKind.PACKING:
+            return self.mode is not ExecutionMode.SORTED
+        return self.exchange is Exchange.NONE and not self.bucket_window
+
+    @property
     def is_reference(self) -> bool:
         return self.kind is PlanKind.PACKING and self.packer == "none" and self.mode is ExecutionMode.PADDED
 

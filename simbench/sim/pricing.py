@@ -40,6 +40,11 @@ class DeviceCosts:
         """Stack chunks of consecutive steps."""
         return DeviceCosts(*(np.concatenate(arrays, axis=0) for arrays in zip(*(c._arrays() for c in chunks))))
 
+    @staticmethod
+    def concatenate_devices(chunks: list[DeviceCosts]) -> DeviceCosts:
+        """Side by side: chunks of the same steps on further devices."""
+        return DeviceCosts(*(np.concatenate(arrays, axis=1) for arrays in zip(*(c._arrays() for c in chunks))))
+
 
 def price_batches(cost_model, batches: BatchSet, mode: ExecutionMode, steps: int, devices: int) -> DeviceCosts:
     """Price a step-major BatchSet of steps x devices batches with the cost model."""

@@ -26,17 +26,20 @@ from simbench.sim.batching import PackSampler, SequenceSampler, SortedBatchSampl
 from simbench.sim.engine import run_simpy
 from simbench.sim.exchange import ExchangeCosts, deal_sorted
 from simbench.sim.montecarlo import StepAggregates, aggregate_by_cluster_size, step_timeline
+from simbench.sim.orderstat import ItemSource, build_pool, slowest_of
 from simbench.sim.plans import ExecutionPlan, Exchange, PlanKind, parse_plans, with_reference
 from simbench.sim.pricing import DeviceCosts, price_batches
 from simbench.sim.results import PlanRun, SimulationResult, summarize
 from simbench.strategies import get_strategy
 from simbench.strategies.packing import PackOptions, Packing
-from simbench.validation import (check_choice, check_device_counts, check_rows_per_step, check_seed,
+from simbench.validation import (ROWS_PER_STEP_MAX, check_choice, check_device_counts, check_seed,
                                  check_whole_number)
 
-ENGINES = ("auto", "simpy", "vectorized")
-# `auto` runs SimPy while a run needs at most this many events, the vectorized engine above.
+ENGINES = ("auto", "simpy", "vectorized", "order-statistics")
+# `auto` runs SimPy while a run needs at most this many events, the vectorized engine above; plans whose
+# devices draw independently run the order-statistics engine above PER_DEVICE_MAX devices.
 SIMPY_EVENT_BUDGET = 20_000
+PER_DEVICE_MAX = 64
 # Rows priced at once: bounds memory (a few hundred MB at most) whatever the devices and steps.
 ROWS_PER_CHUNK = 1_000_000
 LATENCY_SAMPLES_MAX = 100_000
@@ -97,7 +100,6 @@ def _validate(histogram, devices, batch_size, steps, seed, engine) -> list[int]:
     check_whole_number(steps, "steps", minimum=1)
     check_seed(seed)
     devices = check_device_counts(devices)
-    check_rows_per_step(devices[-1], batch_size)
     return devices
 
 
@@ -118,9 +120,50 @@ def _rng(plan: ExecutionPlan, seed: int, purpose: int = 0) -> np.random.Generato
 
 
 def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
+    """Small clusters simulate every device, on batches drawn once for all of them (so plans drawing the
+    same sequences stay paired); larger ones draw their slowest device directly when devices are
+    independent, or simulate every device on batches of their own."""
+    small, large = _split_by_size(devices, settings)
+    pooled = large if plan.independent_devices else []
+    runs, latency, timeline = [], None, None
+    for group, purpose in ((small, 0), ([size for size in large if size not in pooled], 4)):
+        if group:
+            source = _BatchSource(plan, packing, settings, purpose)
+            group_runs, group_latency, group_timeline = _simulate_devices(plan, source, group, settings)
+            runs += group_runs
+            latency = latency if latency is not None else group_latency
+            timeline = timeline if timeline is not None else group_timeline
+    if pooled:
+        source = _BatchSource(plan, packing, settings)
+        pool = build_pool(source.items(), _rng(plan, settings.seed, purpose=2), pooled[-1])
+        by_size = slowest_of(pool, pooled, settings.steps, _rng(plan, settings.seed, purpose=3))
+        runs += [_run(plan, size, by_size[size], None, [], settings, engine="order-statistics") for size in pooled]
+        latency = pool.plain_totals[:LATENCY_SAMPLES_MAX]
+        if plan.kind is PlanKind.VTS and timeline is None:
+            timeline = _first_batch_timeline(source.first_batch(), plan, settings)
+    runs.sort(key=lambda run: run.devices)
+    if progress is not None:
+        for _ in runs:
+            progress(1)
+    return runs, latency, timeline
+
+
+def _split_by_size(devices: list[int], settings: _Settings) -> tuple[list[int], list[int]]:
+    """Cluster sizes whose every device is simulated whatever the plan, and the larger ones."""
+    if settings.engine in ("simpy", "vectorized"):
+        return devices, []
+    if settings.engine == "order-statistics":
+        return [], devices
+    return [size for size in devices if size <= PER_DEVICE_MAX], [size for size in devices if size > PER_DEVICE_MAX]
+
+
+def _simulate_devices(plan, source: _BatchSource, devices, settings: _Settings):
     """Draw and price the plan's batches chunk by chunk, keep per-step aggregates, then time every cluster."""
     largest = devices[-1]
-    source = _BatchSource(plan, packing, settings)
+    if largest * settings.batch_size > ROWS_PER_STEP_MAX:
+        raise InputError(f"strategy {plan.name} simulates every device: {largest:,} devices x batch size "
+                         f"{settings.batch_size} is {largest * settings.batch_size:,} rows per step; at most "
+                         f"{ROWS_PER_STEP_MAX:,} fit in memory")
     simpy_sizes = [size for size in devices if _use_simpy(plan, size, settings)]
     chunk_steps = max(1, ROWS_PER_CHUNK // (largest * settings.batch_size))
     if plan.bucket_window:
@@ -140,9 +183,7 @@ def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
             simpy_chunks[size].append(by_size.get(size, by_size[largest]).first_devices(size))
         if plan.kind is PlanKind.VTS:
             if timeline is None:
-                first_batch = lengths[0, 0]
-                timeline = vts.pipeline_timeline(vts.stage_seconds(settings.cost_model, first_batch, plan.stages),
-                                                 first_batch, vts.buffer_samples(settings.cost_model))
+                timeline = _first_batch_timeline(lengths[0, 0], plan, settings)
             if simpy_sizes:
                 simpy_lengths.append(lengths[:, :max(simpy_sizes)])
         if plan.exchange is Exchange.NONE and sum(map(np.size, samples)) < LATENCY_SAMPLES_MAX:
@@ -151,8 +192,6 @@ def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
     for size in devices:
         aggregates = StepAggregates.concatenate(aggregate_chunks[size])
         runs.append(_run(plan, size, aggregates, simpy_chunks.get(size), simpy_lengths, settings))
-        if progress is not None:
-            progress(1)
     latency = np.concatenate(samples)[:LATENCY_SAMPLES_MAX] if samples else None
     return runs, latency, timeline
 
@@ -160,9 +199,9 @@ def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
 class _BatchSource:
     """A plan's stream of batches: packs of its packing, or sequences drawn from the histogram."""
 
-    def __init__(self, plan: ExecutionPlan, packing: Packing | None, settings: _Settings):
+    def __init__(self, plan: ExecutionPlan, packing: Packing | None, settings: _Settings, purpose: int = 0):
         self.plan, self.settings = plan, settings
-        self.rng, self.shuffle_rng = _rng(plan, settings.seed), _rng(plan, settings.seed, purpose=1)
+        self.rng, self.shuffle_rng = _rng(plan, settings.seed, purpose), _rng(plan, settings.seed, purpose + 1)
         self.pack_sampler = None
         if packing is not None:
             sorted_batches = plan.mode is ExecutionMode.SORTED
@@ -180,6 +219,27 @@ class _BatchSource:
             lengths = vts.bucket_by_length(lengths, plan.bucket_window, self.shuffle_rng)
         return _price_sequences(plan, lengths, devices, settings), lengths
 
+    def items(self) -> ItemSource:
+        """One device's batch as items drawn independently (only for plans with independent devices)."""
+        plan, settings = self.plan, self.settings
+        cost_model, batch_size = settings.cost_model, settings.batch_size
+        if self.pack_sampler is not None:
+            sampler = self.pack_sampler
+            price = lambda items: price_batches(cost_model, sampler.batches_of(items, batch_size),  # noqa: E731
+                                                plan.mode, 1, items.shape[0])
+        elif plan.kind is PlanKind.VTS:
+            sampler = self.sequence_sampler
+            price = lambda items: vts.price_vts(cost_model, sampler.lengths[items][None], plan.stages)  # noqa: E731
+        else:
+            sampler = self.sequence_sampler
+            price = lambda items: price_batches(cost_model, unpadded_batches(sampler.lengths[items]),  # noqa: E731
+                                                plan.mode, 1, items.shape[0])
+        return ItemSource(sampler.item_weights, sampler.item_features(), batch_size, price)
+
+    def first_batch(self) -> np.ndarray:
+        """The sequence lengths of the first device's first batch, as the per-device engines draw it."""
+        return self.sequence_sampler.lengths_of(_rng(self.plan, self.settings.seed), (self.settings.batch_size,))
+
 
 def _price_sequences(plan: ExecutionPlan, lengths: np.ndarray, devices: list[int], settings: _Settings):
     """Costs of sequences drawn for the largest cluster; an exchange re-deals them for each cluster size."""
@@ -192,6 +252,11 @@ def _price_sequences(plan: ExecutionPlan, lengths: np.ndarray, devices: list[int
                                 steps, size) for size in devices}
 
 
+def _first_batch_timeline(lengths: np.ndarray, plan: ExecutionPlan, settings: _Settings) -> pd.DataFrame:
+    return vts.pipeline_timeline(vts.stage_seconds(settings.cost_model, lengths, plan.stages), lengths,
+                                 vts.buffer_samples(settings.cost_model))
+
+
 def _use_simpy(plan: ExecutionPlan, devices: int, settings: _Settings) -> bool:
     if settings.engine != "auto":
         return settings.engine == "simpy"
@@ -200,7 +265,8 @@ def _use_simpy(plan: ExecutionPlan, devices: int, settings: _Settings) -> bool:
     return devices * settings.steps * events_per_device_step <= SIMPY_EVENT_BUDGET
 
 
-def _run(plan, devices, aggregates, simpy_costs, simpy_lengths, settings: _Settings) -> PlanRun:
+def _run(plan, devices, aggregates, simpy_costs, simpy_lengths, settings: _Settings,
+         engine: str = "vectorized") -> PlanRun:
     cost_model, exchange_costs = settings.cost_model, settings.exchange_costs
     allreduce_seconds = float(cost_model.allreduce_seconds(devices))
     prepare_seconds, allgather_seconds = None, 0.0
@@ -218,7 +284,7 @@ def _run(plan, devices, aggregates, simpy_costs, simpy_lengths, settings: _Setti
                              vts.buffer_samples(cost_model))
     else:
         timeline = step_timeline(aggregates.slowest_device_seconds, aggregates.mean_device_seconds,
-                                 allreduce_seconds, prepare_seconds, plan.exchange)
+                                 allreduce_seconds, prepare_seconds, plan.exchange, engine)
     reference = None
     if plan.kind is PlanKind.VTS:
         reference = vts.padded_pipeline_seconds(cost_model, settings.histogram.max_length, settings.batch_size,

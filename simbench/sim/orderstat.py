@@ -1,0 +1,231 @@
+"""The order-statistics engine: the slowest of n devices drawn from one device's step-cost distribution.
+
+When devices draw their batches independently, a step of n devices waits for the largest of n i.i.d.
+step times, whose CDF is F^n: it is drawn by inversion of F at U^(1/n), so a step costs the same at
+one device as at a million. F is the weighted empirical CDF of a pool of one device's step costs:
+plain draws for the body, exponentially tilted draws for the far tail that large n reach (importance
+weights by the balance heuristic keep the estimate of F unbiased). The other n - 1 devices, which set
+the step's tokens and means, are drawn from F below the slowest: exactly up to `OTHERS_DRAWN`, beyond
+with their sum's exact mean and covariance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from simbench.sim.batching import InverseCdf
+from simbench.sim.montecarlo import StepAggregates
+from simbench.sim.pricing import DeviceCosts
+
+# One device's step costs drawn untilted: the body of F, and the latency samples of the report.
+PLAIN_DRAWS = 1 << 14
+# Draws per tilt; each tilt centres its pool on one tail level of F.
+TILTED_DRAWS = 1 << 12
+# The plain pool alone resolves F down to about this many of its draws above a level.
+PLAIN_TAIL_DRAWS = 16
+# A step of n devices needs F down to a tail level of about 1/(100 n) (its U^(1/n) reaches 1 - 0.01/n
+# in 1 % of steps); each tilt reaches this much deeper than the last, well inside the last one's draws.
+DEEPEST_TAIL_PER_DEVICE = 0.01
+LEVEL_RATIO = 1 / 16
+# Other devices drawn one by one per step; a larger cluster scales their sum to n - 1 devices.
+OTHERS_DRAWN = 32
+FIELDS = ("compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds", "real_tokens", "sequences")
+
+
+@dataclass(frozen=True, eq=False)
+class ItemSource:
+    """A device's batch is `batch_size` items drawn i.i.d. in proportion to `weights`.
+
+    `features` (items, k) are per-item quantities whose per-batch sums predict the batch's cost (for
+    sequences their length and its square); `price` maps item indices (devices, batch_size) to the
+    devices' DeviceCosts of shape (1, devices).
+    """
+
+    weights: np.ndarray
+    features: np.ndarray
+    batch_size: int
+    price: Callable[[np.ndarray], DeviceCosts]
+
+
+@dataclass(frozen=True, eq=False)
+class DevicePool:
+    """One device's step costs as a weighted empirical distribution, sorted by total seconds.
+
+    `cumulative_weight[r]` sums the weights of ranks 0..r, `tail[r]` the share of weight above rank r
+    (summed from the top, so that levels of 1e-9 keep their digits); `prefix[f][r]` sums weight x field.
+    `plain_totals` are the untilted draws' step seconds in draw order: single-device samples.
+    """
+
+    total_seconds: np.ndarray
+    fields: dict[str, np.ndarray]
+    cumulative_weight: np.ndarray
+    tail: np.ndarray
+    prefix: dict[str, np.ndarray]
+    plain_totals: np.ndarray
+
+    @classmethod
+    def from_draws(cls, costs: DeviceCosts, log_weights: np.ndarray, plain_draws: int) -> DevicePool:
+        totals = costs.total_seconds.ravel()
+        order = np.argsort(totals, kind="stable")
+        weights = np.exp(log_weights - log_weights.max())[order]
+        cumulative = np.cumsum(weights)
+        tail = np.concatenate([np.cumsum(weights[::-1])[::-1][1:], [0.0]]) / cumulative[-1]
+        fields = {name: getattr(costs, name).ravel()[order] for name in FIELDS}
+        fields["total_seconds"] = totals[order]
+        prefix = {name: np.cumsum(weights * values) for name, values in fields.items()}
+        return cls(totals[order], fields, cumulative, tail, prefix, totals[:plain_draws].copy())
+
+    def slowest_rank(self, uniform: np.ndarray, devices: int) -> np.ndarray:
+        """Rank of the largest of `devices` draws: the first rank whose tail share is at most 1 - U^(1/n)."""
+        level = -np.expm1(np.log(uniform) / devices)
+        return np.minimum(np.searchsorted(-self.tail, -level, side="left"), self.tail.size - 1)
+
+    def ranks_up_to(self, uniform: np.ndarray, highest: np.ndarray) -> np.ndarray:
+        """Ranks drawn in proportion to weight among ranks 0..highest (one `highest` per row of `uniform`)."""
+        ranks = np.searchsorted(self.cumulative_weight, uniform * self.cumulative_weight[highest][:, None],
+                                side="right")
+        return np.minimum(ranks, highest[:, None])
+
+    def mean_up_to(self, name: str, highest: np.ndarray) -> np.ndarray:
+        return self.prefix[name][highest] / self.cumulative_weight[highest]
+
+
+def build_pool(source: ItemSource, rng: np.random.Generator, largest_devices: int) -> DevicePool:
+    """Plain draws of one device's batch, then tilted draws ever deeper into the tail, as `largest_devices` need.
+
+    Each tilt centres the batch score on a tail level `LEVEL_RATIO` deeper than the last, read off the
+    draws so far (adaptive importance sampling): no assumption on the shape of F.
+    """
+    plain_items = InverseCdf(source.weights).sample(rng, (PLAIN_DRAWS, source.batch_size))
+    if source.batch_size == 1 and source.weights.size <= PLAIN_DRAWS:
+        return _every_item(source, plain_items)
+    plain_costs = source.price(plain_items)
+    score = _item_scores(source, plain_items, plain_costs.total_seconds.ravel())
+    if score is None:
+        return DevicePool.from_draws(plain_costs, np.zeros(PLAIN_DRAWS), PLAIN_DRAWS)
+    log_probability = _log_probability(source.weights)
+    costs, batch_scores, tilts, sizes = [plain_costs], [score[plain_items].sum(axis=1)], [], [PLAIN_DRAWS]
+    level, deepest = PLAIN_TAIL_DRAWS / PLAIN_DRAWS, DEEPEST_TAIL_PER_DEVICE / largest_devices
+    while level > deepest:
+        level = max(level * LEVEL_RATIO, deepest)
+        scores = np.concatenate(batch_scores)
+        target = _tail_quantile(scores, _balance_log_weights(scores, tilts, sizes, source.batch_size), level)
+        if target >= source.batch_size * score.max():
+            break  # the deepest batch there is: nothing further out to reach
+        theta = _theta_for_mean(log_probability, score, target / source.batch_size)
+        tilts.append((theta, _log_sum_exp(log_probability + theta * score)))
+        items = InverseCdf(_tilted_weights(source.weights, score, theta)).sample(rng, (TILTED_DRAWS,
+                                                                                       source.batch_size))
+        costs.append(source.price(items))
+        batch_scores.append(score[items].sum(axis=1))
+        sizes.append(TILTED_DRAWS)
+    scores = np.concatenate(batch_scores)
+    return DevicePool.from_draws(DeviceCosts.concatenate_devices(costs),
+                                 _balance_log_weights(scores, tilts, sizes, source.batch_size), PLAIN_DRAWS)
+
+
+def slowest_of(pool: DevicePool, cluster_sizes: list[int], steps: int,
+               rng: np.random.Generator) -> dict[int, StepAggregates]:
+    """Per-step aggregates of each cluster size; one uniform per step serves every size, so a larger
+    cluster's slowest device is never faster (common random numbers, as in the per-device engines)."""
+    slowest_uniform = 1.0 - rng.random(steps)  # in (0, 1]: log stays finite
+    others_uniform = rng.random((steps, OTHERS_DRAWN))
+    aggregates = {}
+    for devices in cluster_sizes:
+        slowest = pool.slowest_rank(slowest_uniform, devices)
+        others = devices - 1
+        drawn = min(others, OTHERS_DRAWN)
+        ranks = pool.ranks_up_to(others_uniform[:, :drawn], slowest)
+        sums = {}
+        for name, values in pool.fields.items():
+            drawn_sum = values[ranks].sum(axis=1)
+            if others > drawn:
+                # The sum of n - 1 conditional draws: exact mean, and the drawn ones' spread scaled to n - 1.
+                mean = pool.mean_up_to(name, slowest)
+                drawn_sum = others * mean + np.sqrt(others / drawn) * (drawn_sum - drawn * mean)
+            sums[name] = values[slowest] + drawn_sum
+        aggregates[devices] = StepAggregates(
+            pool.total_seconds[slowest], sums["total_seconds"] / devices,
+            *(sums[name] / devices for name in FIELDS[:4]), sums["real_tokens"], sums["sequences"])
+    return aggregates
+
+
+def _every_item(source: ItemSource, plain_items: np.ndarray) -> DevicePool:
+    """Batches of one item from a short list: F is the list itself, exact at any depth of its tail."""
+    items = np.flatnonzero(source.weights > 0)
+    costs = source.price(items[:, None])
+    pool = DevicePool.from_draws(costs, np.log(source.weights[items]), 0)
+    totals = np.zeros(source.weights.size)
+    totals[items] = costs.total_seconds.ravel()
+    return replace(pool, plain_totals=totals[plain_items.ravel()])
+
+
+def _item_scores(source: ItemSource, items: np.ndarray, totals: np.ndarray) -> np.ndarray | None:
+    """Per-item scores whose batch sums best predict the step seconds (least squares on the plain pool),
+    standardized; None when step seconds do not vary (fixed shapes: the tail is the body)."""
+    if np.ptp(totals) <= 1e-9 * np.abs(totals).max():
+        return None
+    batch_features = source.features[items].sum(axis=1)
+    design = np.column_stack([np.ones(totals.size), batch_features])
+    coefficients = np.linalg.lstsq(design, totals, rcond=None)[0]
+    score = source.features @ coefficients[1:]
+    probability = source.weights / source.weights.sum()
+    mean = probability @ score
+    spread = np.sqrt(probability @ (score - mean) ** 2)
+    if not spread > 0:
+        return None
+    return (score - mean) / spread
+
+
+def _tail_quantile(values: np.ndarray, log_weights: np.ndarray, level: float) -> float:
+    """The value that a share `level` of the weight lies above."""
+    order = np.argsort(values)
+    weights = np.exp(log_weights[order] - log_weights.max())
+    above = np.cumsum(weights[::-1])[::-1] / weights.sum()
+    return float(values[order][min(np.searchsorted(-above, -level, side="left"), values.size - 1)])
+
+
+def _theta_for_mean(log_probability: np.ndarray, score: np.ndarray, target: float) -> float:
+    """The tilt under which an item's mean score is `target` (bisection: the tilted mean grows with theta)."""
+    low, high = 0.0, 1.0
+    while _tilted_mean(log_probability, score, high) < target and high < 1e3:
+        low, high = high, 2 * high
+    for _ in range(60):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if _tilted_mean(log_probability, score, middle) < target else (low, middle)
+    return 0.5 * (low + high)
+
+
+def _tilted_mean(log_probability: np.ndarray, score: np.ndarray, theta: float) -> float:
+    log_weights = log_probability + theta * score
+    weights = np.exp(log_weights - log_weights.max())
+    return float(weights @ score / weights.sum())
+
+
+def _tilted_weights(weights: np.ndarray, score: np.ndarray, theta: float) -> np.ndarray:
+    return weights * np.exp(theta * (score - score.max()))
+
+
+def _log_probability(weights: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):  # items of weight 0 get log 0 = -inf: never drawn, under any tilt
+        return np.log(weights / weights.sum())
+
+
+def _balance_log_weights(batch_scores: np.ndarray, tilts: list[tuple[float, float]], sizes: list[int],
+                         batch_size: int) -> np.ndarray:
+    """log(p / g) of each draw, g the mixture of the plain and tilted densities in proportion to their draws."""
+    shares = np.log(np.asarray(sizes, dtype=np.float64) / sum(sizes))
+    # Density ratios q_k / p of a batch: exp(theta_k S - batch log Z_k); the plain pool's is 1.
+    thetas = np.array([0.0, *(theta for theta, _ in tilts)])
+    log_normalizers = np.array([0.0, *(log_z for _, log_z in tilts)])
+    terms = shares[None, :] + batch_scores[:, None] * thetas[None, :] - batch_size * log_normalizers[None, :]
+    return -_log_sum_exp(terms, axis=1)
+
+
+def _log_sum_exp(values: np.ndarray, axis=None):
+    peak = np.max(values, axis=axis, keepdims=True)
+    total = np.log(np.sum(np.exp(values - peak), axis=axis, keepdims=True)) + peak
+    return total.item() if axis is None else np.squeeze(total, axis=axis)
