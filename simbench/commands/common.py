@@ -86,3 +86,31 @@ def progress_bar(console):
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=console, transient=True, disable=not console.is_terminal)
+
+
+def say(message: str, *, stderr: bool = True) -> None:
+    """One plain line (to stderr unless asked): no rich highlighting, never folded, so paths stay greppable."""
+    from rich.console import Console
+
+    Console(stderr=stderr).print(message, highlight=False, soft_wrap=True)
+
+
+def print_table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[str]], *, left: Iterable[str] = (),
+                min_width: int | None = None, stderr: bool = False, **table_options) -> None:
+    """A rich table: the `left` columns (names, labels) left-justified, the numbers right-justified.
+
+    `min_width` widens a narrow terminal or a pipe so that a wide table is not folded into 80 columns.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    left = set(left)
+    table = Table(title=title, **table_options)
+    for column in columns:
+        table.add_column(column, justify="left" if column in left else "right")
+    for row in rows:
+        table.add_row(*row)
+    console = Console(stderr=stderr)
+    if min_width is not None:
+        console.width = max(console.width, min_width)
+    console.print(table)
