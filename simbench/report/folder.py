@@ -12,24 +12,30 @@
     ...     folder = write_report(Path(root, "demo"), scenario, histogram, build_tables(scenario, histogram))
     ...     sorted(path.name for path in folder.iterdir())  # doctest: +NORMALIZE_WHITESPACE
     ['.simbench-folder.json', 'breakdown.csv', 'extrapolation.csv', 'gumbel.csv', 'latency.csv', 'packing.csv',
-     'resolved.yaml', 'scaling.csv', 'scaling.svg', 'summary.md', 'timeline.csv', 'timings.csv']
+     'report.html', 'resolved.yaml', 'scaling.csv', 'scaling.svg', 'summary.json', 'summary.md', 'timeline.csv',
+     'timings.csv']
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
-from simbench.report import plots
-from simbench.report.summary import summary_markdown
+from simbench.report import html, plots
+from simbench.report.summary import summary_markdown, summary_record
 from simbench.report.tables import ReportTables, read_tables, write_tables
 from simbench.atomic import atomic_directory, check_owned_folder, resolve_output_folder
 from simbench.scenario import Scenario, load_scenario
 
 RESOLVED_SCENARIO = "resolved.yaml"
+HISTOGRAM_BINS = 256  # enough to see the shape, few enough for a light page at 128k tokens
 
 
 def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> Path:
@@ -40,9 +46,43 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
         write_tables(tables, folder)
         # Summary and plots use the tables as stored, so `simbench plot` redraws them byte for byte.
         stored = read_tables(folder)
-        (folder / "summary.md").write_text(summary_markdown(scenario, histogram, stored))
-        draw_plots(folder, scenario, histogram, stored)
+        summary = summary_markdown(scenario, histogram, stored)
+        (folder / "summary.md").write_text(summary)
+        (folder / "summary.json").write_text(json.dumps(summary_record(scenario, histogram, stored), indent=1,
+                                                        allow_nan=False) + "\n")
+        written = draw_plots(folder, scenario, histogram, stored)
+        (folder / "report.html").write_text(html.report_html(
+            scenario.name, summary, [("scaling", stored.scaling), ("packing", stored.packing),
+                                     ("breakdown", stored.breakdown)],
+            report_charts(histogram, stored), [path for path in written if path.suffix == ".png"]))
     return Path(target)
+
+
+def report_charts(histogram: LengthHistogram, tables: ReportTables) -> list[dict]:
+    """The interactive charts of report.html: speed-up against devices for each baseline, and the
+    length histogram in at most `HISTOGRAM_BINS` bins by sequences and by tokens."""
+    charts = []
+    reference = tables.scaling.get("reference", pd.Series("none", index=tables.scaling.index))
+    for name in dict.fromkeys(reference):
+        over = "padding" if name == "none" else name
+        charts.append(html.line_chart(
+            f"Speed-up over {over} (real tokens per second) against devices: click a name to hide or show it",
+            tables.scaling[reference == name], "devices", "speedup", "strategy", x_label="devices",
+            y_label=f"speed-up over {over}", log2_x=True,
+            reference=histogram.theoretical_speedup if name == "none" else None,
+            reference_label="no padding at all"))
+    bins = min(HISTOGRAM_BINS, histogram.max_length)
+    edges = np.linspace(0, histogram.max_length, bins + 1).round().astype(int)
+    lengths = np.arange(1, histogram.max_length + 1)
+    sequences = np.add.reduceat(histogram.counts, edges[:-1])
+    tokens = np.add.reduceat(histogram.counts * lengths, edges[:-1])
+    shares = pd.DataFrame({"length": np.tile(edges[1:], 2),
+                           "share": np.concatenate([sequences / max(sequences.sum(), 1), tokens / max(tokens.sum(), 1)]),
+                           "of": np.repeat(["sequences", "tokens"], bins)})
+    charts.append(html.line_chart(f"Lengths of {histogram.name}: share of sequences and of tokens per bin of "
+                                  f"{histogram.max_length / bins:.3g} lengths", shares, "length", "share", "of",
+                                  x_label="length up to (tokens)", y_label="share"))
+    return charts
 
 
 def check_replaceable(target: Path, option: str = "--out") -> None:

@@ -39,7 +39,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Rep
         "## Speed-up over padding by device count\n\n" + _speedup_table(tables.scaling)
         + _reference_note(tables.scaling),
         _breakdown_section(tables.breakdown),
-        _straggler_section(tables.gumbel, tables.extrapolation),
+        _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling),
         _files_section(),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"
@@ -109,9 +109,14 @@ def _setup(scenario: Scenario, histogram: LengthHistogram) -> str:
     model = scenario.model if isinstance(scenario.model, str) else "custom model " + str(scenario.model)
     return (f"Dataset `{histogram.name}`: {histogram.sequences:,} sequences, max length {histogram.max_length}, "
             f"{100 * (1 - histogram.efficiency):.1f} % padding, theoretical speed-up without padding "
-            f"{histogram.theoretical_speedup:.3f}x. Model `{model}` on hardware `{scenario.hardware.profile}`; "
+            f"{histogram.theoretical_speedup:.3f}x. Model `{model}` on hardware `{scenario.hardware.profile}`"
+            f"{_overridden(scenario.hardware.overrides)}; "
             f"batch size {scenario.batch_size} per device, {scenario.steps} steps per strategy and device count, "
             f"seed {scenario.seed}.")
+
+
+def _overridden(overrides: dict) -> str:
+    return f" with {', '.join(sorted(overrides))} overridden" if overrides else ""
 
 
 def _winners_table(scaling: pd.DataFrame) -> str:
@@ -178,23 +183,64 @@ def _breakdown_section(breakdown: pd.DataFrame) -> str:
             "exchange; stall: VTS samples blocked by the next pipeline stage.")
 
 
-def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame) -> str:
+def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame, scaling: pd.DataFrame) -> str:
     if gumbel.empty:
         return ""
-    largest = extrapolation["devices"].max()
+    largest = int(extrapolation["devices"].max())
+    simulated = scaling.set_index(["strategy", "devices"])["speedup"]
     lines = []
     for row in gumbel.itertuples():
         rows = extrapolation[extrapolation["strategy"] == row.strategy].set_index("devices")["expected_speedup"]
-        lines.append(f"- {row.strategy}: one device's per-step speed-up over padding is Gumbel(location "
-                     f"{row.location:.4f}, scale {row.scale:.4f}); the slowest of n devices sets the step, so the "
-                     f"expected speed-up falls from {rows.iloc[0]:.3f} on {_devices(int(rows.index[0]))} to "
-                     f"{rows.loc[largest]:.3f} on {_devices(int(largest))}.")
+        valid = rows[rows > 0]
+        line = (f"- {row.strategy}: one device's per-step speed-up over padding is Gumbel(location "
+                f"{row.location:.4f}, scale {row.scale:.4f}); the slowest of n devices sets the step, so the fit "
+                f"expects {rows.iloc[0]:.3f} on {_devices(int(rows.index[0]))}")
+        if len(valid) == len(rows):
+            line += f" and {rows.loc[largest]:.3f} on {_devices(largest)}"
+        else:  # the Gumbel's left tail reaches zero: past that its expectation means nothing
+            line += (f", {valid.iloc[-1]:.3f} on {_devices(int(valid.index[-1]))}; beyond that the fitted "
+                     f"distribution reaches speed-ups of zero or less, so it no longer applies")
+        if (row.strategy, largest) in simulated:
+            line += (f". Simulated: {simulated[(row.strategy, largest)]:.3f} on {_devices(largest)} (whole steps, "
+                     f"the all-reduce and fixed costs included, which the per-device fit leaves out)")
+        lines.append(line + ".")
     return "## Stragglers (content-dependent step times)\n\n" + "\n".join(lines)
 
 
+def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> dict:
+    """summary.json: the headline figures for scripts, every speed-up with the baseline it is over."""
+    winners = []
+    for reference, rows in _groups(tables.scaling):
+        for devices in sorted(rows["devices"].unique()):
+            ranked = _ranked(rows, devices)
+            winners.append({"devices": int(devices), "over": "padding" if reference == "none" else reference,
+                            "fastest": ranked.iloc[0].strategy, "speedup": float(ranked.iloc[0].speedup)})
+    return {
+        "scenario": scenario.name,
+        "dataset": {"name": histogram.name, "sequences": int(histogram.sequences), "max_length": histogram.max_length,
+                    "padding_fraction": 1 - histogram.efficiency,
+                    "theoretical_speedup": histogram.theoretical_speedup},
+        "model": scenario.model if isinstance(scenario.model, str) else "custom",
+        "hardware": scenario.hardware.profile,
+        "hardware_overrides": scenario.hardware.overrides,
+        "seed": scenario.seed,
+        "winners": winners,
+        "scaling": _records(tables.scaling),
+        "packing": _records(tables.packing),
+    }
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    # NaN (a bound not computed) becomes null: JSON has no NaN.
+    return [{key: (None if pd.isna(value) else value) for key, value in row.items()}
+            for row in frame.astype(object).to_dict("records")]
+
+
 def _files_section() -> str:
-    return ("## Files\n\nresolved.yaml (the scenario as run), packing.csv, scaling.csv, breakdown.csv, "
-            "latency.csv, gumbel.csv, extrapolation.csv, timeline.csv, timings.csv; plots as PNG and SVG.")
+    return ("## Files\n\nreport.html (this summary with interactive charts and sortable tables, one file), "
+            "summary.json (the headline figures for scripts), resolved.yaml (the scenario as run), packing.csv, "
+            "scaling.csv, breakdown.csv, latency.csv, gumbel.csv, extrapolation.csv, timeline.csv, timings.csv; "
+            "plots as PNG and SVG.")
 
 
 def _or_dash(value: float | None, number_format: str) -> str:
