@@ -1,101 +1,26 @@
 """The invariants every registered strategy must keep, on random histograms (plug-ins included).
 
-Every sequence placed exactly once, no pack over max_length or max_depth, metrics consistent.
+Every sequence placed exactly once, no pack over max_length or max_depth, metrics consistent, no fewer
+packs than the LP bound: simbench.testing's battery, one test per strategy and check; then the
+vectorized packers against their one-at-a-time definitions.
 """
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simbench.histogram import LengthHistogram
 from simbench.strategies import PackOptions, available_strategies
-
-try:
-    from simbench.strategies.optimal import lp_lower_bound
-except ImportError:  # the LP bound is optional for the battery
-    lp_lower_bound = None
+from simbench.testing import STRATEGY_CHECKS, packing_problems
 
 STRATEGY_NAMES = sorted(available_strategies())
 
 
-@st.composite
-def packing_problems(draw):
-    """A histogram over 1..max_length (often sparse), a max length and an optional depth."""
-    max_length = draw(st.integers(8, 128))
-    present = draw(st.lists(st.integers(1, max_length), min_size=0, max_size=max_length, unique=True))
-    counts = np.zeros(max_length, dtype=np.int64)
-    for length in present:
-        counts[length - 1] = draw(st.integers(0, 50))
-    max_depth = draw(st.one_of(st.none(), st.integers(1, 6)))
-    seed = draw(st.integers(0, 2**32 - 1))
-    batch_size = draw(st.integers(1, 64))
-    return LengthHistogram.from_counts(counts), max_length, max_depth, PackOptions(seed=seed, batch_size=batch_size)
-
-
-def check_packing(packing, histogram, max_length, max_depth):
-    rows, repeats, slots = packing.rows, packing.repeats, packing.slot_lengths
-    assert rows.ndim == 2 and rows.shape[0] == repeats.size == slots.size
-    assert np.all(repeats > 0)
-    assert np.all(np.diff(rows, axis=1) <= 0), "rows hold lengths in descending order"
-    assert np.unique(np.column_stack([rows, slots]), axis=0).shape[0] == rows.shape[0], "rows are distinct"
-    # Every sequence placed exactly once.
-    assert np.array_equal(packing.placed_histogram().counts, histogram.counts)
-    # No pack over its slot length, no slot over max_length, no pack deeper than max_depth.
-    assert np.all(rows.sum(axis=1) <= slots)
-    assert np.all(slots <= max_length)
-    if max_depth is not None:
-        assert np.all(np.count_nonzero(rows, axis=1) <= max_depth)
-    # Metrics agree with the packs.
-    metrics = packing.metrics()
-    tokens = int(repeats @ slots)
-    real = int(repeats @ rows.sum(axis=1))
-    assert real == histogram.real_tokens
-    assert metrics["sequences"] == histogram.sequences
-    assert metrics["packs"] == int(repeats.sum())
-    assert metrics["tokens"] == tokens
-    assert metrics["padding_tokens"] == tokens - real
-    assert metrics["efficiency"] == pytest.approx(real / tokens if tokens else 1.0)
-    assert metrics["packing_factor"] == pytest.approx(histogram.sequences / repeats.sum() if repeats.sum() else 0.0)
-    assert metrics["strategies_used"] == rows.shape[0]
-    assert metrics["depth_used"] == (int(np.count_nonzero(rows, axis=1).max()) if rows.size else 0)
-
-
+@pytest.mark.parametrize("check", STRATEGY_CHECKS, ids=lambda check: check.__name__.removeprefix("check_"))
 @pytest.mark.parametrize("name", STRATEGY_NAMES)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problem=packing_problems())
-def test_strategy_keeps_invariants(name, problem):
-    histogram, max_length, max_depth, options = problem
-    strategy = available_strategies()[name]
-    packing = strategy(histogram, max_length, max_depth, options)
-    check_packing(packing, histogram, max_length, max_depth)
-    fixed_shape = bool(np.all(packing.slot_lengths == max_length))
-    if lp_lower_bound is not None and fixed_shape and histogram.sequences:
-        assert packing.packs_total >= lp_lower_bound(histogram, max_length, max_depth).lower_bound_packs
-
-
-@pytest.mark.parametrize("name", STRATEGY_NAMES)
-def test_strategy_is_a_pure_function_of_its_arguments(name):
-    histogram = LengthHistogram.from_counts(np.arange(40) % 7)
-    options = PackOptions(seed=3, batch_size=5)
-    strategy = available_strategies()[name]
-    first, second = strategy(histogram, 40, 3, options), strategy(histogram, 40, 3, options)
-    assert np.array_equal(first.rows, second.rows)
-    assert np.array_equal(first.repeats, second.repeats)
-    assert np.array_equal(first.slot_lengths, second.slot_lengths)
-
-
-@pytest.mark.parametrize("name", STRATEGY_NAMES)
-def test_strategy_handles_an_empty_histogram(name):
-    packing = available_strategies()[name](LengthHistogram.from_counts([0] * 16), 16, None, PackOptions())
-    assert packing.packs_total == 0 and packing.sequences == 0
-
-
-@pytest.mark.parametrize("name", STRATEGY_NAMES)
-def test_strategy_places_sequences_of_exactly_max_length_alone(name):
-    histogram = LengthHistogram.from_counts([0, 0, 0, 5])
-    packing = available_strategies()[name](histogram, 4, None, PackOptions())
-    assert packing.packs_total == 5 and packing.efficiency == 1.0
+def test_strategy_passes_the_battery(name, check):
+    check(available_strategies()[name])
 
 
 # The vectorized packers against their one-sequence-at-a-time definitions.
@@ -136,7 +61,7 @@ def expanded_packs(packing):
 @settings(max_examples=40, deadline=None)
 @given(problem=packing_problems())
 def test_decreasing_fit_matches_one_by_one_placement(name, problem):
-    histogram, max_length, max_depth, options = problem
+    histogram, max_length, max_depth, options = problem.histogram, problem.max_length, problem.max_depth, problem.options
     packing = available_strategies()[name](histogram, max_length, max_depth, options)
     expected = one_by_one_decreasing(histogram.counts, max_length, max_depth, best_fit=name == "bfd")
     assert expanded_packs(packing) == expected
@@ -147,7 +72,7 @@ def test_decreasing_fit_matches_one_by_one_placement(name, problem):
 def test_greedy_matches_next_fit_over_the_same_shuffle(problem):
     from simbench.strategies.greedy import shuffled_lengths
 
-    histogram, max_length, max_depth, options = problem
+    histogram, max_length, max_depth, options = problem.histogram, problem.max_length, problem.max_depth, problem.options
     packing = available_strategies()["greedy"](histogram, max_length, max_depth, options)
     lengths = shuffled_lengths(histogram, np.random.default_rng(options.seed))
     assert expanded_packs(packing) == one_by_one_next_fit(lengths, max_length, max_depth)
@@ -208,16 +133,6 @@ def test_removing_a_column_updates_the_cholesky_factor():
     assert np.allclose(np.triu(factor[:7, :7], 1), 0) and np.allclose(factor[7:], 0)
 
 
-@pytest.mark.parametrize("name", STRATEGY_NAMES)
-def test_empty_lengths_beyond_max_length_change_nothing(name):
-    counts = np.arange(30) % 4
-    strategy = available_strategies()[name]
-    exact = strategy(LengthHistogram.from_counts(counts), 30, 3, PackOptions(seed=2, batch_size=4))
-    padded = strategy(LengthHistogram.from_counts(np.r_[counts, np.zeros(20, dtype=int)]), 30, 3,
-                      PackOptions(seed=2, batch_size=4))
-    assert np.array_equal(exact.rows, padded.rows) and np.array_equal(exact.repeats, padded.repeats)
-
-
 @pytest.mark.parametrize("length, count, max_depth", [(170, 3000, None), (3, 4000, 2), (100, 2500, None)])
 def test_greedy_on_periodic_data_where_chains_never_meet(length, count, max_depth):
     """Sequences all alike: chains started at block starts run parallel to the true one forever."""
@@ -241,11 +156,3 @@ def test_greedy_exact_route_alone_matches_next_fit(monkeypatch):
     assert expanded_packs(packing) == one_by_one_next_fit(lengths, 100, None)
 
 
-@pytest.mark.parametrize("name", STRATEGY_NAMES)
-def test_a_depth_beyond_max_length_acts_as_max_length(name):
-    # No pack can hold more sequences than tokens; nnlshp used to enumerate (and allocate) every level.
-    histogram = LengthHistogram.from_counts([3, 2, 1, 1, 0, 0, 0, 1])
-    strategy = available_strategies()[name]
-    huge = strategy(histogram, 8, 10**9, PackOptions())
-    assert huge.packs_total == strategy(histogram, 8, 8, PackOptions()).packs_total
-    assert huge.rows.shape[1] <= 8
