@@ -1,0 +1,115 @@
+"""simbench as a library, for notebooks and training scripts: every command's work without the command line.
+
+    >>> import simbench
+    >>> squad = simbench.load_histogram("squad_1_1_384")
+    >>> simbench.pack(squad, "spfhp", max_depth=3).packs_total
+    40711
+
+Results are plain dataclasses (`LengthHistogram`, `Packing`, `LPBound`, `SimulationResult`,
+`ReportTables`) whose tables are pandas DataFrames. A histogram argument may be a `LengthHistogram`,
+a CSV/JSON path or a bundled name; a scenario argument a `Scenario`, a YAML path or a bundled name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram, load_histogram
+
+if TYPE_CHECKING:
+    from simbench.costmodels import HardwareProfile
+    from simbench.report.tables import ReportTables
+    from simbench.scenario import Scenario
+    from simbench.sim.plans import ExecutionPlan
+    from simbench.sim.results import SimulationResult
+    from simbench.strategies.optimal import LPBound
+    from simbench.strategies.packing import Packing
+
+HistogramLike = LengthHistogram | str | Path
+
+
+def pack(histogram: HistogramLike, strategy: str, max_depth: int | None = None, *, max_length: int | None = None,
+         seed: int = 0, batch_size: int = 32) -> Packing:
+    """Pack with a registered strategy (`simbench list`), as `simbench pack` does.
+
+    `max_length` defaults to the histogram's; `seed` and `batch_size` reach the strategies that use them.
+    """
+    from simbench.strategies import PackOptions, get_strategy
+
+    lengths = _histogram(histogram)
+    return get_strategy(strategy)(lengths, max_length, max_depth, PackOptions(seed=seed, batch_size=batch_size))
+
+
+def bound(histogram: HistogramLike, max_depth: int | None = None, *, max_length: int | None = None) -> LPBound:
+    """The certified LP lower bound on packs (`.lower_bound_packs`): the fewest any packer can reach."""
+    from simbench.strategies.optimal import lp_lower_bound
+    from simbench.validation import check_pack_limits
+
+    lengths = _histogram(histogram)
+    return lp_lower_bound(lengths, check_pack_limits(lengths, max_length, max_depth), max_depth)
+
+
+def simulate(histogram: HistogramLike, strategies: str | Sequence[str | ExecutionPlan], devices: Sequence[int], *,
+             model: str | dict[str, int] = "bert-large", hardware: str | Path | HardwareProfile = "a100",
+             batch_size: int = 32, steps: int = 200, seed: int = 0, engine: str = "auto") -> SimulationResult:
+    """Simulate data-parallel training of each strategy on each device count, as `simbench simulate` does.
+
+    `strategies` are plan names as the command takes them (`spfhp:3`, `unpad`, `packed-varlen:lpfhp:max`,
+    `all`); padding is always added as the reference. The result's `summary` DataFrame has one row per
+    (strategy, devices) with `speedup` over padding at the same device count.
+    """
+    from simbench.costmodels import TransformerCostModel
+    from simbench.sim.simulate import simulate as simulate_plans
+
+    plans = [strategies] if isinstance(strategies, str) else list(strategies)
+    return simulate_plans(_histogram(histogram), plans, list(devices), TransformerCostModel(model, hardware),
+                          batch_size=batch_size, steps=steps, seed=seed, engine=engine)
+
+
+def load_scenario(scenario: str | Path, *, name: str | None = None, seed: int | None = None) -> Scenario:
+    """A validated scenario from a YAML file or a bundled name (`wiki512`); `name` picks one of a
+    file's several scenarios, `seed` replaces the scenario's."""
+    from simbench.scenario import load_scenarios
+
+    scenarios = load_scenarios(scenario, seed=seed)
+    names = [each.name for each in scenarios]
+    if name is None and len(scenarios) == 1:
+        return scenarios[0]
+    if name in names:
+        return scenarios[names.index(name)]
+    wanted = f"no scenario named {name!r}" if name is not None else f"{len(scenarios)} scenarios"
+    raise InputError(f"{wanted} in the file; pass name= one of {', '.join(names)}", source=str(scenario))
+
+
+def run_scenario(scenario: Scenario | str | Path, *, name: str | None = None, quick: bool = False,
+                 seed: int | None = None, out: str | Path | None = None) -> ReportTables:
+    """Everything `simbench run` computes for one scenario: the report's tables as DataFrames.
+
+    `quick` runs the --quick variant (few steps and device counts); `out`, when given, also writes
+    the report folder (tables, summary.md, plots) there, atomically.
+    """
+    from simbench.report.results import build_tables
+
+    if isinstance(scenario, str | Path):
+        scenario = load_scenario(scenario, name=name, seed=seed)
+    elif seed is not None:
+        scenario = type(scenario).model_validate({**scenario.model_dump(), "seed": seed})
+    if quick:
+        scenario = scenario.quickened()
+    histogram = scenario.dataset.load()
+    tables = build_tables(scenario, histogram)
+    if out is not None:
+        from simbench.report.folder import write_report
+
+        write_report(Path(out), scenario, histogram, tables)
+    return tables
+
+
+def _histogram(histogram: HistogramLike) -> LengthHistogram:
+    return histogram if isinstance(histogram, LengthHistogram) else load_histogram(histogram)
+
+
+__all__ = ["LengthHistogram", "bound", "load_histogram", "load_scenario", "pack", "run_scenario", "simulate"]
