@@ -92,5 +92,5 @@ def test_without_hypothesis_the_error_says_what_to_install(monkeypatch):
 
 
 def test_only_strategies_are_accepted():
-    with pytest.raises(TypeError, match="takes a strategy name, a Strategy or a pack function, not a int"):
+    with pytest.raises(TypeError, match="takes a strategy name, a Strategy or a pack function; found int"):
         check_strategy(3)
