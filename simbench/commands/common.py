@@ -114,3 +114,13 @@ def print_table(title: str | None, columns: Iterable[str], rows: Iterable[Iterab
     if min_width is not None:
         console.width = max(console.width, min_width)
     console.print(table)
+
+
+def advancing(progress, task):
+    """A library progress callback (called once per unit of work with the total) driving a rich bar."""
+    return lambda total: progress.update(task, total=total, advance=1)
+
+
+UNPADDED_HELP = ("un-padded attention: grouped (one call per length), jagged (nested tensors) or flash_varlen; "
+                 "default: flash_varlen or jagged on CUDA, grouped on CPU")
+WALL_CLOCK_HELP = "time single-threaded CPU steps by the wall clock instead of the process's CPU seconds"

@@ -1,0 +1,208 @@
+"""Whole calibration and measurement runs, as `simbench calibrate` and `simbench measure` start them:
+settings from plain values, the timing with a progress callback, and the files each run writes.
+
+torch is imported inside the functions: without it each says how to install it, as an InputError.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from simbench.errors import InputError
+from simbench.validation import check_choice
+
+TORCH_MISSING = "torch is not installed: pip install 'simbench[torch]'"
+DEFAULT_MAX_LENGTH = 128  # long enough for packing to matter, short enough for a CPU run in minutes
+MEASURE_TABLE = "measured_vs_predicted.csv"
+MEASURE_COLUMNS = ["strategy", "measured_speedup", "predicted_speedup", "error", "measured_step_seconds",
+                   "predicted_step_seconds", "predicted_compute_seconds", "predicted_padding_seconds",
+                   "predicted_overhead_seconds", "measured_tokens_per_s", "predicted_tokens_per_s"]
+# Called once per timed step with the run's total number of steps, e.g. to advance a progress bar.
+Progress = Callable[[int], None]
+
+
+def import_torch():
+    try:
+        import torch
+    except ImportError:
+        raise InputError(TORCH_MISSING) from None
+    return torch
+
+
+def resolve_device(requested: str | None) -> str:
+    """`cpu` or `cuda[:N]`; None means cuda when torch sees a GPU, else cpu."""
+    torch = import_torch()
+    if requested is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested != "cpu" and not requested.startswith("cuda"):
+        raise InputError(f"device must be cpu or cuda[:N], found {requested!r}", parameter="device")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"device {requested}: this torch build sees no CUDA device", parameter="device")
+    return requested
+
+
+def check_unpadded_attention(name: str | None) -> str | None:
+    from simbench.calibrate.batches import UNPADDED_ATTENTION
+
+    return None if name is None else check_choice(name, "unpadded_attention", UNPADDED_ATTENTION)
+
+
+def check_profile_output(path: Path) -> None:
+    """Refuse, before minutes of timing, a profile path that cannot be written."""
+    if path.is_dir():
+        raise InputError("is a folder; output names the profile file to write", source=str(path), parameter="output")
+    blocking = next((parent for parent in path.absolute().parents if parent.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise InputError(f"cannot write the profile: {blocking} is a file, not a folder", source=str(path))
+
+
+def calibrate_profile(output: Path, *, model, max_length: int = DEFAULT_MAX_LENGTH, device: str | None = None,
+                      threads: int | None = None, seed: int = 0, quick: bool = False,
+                      unpadded_attention: str | None = None, wall_clock: bool = False,
+                      progress: Progress = lambda total: None):
+    """Time padded, packed and un-padded steps, fit a profile to them and write it to `output` (YAML)."""
+    check_profile_output(output)
+    torch = import_torch()
+    from simbench.atomic import atomic_file
+    from simbench.calibrate.calibration import CalibrationSettings, calibration_steps, run_calibration
+    from simbench.costmodels.hardware import profile_to_yaml
+
+    settings = CalibrationSettings(model=model, max_length=max_length, device=resolve_device(device),
+                                   threads=threads or torch.get_num_threads(), seed=seed, quick=quick,
+                                   unpadded_attention=check_unpadded_attention(unpadded_attention),
+                                   wall_clock=wall_clock)
+    settings.encoder_shape()
+    total = calibration_steps(settings)
+    fit = run_calibration(settings, lambda: progress(total))
+    with atomic_file(output) as temporary:
+        temporary.write_text(profile_to_yaml(fit.profile))
+    return fit
+
+
+@dataclass(frozen=True)
+class MeasureRun:
+    table: object  # pandas DataFrame: one row per strategy, measured against predicted
+    title: str  # model, histogram, steps and device, for tables and plots
+    folder: Path  # where the run wrote its files
+
+
+def measure_strategies(source: str, *, output_dir: Path | None = None, model, device: str | None = None,
+                       steps: int = 16, batch_size: int = 16, repeats: int = 3, profile_path: Path | None = None,
+                       max_length: int = DEFAULT_MAX_LENGTH, threads: int | None = None, seed: int | None = None,
+                       quick: bool = False, unpadded_attention: str | None = None, wall_clock: bool = False,
+                       progress: Progress = lambda total: None,
+                       note: Callable[[str], None] = lambda message: None) -> MeasureRun:
+    """Time real training steps of every strategy on a scenario's or histogram's lengths, compare the
+    realized speed-ups with the cost model's prediction and write the folder (measure-<histogram> by
+    default): the comparison CSV and plot, per-step speed-ups, raw timings, settings and the profile.
+
+    Without `profile_path` a profile is calibrated on held-out batches timed in the same rounds.
+    """
+    torch = import_torch()
+    import numpy as np
+
+    from simbench.calibrate.calibration import CalibrationSettings, fit_calibration, prepare_calibration
+    from simbench.calibrate.measure import (MeasureSettings, compare, measure_steps, rescale_histogram,
+                                            strategy_layouts, time_strategies)
+    from simbench.costmodels.hardware import load_hardware
+    from simbench.report.folder import check_replaceable
+
+    histogram, scenario_seed = _histogram_and_seed(source)
+    output_dir = output_dir or Path(f"measure-{histogram.name}")
+    # Checked before minutes of timing; and never swap away a folder that is not an earlier result.
+    check_replaceable(output_dir, option="-o")
+    if max_length > model.max_positions:
+        raise InputError(f"max_length {max_length} exceeds the model's {model.max_positions} positions",
+                         parameter="max_length")
+    seed = scenario_seed if seed is None else seed
+    device = resolve_device(device)
+    threads = threads or torch.get_num_threads()
+    scaled = rescale_histogram(histogram, max_length)
+    if scaled is not histogram:
+        note(f"lengths of {histogram.name} (max {histogram.max_length}) rescaled by "
+             f"{max_length}/{histogram.max_length} to fit max length {max_length}")
+    given_profile = load_hardware(profile_path) if profile_path is not None else None
+    if given_profile is not None and unpadded_attention is None and given_profile.calibration:
+        # Run un-padded attention the way the profile was calibrated, so its group term applies.
+        unpadded_attention = given_profile.calibration.get("unpadded_attention")
+    settings = MeasureSettings(model=model, max_length=max_length, device=device, threads=threads, steps=steps,
+                               batch_size=batch_size, repeats=repeats, seed=seed,
+                               unpadded_attention=check_unpadded_attention(unpadded_attention), wall_clock=wall_clock)
+    layouts = strategy_layouts(scaled, settings, np.random.default_rng(seed))
+    calibration = None
+    calibration_layouts, calibration_batches = [], []
+    if profile_path is None:
+        # Its own seed: the profile is fitted on other batches than the ones it is checked on.
+        calibration = CalibrationSettings(model=model, max_length=max_length, device=device, threads=threads,
+                                          seed=seed + 1000, quick=quick,
+                                          unpadded_attention=settings.unpadded_attention, wall_clock=wall_clock)
+        calibration_layouts, calibration_batches = prepare_calibration(calibration)
+    total = measure_steps(settings, len(layouts), len(calibration_batches))
+    measured, calibration_timings, calibration_seconds = time_strategies(
+        layouts, settings, lambda: progress(total), calibration_batches)
+    calibrated = None
+    if calibration is not None:
+        calibrated = fit_calibration(calibration, calibration_layouts, calibration_timings,
+                                     calibration_seconds).profile
+    profile = calibrated or given_profile
+    table = compare(measured, model, profile)
+    title = (f"{model.name} encoder, {scaled.name}, {steps} steps x {batch_size} rows, "
+             f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
+    _write_measure_folder(output_dir, table, measured, title, _settings_record(settings, source, scaled, profile_path),
+                          calibrated)
+    return MeasureRun(table, title, output_dir)
+
+
+def _write_measure_folder(folder: Path, table, measured, title: str, settings: dict, calibrated) -> None:
+    """The six files of a measurement, swapped into place together."""
+    import yaml
+
+    from simbench.atomic import atomic_directory
+    from simbench.calibrate.measure import per_step_speedups
+    from simbench.calibrate.plot import plot_measured_vs_predicted
+    from simbench.costmodels.hardware import profile_to_yaml
+
+    with atomic_directory(folder, option="-o") as staging:
+        table.to_csv(staging / MEASURE_TABLE, index=False)
+        per_step_speedups(measured).to_csv(staging / "steps.csv", index=False)
+        plot_measured_vs_predicted(table, staging / "measured_vs_predicted.png", title)
+        (staging / "timings.json").write_text(json.dumps(_timings_record(measured), indent=1))
+        (staging / "settings.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+        if calibrated is not None:
+            (staging / "profile.yaml").write_text(profile_to_yaml(calibrated))
+
+
+def _histogram_and_seed(source: str):
+    """A scenario's histogram and seed, or a histogram file's or bundled name's with seed 0."""
+    from simbench.histogram import load_histogram
+
+    if source.endswith((".yaml", ".yml")):
+        from simbench.scenario import load_scenario
+
+        scenario = load_scenario(Path(source))
+        return scenario.dataset.load(), scenario.seed
+    return load_histogram(source), 0
+
+
+def _settings_record(settings, source: str, histogram, profile_path: Path | None) -> dict:
+    from simbench.calibrate.calibration import default_unpadded_attention
+
+    return {"source": source, "histogram": histogram.name, "model": settings.model.name,
+            "max_length": settings.max_length, "device": settings.device, "threads": settings.threads,
+            "steps": settings.steps, "batch_size": settings.batch_size, "repeats": settings.repeats,
+            "warmup": settings.warmup, "seed": settings.seed,
+            "unpadded_attention": settings.unpadded_attention or default_unpadded_attention(settings.device),
+            "clock": "process CPU seconds" if settings.cpu_clock else "wall-clock seconds",
+            "profile": (str(profile_path) if profile_path
+                        else "calibrated in the same run on held-out batches (profile.yaml)")}
+
+
+def _timings_record(measured) -> dict:
+    """Every timed batch (its rows of lengths and slots) with its median seconds, per strategy."""
+    return {name: [{"mode": layout.mode.value, "rows": [list(row) for row in layout.rows],
+                    "row_slots": list(layout.row_slots), "median_seconds": float(seconds)}
+                   for layout, seconds in zip(layouts, measured.seconds[name])]
+            for name, layouts in measured.layouts.items()}

@@ -1,0 +1,71 @@
+"""`simbench measure`: time each strategy for real and compare the speed-ups with the cost model's prediction.
+
+torch is an optional extra, imported inside the library call, so the rest of the CLI works without it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from simbench.calibrate.runs import DEFAULT_MAX_LENGTH
+from simbench.commands.common import (UNPADDED_HELP, WALL_CLOCK_HELP, advancing, command, parse_model,
+                                      print_json_lines, print_table, progress_bar, say)
+
+
+
+def measure(
+    source: str = typer.Argument(..., metavar="SCENARIO_OR_HISTOGRAM",
+                                 help="scenario YAML, histogram file or bundled histogram name"),
+    device: str = typer.Option(None, "--device", help="cpu or cuda[:N]; default: cuda when available"),
+    steps: int = typer.Option(16, "--steps", min=1, help="timed batches per strategy"),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="rows (sequences or packs) per batch"),
+    repeats: int = typer.Option(3, "--repeats", min=1,
+                                help="timings of every batch (round load factored out, then the median)"),
+    profile_path: Path = typer.Option(None, "--profile",
+                                      help="calibrated profile; default: calibrate on held-out batches "
+                                           "timed alongside"),
+    model: str = typer.Option("tiny", "--model", help="model preset or dimensions, as for calibrate"),
+    max_length: int = typer.Option(DEFAULT_MAX_LENGTH, "--max-length", min=8,
+                                   help="row length; longer histograms are rescaled to it"),
+    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
+    seed: int = typer.Option(None, "--seed", min=0, help="default: the scenario's seed, else 0"),
+    quick: bool = typer.Option(False, "--quick", help="without --profile: a quick calibration (seconds, for tests)"),
+    unpadded_attention: str = typer.Option(None, "--unpadded-attention", help=UNPADDED_HELP),
+    wall_clock: bool = typer.Option(False, "--wall-clock", help=WALL_CLOCK_HELP),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object per strategy"),
+    output_dir: Path = typer.Option(None, "-o", "--output", help="folder for the CSV, the plot and the settings"),
+) -> None:
+    """Run real training steps per strategy and compare realized speed-ups with the cost model's."""
+    from rich.console import Console
+
+    from simbench.calibrate.runs import MEASURE_COLUMNS, measure_strategies
+
+    spec = parse_model(model)
+    with progress_bar(Console(stderr=True)) as progress:
+        run = measure_strategies(source, output_dir=output_dir, model=spec, device=device, steps=steps,
+                                 batch_size=batch_size, repeats=repeats, profile_path=profile_path,
+                                 max_length=max_length, threads=threads, seed=seed, quick=quick,
+                                 unpadded_attention=unpadded_attention, wall_clock=wall_clock,
+                                 progress=advancing(progress, progress.add_task("timing")), note=say)
+    if as_json:
+        print_json_lines(run.table[MEASURE_COLUMNS].to_dict(orient="records"))
+    else:
+        _print_comparison(run.table)
+    say(f"wrote {run.folder}/measured_vs_predicted.csv and .png, per-step speed-ups in steps.csv")
+
+
+def _print_comparison(frame) -> None:
+    errors = frame.loc[frame["strategy"] != "padding", "error"].abs()
+    caption = (f"|error| over the strategies other than padding: median {errors.median():.1%} "
+               f"(target 5 %), largest {errors.max():.1%} (target 10 %)") if len(errors) else None
+    print_table("realized speed-up over padding: measured vs predicted",
+                ["strategy", "measured", "predicted", "error", "step ms measured", "step ms predicted"],
+                ([row.strategy, f"{row.measured_speedup:.3f}", f"{row.predicted_speedup:.3f}", f"{row.error:+.1%}",
+                  f"{row.measured_step_seconds * 1e3:.1f}", f"{row.predicted_step_seconds * 1e3:.1f}"]
+                 for row in frame.itertuples()), left=["strategy"], caption=caption)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("measure")(command(measure))
