@@ -102,3 +102,31 @@ def test_the_gpu_presets_use_the_measured_llama_8b_rates(preset):
     profile = HARDWARE_PRESETS[preset]
     assert profile.linear_flops_per_s == pytest.approx(record["linear_flops_per_s"], abs=0.05e12)
     assert profile.attention_flops_per_s == pytest.approx(record["attention_flops_per_s"], abs=0.05e12)
+
+
+def test_the_command_writes_a_profile_with_the_fitted_rates(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from simbench.calibrate import decoder
+    from simbench.cli import app
+    from simbench.costmodels.hardware import load_hardware
+
+    model = MODEL_PRESETS["llama-3.1-8b"]
+    monkeypatch.setattr(decoder, "time_decoder_slice", lambda *args, **kwargs: (
+        tuple(synthetic(model, [1024, 8192, 32768], 500e12, 400e12)), ()))
+    output = tmp_path / "h100-measured.yaml"
+    result = CliRunner().invoke(app, ["calibrate-decoder", "-o", str(output), "--lengths", "1024,8192,32768",
+                                      "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    profile = load_hardware(output)
+    assert profile.linear_flops_per_s == pytest.approx(500e12) and profile.attention_flops_per_s == pytest.approx(400e12)
+    base = HARDWARE_PRESETS["h100-sxm"]
+    assert profile.allreduce_bytes_per_s == base.allreduce_bytes_per_s  # the rest from --base
+    assert profile.calibration["held_out_length"] == 32768
+    assert [timing["lengths"] for timing in profile.calibration["timings"]] == [[1024], [8192], [32768]]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_asking_for_cuda_without_a_gpu_is_a_clear_error():
+    with pytest.raises(InputError, match="sees no CUDA GPU; use --device cpu"):
+        calibrate_decoder(TINY, device="cuda")

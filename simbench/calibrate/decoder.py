@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from simbench.costmodels.hardware import HardwareProfile
 from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
 
@@ -80,6 +81,22 @@ def calibration_record(calibration: DecoderCalibration) -> dict:
                           "spread_fraction": timing.spread_fraction}
                          for timing in (*calibration.causal, *calibration.packed)]
     return record
+
+
+def decoder_profile(calibration: DecoderCalibration, base: HardwareProfile) -> HardwareProfile:
+    """`base` with the measured dense-layer and attention rates, and the raw timings under `calibration`."""
+    return base.model_copy(update={
+        "name": f"{base.name} calibrated",
+        "source": (f"simbench calibrate-decoder: {calibration.layers} layer(s) of {calibration.model} on "
+                   f"{calibration.device_name}, torch {calibration.torch_version}, {calibration.precision}; "
+                   f"dense layers {calibration.linear_flops_per_s / 1e12:.1f} TFLOP/s, causal attention "
+                   f"{calibration.attention_flops_per_s / 1e12:.1f} TFLOP/s (the {calibration.held_out_length:,}-token "
+                   f"step predicted within {calibration.held_out_error:+.1%} without it). Every other field from "
+                   f"{base.name}: {base.source}"),
+        "linear_flops_per_s": calibration.linear_flops_per_s,
+        "attention_flops_per_s": calibration.attention_flops_per_s,
+        "calibration": calibration_record(calibration),
+    })
 
 
 def refit_record(record: dict) -> DecoderCalibration:
@@ -164,7 +181,13 @@ def calibrate_decoder(model: ModelSpec, layers: int = 2, lengths: Sequence[int] 
                       tokens_per_step: int = TOKENS_PER_STEP,
                       progress: Callable[[], None] = lambda: None) -> DecoderCalibration:
     """Time the slice (`time_decoder_slice`) and fit its two rates (`fit_decoder_rates`)."""
-    target = torch.device(device)
+    try:
+        target = torch.device(device)
+    except RuntimeError:
+        raise InputError(f"unknown device {device!r}: cpu, cuda or cuda:N") from None
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device {device}: this torch ({torch.__version__}) sees no CUDA GPU; use --device cpu "
+                         f"for a small model, or run on a machine with a GPU and a CUDA build of torch")
     causal, packed = time_decoder_slice(model, layers, lengths, target, seed, warmup, repeats, tokens_per_step,
                                         progress)
     dtype = _precision(target)
@@ -224,7 +247,7 @@ def fit_decoder_rates(model: ModelSpec, layers: int, causal: Sequence[SliceTimin
     linear, attention = _fit_rates(held_in)
     held_out_error = longest.predicted_seconds(linear, attention) / longest.seconds - 1
     linear, attention = _fit_rates(causal)
-    return DecoderCalibration(model.name, layers, device_name, torch.__version__, str(dtype).removeprefix("torch."),
+    return DecoderCalibration(model.name, layers, device_name, str(torch.__version__), str(dtype).removeprefix("torch."),
                               tuple(causal), tuple(packed), linear, attention, max(longest.lengths),
                               float(held_out_error))
 
