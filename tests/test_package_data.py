@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import simbench.data
+import simbench
 from simbench.commands import bench
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
@@ -35,14 +35,21 @@ def test_an_unknown_scenario_name_lists_the_bundled_ones(tmp_path, monkeypatch):
         load_scenarios("wiki51")
 
 
-def test_package_data_patterns_cover_every_bundled_file():
-    """A file under simbench/data that no pattern names would be missing from the wheel."""
+def test_package_data_patterns_cover_every_file_the_package_reads():
+    """A file under simbench/ that no package-data pattern names would be missing from the wheel."""
     patterns = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    data_dir = Path(simbench.data.__file__).parent
-    files = [path.relative_to(data_dir).as_posix() for path in data_dir.rglob("*")
-             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".py"]
-    assert files
-    assert [name for name in files if not any(fnmatch(name, pattern) for pattern in patterns["simbench.data"])] == []
+    package_dir = Path(simbench.__file__).parent
+    files = [path for path in package_dir.rglob("*")
+             if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".py", ".pyc")]
+    assert any(path.name == "wikipedia_512.csv" for path in files)
+    missing = []
+    for path in files:
+        package = next(folder for folder in path.parents if (folder / "__init__.py").is_file())
+        name = ".".join(package.relative_to(package_dir.parent).parts)
+        relative = path.relative_to(package).as_posix()
+        if not any(fnmatch(relative, pattern) for pattern in patterns.get(name, ())):
+            missing.append(f"{name}: {relative}")
+    assert missing == []
 
 
 def test_bench_outside_a_checkout_says_it_needs_one(tmp_path, monkeypatch):
