@@ -5,9 +5,12 @@ The CLI prints these as one clear message without a traceback; anything else is 
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-import re
 from pathlib import Path
 
 
@@ -42,17 +45,42 @@ class InputError(Exception):
         return InputError(message, source=self.source, line=self.line, parameter=name)
 
 
-def read_text_file(path: str | Path, what: str) -> str:
-    """The UTF-8 text of a file the user named; a folder, a missing or unreadable file, or bytes
-    that are not UTF-8 are an InputError naming the file (`what` says what the file should be)."""
+# Far above any scenario, profile, log or histogram a user has (a CSV of every length to 2^20 with
+# 2^40-sized counts is ~25 MB), and far below what takes long to parse: bigger inputs are refused.
+MAX_TEXT_FILE_BYTES = 64 * 2**20
+
+
+def read_text_file(path: str | Path, what: str, max_bytes: int = MAX_TEXT_FILE_BYTES) -> str:
+    """The UTF-8 text of a file the user named; a folder, a FIFO or device (which could block or never
+    end), a file over `max_bytes`, a missing or unreadable file, or bytes that are not UTF-8 are an
+    InputError naming the file (`what` says what the file should be)."""
     try:
-        # utf-8-sig: spreadsheet programs save CSV with an invisible byte-order mark before the header.
-        return Path(path).read_text(encoding="utf-8-sig")
+        with open(path, "rb", opener=_open_regular_file) as handle:
+            data = handle.read(max_bytes + 1)
     except OSError as error:
         raise InputError(f"cannot read the {what}: {error.strerror or error}", source=str(path)) from None
+    if len(data) > max_bytes:
+        raise InputError(f"the {what} is larger than {max_bytes // 2**20} MiB, more than any valid one needs",
+                         source=str(path))
+    try:
+        # utf-8-sig: spreadsheet programs save CSV with an invisible byte-order mark before the header.
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise InputError(f"not a UTF-8 text file (byte {error.start}): the {what} must be text",
                          source=str(path)) from None
+
+
+def _open_regular_file(path: str, flags: int) -> int:
+    # O_NONBLOCK: opening a FIFO with no writer must not hang before its type can be checked.
+    descriptor = os.open(path, flags | os.O_NONBLOCK)
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        if stat.S_ISDIR(mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket), so it could block or never end")
+    os.set_blocking(descriptor, True)
+    return descriptor
 
 
 @contextmanager

@@ -184,13 +184,18 @@ def _load_json(path: Path) -> LengthHistogram:
         data = json.loads(read_text_file(path, "histogram"))
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON: {error.msg}", source=source, line=error.lineno) from None
+    except RecursionError:
+        raise InputError("not a histogram: the JSON is nested thousands of levels deep", source=source) from None
     counts = data.get("counts") if isinstance(data, dict) else None
     if isinstance(counts, list):
         pairs = {index + 1: count for index, count in enumerate(counts)}
     elif isinstance(counts, dict):
         pairs = {}
         for key, count in counts.items():
-            pairs[_whole_number(key, "length", source, None)] = count
+            length = _whole_number(key, "length", source, None)
+            if length in pairs:  # "10" and "010" are one length: refuse rather than keep one count
+                raise InputError(f"length {length} appears twice (as {key!r} and an earlier key)", source=source)
+            pairs[length] = count
     else:
         raise InputError('expected {"counts": [count of length 1, ...]} or {"counts": {"length": count}}',
                          source=source)

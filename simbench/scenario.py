@@ -23,6 +23,7 @@ from scipy.stats import lognorm
 from simbench.costmodels import HardwareProfile, get_model, load_hardware
 from simbench.data import bundled_files
 from simbench.errors import InputError, read_text_file
+from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.plans import all_plan_names, parse_plan
 from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_max_depth
@@ -326,15 +327,7 @@ def load_scenario(path: Path | str, *, seed: int | None = None) -> Scenario:
 
 
 def parse_scenarios(text: str, *, source: str, base_dir: Path, seed: int | None = None) -> list[Scenario]:
-    try:
-        roots = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-        documents = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or str(error)
-        raise InputError(f"not valid YAML: {problem}", source=source,
-                         line=mark.line + 1 if mark else None) from None
-    scenarios = [_validate(data, root, source, base_dir, seed) for data, root in zip(documents, roots)
+    scenarios = [_validate(data, root, source, base_dir, seed) for root, data in load_yaml_documents(text, source)
                  if data is not None]
     if not scenarios:
         raise InputError("the file holds no scenario", source=source)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simbench import errors
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 
@@ -213,10 +214,10 @@ def test_unreadable_histogram_files_are_input_errors(tmp_path, name):
 def test_unreadable_histogram_permission_is_an_input_error(tmp_path, monkeypatch):
     path = write(tmp_path, "length,count\n1,2\n")
 
-    def refuse(self, *args, **kwargs):
-        raise PermissionError(13, "Permission denied", str(self))
+    def refuse(name, flags):
+        raise PermissionError(13, "Permission denied", name)
 
-    monkeypatch.setattr(type(path), "read_text", refuse)
+    monkeypatch.setattr(errors, "_open_regular_file", refuse)  # root reads any file: simulate a refusal
     with pytest.raises(InputError, match="cannot read the histogram: Permission denied"):
         load_histogram(path)
 

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simbench.errors import InputError, read_text_file
+from simbench.yamlfile import load_yaml_documents
 
 
 class HardwareProfile(BaseModel):
@@ -313,13 +314,8 @@ def _read_profile_file(path: Path) -> dict:
     if not path.is_file():
         raise InputError(f"no such hardware profile file or preset (presets: {', '.join(HARDWARE_PRESETS)})",
                          source=str(path))
-    text = read_text_file(path, "hardware profile")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise InputError(f"not valid YAML: {getattr(error, 'problem', error)}", source=str(path), line=line) from None
+    documents = load_yaml_documents(read_text_file(path, "hardware profile"), str(path))
+    data = documents[0][1] if len(documents) == 1 else None
     if not isinstance(data, dict):
         raise InputError("a hardware profile must be a mapping of field: value", source=str(path))
     return data

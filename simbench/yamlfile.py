@@ -1,0 +1,94 @@
+"""YAML documents read with bounded work: aliases that expand exponentially ("billion laughs"), a node
+that contains itself, or nesting thousands deep are refused before anything walks the data.
+
+    >>> documents = load_yaml_documents("a: &x [1, 2]\\nb: *x\\n", source="demo.yaml")
+    >>> [data for _, data in documents]
+    [{'a': [1, 2], 'b': [1, 2]}]
+    >>> bomb = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\\n" + "".join(
+    ...     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\\n" for i in range(6))
+    >>> load_yaml_documents(bomb, source="bomb.yaml")
+    Traceback (most recent call last):
+    ...
+    simbench.errors.InputError: bomb.yaml:5: the YAML expands to more than 100,000 values through its aliases (&name / *name): write the values out, or use fewer aliases
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from simbench.errors import InputError
+
+# Far beyond any scenario or hardware profile (a few hundred values), far below what hangs a validator.
+MAX_EXPANDED_NODES = 100_000
+MAX_DEPTH = 100
+
+
+def load_yaml_documents(text: str, source: str) -> list[tuple[yaml.Node, Any]]:
+    """Each document's node tree (for line numbers) and its data; YAML syntax errors, runaway aliases
+    and deep nesting are InputErrors naming the file and line."""
+    try:
+        roots = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or str(error)
+        raise InputError(f"not valid YAML: {problem}", source=source, line=mark.line + 1 if mark else None) from None
+    except RecursionError:
+        raise InputError(f"the YAML is nested more than {MAX_DEPTH} levels deep", source=source) from None
+    documents = []
+    for root in roots:
+        if root is None:
+            continue
+        _check_bounded(root, source)
+        loader = yaml.SafeLoader("")
+        try:
+            documents.append((root, loader.construct_document(root)))
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            raise InputError(f"not valid YAML: {getattr(error, 'problem', None) or error}", source=source,
+                             line=mark.line + 1 if mark else None) from None
+        finally:
+            loader.dispose()
+    return documents
+
+
+def _check_bounded(root: yaml.Node, source: str) -> None:
+    """Count values as the data will hold them (an alias counts its whole target again) and the depth,
+    each node visited once (iteratively: no recursion limit to hit)."""
+    expanded: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            on_path.discard(key)
+            children = _children(node)
+            expanded[key] = 1 + sum(expanded[id(child)] for child in children)
+            depth[key] = 1 + max((depth[id(child)] for child in children), default=0)
+            if expanded[key] > MAX_EXPANDED_NODES:
+                raise InputError(f"the YAML expands to more than {MAX_EXPANDED_NODES:,} values through its aliases "
+                                 f"(&name / *name): write the values out, or use fewer aliases", source=source,
+                                 line=node.start_mark.line + 1)
+            if depth[key] > MAX_DEPTH:
+                raise InputError(f"the YAML is nested more than {MAX_DEPTH} levels deep", source=source,
+                                 line=node.start_mark.line + 1)
+            continue
+        if key in expanded:
+            continue
+        if key in on_path:
+            raise InputError("a YAML alias refers to a value that contains it", source=source,
+                             line=node.start_mark.line + 1)
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in expanded)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
