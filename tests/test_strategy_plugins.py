@@ -5,10 +5,10 @@ from importlib.metadata import EntryPoint
 import numpy as np
 import pytest
 
-import simbench.strategies as strategies
+import simbench.registry
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
-from simbench.strategies import Strategy, available_strategies, get_strategy
+from simbench.strategies import STRATEGIES, Strategy, available_strategies, get_strategy
 from simbench.strategies.packing import Packing
 
 
@@ -29,8 +29,9 @@ IMPOSTOR = Strategy("spfhp", "a plug-in claiming a built-in name", pack_pairs_of
 def use_plugins(monkeypatch, *plugins: EntryPoint) -> None:
     """Serve these entry points, on a copy of the registry with every built-in already in it."""
     available_strategies()
-    monkeypatch.setattr(strategies, "_REGISTRY", dict(strategies._REGISTRY))
-    monkeypatch.setattr(strategies, "entry_points", lambda group: list(plugins) if group == "simbench.strategies" else [])
+    monkeypatch.setattr(STRATEGIES, "entries", dict(STRATEGIES.entries))
+    monkeypatch.setattr(simbench.registry, "entry_points",
+                        lambda group: [plugin for plugin in plugins if plugin.group == group])
 
 
 def test_an_entry_point_strategy_is_registered_and_packs(monkeypatch):
@@ -65,7 +66,7 @@ def test_a_broken_plugin_is_named_in_an_input_error(monkeypatch, value, message)
 
 def test_listing_order_does_not_depend_on_import_order(monkeypatch):
     expected = list(available_strategies())
-    shuffled = dict(reversed(list(strategies._REGISTRY.items())))
-    monkeypatch.setattr(strategies, "_REGISTRY", shuffled)
+    shuffled = dict(reversed(list(STRATEGIES.entries.items())))
+    monkeypatch.setattr(STRATEGIES, "entries", shuffled)
     assert list(available_strategies()) == expected
     assert expected[:3] == ["none", "sort", "greedy"]

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simbench.errors import InputError, read_text_file
+from simbench.registry import Registry
 from simbench.yamlfile import load_yaml_documents
 
 
@@ -169,7 +170,7 @@ def _measured_compute(device: str, linear_flops_per_s: float, attention_flops_pe
             f"and causal flash attention at {attention_flops_per_s / 1e12:.0f} TFLOP/s "
             f"({attention_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S:.1%}), a llama-3.1-8b slice in bf16. ")
 
-HARDWARE_PRESETS: dict[str, HardwareProfile] = {
+HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
     "a100": HardwareProfile(
         name="a100",
         source=(
@@ -277,7 +278,7 @@ HARDWARE_PRESETS: dict[str, HardwareProfile] = {
         "per parameter of HBM traffic, packing overhead 0.5 % of the step.",
         MI300X_PEAK_FLOPS_PER_S, MI300X_HBM_BYTES_PER_S, XGMI_BYTES_PER_S, linear_fraction=0.35,
         attention_fraction=0.30, ring_fraction=0.7, tensor_parallel_efficiency=0.80),
-}
+})
 
 
 def load_hardware(name_or_path: str | Path | HardwareProfile, overrides: dict | None = None) -> HardwareProfile:

@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 
 from simbench.errors import InputError
+from simbench.registry import Registry
 from simbench.validation import check_whole_number
 
 FLOPS_PER_MULTIPLY_ACCUMULATE = 2
@@ -149,7 +150,7 @@ def _decoder(name: str, **dimensions) -> ModelSpec:
 # Llama-style decoders: SwiGLU, rotary positions, RMSNorm, no biases, untied LM head.
 _LLAMA_STYLE = dict(gated_mlp=True, positions="rotary", tied_embeddings=False, biases="none", norm="rmsnorm")
 
-MODEL_PRESETS: dict[str, ModelSpec] = {
+MODEL_PRESETS: Registry[ModelSpec] = Registry("model preset", {
     "bert-base": ModelSpec(layers=12, hidden=768, heads=12, ffn=3072, name="bert-base"),
     "bert-large": ModelSpec(layers=24, hidden=1024, heads=16, ffn=4096, name="bert-large"),
     # Small enough for a CPU torch run to time in seconds (used by calibration).
@@ -177,7 +178,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
     # (7.61B, 6.53B without embeddings, as its model card states).
     "qwen2.5-7b": _decoder("qwen2.5-7b", layers=28, hidden=3584, heads=28, kv_heads=4, ffn=18944, vocab=152064,
                            max_positions=131072, **{**_LLAMA_STYLE, "biases": "qkv"}),
-}
+})
 
 _DIMENSIONS = tuple(field.name for field in fields(ModelSpec) if field.name != "name")
 _REQUIRED = ("layers", "hidden", "heads", "ffn")

@@ -13,14 +13,12 @@ group `simbench.strategies`; each entry point names a `Strategy`.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 
-from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
+from simbench.registry import Registry
 from simbench.strategies.packing import PackOptions, Packing
 from simbench.validation import check_pack_limits
 
@@ -50,53 +48,30 @@ class Strategy:
                        packing.slot_lengths, seconds, packing.details)
 
 
-_REGISTRY: dict[str, Strategy] = {}
+STRATEGIES: Registry[Strategy] = Registry(
+    "strategy", plural="strategies", entry_point_group="simbench.strategies", item_type=Strategy,
+    builtin_modules=tuple(f"simbench.strategies.{module}" for module in BUILTIN_MODULES),
+    module_of=lambda strategy: strategy.pack_function.__module__)
 
 
 def register(name: str, description: str, uses_depth: bool = True) -> Callable[[PackFunction], PackFunction]:
     """Decorator registering a pack function under `name`."""
 
     def decorate(function: PackFunction) -> PackFunction:
-        _REGISTRY[name] = Strategy(name, description, function, uses_depth)
+        STRATEGIES.register(name, Strategy(name, description, function, uses_depth))
         return function
 
     return decorate
 
 
-def _load_all() -> None:
-    for module in BUILTIN_MODULES:
-        importlib.import_module(f"simbench.strategies.{module}")
-    for entry in entry_points(group="simbench.strategies"):
-        # A broken plug-in is an installation problem the user can fix: name it rather than crash.
-        try:
-            strategy = entry.load()
-        except (ImportError, AttributeError) as error:
-            raise InputError(f"cannot load the strategy plug-in {entry.name!r} ({entry.value}): {error}") from None
-        if not isinstance(strategy, Strategy):
-            raise InputError(f"the strategy plug-in {entry.name!r} ({entry.value}) is a {type(strategy).__name__}, "
-                             "not a simbench.strategies.Strategy")
-        _REGISTRY.setdefault(strategy.name, strategy)
-
-
 def available_strategies() -> dict[str, Strategy]:
     """All strategies by name, built-in first (in BUILTIN_MODULES order), then plug-ins."""
-    _load_all()
-    # Registration order follows import order, which depends on what the caller imported first
-    # (optimal imports classic): sort so listings and error messages read the same every time.
-    return dict(sorted(_REGISTRY.items(), key=lambda item: (_builtin_rank(item[1]), item[0])))
-
-
-def _builtin_rank(strategy: Strategy) -> int:
-    module = strategy.pack_function.__module__.removeprefix("simbench.strategies.")
-    return BUILTIN_MODULES.index(module) if module in BUILTIN_MODULES else len(BUILTIN_MODULES)
+    return STRATEGIES.available()
 
 
 def get_strategy(name: str) -> Strategy:
-    strategies = available_strategies()
-    if name not in strategies:
-        raise InputError(f"unknown strategy {name!r}; known strategies: {', '.join(strategies)}")
-    return strategies[name]
+    return STRATEGIES.get(name)
 
 
-__all__ = ["PackOptions", "Packing", "Strategy", "available_strategies", "get_strategy",
+__all__ = ["STRATEGIES", "PackOptions", "Packing", "Strategy", "available_strategies", "get_strategy",
            "register"]
