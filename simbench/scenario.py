@@ -20,12 +20,12 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
                       model_validator)
 from scipy.stats import lognorm
 
-from simbench.costmodels import HardwareProfile, get_model, load_hardware
+from simbench.costmodels import COST_MODELS, HardwareProfile, get_model, load_hardware
 from simbench.data import bundled_files
 from simbench.errors import InputError, read_text_file
 from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
-from simbench.sim.plans import all_plan_names, parse_plan
+from simbench.sim.plans import ExecutionPlan, plan_fields, plan_from_fields, plan_type
 from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_max_depth
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
@@ -126,21 +126,6 @@ class HardwareSpec(_Strict):
             raise ValueError(str(error)) from None
 
 
-def _strategy_fields(plan_text: str) -> dict:
-    """The fields of a plan written short, as `simbench simulate` takes it: `spfhp:3`, `vts-bucketed:window=4`."""
-    name, *arguments = plan_text.split(":")
-    fields: dict[str, Any] = {"name": name}
-    for argument in arguments:
-        key, equals, number = argument.partition("=")
-        if equals:
-            fields[key] = number
-        elif argument == "max" or argument.isdigit():
-            fields["max_depth"] = argument if argument == "max" else int(argument)
-        else:
-            fields["packer"] = argument
-    return fields
-
-
 class StrategySpec(_Strict):
     name: str = Field(description="a packer from the registry or a simulator plan (`simbench list`)")
     max_depth: int | Literal["max"] | None = Field(
@@ -164,34 +149,32 @@ class StrategySpec(_Strict):
     @field_validator("name")
     @classmethod
     def _known_name(cls, name: str) -> str:
-        known = all_plan_names()
-        if name not in known:
-            raise ValueError(f"unknown strategy {name!r}; known strategies: {', '.join(known)}")
+        try:
+            plan_type(name)
+        except InputError as error:
+            raise ValueError(str(error)) from None
         return name
 
     @model_validator(mode="after")
     def _valid_plan(self) -> StrategySpec:
         try:
-            plan = parse_plan(self.plan_text)
+            plan = self.plan()
         except InputError as error:
             raise ValueError(str(error)) from None
         if self.label is None:
             object.__setattr__(self, "label", plan.name)
         return self
 
-    @property
-    def plan_text(self) -> str:
-        """The simulator's plan name, e.g. `spfhp:3`, `packed-varlen:spfhp:4`, `vts-bucketed:window=4`."""
-        parts = [self.name]
-        if self.packer is not None:
-            parts.append(self.packer)
-        if self.max_depth is not None:
-            parts.append(str(self.max_depth))
-        if self.stages is not None:
-            parts.append(f"stages={self.stages}")
-        if self.window is not None:
-            parts.append(f"window={self.window}")
-        return ":".join(parts)
+    def plan(self) -> ExecutionPlan:
+        """The simulator's plan, e.g. `spfhp:3`, `packed-varlen:spfhp:4`, `vts-bucketed:window=4`."""
+        return plan_from_fields(self.model_dump(exclude={"label"}))
+
+
+def _short_form(text: str) -> dict[str, Any]:
+    try:
+        return plan_fields(text)
+    except InputError as error:
+        raise ValueError(str(error)) from None
 
 
 class OutputsSpec(_Strict):
@@ -218,6 +201,8 @@ class Scenario(_Strict):
     hardware: HardwareSpec = HardwareSpec()
     gpus_per_replica: int = Field(1, ge=1, description="GPUs in one data-parallel device (tensor or context "
                                   "parallel); `devices` count replicas")
+    cost_model: str = Field("transformer", description="what prices a step: a cost model of the registry (`simbench "
+                                                       "list`)")
     strategies: tuple[Annotated[
         Annotated[StrategySpec, Tag(_FULL)],
         Field(description="a name, or a mapping with `name` and parameters"),
@@ -238,6 +223,15 @@ class Scenario(_Strict):
             raise ValueError(str(error)) from None
         return model
 
+    @field_validator("cost_model")
+    @classmethod
+    def _known_cost_model(cls, name: str) -> str:
+        try:
+            COST_MODELS.get(name)
+        except InputError as error:
+            raise ValueError(str(error)) from None
+        return name
+
     @field_validator("hardware", mode="before")
     @classmethod
     def _hardware_shorthand(cls, value: Any) -> Any:
@@ -247,14 +241,14 @@ class Scenario(_Strict):
     @classmethod
     def _strategy_shorthand(cls, value: Any) -> Any:
         if isinstance(value, list):
-            return [_strategy_fields(item) if isinstance(item, str) else item for item in value]
+            return [_short_form(item) if isinstance(item, str) else item for item in value]
         return value
 
     @field_validator("strategies")
     @classmethod
     def _distinct_plans(cls, strategies: tuple[StrategySpec, ...]) -> tuple[StrategySpec, ...]:
         # The simulator runs each plan once, so a second label for the same plan would vanish from the report.
-        plans = [parse_plan(spec.plan_text) for spec in strategies]
+        plans = [spec.plan() for spec in strategies]
         names = [plan.name for plan in plans]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:

@@ -4,8 +4,8 @@ import pytest
 
 from simbench.costmodels.base import ExecutionMode
 from simbench.errors import InputError
-from simbench.sim.plans import (DEFAULT_BUCKET_WINDOW, DEFAULT_VTS_STAGES, EXTRA_PLANS, Exchange, PlanKind,
-                                parse_plan, parse_plans, with_reference)
+from simbench.sim.plans import PLANS, Exchange, PlanKind, parse_plan, parse_plans, with_reference
+from simbench.sim.plans.vts import DEFAULT_BUCKET_WINDOW, DEFAULT_VTS_STAGES
 from simbench.strategies import available_strategies
 
 
@@ -56,7 +56,7 @@ def test_bad_names_raise_input_errors_naming_the_problem(text, fragment):
 
 def test_all_expands_to_every_packer_and_simulator_plan_once():
     names = {plan.packer or plan.name for plan in parse_plans(["all", "unpad"])}
-    expected_plans = [parse_plan(name) for name in [*available_strategies(), *EXTRA_PLANS]]
+    expected_plans = [parse_plan(name) for name in [*available_strategies(), *PLANS]]
     assert names == {plan.packer or plan.name for plan in expected_plans}
     assert len(parse_plans(["unpad", "unpad"])) == 1
 

@@ -4,28 +4,22 @@ import typer
 
 from simbench.commands.common import print_table
 
-SIMULATOR_PLAN_DESCRIPTIONS = {
-    "unpad": "un-padding: no padding tokens, kernels grouped by length, each device's batch as drawn",
-    "unpad-exchange": "un-padding with NVIDIA's padding exchange: the global batch sorted and dealt out",
-    "unpad-exchange-overlap": "un-padding with the exchange on the host, overlapped with the step (Baidu)",
-    "packed-varlen": "packs with per-sequence (varlen) attention instead of a block-diagonal mask",
-    "vts": "Cerebras variable tensor shapes: samples stream through a stage pipeline, padding stripped",
-    "vts-bucketed": "variable tensor shapes with batches bucketed by length",
-}
-
 
 def list_everything() -> None:
-    """Show strategies, simulator plans, bundled histograms and scenarios, and model and hardware presets."""
-    from simbench.costmodels import HARDWARE_PRESETS, MODEL_PRESETS
+    """Show strategies, simulator plans, cost models, bundled histograms and scenarios, and model and hardware
+    presets."""
+    from simbench.costmodels import COST_MODELS, HARDWARE_PRESETS, MODEL_PRESETS
     from simbench.histogram import bundled_histograms
     from simbench.scenario import bundled_scenarios
-    from simbench.sim.plans import EXTRA_PLANS
+    from simbench.sim.plans import PLANS
     from simbench.strategies import available_strategies
 
     _section("Packers and batchers (registry)", ["name", "description"],
              [(name, strategy.description) for name, strategy in available_strategies().items()])
     _section("Simulator plans", ["name", "description"],
-             [(name, SIMULATOR_PLAN_DESCRIPTIONS.get(name, "")) for name in EXTRA_PLANS])
+             [(name, plan.description) for name, plan in PLANS.items()])
+    _section("Cost models", ["name", "description"],
+             [(name, cost_model.description) for name, cost_model in COST_MODELS.items()])
     _section("Bundled histograms", ["name", "file"], [(name, str(path)) for name, path in bundled_histograms().items()])
     _section("Bundled scenarios (simbench run NAME)", ["name", "file"],
              [(name, str(path)) for name, path in bundled_scenarios().items()])

@@ -17,13 +17,13 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from simbench.costmodels import TransformerCostModel
+from simbench.costmodels import COST_MODELS, get_model
 from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     extrapolate_cluster_speedups, fit_gumbel
 from simbench.histogram import LengthHistogram
 from simbench.report.tables import ReportTables
 from simbench.scenario import Scenario
-from simbench.sim.plans import PlanKind, parse_plan, with_reference
+from simbench.sim.plans import with_reference
 from simbench.sim.results import BREAKDOWN_COLUMNS
 from simbench.sim.simulate import simulate
 from simbench.strategies import available_strategies
@@ -40,14 +40,15 @@ LATENCY_ROWS_KEPT = 20_000
 
 def progress_total(scenario: Scenario) -> int:
     """Units of work `build_tables` reports: one per simulated (plan, devices), one per LP bound."""
-    plans = with_reference([parse_plan(spec.plan_text) for spec in scenario.strategies])
+    plans = with_reference([spec.plan() for spec in scenario.strategies])
     return len(plans) * len(scenario.devices) + len(plans)
 
 
 def build_tables(scenario: Scenario, histogram: LengthHistogram, progress: Progress | None = None) -> ReportTables:
     progress = progress or (lambda units: None)
-    cost_model = TransformerCostModel(scenario.model, scenario.hardware.load(), scenario.gpus_per_replica)
-    plans = [parse_plan(spec.plan_text) for spec in scenario.strategies]
+    cost_model = COST_MODELS.get(scenario.cost_model).build(get_model(scenario.model), scenario.hardware.load(),
+                                                            scenario.gpus_per_replica)
+    plans = [spec.plan() for spec in scenario.strategies]
     labels = {plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}
     result = simulate(histogram, plans, list(scenario.devices), cost_model, batch_size=scenario.batch_size,
                       steps=scenario.steps, seed=scenario.seed, progress=progress)
@@ -107,9 +108,9 @@ def _straggler_tables(latency_samples: dict[str, np.ndarray], labels: dict[str, 
     for name, samples in latency_samples.items():
         label = labels.get(name, name)
         plan = plans_by_label[label]
-        # Un-padded batches hold the same sequences as padding's, so their steps compare one to one;
-        # sorted batching's step times are two-humped (a shape change or not), no Gumbel.
-        if plan.kind is not PlanKind.UNPAD or np.std(samples) <= CONSTANT_SPREAD * np.mean(samples):
+        # Only plans whose steps compare one to one with padding's get a fit (see BatchSource.fits_stragglers):
+        # sorted batching's step times, for one, are two-humped (a shape change or not).
+        if not plan.source.fits_stragglers or np.std(samples) <= CONSTANT_SPREAD * np.mean(samples):
             continue
         speedups = padded_seconds / samples
         fit = fit_gumbel(speedups)

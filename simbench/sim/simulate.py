@@ -1,7 +1,7 @@
 """`simulate`: run execution plans on clusters of 1..N devices and measure throughput and speed-ups.
 
     >>> from simbench.histogram import load_histogram
-    >>> from simbench.sim.linear import LinearCostModel
+    >>> from simbench.costmodels.linear import LinearCostModel
     >>> from simbench.sim.simulate import simulate
     >>> result = simulate(load_histogram("squad_1_1_384"), ["unpad"], [1, 8], LinearCostModel(),
     ...                   batch_size=8, steps=20, seed=0)
@@ -11,24 +11,18 @@
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from simbench.costmodels.base import ExecutionMode
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
-from simbench.sim import vts
-from simbench.sim.batching import PackSampler, SequenceSampler, SortedBatchSampler, unpadded_batches
 from simbench.sim.engine import run_simpy
-from simbench.sim.exchange import ExchangeCosts, deal_sorted
 from simbench.sim.montecarlo import StepAggregates, aggregate_by_cluster_size, step_timeline
-from simbench.sim.orderstat import ItemSource, build_pool, slowest_of
-from simbench.sim.plans import ExecutionPlan, Exchange, PlanKind, parse_plans, with_reference
-from simbench.sim.pricing import DeviceCosts, price_batches
+from simbench.sim.orderstat import build_pool, slowest_of
+from simbench.sim.plans import BatchSource, ExecutionPlan, SimulationSettings, parse_plans, with_reference
+from simbench.sim.pricing import DeviceCosts
 from simbench.sim.results import PlanRun, SimulationResult, summarize
 from simbench.strategies import get_strategy
 from simbench.strategies.packing import PackOptions, Packing
@@ -58,8 +52,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     given = [plan for plan in plans if not isinstance(plan, str)]
     plans = with_reference(list({plan.name: plan for plan in [*named, *given]}.values()))
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
-    settings = _Settings(histogram, cost_model, batch_size, steps, seed, engine,
-                         ExchangeCosts.from_cost_model(cost_model))
+    settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine)
     packings = dict(packings or {})
     runs: list[PlanRun] = []
     latency_samples: dict[str, np.ndarray] = {}
@@ -81,17 +74,6 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
                             used, latency_samples, timelines, config)
 
 
-@dataclass(frozen=True)
-class _Settings:
-    histogram: LengthHistogram
-    cost_model: object
-    batch_size: int
-    steps: int
-    seed: int
-    engine: str
-    exchange_costs: ExchangeCosts
-
-
 def _validate(histogram, devices, batch_size, steps, seed, engine) -> list[int]:
     if histogram.sequences == 0:
         raise InputError(f"histogram {histogram.name} holds no sequences: nothing to train on")
@@ -103,23 +85,19 @@ def _validate(histogram, devices, batch_size, steps, seed, engine) -> list[int]:
     return devices
 
 
-def _packing(plan: ExecutionPlan, settings: _Settings, packings: dict[str, Packing]) -> Packing | None:
+def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[str, Packing]) -> Packing | None:
     """Pack once per packer and depth, whatever the number of device counts."""
-    if plan.kind is not PlanKind.PACKING:
+    request = plan.source.packing_request(plan)
+    if request is None:
         return None
-    key = f"{plan.packer}:{plan.max_depth}"
-    cached = next((p for p in packings.values() if f"{p.strategy}:{p.max_depth}" == key), None)
-    return cached or get_strategy(plan.packer)(settings.histogram, settings.histogram.max_length, plan.max_depth,
-                                               PackOptions(seed=settings.seed, batch_size=settings.batch_size))
+    packer, depth = request
+    cached = next((p for p in packings.values() if (p.strategy, p.max_depth) == (packer, depth)), None)
+    return cached or get_strategy(packer)(settings.histogram, settings.histogram.max_length, depth,
+                                          PackOptions(seed=settings.seed, batch_size=settings.batch_size))
 
 
-def _rng(plan: ExecutionPlan, seed: int, purpose: int = 0) -> np.random.Generator:
-    """One stream per batch source; un-padding, exchange and VTS share one so their comparison is paired."""
-    source = f"{plan.packer}:{plan.max_depth}:{plan.mode.value}" if plan.kind is PlanKind.PACKING else "sequences"
-    return np.random.default_rng([seed, zlib.crc32(source.encode()), purpose])
-
-
-def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
+def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[int], settings: SimulationSettings,
+                   progress):
     """Small clusters simulate every device, on batches drawn once for all of them (so plans drawing the
     same sequences stay paired); larger ones draw their slowest device directly when devices are
     independent, or simulate every device on batches of their own."""
@@ -128,19 +106,17 @@ def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
     runs, latency, timeline = [], None, None
     for group, purpose in ((small, 0), ([size for size in large if size not in pooled], 4)):
         if group:
-            source = _BatchSource(plan, packing, settings, purpose)
-            group_runs, group_latency, group_timeline = _simulate_devices(plan, source, group, settings)
+            group_runs, group_latency, group_timeline = _simulate_devices(plan, packing, group, settings, purpose)
             runs += group_runs
             latency = latency if latency is not None else group_latency
             timeline = timeline if timeline is not None else group_timeline
     if pooled:
-        source = _BatchSource(plan, packing, settings)
-        pool = build_pool(source.items(), _rng(plan, settings.seed, purpose=2), pooled[-1])
-        by_size = slowest_of(pool, pooled, settings.steps, _rng(plan, settings.seed, purpose=3))
-        runs += [_run(plan, size, by_size[size], None, [], settings, engine="order-statistics") for size in pooled]
+        source = plan.source(plan, packing, settings)
+        pool = build_pool(source.items(), source.generator(2), pooled[-1])
+        by_size = slowest_of(pool, pooled, settings.steps, source.generator(3))
+        runs += [_run(source, size, by_size[size], None, engine="order-statistics") for size in pooled]
         latency = pool.plain_totals[:LATENCY_SAMPLES_MAX]
-        if plan.kind is PlanKind.VTS and timeline is None:
-            timeline = _first_batch_timeline(source.first_batch(), plan, settings)
+        timeline = timeline if timeline is not None else source.timeline()
     runs.sort(key=lambda run: run.devices)
     if progress is not None:
         for _ in runs:
@@ -148,7 +124,7 @@ def _simulate_plan(plan, packing, devices, settings: _Settings, progress):
     return runs, latency, timeline
 
 
-def _split_by_size(devices: list[int], settings: _Settings) -> tuple[list[int], list[int]]:
+def _split_by_size(devices: list[int], settings: SimulationSettings) -> tuple[list[int], list[int]]:
     """Cluster sizes whose every device is simulated whatever the plan, and the larger ones."""
     if settings.engine in ("simpy", "vectorized"):
         return devices, []
@@ -157,7 +133,8 @@ def _split_by_size(devices: list[int], settings: _Settings) -> tuple[list[int], 
     return [size for size in devices if size <= PER_DEVICE_MAX], [size for size in devices if size > PER_DEVICE_MAX]
 
 
-def _simulate_devices(plan, source: _BatchSource, devices, settings: _Settings):
+def _simulate_devices(plan: ExecutionPlan, packing: Packing | None, devices: list[int], settings: SimulationSettings,
+                      purpose: int):
     """Draw and price the plan's batches chunk by chunk, keep per-step aggregates, then time every cluster."""
     largest = devices[-1]
     if largest * settings.batch_size > ROWS_PER_STEP_MAX:
@@ -165,128 +142,45 @@ def _simulate_devices(plan, source: _BatchSource, devices, settings: _Settings):
                          f"{settings.batch_size} is {largest * settings.batch_size:,} rows per step; at most "
                          f"{ROWS_PER_STEP_MAX:,} fit in memory")
     simpy_sizes = [size for size in devices if _use_simpy(plan, size, settings)]
-    chunk_steps = max(1, ROWS_PER_CHUNK // (largest * settings.batch_size))
-    if plan.bucket_window:
-        chunk_steps = max(1, chunk_steps // plan.bucket_window) * plan.bucket_window
+    source = plan.source(plan, packing, settings, purpose, simpy_devices=max(simpy_sizes, default=0))
+    chunk_steps = source.chunk_steps(max(1, ROWS_PER_CHUNK // (largest * settings.batch_size)))
     aggregate_chunks: dict[int, list[StepAggregates]] = {size: [] for size in devices}
     simpy_chunks: dict[int, list[DeviceCosts]] = {size: [] for size in simpy_sizes}
-    simpy_lengths: list[np.ndarray] = []
     samples: list[np.ndarray] = []
-    timeline = None
     for first_step in range(0, settings.steps, chunk_steps):
-        by_size, lengths = source.chunk(min(chunk_steps, settings.steps - first_step), devices)
+        by_size = source.chunk(min(chunk_steps, settings.steps - first_step), devices)
         for size, costs in by_size.items():
-            sizes = devices if size == largest and plan.exchange is Exchange.NONE else [size]
+            sizes = devices if source.shares_draws else [size]
             for cluster, aggregates in aggregate_by_cluster_size(costs, sizes).items():
                 aggregate_chunks[cluster].append(aggregates)
         for size in simpy_sizes:
             simpy_chunks[size].append(by_size.get(size, by_size[largest]).first_devices(size))
-        if plan.kind is PlanKind.VTS:
-            if timeline is None:
-                timeline = _first_batch_timeline(lengths[0, 0], plan, settings)
-            if simpy_sizes:
-                simpy_lengths.append(lengths[:, :max(simpy_sizes)])
-        if plan.exchange is Exchange.NONE and sum(map(np.size, samples)) < LATENCY_SAMPLES_MAX:
+        if source.shares_draws and sum(map(np.size, samples)) < LATENCY_SAMPLES_MAX:
             samples.append(by_size[largest].total_seconds.ravel())
-    runs = []
-    for size in devices:
-        aggregates = StepAggregates.concatenate(aggregate_chunks[size])
-        runs.append(_run(plan, size, aggregates, simpy_chunks.get(size), simpy_lengths, settings))
+    runs = [_run(source, size, StepAggregates.concatenate(aggregate_chunks[size]), simpy_chunks.get(size))
+            for size in devices]
     latency = np.concatenate(samples)[:LATENCY_SAMPLES_MAX] if samples else None
-    return runs, latency, timeline
+    return runs, latency, source.timeline()
 
 
-class _BatchSource:
-    """A plan's stream of batches: packs of its packing, or sequences drawn from the histogram."""
-
-    def __init__(self, plan: ExecutionPlan, packing: Packing | None, settings: _Settings, purpose: int = 0):
-        self.plan, self.settings = plan, settings
-        self.rng, self.shuffle_rng = _rng(plan, settings.seed, purpose), _rng(plan, settings.seed, purpose + 1)
-        self.pack_sampler = None
-        if packing is not None:
-            sorted_batches = plan.mode is ExecutionMode.SORTED
-            self.pack_sampler = SortedBatchSampler(packing) if sorted_batches else PackSampler(packing)
-        self.sequence_sampler = SequenceSampler(settings.histogram)
-
-    def chunk(self, steps: int, devices: list[int]) -> tuple[dict[int, DeviceCosts], np.ndarray | None]:
-        """Costs of the next `steps` steps by cluster size, and the sequence lengths drawn (None for packs)."""
-        plan, settings, largest = self.plan, self.settings, devices[-1]
-        if self.pack_sampler is not None:
-            batches = self.pack_sampler.batches(self.rng, steps, largest, settings.batch_size)
-            return {largest: price_batches(settings.cost_model, batches, plan.mode, steps, largest)}, None
-        lengths = self.sequence_sampler.lengths_of(self.rng, (steps, largest, settings.batch_size))
-        if plan.bucket_window:
-            lengths = vts.bucket_by_length(lengths, plan.bucket_window, self.shuffle_rng)
-        return _price_sequences(plan, lengths, devices, settings), lengths
-
-    def items(self) -> ItemSource:
-        """One device's batch as items drawn independently (only for plans with independent devices)."""
-        plan, settings = self.plan, self.settings
-        cost_model, batch_size = settings.cost_model, settings.batch_size
-        if self.pack_sampler is not None:
-            sampler = self.pack_sampler
-            price = lambda items: price_batches(cost_model, sampler.batches_of(items, batch_size),  # noqa: E731
-                                                plan.mode, 1, items.shape[0])
-        elif plan.kind is PlanKind.VTS:
-            sampler = self.sequence_sampler
-            price = lambda items: vts.price_vts(cost_model, sampler.lengths[items][None], plan.stages)  # noqa: E731
-        else:
-            sampler = self.sequence_sampler
-            price = lambda items: price_batches(cost_model, unpadded_batches(sampler.lengths[items]),  # noqa: E731
-                                                plan.mode, 1, items.shape[0])
-        return ItemSource(sampler.item_weights, sampler.item_features(), batch_size, price)
-
-    def first_batch(self) -> np.ndarray:
-        """The sequence lengths of the first device's first batch, as the per-device engines draw it."""
-        return self.sequence_sampler.lengths_of(_rng(self.plan, self.settings.seed), (self.settings.batch_size,))
-
-
-def _price_sequences(plan: ExecutionPlan, lengths: np.ndarray, devices: list[int], settings: _Settings):
-    """Costs of sequences drawn for the largest cluster; an exchange re-deals them for each cluster size."""
-    steps, largest = lengths.shape[:2]
-    if plan.kind is PlanKind.VTS:
-        return {largest: vts.price_vts(settings.cost_model, lengths, plan.stages)}
-    if plan.exchange is Exchange.NONE:
-        return {largest: price_batches(settings.cost_model, unpadded_batches(lengths), plan.mode, steps, largest)}
-    return {size: price_batches(settings.cost_model, unpadded_batches(deal_sorted(lengths[:, :size])), plan.mode,
-                                steps, size) for size in devices}
-
-
-def _first_batch_timeline(lengths: np.ndarray, plan: ExecutionPlan, settings: _Settings) -> pd.DataFrame:
-    return vts.pipeline_timeline(vts.stage_seconds(settings.cost_model, lengths, plan.stages), lengths,
-                                 vts.buffer_samples(settings.cost_model))
-
-
-def _use_simpy(plan: ExecutionPlan, devices: int, settings: _Settings) -> bool:
+def _use_simpy(plan: ExecutionPlan, devices: int, settings: SimulationSettings) -> bool:
     if settings.engine != "auto":
         return settings.engine == "simpy"
-    stages = vts.pipeline_stages(settings.cost_model, plan.stages) if plan.kind is PlanKind.VTS else 0
-    events_per_device_step = 3 + settings.batch_size * stages * 3
+    events_per_device_step = plan.source.simpy_events_per_device_step(plan, settings.cost_model,
+                                                                      settings.batch_size)
     return devices * settings.steps * events_per_device_step <= SIMPY_EVENT_BUDGET
 
 
-def _run(plan, devices, aggregates, simpy_costs, simpy_lengths, settings: _Settings,
+def _run(source: BatchSource, devices: int, aggregates: StepAggregates, simpy_costs: list[DeviceCosts] | None,
          engine: str = "vectorized") -> PlanRun:
-    cost_model, exchange_costs = settings.cost_model, settings.exchange_costs
-    allreduce_seconds = float(cost_model.allreduce_seconds(devices))
-    prepare_seconds, allgather_seconds = None, 0.0
-    if plan.exchange is not Exchange.NONE and devices > 1:
-        allgather_seconds = exchange_costs.allgather_seconds(devices)
-        per_step = allgather_seconds + exchange_costs.sort_seconds(devices, settings.batch_size)
-        prepare_seconds = np.full(settings.steps, per_step)
+    plan = source.plan
+    allreduce_seconds = float(source.settings.cost_model.allreduce_seconds(devices))
+    timing = source.timing(devices, allreduce_seconds, simpy=simpy_costs is not None)
     if simpy_costs is not None:
         costs = DeviceCosts.concatenate(simpy_costs)
-        stage_seconds = None
-        if plan.kind is PlanKind.VTS:
-            lengths = np.concatenate(simpy_lengths)[:, :devices]
-            stage_seconds = vts.stage_seconds(cost_model, lengths, plan.stages)
-        timeline = run_simpy(costs.total_seconds, allreduce_seconds, prepare_seconds, plan.exchange, stage_seconds,
-                             vts.buffer_samples(cost_model))
+        timeline = run_simpy(costs.total_seconds, allreduce_seconds, timing.prepare_seconds, plan.exchange,
+                             timing.stage_seconds, timing.buffer_samples)
     else:
         timeline = step_timeline(aggregates.slowest_device_seconds, aggregates.mean_device_seconds,
-                                 allreduce_seconds, prepare_seconds, plan.exchange, engine)
-    reference = None
-    if plan.kind is PlanKind.VTS:
-        reference = vts.padded_pipeline_seconds(cost_model, settings.histogram.max_length, settings.batch_size,
-                                                plan.stages) + allreduce_seconds
-    return PlanRun(plan, devices, aggregates, timeline, allgather_seconds, reference)
+                                 allreduce_seconds, timing.prepare_seconds, plan.exchange, engine)
+    return PlanRun(plan, devices, aggregates, timeline, timing.allgather_seconds, timing.reference_step_seconds)

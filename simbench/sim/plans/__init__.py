@@ -1,0 +1,267 @@
+"""Execution plans: what `--strategy NAME` means to the simulator (a batch source and how a device runs it).
+
+    >>> from simbench.sim.plans import parse_plan
+    >>> parse_plan("spfhp:3").packer, parse_plan("unpad-exchange").exchange.value
+    ('spfhp', 'blocking')
+
+Every plan type is registered in `PLANS` (built-ins next to their batch source in this package, plug-ins
+through the entry-point group `simbench.plans`); every packer of the strategy registry is a plan too.
+A plan is written `NAME[:ARG]...` (`spfhp:3`, `packed-varlen:spfhp:max`, `vts-bucketed:window=4`) or,
+in a scenario, as a mapping (`{name: spfhp, max_depth: 3}`); both read into the same parameters.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from simbench.costmodels.base import ExecutionMode
+from simbench.errors import InputError
+from simbench.registry import Registry
+from simbench.strategies import STRATEGIES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simbench.histogram import LengthHistogram
+    from simbench.sim.orderstat import ItemSource
+    from simbench.sim.pricing import DeviceCosts
+    from simbench.strategies.packing import Packing
+
+BUILTIN_PLAN_MODULES = tuple(f"simbench.sim.plans.{module}" for module in ("unpadded", "packed", "vts"))
+
+
+class PlanKind(str, Enum):
+    """The built-in batch sources (a plug-in plan names its own)."""
+
+    PACKING = "packing"  # rows of a packer's Packing, sampled in proportion to their repeats
+    UNPAD = "unpad"  # sequences drawn from the histogram, no padding at all
+    VTS = "vts"  # sequences drawn from the histogram, streamed through a stage pipeline
+
+
+class Exchange(str, Enum):
+    """Padding exchange before an un-padded step (NVIDIA MLPerf; Baidu overlaps it on the host)."""
+
+    NONE = "none"
+    BLOCKING = "blocking"  # all-gather lengths, sort, deal: on the step's critical path
+    OVERLAPPED = "overlapped"  # done on the host while the previous step runs
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """One simulated strategy: its batch source (`kind`), the execution mode and its parameters."""
+
+    name: str
+    kind: str  # a key of BATCH_SOURCES, e.g. PlanKind.PACKING
+    mode: ExecutionMode
+    packer: str | None = None
+    max_depth: int | None = None
+    exchange: Exchange = Exchange.NONE
+    stages: int = 0  # VTS pipeline stages
+    bucket_window: int = 0  # VTS bucketing: batches per window sorted by length (0: no bucketing)
+
+    @property
+    def independent_devices(self) -> bool:
+        """Each device draws its batch on its own, so its step time is an i.i.d. draw: the slowest of n
+        devices can be drawn directly (order statistics)."""
+        return self.source.independent_devices(self)
+
+    @property
+    def is_reference(self) -> bool:
+        return self.kind == PlanKind.PACKING and self.packer == "none" and self.mode is ExecutionMode.PADDED
+
+    @property
+    def source(self) -> type[BatchSource]:
+        return BATCH_SOURCES.get(self.kind)
+
+
+REFERENCE_PLAN = ExecutionPlan("none", PlanKind.PACKING, ExecutionMode.PADDED, packer="none", max_depth=1)
+
+
+@dataclass(frozen=True)
+class SimulationSettings:
+    """What every plan of one `simulate` call shares."""
+
+    histogram: LengthHistogram
+    cost_model: object
+    batch_size: int
+    steps: int
+    seed: int
+    engine: str
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """What a plan adds to a cluster's steps besides the devices' own time and the all-reduce."""
+
+    prepare_seconds: np.ndarray | None = None  # per step: host work before the step can start (padding exchange)
+    allgather_seconds: float = 0.0  # the communication part of prepare_seconds
+    stage_seconds: np.ndarray | None = None  # (steps, devices, batch, stages): devices run a pipeline (SimPy)
+    buffer_samples: int = 0  # samples each FIFO between two pipeline stages holds
+    reference_step_seconds: float | None = None  # the step time speed-ups are measured against, if not padding's
+
+
+class BatchSource:
+    """Where a plan's per-device batches come from, and its timing hook; one per (plan, simulate call).
+
+    `chunk` prices the next steps' batches for the largest cluster; a smaller cluster trains on its
+    first devices' batches unless `chunk` priced a draw of its own for it (as the padding exchange does).
+    """
+
+    kind: ClassVar[str]
+    # Step times vary with the batch's content and compare one to one with padding's (same sequences):
+    # their per-device samples get a Gumbel fit of the slowest of n devices.
+    fits_stragglers: ClassVar[bool] = False
+
+    def __init__(self, plan: ExecutionPlan, packing: Packing | None, settings: SimulationSettings, purpose: int = 0,
+                 simpy_devices: int = 0):
+        self.plan, self.packing, self.settings = plan, packing, settings
+        self.purpose = purpose  # which of the plan's random streams its batches come from
+        self.simpy_devices = simpy_devices  # the largest cluster SimPy runs (0: none)
+
+    @staticmethod
+    def packing_request(plan: ExecutionPlan) -> tuple[str, int | None] | None:
+        """The packer and depth whose packing this plan's batches come from, if any."""
+        return None
+
+    @staticmethod
+    def random_stream(plan: ExecutionPlan) -> str:
+        """Plans with the same stream draw the same batches, so their comparison is paired."""
+        return "sequences"
+
+    @staticmethod
+    def simpy_events_per_device_step(plan: ExecutionPlan, cost_model, batch_size: int) -> int:
+        return 3
+
+    @staticmethod
+    def independent_devices(plan: ExecutionPlan) -> bool:
+        """Whether each device draws its batch on its own (then `items` describes one device's draw)."""
+        return False
+
+    def generator(self, purpose: int) -> np.random.Generator:
+        stream = zlib.crc32(self.random_stream(self.plan).encode())
+        return np.random.default_rng([self.settings.seed, stream, purpose])
+
+    def chunk_steps(self, steps: int) -> int:
+        """Steps per chunk, given the most that fit in memory (a plan may need a multiple of something)."""
+        return steps
+
+    @property
+    def shares_draws(self) -> bool:
+        """Whether every cluster size trains on the largest cluster's batches (then they are latency samples)."""
+        return self.plan.exchange is Exchange.NONE
+
+    def chunk(self, steps: int, devices: list[int]) -> dict[int, DeviceCosts]:
+        """Costs of the next `steps` steps for the largest of `devices`, and for any size drawn apart."""
+        raise NotImplementedError
+
+    def items(self) -> ItemSource:
+        """One device's batch as items drawn independently (plans with independent devices only)."""
+        raise NotImplementedError
+
+    def timing(self, devices: int, allreduce_seconds: float, simpy: bool) -> StepTiming:
+        return StepTiming()
+
+    def timeline(self) -> pd.DataFrame | None:
+        """A timeline of one batch to draw (VTS pipelines), if the plan has one."""
+        return None
+
+
+@dataclass(frozen=True)
+class PlanType:
+    """A registered plan: its name, what it does, how it reads its parameters, and its batch source."""
+
+    name: str
+    description: str
+    source: type[BatchSource]
+
+    def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
+        """The plan with these parameters (the mapping form: `max_depth`, `packer`, `stages`, `window`)."""
+        raise NotImplementedError
+
+    def reject_unknown(self, parameters: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+        unknown = [f"{key}={value}" for key, value in parameters.items() if key not in allowed]
+        if unknown and not allowed:
+            raise InputError(f"strategy {self.name!r} takes no parameters")
+        if unknown:
+            raise InputError(f"strategy {self.name!r}: unknown parameter {unknown[0]!r} "
+                             f"(allowed: {', '.join(allowed)})")
+
+
+def _register_source(name: str, plan_type: PlanType) -> None:
+    BATCH_SOURCES.register(plan_type.source.kind, plan_type.source)
+
+
+BATCH_SOURCES: Registry[type[BatchSource]] = Registry("batch source", builtin_modules=BUILTIN_PLAN_MODULES)
+PLANS: Registry[PlanType] = Registry("strategy", plural="strategies", builtin_modules=BUILTIN_PLAN_MODULES,
+                                     entry_point_group="simbench.plans", item_type=PlanType,
+                                     module_of=lambda plan_type: plan_type.source.__module__,
+                                     on_add=_register_source)
+
+
+def register_plan(plan_type: PlanType) -> PlanType:
+    PLANS.register(plan_type.name, plan_type)
+    return plan_type
+
+
+def plan_type(name: str) -> PlanType:
+    """The registered plan called `name`, or the packing plan of the packer called `name`."""
+    from simbench.sim.plans.packed import PackerPlan
+
+    found = PLANS.find(name)
+    if found is not None:
+        return found
+    strategy = STRATEGIES.find(name)
+    if strategy is None:
+        raise InputError(f"unknown strategy {name!r}; known strategies: {', '.join(all_plan_names())}")
+    return PackerPlan.of(strategy)
+
+
+def plan_fields(text: str) -> dict[str, Any]:
+    """The mapping form of a plan written `NAME[:ARG]...`: an ARG is a depth (`3`, `max`), a packer
+    name or `key=value`. Checking the values is the plan's business (`plan_from_fields`)."""
+    name, *arguments = [part.strip() for part in str(text).strip().split(":")]
+    fields: dict[str, Any] = {"name": name}
+    for argument in arguments:
+        key, equals, value = argument.partition("=")
+        if not equals:
+            key, value = ("max_depth", argument) if argument == "max" or argument.isdigit() else ("packer", argument)
+        if key in fields:
+            raise InputError(f"strategy {text!r}: {key} given twice")
+        fields[key] = int(value) if value.isdigit() else value
+    return fields
+
+
+def plan_from_fields(fields: Mapping[str, Any]) -> ExecutionPlan:
+    """The plan a mapping describes: `name` and the plan's parameters (None: the plan's default)."""
+    parameters = {key: value for key, value in fields.items() if key != "name" and value is not None}
+    return plan_type(fields["name"]).build(parameters)
+
+
+def parse_plan(text: str) -> ExecutionPlan:
+    """Parse `NAME[:ARG]...`, e.g. `spfhp:3`, `greedy`, `packed-varlen:spfhp:4`, `vts:stages=8`."""
+    return plan_from_fields(plan_fields(text))
+
+
+def parse_plans(texts: list[str]) -> list[ExecutionPlan]:
+    """Parse several plan names; `all` expands to every packer and every simulator-only plan."""
+    names: list[str] = []
+    for text in texts:
+        names.extend(all_plan_names() if text.strip() == "all" else [text])
+    plans = [parse_plan(name) for name in names]
+    return list({plan.name: plan for plan in plans}.values())
+
+
+def all_plan_names() -> list[str]:
+    """Every packer, then every other plan (plug-ins listed by their entry points' names)."""
+    return list(dict.fromkeys([*STRATEGIES.names(), *PLANS.names()]))
+
+
+def with_reference(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
+    """The plans with padding (`none`) first: every speed-up is measured against it."""
+    return [REFERENCE_PLAN, *[plan for plan in plans if not plan.is_reference]]

@@ -1,0 +1,97 @@
+"""Un-padding plans: sequences drawn from the histogram, no padding at all, kernels grouped by length;
+with NVIDIA's padding exchange (blocking) or Baidu's (overlapped on the host)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from simbench.costmodels.base import ExecutionMode
+from simbench.sim.batching import SequenceSampler, unpadded_batches
+from simbench.sim.exchange import ExchangeCosts, deal_sorted
+from simbench.sim.orderstat import ItemSource
+from simbench.sim.plans import (BatchSource, Exchange, ExecutionPlan, PlanKind, PlanType, StepTiming,
+                                register_plan)
+from simbench.sim.pricing import price_batches
+
+
+class SequenceSource(BatchSource):
+    """Sequences drawn with replacement from the histogram; every plan of this family draws the same ones."""
+
+    def __init__(self, plan, packing, settings, purpose=0, simpy_devices=0):
+        super().__init__(plan, packing, settings, purpose, simpy_devices)
+        self.rng = self.generator(purpose)
+        self.sampler = SequenceSampler(settings.histogram)
+
+    def draw(self, steps: int, devices: int) -> np.ndarray:
+        """(steps, devices, batch size) sequence lengths."""
+        return self.sampler.lengths_of(self.rng, (steps, devices, self.settings.batch_size))
+
+    def first_batch(self) -> np.ndarray:
+        """The sequence lengths of the first device's first batch, as the per-device engines draw it."""
+        return self.sampler.lengths_of(self.generator(0), (self.settings.batch_size,))
+
+    def items(self):
+        return ItemSource(self.sampler.item_weights, self.sampler.item_features(), self.settings.batch_size,
+                          self.price_items)
+
+    def price_items(self, items: np.ndarray):
+        """DeviceCosts (1, devices) of the batches of sequences `items` (devices, batch size) indexes."""
+        raise NotImplementedError
+
+
+class UnpadSource(SequenceSource):
+    """Each device's batch as drawn, or, with a padding exchange, the global batch sorted and dealt out."""
+
+    kind = PlanKind.UNPAD
+    fits_stragglers = True
+
+    def __init__(self, plan, packing, settings, purpose=0, simpy_devices=0):
+        super().__init__(plan, packing, settings, purpose, simpy_devices)
+        self.exchange_costs = ExchangeCosts.from_cost_model(settings.cost_model)
+
+    @staticmethod
+    def independent_devices(plan: ExecutionPlan) -> bool:
+        return plan.exchange is Exchange.NONE  # the exchange deals one global batch
+
+    def price_items(self, items):
+        return price_batches(self.settings.cost_model, unpadded_batches(self.sampler.lengths[items]), self.plan.mode,
+                             1, items.shape[0])
+
+    def chunk(self, steps, devices):
+        lengths = self.draw(steps, devices[-1])
+        cost_model, mode = self.settings.cost_model, self.plan.mode
+        if self.plan.exchange is Exchange.NONE:
+            return {devices[-1]: price_batches(cost_model, unpadded_batches(lengths), mode, steps, devices[-1])}
+        # The exchange deals each cluster's global batch anew, so every size gets its own batches.
+        return {size: price_batches(cost_model, unpadded_batches(deal_sorted(lengths[:, :size])), mode, steps, size)
+                for size in devices}
+
+    def timing(self, devices, allreduce_seconds, simpy):
+        if self.plan.exchange is Exchange.NONE or devices == 1:
+            return StepTiming()
+        allgather_seconds = self.exchange_costs.allgather_seconds(devices)
+        per_step = allgather_seconds + self.exchange_costs.sort_seconds(devices, self.settings.batch_size)
+        return StepTiming(prepare_seconds=np.full(self.settings.steps, per_step), allgather_seconds=allgather_seconds)
+
+
+@dataclass(frozen=True)
+class UnpadPlan(PlanType):
+    """`unpad`, `unpad-exchange`, `unpad-exchange-overlap`: no parameters."""
+
+    exchange: Exchange
+
+    def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
+        self.reject_unknown(parameters, ())
+        return ExecutionPlan(self.name, PlanKind.UNPAD, ExecutionMode.UNPADDED, exchange=self.exchange)
+
+
+register_plan(UnpadPlan("unpad", "un-padding: no padding tokens, kernels grouped by length, each device's batch as "
+                        "drawn", UnpadSource, Exchange.NONE))
+register_plan(UnpadPlan("unpad-exchange", "un-padding with NVIDIA's padding exchange: the global batch sorted and "
+                        "dealt out", UnpadSource, Exchange.BLOCKING))
+register_plan(UnpadPlan("unpad-exchange-overlap", "un-padding with the exchange on the host, overlapped with the step "
+                        "(Baidu)", UnpadSource, Exchange.OVERLAPPED))
