@@ -10,7 +10,7 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
-from simbench.sim.linear import LinearCostModel
+from simbench.costmodels.linear import LinearCostModel
 from simbench.sim.plans import ExecutionPlan, PlanKind
 from simbench.sim.results import BREAKDOWN_COLUMNS
 from simbench.sim.simulate import simulate

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.histogram import LengthHistogram, load_histogram
-from simbench.sim.linear import LinearCostModel
+from simbench.costmodels.linear import LinearCostModel
 from simbench.sim.simulate import simulate
 from simbench.sim.vts import (padded_pipeline_seconds, pipeline_departures, pipeline_timeline, price_vts,
                               weight_streaming_speedup)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
+from simbench.costmodels.registry import CostModelType, register_cost_model
 
 
 @dataclass(frozen=True)
@@ -45,3 +46,12 @@ class LinearCostModel:
 
     def vts_pipeline_stages(self) -> int:
         return self.vts_stages
+
+
+def _linear_with_defaults(model, hardware, gpus_per_replica) -> LinearCostModel:
+    """The linear model takes neither model nor hardware: its default constants, for quick what-ifs."""
+    return LinearCostModel()
+
+
+register_cost_model(CostModelType("linear", "seconds = a x token slots + c, whatever the model and hardware "
+                                  "(closed forms for tests)", _linear_with_defaults))

@@ -17,6 +17,7 @@ import numpy as np
 from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
+from simbench.costmodels.registry import CostModelType, register_cost_model
 from simbench.errors import InputError
 from simbench.validation import check_device_count, check_whole_number
 
@@ -208,3 +209,8 @@ def _ring_seconds(devices: int, payload_bytes: float, latency_seconds: float, by
     if devices <= 1:
         return 0.0
     return 2 * (devices - 1) * latency_seconds + 2 * (devices - 1) / devices * payload_bytes / bytes_per_s
+
+
+register_cost_model(CostModelType("transformer", "FLOPs of a transformer on a hardware profile's achieved rates, "
+                                  "plus launches, shape changes, transfers and a ring all-reduce",
+                                  TransformerCostModel))
