@@ -9,7 +9,7 @@ from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCAL
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
-from simbench.sim.linear import LinearCostModel
+from simbench.costmodels.linear import LinearCostModel
 from simbench.sim.orderstat import PLAIN_DRAWS, ItemSource, build_pool, slowest_of
 from simbench.sim.pricing import DeviceCosts
 from simbench.sim.simulate import simulate
