@@ -18,7 +18,6 @@ import numpy as np
 import yaml
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
                       model_validator)
-from scipy.stats import lognorm
 
 from simbench.costmodels import COST_MODELS, HardwareProfile, get_model, load_hardware
 from simbench.data import bundled_files
@@ -56,6 +55,8 @@ class SyntheticHistogram(_Strict):
     sigma: float = Field(gt=0, description="standard deviation of log(length)")
 
     def build(self, max_length: int) -> LengthHistogram:
+        from scipy.stats import lognorm
+
         edges = np.arange(0.5, max_length + 1.0)
         cdf = lognorm.cdf(edges, s=self.sigma, scale=self.median_length)
         cdf[0], cdf[-1] = 0.0, 1.0

@@ -68,3 +68,19 @@ def test_errors_through_a_pipe_start_on_the_first_line():
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 2
     assert completed.stderr.startswith("error: --seed must be a whole number >= 0")
+
+
+def test_starting_the_cli_imports_nothing_heavy():
+    # `simbench --help` would wait for these; each command imports what it needs when it runs.
+    code = ("import sys, simbench.cli; "
+            "print(sorted(m for m in ('numpy', 'pandas', 'scipy', 'matplotlib', 'torch', 'rich', 'pydantic', 'yaml') "
+            "if m in sys.modules))")
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert completed.stdout.strip() == "[]"
+
+
+def test_version_prints_the_package_version():
+    import simbench
+
+    result = RUNNER.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.strip() == f"simbench {simbench.__version__}"

@@ -6,14 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import typer
-from rich.console import Console
 
-from simbench.atomic import atomic_file
-from simbench.commands.common import command
+from simbench.commands.common import command, say
 from simbench.errors import InputError, writing_to
-from simbench.histogram import load_histogram
 
 
 def assign(
@@ -28,8 +24,12 @@ def assign(
     output: Path = typer.Option(..., "-o", "--output", help="OUT.npy (packs x depth, -1 = empty) or OUT.parquet"),
 ) -> None:
     """Pack the histogram, then say which dataset sequence goes into each pack slot."""
-    from simbench.strategies import PackOptions, get_strategy
+    import numpy as np
+
+    from simbench.atomic import atomic_file
+    from simbench.histogram import load_histogram
     from simbench.histogram_build import read_lengths
+    from simbench.strategies import PackOptions, get_strategy
     from simbench.strategies.assign import assign_sequences
 
     if output.suffix not in (".npy", ".parquet"):
@@ -47,13 +47,13 @@ def assign(
                 np.save(handle, assignment)
         else:
             _write_parquet(assignment, temporary)
-    Console(stderr=True).print(f"{packing.packs_total} packs of {packing.sequences} sequences "
-                               f"({strategy}, efficiency {100 * packing.efficiency:.3f} %): wrote {output}",
-                               highlight=False, soft_wrap=True)
+    say(f"{packing.packs_total} packs of {packing.sequences} sequences "
+        f"({strategy}, efficiency {100 * packing.efficiency:.3f} %): wrote {output}")
 
 
-def _write_parquet(assignment: np.ndarray, path: Path) -> None:
+def _write_parquet(assignment, path: Path) -> None:
     """One row per pack, its sequence indices as a list column (empty slots left out)."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 

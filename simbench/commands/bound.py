@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import typer
-from rich.console import Console
 
-from simbench.commands.common import command
-from simbench.histogram import load_histogram
+from simbench.commands.common import command, print_json_lines, say
 
 
 def bound(
@@ -19,6 +16,7 @@ def bound(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
 ) -> None:
     """The fewest packs any packer can reach: the LP relaxation's optimum, rounded up."""
+    from simbench.histogram import load_histogram
     from simbench.strategies.optimal import lp_lower_bound
     from simbench.validation import check_pack_limits
 
@@ -28,18 +26,16 @@ def bound(
     result = lp_lower_bound(histogram, max_length, max_depth)
     seconds = time.perf_counter() - start
     if as_json:
-        print(json.dumps({"histogram": histogram_name, "max_length": max_length, "max_depth": max_depth,
-                          "lp_value": result.value, "lower_bound_packs": result.lower_bound_packs,
-                          "seconds": seconds}))
+        print_json_lines([{"histogram": histogram_name, "max_length": max_length, "max_depth": max_depth,
+                           "lp_value": result.value, "lower_bound_packs": result.lower_bound_packs,
+                           "seconds": seconds}])
         return
     depth = "no depth limit" if max_depth is None else f"depth <= {max_depth}"
     efficiency = histogram.real_tokens / (result.lower_bound_packs * max_length) if result.lower_bound_packs else 1.0
     stop = "converged" if result.converged else "stopped early: Farley bound"
-    Console().print(
-        f"{histogram_name} at max length {max_length}, {depth}:\n"
+    say(f"{histogram_name} at max length {max_length}, {depth}:\n"
         f"  lower bound {result.lower_bound_packs} packs (efficiency at most {100 * efficiency:.3f} %)\n"
-        f"  LP value {result.value:.4f} ({stop}, {result.pricing_rounds} pricing rounds, {seconds:.2f} s)",
-        highlight=False, soft_wrap=True)
+        f"  LP value {result.value:.4f} ({stop}, {result.pricing_rounds} pricing rounds, {seconds:.2f} s)", stderr=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -96,10 +96,11 @@ def say(message: str, *, stderr: bool = True) -> None:
 
 
 def print_table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[str]], *, left: Iterable[str] = (),
-                min_width: int | None = None, stderr: bool = False, **table_options) -> None:
+                min_width: int | None = None, no_wrap: bool = False, stderr: bool = False, **table_options) -> None:
     """A rich table: the `left` columns (names, labels) left-justified, the numbers right-justified.
 
-    `min_width` widens a narrow terminal or a pipe so that a wide table is not folded into 80 columns.
+    `min_width` widens a narrow terminal or a pipe so that a wide table is not folded into 80 columns;
+    `no_wrap` keeps every cell on one line.
     """
     from rich.console import Console
     from rich.table import Table
@@ -107,7 +108,7 @@ def print_table(title: str | None, columns: Iterable[str], rows: Iterable[Iterab
     left = set(left)
     table = Table(title=title, **table_options)
     for column in columns:
-        table.add_column(column, justify="left" if column in left else "right")
+        table.add_column(column, justify="left" if column in left else "right", no_wrap=no_wrap)
     for row in rows:
         table.add_row(*row)
     console = Console(stderr=stderr)

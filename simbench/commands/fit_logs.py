@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from simbench.commands.common import command, print_json_lines
 from simbench.errors import InputError
 
 FREE_HELP = ("comma-separated profile fields to fit: unpadded_flops_fraction, unpadded_noise_cv, "
@@ -30,6 +28,9 @@ def fit_logs(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object per table row"),
 ) -> None:
     """Fit profile fields on some logs, then compare simbench with every log: fitted or predicted, and the error."""
+    from rich.console import Console
+    from rich.table import Table
+
     from simbench.atomic import atomic_file
     from simbench.calibrate.logfit import fit_logs as fit
     from simbench.costmodels.hardware import profile_to_yaml
@@ -45,8 +46,7 @@ def fit_logs(
         with atomic_file(output) as temporary:
             temporary.write_text(profile_to_yaml(result.profile))
     if as_json:
-        for row in result.table.to_dict(orient="records"):
-            print(json.dumps(row))
+        print_json_lines(result.table.to_dict(orient="records"))
         return
     console = Console()
     for row in result.table.drop_duplicates("log").itertuples():
@@ -67,4 +67,4 @@ def _run_label(row) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("fit-logs")(fit_logs)
+    app.command("fit-logs")(command(fit_logs))

@@ -6,13 +6,9 @@ The CSV is written atomically and can be named as `dataset.histogram` in a scena
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
 from simbench.commands.common import command
 from simbench.errors import InputError, writing_to
-from simbench.histogram_build import build_histogram, load_tokenizer, read_lengths
-from simbench.atomic import atomic_file
 
 histogram_app = typer.Typer(help="Build length histograms from your own data.", no_args_is_help=True)
 
@@ -32,6 +28,12 @@ def build(
                                   help="cut sequences longer than --max-length instead of leaving them out"),
 ) -> None:
     """Count per-sequence lengths into a histogram; sequences over --max-length are reported, never dropped silently."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from simbench.atomic import atomic_file
+    from simbench.histogram_build import build_histogram, load_tokenizer, read_lengths
+
     if output.suffix.lower() == ".json":
         # Histograms are read back by suffix: a .json name would be parsed as JSON and fail.
         raise InputError(f"the histogram is written as CSV; name it .csv, not {output.name!r}")

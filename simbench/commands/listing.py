@@ -9,8 +9,8 @@ def list_everything() -> None:
     """Show strategies, simulator plans, cost models, bundled histograms and scenarios, and model and hardware
     presets."""
     from simbench.costmodels import COST_MODELS, HARDWARE_PRESETS, MODEL_PRESETS
+    from simbench.data import bundled_files
     from simbench.histogram import bundled_histograms
-    from simbench.scenario import bundled_scenarios
     from simbench.sim.plans import PLANS
     from simbench.strategies import available_strategies
 
@@ -22,7 +22,8 @@ def list_everything() -> None:
              [(name, cost_model.description) for name, cost_model in COST_MODELS.items()])
     _section("Bundled histograms", ["name", "file"], [(name, str(path)) for name, path in bundled_histograms().items()])
     _section("Bundled scenarios (simbench run NAME)", ["name", "file"],
-             [(name, str(path)) for name, path in bundled_scenarios().items()])
+             # bundled_files, not scenario.py: its pydantic models cost more start-up time than the rest of `list`
+             [(name, str(path)) for name, path in bundled_files("scenarios", ".yaml").items()])
     _section("Model presets", ["name", "layers", "hidden", "heads", "ffn"],
              [(name, *map(str, (model.layers, model.hidden, model.heads, model.ffn)))
               for name, model in MODEL_PRESETS.items()])

@@ -6,11 +6,11 @@ Prints a table, or with --json one JSON object per (strategy, devices) line; pro
 from __future__ import annotations
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from simbench.commands.common import command, parse_counts, print_json_lines, progress_bar
+from simbench.commands.common import command, parse_counts, print_json_lines, print_table, progress_bar
 from simbench.validation import DEFAULT_DEVICES
+
+TABLE_COLUMNS = ("strategy", "devices", "speed-up", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms", "engine")
 
 
 def simulate(
@@ -30,6 +30,8 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="one JSON object per (strategy, devices) line"),
 ) -> None:
     """Simulate data-parallel training steps of each strategy and report speed-ups over padding."""
+    from rich.console import Console
+
     from simbench.costmodels.transformer import TransformerCostModel
     from simbench.histogram import load_histogram
     from simbench.sim.plans import parse_plans, with_reference
@@ -47,22 +49,16 @@ def simulate(
         print_json_lines(result.summary.to_dict("records"))
     else:
         # The table needs ~120 columns; a narrower pipe or terminal would truncate every number.
-        console = Console()
-        console.width = max(console.width, 120)
-        console.print(_table(result.summary, lengths.name, model, hardware))
+        print_table(f"{lengths.name}, {model} on {hardware}: speed-up over padding at the same device count",
+                    TABLE_COLUMNS, map(_row, result.summary.itertuples()), left=["strategy", "engine"],
+                    min_width=120, no_wrap=True)
 
 
-def _table(summary, histogram_name: str, model: str, hardware: str) -> Table:
-    table = Table(title=f"{histogram_name}, {model} on {hardware}: speed-up over padding at the same device count")
-    for column in ("strategy", "devices", "speed-up", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms",
-                   "engine"):
-        table.add_column(column, justify="left" if column in ("strategy", "engine") else "right", no_wrap=True)
-    for row in summary.itertuples():
-        milliseconds = [f"{1e3 * getattr(row, name):.1f}" for name in
-                        ("step_seconds_mean", "waiting_seconds", "communication_seconds", "stall_seconds")]
-        table.add_row(row.strategy, str(row.devices), f"{row.speedup:.3f}", f"{row.tokens_per_s:,.0f}",
-                      *milliseconds, row.engine)
-    return table
+def _row(row) -> list[str]:
+    milliseconds = [f"{1e3 * getattr(row, name):.1f}" for name in
+                    ("step_seconds_mean", "waiting_seconds", "communication_seconds", "stall_seconds")]
+    return [row.strategy, str(row.devices), f"{row.speedup:.3f}", f"{row.tokens_per_s:,.0f}", *milliseconds,
+            row.engine]
 
 
 def register(app: typer.Typer) -> None:

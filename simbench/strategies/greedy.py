@@ -12,7 +12,6 @@ Sequences arrive in a seeded random order; a pack closes when the next sequence 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from simbench.strategies import register
 from simbench.strategies.packing import Packing
@@ -200,6 +199,8 @@ def count_packed_rows(columns: list[np.ndarray], bits: int) -> tuple[np.ndarray,
         distinct = np.flatnonzero(counts)
         counts = counts[distinct]
     else:
+        import pandas as pd  # only for wide keys: `simbench list` and short packs need not load it
+
         codes, distinct = pd.factorize(keys, sort=False)
         counts = np.bincount(codes, minlength=distinct.size)
     shifts = bits * np.arange(len(columns) - 1, -1, -1, dtype=np.int64)

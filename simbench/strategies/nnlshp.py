@@ -11,8 +11,6 @@ Fits how often to use each mix of lengths that fills a pack exactly, then repair
 from __future__ import annotations
 
 import numpy as np
-from scipy import sparse
-from scipy.linalg import solve_triangular
 
 from simbench.errors import InputError
 from simbench.strategies import register
@@ -74,6 +72,8 @@ def nonnegative_least_squares(matrix: sparse.csc_matrix, target: np.ndarray) -> 
     time, and the gradient is a sparse product, so a 512 x 22,102 fit takes well under a second
     where the dense textbook version takes tens of seconds.
     """
+    from scipy.linalg import solve_triangular  # imported here, like every heavy import: `simbench list` stays fast
+
     rows, columns = matrix.shape
     transposed = matrix.T.tocsr()
     solution = np.zeros(columns)
@@ -165,6 +165,8 @@ def drop_from_factor(factor: np.ndarray, size: int, position: int) -> None:
 
 def strategy_matrix(strategies: np.ndarray, max_length: int, weights: np.ndarray) -> sparse.csc_matrix:
     """Row l-1 of column j: how many sequences of length l strategy j holds, times the row weight."""
+    from scipy import sparse
+
     column_of_part = np.broadcast_to(np.arange(strategies.shape[0])[:, None], strategies.shape)
     present = strategies > 0
     lengths = strategies[present]
