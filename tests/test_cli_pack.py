@@ -17,7 +17,7 @@ from simbench.strategies.baseline import BaselineRecord, write_baseline
 RUNNER = CliRunner()
 SMALL_COUNTS = {length: (length * 7) % 5 for length in range(1, 65)}
 KEYS = {"strategy", "max_depth", "sequences", "packs", "tokens", "padding_tokens", "efficiency", "packing_factor",
-        "strategies_used", "depth_used", "seconds", "lower_bound_packs", "gap_to_bound"}
+        "strategies_used", "depth_used", "seconds", "lower_bound_packs", "gap_to_bound", "bound_seconds"}
 
 
 def run_simbench(*arguments):
@@ -33,7 +33,8 @@ def small_histogram(tmp_path):
 
 
 def test_json_lines_for_one_strategy_match_table_5():
-    result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--strategy", "spfhp", "--max-depth", "2", "--json"])
+    result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--strategy", "spfhp", "--max-depth", "2", "--json",
+                                 "--bound"])
     assert result.exit_code == 0, result.output
     (line,) = result.stdout.strip().splitlines()
     metrics = json.loads(line)

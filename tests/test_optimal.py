@@ -13,8 +13,8 @@ from scipy.optimize import LinearConstraint, linprog, milp
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
 from simbench.strategies import get_strategy
-from simbench.strategies import optimal
-from simbench.strategies.optimal import lp_lower_bound, trivial_lower_bound
+from simbench.strategies import lp_bound
+from simbench.strategies.lp_bound import lp_lower_bound, trivial_lower_bound
 
 BUNDLED = [("wikipedia_512", 512), ("squad_1_1_384", 384)]
 
@@ -102,8 +102,8 @@ def test_depth_limit_raises_the_bound_above_the_sequence_count_bound():
 def test_an_early_stop_still_gives_a_valid_farley_bound(monkeypatch):
     histogram = load_histogram("squad_1_1_384")
     converged = lp_lower_bound(histogram, 384, 3)
-    monkeypatch.setattr(optimal, "MAX_PRICING_ROUNDS", 2)
-    early = optimal._cached_lp_lower_bound.__wrapped__(histogram.counts.tobytes(), 384, 3)
+    monkeypatch.setattr(lp_bound, "MAX_PRICING_ROUNDS", 2)
+    early = lp_bound._cached_lp_lower_bound.__wrapped__(histogram.counts.tobytes(), 384, 3)
     assert not early.converged
     assert 0 < early.value <= converged.value + 1e-6
     assert early.value <= early.primal_value

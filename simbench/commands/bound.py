@@ -17,7 +17,7 @@ def bound(
 ) -> None:
     """The fewest packs any packer can reach: the LP relaxation's optimum, rounded up."""
     from simbench.histogram import load_histogram
-    from simbench.strategies.optimal import lp_lower_bound
+    from simbench.strategies.lp_bound import lp_lower_bound
     from simbench.validation import check_pack_limits
 
     histogram = load_histogram(histogram_name)
@@ -32,7 +32,8 @@ def bound(
         return
     depth = "no depth limit" if max_depth is None else f"depth <= {max_depth}"
     efficiency = histogram.real_tokens / (result.lower_bound_packs * max_length) if result.lower_bound_packs else 1.0
-    stop = "converged" if result.converged else "stopped early: Farley bound"
+    stop = ("converged" if result.converged else "stopped early: Farley bound") if result.method == "column generation" \
+        else result.method
     say(f"{histogram_name} at max length {max_length}, {depth}:\n"
         f"  lower bound {result.lower_bound_packs} packs (efficiency at most {100 * efficiency:.3f} %)\n"
         f"  LP value {result.value:.4f} ({stop}, {result.pricing_rounds} pricing rounds, {seconds:.2f} s)", stderr=False)

@@ -27,6 +27,8 @@ def pack(
     check_baseline: bool = typer.Option(False, "--check-baseline",
                                         help="compare with the recorded efficiencies; exit 1 on a regression"),
     baseline_path: Path = typer.Option(None, "--baseline", help="records for --check-baseline [default: bundled]"),
+    bound: bool = typer.Option(None, "--bound/--no-bound",
+                               help="compute the LP lower bound on packs [default: only where it is cheap]"),
 ) -> None:
     """Pack HISTOGRAM with one strategy or all of them and report efficiency, packs and the gap to the LP bound."""
     from simbench.histogram import load_histogram
@@ -48,7 +50,7 @@ def pack(
     results = []
     for chosen in strategies:
         try:
-            metrics = packing_metrics(chosen, histogram, max_length, max_depth, options)
+            metrics = packing_metrics(chosen, histogram, max_length, max_depth, options, with_bound=bound)
         except InputError as error:
             if len(strategies) == 1:
                 raise

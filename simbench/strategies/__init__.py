@@ -43,9 +43,9 @@ class Strategy:
         max_length = check_pack_limits(histogram, max_length, max_depth)
         start = time.perf_counter()
         packing = self.pack_function(histogram, max_length, max_depth, options or PackOptions())
-        seconds = time.perf_counter() - start
-        return Packing(self.name, max_length, max_depth, packing.rows, packing.repeats,
-                       packing.slot_lengths, seconds, packing.details)
+        # A packer that reused a cached result (optimal's LP bound) reports what that result cost.
+        seconds = time.perf_counter() - start + packing.details.get("reused_bound_seconds", 0.0)
+        return packing.replace(strategy=self.name, max_depth=max_depth, seconds=seconds)
 
 
 STRATEGIES: Registry[Strategy] = Registry(

@@ -17,9 +17,6 @@ import numpy as np
 from simbench.strategies import register
 from simbench.strategies.packing import Packing
 
-NO_PACK = np.iinfo(np.int64).max
-
-
 def pack_decreasing(counts: np.ndarray, max_length: int, max_depth: int | None, best_fit: bool
                     ) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
     """Groups (how many packs, ((length, copies), ...)) of first- or best-fit decreasing.
@@ -28,32 +25,34 @@ def pack_decreasing(counts: np.ndarray, max_length: int, max_depth: int | None, 
     one-by-one rule "the first (or the fullest) pack that still fits, earliest on ties" always
     picks the front pack of some group: that pack takes as many copies of the length as fit,
     then the next pack of the group does, and so on, which is arithmetic on the group's count.
+
+    Lengths only shrink, so a group that fits one length fits every later one: groups wait in
+    `waiting[space]` until the lengths come down to their free space, then join one heap of
+    groups that fit, ordered by pack number (first fit) or by free space, then pack number (best
+    fit). Each step is a heap operation, whatever the number of distinct lengths.
     """
     depth_limit = max_depth if max_depth is not None else max_length
-    # Per free space: a heap of open groups (first pack number, count, contents, depth).
-    by_space: list[list] = [[] for _ in range(max_length + 1)]
-    earliest = np.full(max_length + 1, NO_PACK, dtype=np.int64)
+    fitting: list[tuple] = []  # heap of (order key, first pack number, count, contents, depth, space)
+    waiting: list[list[tuple]] = [[] for _ in range(max(max_length, len(counts)) + 1)]
     closed = []
     opened = 0
+    length = len(counts)
 
     def push(first, count, contents, depth, space):
         if space == 0 or depth == depth_limit:
             closed.append((count, contents))
-            return
-        heapq.heappush(by_space[space], (first, count, contents, depth))
-        earliest[space] = by_space[space][0][0]
+        elif space >= length:
+            heapq.heappush(fitting, (space if best_fit else 0, first, count, contents, depth, space))
+        else:
+            waiting[space].append((space if best_fit else 0, first, count, contents, depth, space))
 
     for length in range(len(counts), 0, -1):
+        for group in waiting[length]:
+            heapq.heappush(fitting, group)
+        waiting[length] = []
         to_place = int(counts[length - 1])
         while to_place > 0:
-            fitting = earliest[length:]
-            if best_fit:
-                candidates = np.flatnonzero(fitting != NO_PACK)
-                offset = int(candidates[0]) if candidates.size else -1
-            else:
-                offset = int(np.argmin(fitting))
-                offset = offset if fitting[offset] != NO_PACK else -1
-            if offset < 0:
+            if not fitting:
                 copies = min(max_length // length, depth_limit)
                 full, rest = divmod(to_place, copies)
                 if full:
@@ -62,9 +61,7 @@ def pack_decreasing(counts: np.ndarray, max_length: int, max_depth: int | None, 
                     push(opened + full, 1, ((length, rest),), rest, max_length - rest * length)
                 opened += full + (rest > 0)
                 break
-            space = length + offset
-            first, count, contents, depth = heapq.heappop(by_space[space])
-            earliest[space] = by_space[space][0][0] if by_space[space] else NO_PACK
+            _, first, count, contents, depth, space = heapq.heappop(fitting)
             copies = min(space // length, depth_limit - depth)
             full, rest = divmod(min(to_place, count * copies), copies)
             if full:
@@ -75,19 +72,31 @@ def pack_decreasing(counts: np.ndarray, max_length: int, max_depth: int | None, 
             if untouched:
                 push(first + count - untouched, untouched, contents, depth, space)
             to_place -= full * copies + rest
-    closed.extend((count, contents) for heap in by_space for _, count, contents, _ in heap)
+    closed.extend((group[2], group[3]) for group in fitting)
+    closed.extend((group[2], group[3]) for groups in waiting for group in groups)
     return closed
 
 
 def packing_from_runs(name: str, max_length: int, max_depth: int | None, groups) -> Packing:
-    """A fixed-shape `Packing` from groups whose contents are (length, copies) runs."""
-    depths = [sum(copies for _, copies in contents) for _, contents in groups]
-    rows = np.zeros((len(groups), max(depths, default=1)), dtype=np.int64)
-    for index, (_, contents) in enumerate(groups):
-        rows[index, :depths[index]] = np.repeat([length for length, _ in contents],
-                                                [copies for _, copies in contents])
-    repeats = np.array([count for count, _ in groups], dtype=np.int64)
-    return Packing.from_rows(name, max_length, max_depth, rows, repeats)
+    """A fixed-shape `Packing` from groups whose contents are (length, copies) runs.
+
+    A group meets each length once, longest first, so equal packs have equal runs and the runs
+    expand to lengths in descending order; runs also sort like the lengths they expand to, which
+    keeps the pack order of `Packing.from_rows` (and so what a seeded sampler draws).
+    """
+    merged: dict[tuple, int] = {}
+    for count, contents in groups:
+        merged[contents] = merged.get(contents, 0) + count
+    merged = dict(sorted(merged.items()))
+    runs = [run for contents in merged for run in contents]
+    run_lengths = np.fromiter((length for length, _ in runs), dtype=np.int64, count=len(runs))
+    run_copies = np.fromiter((copies for _, copies in runs), dtype=np.int64, count=len(runs))
+    runs_per_pack = np.fromiter(map(len, merged), dtype=np.int64, count=len(merged))
+    run_starts = np.concatenate([[0], np.cumsum(runs_per_pack)])
+    depths = np.add.reduceat(run_copies, run_starts[:-1]) if runs else np.zeros(0, dtype=np.int64)
+    repeats = np.fromiter(merged.values(), dtype=np.int64, count=len(merged))
+    return Packing.from_packs(name, max_length, max_depth, np.repeat(run_lengths, run_copies),
+                              np.concatenate([[0], np.cumsum(depths)]), repeats)
 
 
 @register("ffd", "first-fit decreasing on counts")

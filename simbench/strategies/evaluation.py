@@ -4,8 +4,9 @@ recorded efficiencies measured again.
     >>> from simbench.histogram import load_histogram
     >>> from simbench.strategies import get_strategy
     >>> from simbench.strategies.evaluation import packing_metrics
-    >>> packing_metrics(get_strategy("spfhp"), load_histogram("squad_1_1_384"), 384, 3)["packs"]
-    40711
+    >>> metrics = packing_metrics(get_strategy("spfhp"), load_histogram("squad_1_1_384"), 384, 3, with_bound=True)
+    >>> metrics["packs"], metrics["lower_bound_packs"]
+    (40711, 40195)
 """
 
 from __future__ import annotations
@@ -20,18 +21,22 @@ from simbench.strategies.baseline import Comparison, compare_with_baseline, load
 
 
 def packing_metrics(strategy: Strategy, histogram: LengthHistogram, max_length: int, max_depth: int | None,
-                    options: PackOptions | None = None) -> dict:
-    """The packing's metrics; those of fixed-shape packs also hold `gap_to_bound` to the LP bound."""
+                    options: PackOptions | None = None, with_bound: bool | None = None) -> dict:
+    """The packing's metrics; those of fixed-shape packs also hold `gap_to_bound` to the LP bound.
+
+    The bound is computed when `with_bound` says so, or where it is cheap when it is None; it is
+    computed once per histogram and depth (`lp_bound` caches it) and `bound_seconds` is its own time.
+    """
+    from simbench.strategies.lp_bound import bound_is_cheap, lp_lower_bound
+
     packing = strategy(histogram, max_length, max_depth, options)
     fixed_shape = bool((packing.slot_lengths == max_length).all())
-    return packing.metrics(_lower_bound_packs(histogram, max_length, max_depth) if fixed_shape else None)
-
-
-def _lower_bound_packs(histogram: LengthHistogram, max_length: int, max_depth: int | None) -> int:
-    """The LP bound on packs, cached by the optimal module so that every strategy can ask."""
-    from simbench.strategies.optimal import lp_lower_bound
-
-    return lp_lower_bound(histogram, max_length, max_depth).lower_bound_packs
+    if with_bound is None:
+        with_bound = bound_is_cheap(histogram, max_length, max_depth)
+    bound = lp_lower_bound(histogram, max_length, max_depth) if with_bound and fixed_shape else None
+    metrics = packing.metrics(bound.lower_bound_packs if bound else None)
+    metrics["bound_seconds"] = bound.seconds if bound else None
+    return metrics
 
 
 def baseline_comparisons(histogram: LengthHistogram, strategies: Iterable[str], max_depth: int | None,

@@ -1,10 +1,11 @@
-"""`optimal`: the LP relaxation of histogram packing solved by column generation, then rounded.
+"""`optimal`: the fewest packs simbench can find, with a certified gap to the LP lower bound.
 
-The LP optimum is a certified lower bound on the packs any packer needs (`lp_lower_bound`).
+The LP relaxation (column generation, `lp_bound`) rounded to whole packs, or the best of the fast
+heuristics (bfd, ffd, lpfhp, spfhp) where one of them needs fewer packs: never worse than any.
 
     >>> from simbench.histogram import LengthHistogram
     >>> from simbench.strategies import get_strategy
-    >>> from simbench.strategies.optimal import lp_lower_bound
+    >>> from simbench.strategies.lp_bound import lp_lower_bound
     >>> histogram = LengthHistogram.from_counts([0, 1, 2, 3, 4, 5, 6, 7])  # i - 1 sequences of length i
     >>> bound = lp_lower_bound(histogram, 8, max_depth=3)
     >>> packing = get_strategy("optimal")(histogram, 8, 3)
@@ -14,63 +15,59 @@ The LP optimum is a certified lower bound on the packs any packer needs (`lp_low
 
 from __future__ import annotations
 
-import functools
-import math
-from dataclasses import dataclass
+import time
 
-import highspy
 import numpy as np
 
 from simbench.histogram import LengthHistogram
-from simbench.strategies import register
+from simbench.strategies import get_strategy, register
 from simbench.strategies.classic import pack_decreasing
+from simbench.strategies.lp_bound import (LPBound, LengthItems, MasterLP, column_generation,
+                                          lp_lower_bound, trivial_lower_bound)
 from simbench.strategies.packing import PackOptions, Packing
-from simbench.validation import check_pack_limits
 
-# A pattern prices out (improves the LP) when its dual value exceeds 1 by more than this.
-PRICING_TOLERANCE = 1e-9
-# Patterns added to the master LP per pricing round: one per best "first length" candidate.
-COLUMNS_PER_ROUND = 200
-# Knapsack table cells computed at once: bounds the pricing's memory for long contexts.
-DP_CELLS_PER_CHUNK = 2**21
-# The master keeps about this many columns per length present; the rest go when it grows past.
-COLUMNS_KEPT_PER_ROW = 8
-# Only columns this far from pricing out are dropped.
-DROP_REDUCED_COST = 0.05
-# Safety cap on pricing rounds; the reported bound stays valid (Farley) if it is ever reached.
-MAX_PRICING_ROUNDS = 2000
+# Importers of the bound from here keep working: it lived in this module first.
+__all__ = ["LPBound", "lp_lower_bound", "pack_optimal", "trivial_lower_bound"]
+
+# The fast packers `optimal` also runs; it keeps whichever packing needs the fewest packs.
+HEURISTICS = ("bfd", "ffd", "lpfhp", "spfhp")
+
 # Roundings of the residual LP before the last few sequences go to best-fit decreasing.
 ROUNDING_PASSES = 6
 
 
-@dataclass(frozen=True, eq=False)
-class LPBound:
-    """The LP relaxation's answer for one (histogram, max_length, max_depth).
-
-    `value` is a certified lower bound on the number of packs: the dual value of the last master
-    LP scaled by 1 / (largest pattern price), Farley's bound, which equals the LP optimum once no
-    pattern prices out (`converged`). `primal_value` is the restricted master's optimum, an upper
-    bound on the LP optimum. `patterns` holds the packs the LP uses (lengths, descending,
-    zero-padded, like `Packing.rows`) and `weights` their fractional repeat counts.
-    """
-
-    value: float
-    lower_bound_packs: int
-    primal_value: float
-    converged: bool
-    pricing_rounds: int
-    patterns: np.ndarray
-    weights: np.ndarray
-
-
-@register("optimal", "LP-optimal: column generation on the histogram, rounded; states its gap to the LP bound")
+@register("optimal", "fewest packs: the LP rounded or the best heuristic; states its gap to the LP bound")
 def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | None,
                  options: PackOptions) -> Packing:
+    """The LP rounding where its pricing is affordable, else (or where one does better) the best heuristic.
+
+    The heuristics run first, best first: one that meets the bound is optimal and ends the search.
+    """
+    start = time.perf_counter()
+    bound = lp_lower_bound(histogram, max_length, max_depth)
+    # A bound another caller already paid for is part of this packer's cost all the same.
+    reused_bound_seconds = max(0.0, bound.seconds - (time.perf_counter() - start))
+    candidates = {}
+    for name in HEURISTICS:
+        candidates[name] = get_strategy(name).pack_function(histogram, max_length, max_depth, options)
+        if candidates[name].packs_total <= bound.lower_bound_packs:
+            break  # proven optimal: no packer can do better
+    fewest = min(packing.packs_total for packing in candidates.values())
+    if fewest > bound.lower_bound_packs and bound.method == "column generation":
+        # First in the dict, so it wins ties: the LP's packs as before heuristics joined in.
+        candidates = {"lp rounding": _round_lp(histogram, max_length, max_depth, bound), **candidates}
+    chosen = min(candidates, key=lambda name: candidates[name].packs_total)
+    details = {**candidates[chosen].details, "lp_value": bound.value, "lower_bound_packs": bound.lower_bound_packs,
+               "lp_converged": bound.converged, "bound_method": bound.method, "chosen": chosen,
+               "reused_bound_seconds": reused_bound_seconds}
+    return candidates[chosen].replace(strategy="optimal", details=details)
+
+
+def _round_lp(histogram: LengthHistogram, max_length: int, max_depth: int | None, bound: LPBound) -> Packing:
     """Floor the LP solution (or round up its heaviest columns when flooring places nothing),
     re-solve the LP on what is left a few times, and best-fit the last few sequences."""
-    bound = lp_lower_bound(histogram, max_length, max_depth)
-    items = _Items.from_counts(histogram.counts, max_length, max_depth)
-    master = _MasterLP(items.demand)
+    items = LengthItems.from_counts(histogram.counts, max_length, max_depth)
+    master = MasterLP(items.demand)
     master.add_patterns(items.starting_patterns())
     master.add_patterns(list(items.multiplicities(bound.patterns)))
     residual = items.demand.copy()
@@ -78,7 +75,7 @@ def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | N
     repeats = np.zeros(0, dtype=np.int64)
     passes = 0
     while passes < ROUNDING_PASSES and residual.any():
-        solution = _column_generation(master, items, residual)
+        solution = column_generation(master, items, residual)
         columns = np.stack(master.columns[:solution.weights.size])
         whole = _floor_within(solution.weights, columns, residual)
         if not whole.any():
@@ -92,9 +89,7 @@ def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | N
         residual = residual - whole @ columns
     leftover, leftover_repeats = _best_fit_decreasing(items, residual)
     rows = items.rows(np.concatenate([packs, leftover]))
-    details = {"lp_value": bound.value, "lower_bound_packs": bound.lower_bound_packs,
-               "lp_converged": bound.converged, "rounding_passes": passes,
-               "best_fit_packs": int(leftover_repeats.sum())}
+    details = {"rounding_passes": passes, "best_fit_packs": int(leftover_repeats.sum())}
     return Packing.from_rows("optimal", max_length, max_depth, rows,
                              np.concatenate([repeats, leftover_repeats]), details=details)
 
@@ -120,7 +115,7 @@ def _round_up_greedily(weights: np.ndarray, columns: np.ndarray, residual: np.nd
     return whole
 
 
-def _best_fit_decreasing(items: _Items, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _best_fit_decreasing(items: LengthItems, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pack the few sequences rounding left over with `bfd`; patterns as multiplicities, and repeats."""
     counts = np.zeros(items.max_length, dtype=np.int64)
     counts[items.lengths - 1] = residual
@@ -132,315 +127,3 @@ def _best_fit_decreasing(items: _Items, residual: np.ndarray) -> tuple[np.ndarra
     return patterns, np.array([count for count, _ in groups], dtype=np.int64)
 
 
-def trivial_lower_bound(histogram: LengthHistogram, max_length: int, max_depth: int | None = None) -> int:
-    """The counting bounds: every token needs a slot, every sequence a place in a pack of max_depth."""
-    bound = -(-histogram.real_tokens // max_length)
-    if max_depth is not None:
-        bound = max(bound, -(-histogram.sequences // max_depth))
-    return int(bound)
-
-
-def lp_lower_bound(histogram: LengthHistogram, max_length: int, max_depth: int | None = None) -> LPBound:
-    """The LP lower bound on packs for `histogram` at `max_length` (and `max_depth` sequences per pack).
-
-    Cached by the histogram's counts, so asking again for each strategy costs nothing.
-    """
-    max_length = check_pack_limits(histogram, max_length, max_depth)
-    depth = None if max_depth is None else int(max_depth)
-    return _cached_lp_lower_bound(histogram.counts.tobytes(), max_length, depth)
-
-
-@functools.lru_cache(maxsize=64)
-def _cached_lp_lower_bound(counts_bytes: bytes, max_length: int, max_depth: int | None) -> LPBound:
-    counts = np.frombuffer(counts_bytes, dtype=np.int64)
-    items = _Items.from_counts(counts, max_length, max_depth)
-    master = _MasterLP(items.demand)
-    master.add_patterns(items.starting_patterns())
-    solution = _column_generation(master, items, items.demand)
-    used = solution.weights > 0
-    patterns = items.rows(master.patterns_at(np.flatnonzero(used)))
-    return LPBound(solution.bound, _robust_ceil(solution.bound), solution.primal_value, solution.converged,
-                   solution.pricing_rounds, patterns, solution.weights[used])
-
-
-def _robust_ceil(value: float) -> int:
-    """Ceil that forgives float rounding: at ~8M packs one ulp is already ~1e-9 packs."""
-    return int(math.ceil(value - 1e-9 * max(1.0, abs(value))))
-
-
-@dataclass(frozen=True, eq=False)
-class _Items:
-    """The distinct lengths present (ascending) and how many sequences have each."""
-
-    lengths: np.ndarray
-    demand: np.ndarray
-    max_length: int
-    max_depth: int | None
-
-    @classmethod
-    def from_counts(cls, counts: np.ndarray, max_length: int, max_depth: int | None) -> _Items:
-        present = np.flatnonzero(counts)
-        lengths = (present + 1).astype(np.int64)
-        # A depth limit the capacity already enforces only slows the pricing down.
-        if max_depth is not None and lengths.size and max_depth >= max_length // lengths[0]:
-            max_depth = None
-        return cls(lengths, counts[present].astype(np.int64), max_length, max_depth)
-
-    def starting_patterns(self) -> list[np.ndarray]:
-        """Single-sequence packs (so any demand is feasible) and packs of one length repeated."""
-        fill = self.max_length // self.lengths
-        if self.max_depth is not None:
-            fill = np.minimum(fill, self.max_depth)
-        patterns = []
-        for item, repeat in enumerate(fill):
-            for copies in {1, int(repeat)}:
-                pattern = np.zeros(self.lengths.size, dtype=np.int64)
-                pattern[item] = copies
-                patterns.append(pattern)
-        return patterns
-
-    def multiplicities(self, rows: np.ndarray) -> np.ndarray:
-        """Per-item multiplicities of packs given as rows of lengths (the inverse of `rows`)."""
-        result = np.zeros((rows.shape[0], self.lengths.size), dtype=np.int64)
-        for pattern, row in zip(result, rows):
-            np.add.at(pattern, np.searchsorted(self.lengths, row[row > 0]), 1)
-        return result
-
-    def rows(self, multiplicities: np.ndarray) -> np.ndarray:
-        """Pack contents as lengths, descending and zero-padded, from per-item multiplicities."""
-        if multiplicities.shape[0] == 0:
-            return np.zeros((0, 1), dtype=np.int64)
-        width = max(int(multiplicities.sum(axis=1).max()), 1)
-        rows = np.zeros((multiplicities.shape[0], width), dtype=np.int64)
-        for row, pattern in zip(rows, multiplicities):
-            values = np.repeat(self.lengths, pattern)[::-1]
-            row[:values.size] = values
-        return rows
-
-    def price(self, values: np.ndarray) -> tuple[float, list[np.ndarray]]:
-        """The largest dual value a pack can hold, and the best packs found (as multiplicities)."""
-        if self.max_depth is None:
-            table = _UnboundedKnapsack(self.lengths, values, self.max_length)
-        else:
-            table = _CardinalityKnapsack(self.lengths, values, self.max_length, self.max_depth)
-        # Best pack that starts with each length: the top ones make this round's new columns.
-        with_item = values + table.best_after_taking(self.lengths)
-        candidates = np.argsort(-with_item, kind="stable")[:COLUMNS_PER_ROUND]
-        candidates = candidates[with_item[candidates] > 1.0 + PRICING_TOLERANCE]
-        patterns = []
-        for item in candidates:
-            pattern = table.backtrack_after_taking(int(item))
-            pattern[item] += 1
-            patterns.append(pattern)
-        return table.best_value, patterns
-
-
-def _best_extension(best: np.ndarray, lengths: np.ndarray, values: np.ndarray,
-                    capacities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each capacity c: the most `best[c - length] + value` over the lengths that fit, and which.
-
-    Works through the lengths in chunks so long contexts (8k lengths x 8k capacities) stay small.
-    """
-    top_value = np.full(capacities.size, -np.inf)
-    top_item = np.full(capacities.size, -1, dtype=np.int64)
-    chunk = max(1, DP_CELLS_PER_CHUNK // capacities.size)
-    for first in range(0, lengths.size, chunk):
-        before = capacities[None, :] - lengths[first:first + chunk, None]
-        candidate = np.where(before >= 0, best[np.maximum(before, 0)] + values[first:first + chunk, None], -np.inf)
-        item = candidate.argmax(axis=0)
-        value = candidate[item, np.arange(capacities.size)]
-        better = value > top_value
-        top_value = np.where(better, value, top_value)
-        top_item = np.where(better, item + first, top_item)
-    return top_value, top_item
-
-
-class _UnboundedKnapsack:
-    """Integer knapsack over capacity with unlimited copies of each length (no depth limit)."""
-
-    def __init__(self, lengths: np.ndarray, values: np.ndarray, capacity: int):
-        self.lengths = lengths
-        self.capacity = capacity
-        best = np.zeros(capacity + 1)
-        choice = np.full(capacity + 1, -1, dtype=np.int64)
-        # Every length is >= the shortest, so a block of that many capacities only reads earlier blocks.
-        step = int(lengths[0]) if lengths.size else capacity + 1
-        for start in range(step, capacity + 1, step):
-            capacities = np.arange(start, min(start + step, capacity + 1))
-            value, item = _best_extension(best, lengths, values, capacities)
-            running = np.maximum.accumulate(np.concatenate([[best[start - 1]], value]))[1:]
-            best[capacities] = running
-            choice[capacities] = np.where(value >= running, item, -1)
-        self.best = best
-        self.choice = choice
-
-    @property
-    def best_value(self) -> float:
-        return float(self.best[self.capacity])
-
-    def best_after_taking(self, lengths: np.ndarray) -> np.ndarray:
-        return self.best[self.capacity - lengths]
-
-    def backtrack_after_taking(self, item: int) -> np.ndarray:
-        pattern = np.zeros(self.lengths.size, dtype=np.int64)
-        capacity = self.capacity - int(self.lengths[item])
-        while capacity > 0:
-            chosen = self.choice[capacity]
-            if chosen < 0:
-                capacity -= 1
-            else:
-                pattern[chosen] += 1
-                capacity -= int(self.lengths[chosen])
-        return pattern
-
-
-class _CardinalityKnapsack:
-    """Integer knapsack over (sequences, capacity): at most `depth` sequences per pack."""
-
-    def __init__(self, lengths: np.ndarray, values: np.ndarray, capacity: int, depth: int):
-        self.lengths = lengths
-        self.capacity = capacity
-        self.depth = depth
-        capacities = np.arange(capacity + 1)
-        best = np.zeros((depth + 1, capacity + 1))
-        choice = np.full((depth + 1, capacity + 1), -1, dtype=np.int64)
-        for count in range(1, depth + 1):
-            value, item = _best_extension(best[count - 1], lengths, values, capacities)
-            take = value >= best[count - 1]
-            best[count] = np.where(take, value, best[count - 1])
-            choice[count] = np.where(take, item, -1)
-        self.best = best
-        self.choice = choice
-
-    @property
-    def best_value(self) -> float:
-        return float(self.best[self.depth, self.capacity])
-
-    def best_after_taking(self, lengths: np.ndarray) -> np.ndarray:
-        return self.best[self.depth - 1, self.capacity - lengths]
-
-    def backtrack_after_taking(self, item: int) -> np.ndarray:
-        pattern = np.zeros(self.lengths.size, dtype=np.int64)
-        count, capacity = self.depth - 1, self.capacity - int(self.lengths[item])
-        while count > 0 and capacity > 0:
-            chosen = self.choice[count, capacity]
-            if chosen >= 0:
-                pattern[chosen] += 1
-                capacity -= int(self.lengths[chosen])
-            count -= 1
-        return pattern
-
-
-class _MasterLP:
-    """The restricted master LP, kept live in HiGHS so new columns reuse the last basis."""
-
-    def __init__(self, demand: np.ndarray):
-        self.highs = highspy.Highs()
-        self.highs.setOptionValue("output_flag", False)
-        self.highs.setOptionValue("solver", "simplex")
-        # New columns keep the basis primal feasible, so primal simplex resumes where it stopped.
-        self.highs.setOptionValue("simplex_strategy", 4)
-        rows = demand.size
-        bounds = demand.astype(np.float64)
-        self.highs.addRows(rows, bounds, bounds, 0, np.zeros(rows, dtype=np.int32),
-                           np.zeros(0, dtype=np.int32), np.zeros(0))
-        self.columns: list[np.ndarray] = []
-        self.known: set[bytes] = set()
-
-    def add_patterns(self, patterns: list[np.ndarray]) -> int:
-        """Add the patterns not already in the LP; returns how many were new."""
-        fresh = []
-        for pattern in patterns:
-            key = pattern.tobytes()
-            if key not in self.known:
-                self.known.add(key)
-                fresh.append(pattern)
-        if not fresh:
-            return 0
-        indices = [np.flatnonzero(pattern) for pattern in fresh]
-        values = [pattern[nonzero] for pattern, nonzero in zip(fresh, indices)]
-        starts = np.cumsum([0] + [part.size for part in indices[:-1]]).astype(np.int32)
-        count = len(fresh)
-        self.highs.addCols(count, np.ones(count), np.zeros(count), np.full(count, highspy.kHighsInf),
-                           int(sum(part.size for part in indices)), starts,
-                           np.concatenate(indices).astype(np.int32),
-                           np.concatenate(values).astype(np.float64))
-        self.columns.extend(fresh)
-        return count
-
-    def drop_unpromising(self, reduced_costs: np.ndarray, keep: int) -> np.ndarray:
-        """Delete all but `keep` columns, highest reduced costs first; returns which columns stayed.
-
-        Every simplex iteration prices every column, so a master that only grows slows down;
-        columns far from pricing out are the least likely to be wanted again. Basic columns
-        have zero reduced cost and stay, so the basis survives.
-        """
-        order = np.argsort(-reduced_costs, kind="stable")
-        drop = np.sort(order[:max(0, len(self.columns) - keep)])
-        # Single-sequence packs stay: they keep every residual of the rounding feasible.
-        single = np.fromiter((self.columns[column].sum() == 1 for column in drop), dtype=bool, count=drop.size)
-        drop = drop[(reduced_costs[drop] > DROP_REDUCED_COST) & ~single]
-        kept = np.ones(len(self.columns), dtype=bool)
-        if drop.size == 0:
-            return kept
-        self.highs.deleteCols(int(drop.size), drop.astype(np.int32))
-        kept[drop] = False
-        for column in drop:
-            self.known.discard(self.columns[column].tobytes())
-        self.columns = [column for column, keep in zip(self.columns, kept) if keep]
-        return kept
-
-    def set_demand(self, demand: np.ndarray) -> None:
-        bounds = demand.astype(np.float64)
-        self.highs.changeRowsBounds(demand.size, np.arange(demand.size, dtype=np.int32), bounds, bounds)
-
-    def solve(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """The LP optimum, the column values, the row duals (prices of one sequence of each length)
-        and the columns' reduced costs."""
-        self.highs.run()
-        status = self.highs.getModelStatus()
-        if status != highspy.HighsModelStatus.kOptimal:
-            raise RuntimeError(f"HiGHS did not solve the packing LP: {self.highs.modelStatusToString(status)}")
-        solution = self.highs.getSolution()
-        value = self.highs.getInfo().objective_function_value
-        return value, np.asarray(solution.col_value), np.asarray(solution.row_dual), np.asarray(solution.col_dual)
-
-    def patterns_at(self, columns: np.ndarray) -> np.ndarray:
-        if columns.size == 0:
-            return np.zeros((0, self.highs.getNumRow()), dtype=np.int64)
-        return np.stack([self.columns[column] for column in columns])
-
-
-@dataclass(frozen=True, eq=False)
-class _LPSolution:
-    bound: float
-    primal_value: float
-    converged: bool
-    pricing_rounds: int
-    weights: np.ndarray
-
-
-def _column_generation(master: _MasterLP, items: _Items, demand: np.ndarray) -> _LPSolution:
-    """Price patterns into the master until none improves it; track the best Farley bound."""
-    master.set_demand(demand)
-    if demand.sum() == 0:
-        return _LPSolution(0.0, 0.0, True, 0, np.zeros(len(master.columns)))
-    best_bound = 0.0
-    converged = False
-    rounds = 0
-    while True:
-        primal_value, weights, prices, reduced_costs = master.solve()
-        # Negative prices (equality rows) keep their sign: a pack filled with such lengths is worth
-        # less, and the knapsack leaves them out. prices / max(1, best_price) is dual feasible for
-        # the LP over all patterns, so its dual value is a certified bound at every round.
-        best_price, patterns = items.price(prices)
-        best_bound = max(best_bound, float(demand @ prices) / max(1.0, best_price))
-        rounds += 1
-        if best_price <= 1.0 + PRICING_TOLERANCE:
-            converged = True
-            break
-        if len(master.columns) > COLUMNS_KEPT_PER_ROW * demand.size + COLUMNS_PER_ROUND:
-            weights = weights[master.drop_unpromising(reduced_costs, COLUMNS_KEPT_PER_ROW * demand.size)]
-        if master.add_patterns(patterns) == 0 or rounds >= MAX_PRICING_ROUNDS:
-            break
-    return _LPSolution(min(best_bound, primal_value), primal_value, converged, rounds, weights)

@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,23 +30,86 @@ class PackOptions:
         check_whole_number(self.batch_size, "batch_size", minimum=1)
 
 
-@dataclass(frozen=True, eq=False)
+# A dense table of the packs (`Packing.rows`) is built only below this size; long contexts hold
+# packs of thousands of short sequences beside packs of one long one, and the padded table of
+# 120k distinct packs x 7,000 slots would take 7 GB where the packs themselves take 30 MB.
+DENSE_ROWS_LIMIT_BYTES = 1 << 30
+
+
 class Packing:
     """Distinct packs ("strategies" in the packing paper) and how often each is used.
 
-    `rows[i]` holds the lengths of pack i in descending order, zero-padded to the widest pack;
+    Pack i holds `pack_lengths[pack_starts[i]:pack_starts[i + 1]]`, in descending order;
     `repeats[i]` is how many packs of that content exist; `slot_lengths[i]` is the number of token
     slots the pack occupies (max_length for fixed-shape packs; the batch's longest for `sort`).
+    `rows` is the same packs as one table, each row zero-padded to the widest pack.
+
+    Build one from a table (`Packing(strategy, max_length, max_depth, rows, repeats, slot_lengths)`,
+    or `from_rows` to merge duplicates) or from the flat form (`from_packs`); each form is derived
+    from the other on first use.
     """
 
-    strategy: str
-    max_length: int
-    max_depth: int | None
-    rows: np.ndarray
-    repeats: np.ndarray
-    slot_lengths: np.ndarray
-    seconds: float = 0.0
-    details: dict = field(default_factory=dict)
+    def __init__(self, strategy: str, max_length: int, max_depth: int | None, rows=None, repeats=None,
+                 slot_lengths=None, seconds: float = 0.0, details: dict | None = None, *,
+                 pack_lengths=None, pack_starts=None):
+        if (rows is None) == (pack_lengths is None or pack_starts is None):
+            raise ValueError("a Packing needs either rows or both pack_lengths and pack_starts")
+        fields = {"strategy": strategy, "max_length": int(max_length), "max_depth": max_depth,
+                  "repeats": np.asarray(repeats, dtype=np.int64),
+                  "slot_lengths": np.asarray(slot_lengths, dtype=np.int64), "seconds": seconds,
+                  "details": {} if details is None else details}
+        if rows is not None:
+            fields["rows"] = rows  # the cached table; the flat form follows on first use
+        else:
+            fields["pack_lengths"] = np.asarray(pack_lengths, dtype=np.int64)
+            fields["pack_starts"] = np.asarray(pack_starts, dtype=np.int64)
+        self.__dict__.update(fields)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"a Packing is immutable; use replace() for a changed copy (setting {name})")
+
+    def __repr__(self) -> str:
+        return (f"Packing({self.strategy!r}, max_length={self.max_length}, max_depth={self.max_depth}, "
+                f"packs={self.packs_total}, distinct={self.strategies_used}, seconds={self.seconds:.3f})")
+
+    def replace(self, **changes) -> Packing:
+        """A copy with other metadata (strategy, max_depth, seconds, details); the packs are shared."""
+        unknown = set(changes) - {"strategy", "max_depth", "seconds", "details"}
+        if unknown:
+            raise ValueError(f"replace() changes metadata only, not {', '.join(sorted(unknown))}")
+        copy = object.__new__(Packing)
+        copy.__dict__.update(self.__dict__, **changes)
+        return copy
+
+    @classmethod
+    def from_packs(cls, strategy: str, max_length: int, max_depth: int | None, pack_lengths, pack_starts,
+                   repeats, seconds: float = 0.0, details: dict | None = None) -> Packing:
+        """A fixed-shape packing from the flat form; packs must be distinct, each in descending order."""
+        repeats = np.asarray(repeats, dtype=np.int64)
+        return cls(strategy, max_length, max_depth, None, repeats, np.full(repeats.size, max_length, dtype=np.int64),
+                   seconds, details, pack_lengths=pack_lengths, pack_starts=pack_starts)
+
+    @classmethod
+    def from_groups(cls, strategy: str, max_length: int, max_depth: int | None, groups,
+                    details: dict | None = None) -> Packing:
+        """A fixed-shape packing from (how many, lengths of the pack) pairs; equal packs are merged."""
+        merged: dict[tuple, int] = {}
+        for count, pack in groups:
+            if count:
+                pack = tuple(pack)
+                merged[pack] = merged.get(pack, 0) + int(count)
+        # Tuples sort like zero-padded rows: the same pack order as `from_rows`, so seeded draws agree.
+        merged = dict(sorted(merged.items()))
+        depths = np.fromiter(map(len, merged), dtype=np.int64, count=len(merged))
+        lengths = np.fromiter(itertools.chain.from_iterable(merged), dtype=np.int64, count=int(depths.sum()))
+        starts = np.concatenate([[0], np.cumsum(depths)])
+        rising = np.flatnonzero(np.diff(lengths) > 0) + 1
+        if np.any(np.isin(rising, starts, invert=True)):
+            # Some pack is not in descending order: sort each, then equal packs may merge further.
+            return cls.from_groups(strategy, max_length, max_depth,
+                                   ((count, sorted(pack, reverse=True)) for pack, count in merged.items()), details)
+        repeats = np.fromiter(merged.values(), dtype=np.int64, count=len(merged))
+        return cls.from_packs(strategy, max_length, max_depth, lengths, starts, repeats, details=details)
 
     @classmethod
     def from_rows(cls, strategy: str, max_length: int, max_depth: int | None, rows, repeats,
@@ -68,10 +132,49 @@ class Packing:
         return cls(strategy, max_length, max_depth, unique[:, :-1].copy(), merged, unique[:, -1].copy(),
                    seconds, details or {})
 
+    def __getattr__(self, name):
+        # Called only for an attribute not yet in __dict__: derive one form from the other, once.
+        if not {"rows", "pack_starts"} & self.__dict__.keys():
+            raise AttributeError(name)  # an object still being built (unpickling, copying)
+        if name == "rows":
+            value = self._dense_rows()
+        elif name in ("pack_lengths", "pack_starts"):
+            rows = self.__dict__["rows"]
+            present = rows > 0
+            self.__dict__["pack_starts"] = np.concatenate([[0], np.cumsum(present.sum(axis=1))]).astype(np.int64)
+            self.__dict__["pack_lengths"] = rows[present].astype(np.int64)
+            return self.__dict__[name]
+        else:
+            raise AttributeError(f"'Packing' object has no attribute {name!r}")
+        self.__dict__[name] = value
+        return value
+
+    def _dense_rows(self) -> np.ndarray:
+        depths = self.depths
+        width = max(int(depths.max(initial=0)), 1)
+        size_bytes = 8 * width * depths.size
+        if size_bytes > DENSE_ROWS_LIMIT_BYTES:
+            raise InputError(f"{self.strategy}'s {depths.size:,} distinct packs hold up to {width:,} sequences: as one "
+                             f"table they would take {size_bytes / 2**30:.1f} GiB; use the flat form "
+                             "(pack_lengths, pack_starts) or a smaller --max-depth")
+        rows = np.zeros((depths.size, width), dtype=np.int64)
+        row_of = np.repeat(np.arange(depths.size), depths)
+        rows[row_of, np.arange(self.pack_lengths.size) - self.pack_starts[row_of]] = self.pack_lengths
+        return rows
+
     @property
     def depths(self) -> np.ndarray:
         """Sequences in each distinct pack."""
+        if "pack_starts" in self.__dict__:
+            return np.diff(self.pack_starts)
         return np.count_nonzero(self.rows, axis=1)
+
+    def pack_tokens(self) -> np.ndarray:
+        """Real tokens in each distinct pack."""
+        if "rows" in self.__dict__:
+            return self.rows.sum(axis=1)
+        sums = np.concatenate([[0], np.cumsum(self.pack_lengths)])
+        return sums[self.pack_starts[1:]] - sums[self.pack_starts[:-1]]
 
     @property
     def packs_total(self) -> int:
@@ -83,7 +186,7 @@ class Packing:
 
     @property
     def real_tokens(self) -> int:
-        return int(self.repeats @ self.rows.sum(axis=1))
+        return int(self.repeats @ self.pack_tokens())
 
     @property
     def tokens(self) -> int:
@@ -104,18 +207,17 @@ class Packing:
 
     @property
     def strategies_used(self) -> int:
-        return int(self.rows.shape[0])
+        return int(self.repeats.size)
 
     @property
     def depth_used(self) -> int:
-        return int(self.depths.max()) if self.rows.size else 0
+        return int(self.depths.max(initial=0))
 
     def placed_histogram(self) -> LengthHistogram:
         """How many sequences of each length the packing placed (must equal the input's)."""
-        counts = np.zeros(self.max_length + 1, dtype=np.int64)
-        weights = np.broadcast_to(self.repeats[:, None], self.rows.shape)
-        np.add.at(counts, self.rows.ravel(), weights.ravel())
-        return LengthHistogram(counts[1:])
+        weights = np.repeat(self.repeats, self.depths)
+        counts = np.bincount(self.pack_lengths, weights=weights, minlength=self.max_length + 1)
+        return LengthHistogram(np.rint(counts[1:self.max_length + 1]).astype(np.int64))
 
     def metrics(self, lower_bound_packs: float | None = None) -> dict:
         """The paper's metrics, with the key names of the `simbench pack --json` contract."""

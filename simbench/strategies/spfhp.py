@@ -82,12 +82,8 @@ def pack_by_free_space(counts: np.ndarray, max_length: int, max_depth: int | Non
 def packing_from_groups(name: str, max_length: int, max_depth: int | None, groups: list[PackGroup],
                         details: dict | None = None) -> Packing:
     """A fixed-shape `Packing` (every pack max_length slots) from groups of identical packs."""
-    width = max((len(pack) for _, pack in groups), default=1)
-    rows = np.zeros((len(groups), width), dtype=np.int64)
-    for index, (_, pack) in enumerate(groups):
-        rows[index, :len(pack)] = pack
-    repeats = np.fromiter((count for count, _ in groups), dtype=np.int64, count=len(groups))
-    return Packing.from_rows(name, max_length, max_depth, rows, repeats, details=details)
+    # Lengths are placed longest first, so every pack's tuple is already in descending order.
+    return Packing.from_groups(name, max_length, max_depth, groups, details)
 
 
 @register("spfhp", "shortest-pack-first histogram packing (worst fit on counts)")

@@ -7,11 +7,11 @@ import pytest
 
 from simbench.histogram import load_histogram
 from simbench.strategies import get_strategy
-from simbench.strategies import optimal
+from simbench.strategies import lp_bound
 
 
 def solve_from_scratch(histogram, max_length, max_depth):
-    optimal._cached_lp_lower_bound.cache_clear()
+    lp_bound.clear_cache()
     return get_strategy("optimal")(histogram, max_length, max_depth)
 
 
@@ -29,8 +29,8 @@ def test_lp_lower_bound_wikipedia(benchmark):
     histogram = load_histogram("wikipedia_512")
 
     def bound_from_scratch():
-        optimal._cached_lp_lower_bound.cache_clear()
-        return optimal.lp_lower_bound(histogram, 512)
+        lp_bound.clear_cache()
+        return lp_bound.lp_lower_bound(histogram, 512)
 
     bound = benchmark.pedantic(bound_from_scratch, rounds=1, iterations=1)
     benchmark.extra_info.update(lp_value=bound.value, pricing_rounds=bound.pricing_rounds)

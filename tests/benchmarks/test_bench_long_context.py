@@ -1,0 +1,99 @@
+"""Packers and the LP bound at long context: 8,192 to 131,072 tokens, nearly every length present.
+
+Targets at 131,072 and 10M sequences: spfhp/lpfhp/ffd/bfd < 5 s and < 2 GB each, the bound < 30 s,
+`optimal` within 0.5 % of its bound in < 60 s; every strategy finishes or refuses (InputError naming
+one that works) in under 1 s; at 8,192 `pack --strategy all` < 60 s in total. The short mode packs
+100,000 sequences; SIMBENCH_BENCH_FULL=1 packs the full 10M (and records peak memory).
+"""
+
+import functools
+import os
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from simbench.cli import app
+from simbench.errors import InputError
+from simbench.strategies import available_strategies, get_strategy
+from simbench.strategies import lp_bound
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from long_context import long_context_histogram  # noqa: E402
+
+FULL = os.environ.get("SIMBENCH_BENCH_FULL") == "1"
+SEQUENCES = 10_000_000 if FULL else 100_000
+MAX_LENGTHS = (8192, 32768, 131072)
+TARGET_SECONDS = {"spfhp": 5.0, "lpfhp": 5.0, "ffd": 5.0, "bfd": 5.0, "optimal": 60.0}
+
+
+@functools.lru_cache(maxsize=None)
+def histogram_for(max_length, shape="chat"):
+    return long_context_histogram(max_length, SEQUENCES, shape, seed=0)
+
+
+def peak_bytes(function, *arguments):
+    tracemalloc.start()
+    try:
+        function(*arguments)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("shape", ["chat", "documents"])
+@pytest.mark.parametrize("max_length", MAX_LENGTHS)
+@pytest.mark.parametrize("name", list(available_strategies()))
+def test_strategy_finishes_or_refuses(benchmark, name, max_length, shape):
+    histogram = histogram_for(max_length, shape)
+    strategy = get_strategy(name)
+
+    def pack_or_refusal():
+        try:
+            return strategy(histogram, max_length, None)
+        except InputError as error:
+            return error
+
+    result = benchmark.pedantic(pack_or_refusal, rounds=1, iterations=1)
+    if isinstance(result, InputError):
+        benchmark.extra_info.update(refused=str(result), target_seconds=1.0)
+        assert any(other in str(result) for other in available_strategies() if other != name)
+        return
+    bound = lp_bound.lp_lower_bound(histogram, max_length)
+    benchmark.extra_info.update(packs=result.packs_total, lower_bound_packs=bound.lower_bound_packs,
+                                gap_to_bound=result.packs_total / bound.lower_bound_packs - 1,
+                                target_seconds=TARGET_SECONDS.get(name))
+    if FULL:
+        benchmark.extra_info["peak_gib"] = peak_bytes(strategy, histogram, max_length, None) / 2**30
+    assert result.sequences == histogram.sequences
+    if name == "optimal":
+        assert result.packs_total <= (1 + 0.005) * bound.lower_bound_packs
+
+
+@pytest.mark.parametrize("shape", ["chat", "documents"])
+@pytest.mark.parametrize("max_length", MAX_LENGTHS)
+def test_lp_bound(benchmark, max_length, shape):
+    histogram = histogram_for(max_length, shape)
+
+    def bound_from_scratch():
+        lp_bound.clear_cache()
+        return lp_bound.lp_lower_bound(histogram, max_length)
+
+    bound = benchmark.pedantic(bound_from_scratch, rounds=1, iterations=1)
+    benchmark.extra_info.update(lower_bound_packs=bound.lower_bound_packs, method=bound.method, target_seconds=30.0)
+    assert bound.lower_bound_packs >= lp_bound.trivial_lower_bound(histogram, max_length)
+
+
+def test_pack_all_at_8192(benchmark, tmp_path):
+    path = tmp_path / "chat_8192.csv"
+    histogram_for(8192).to_csv(path)
+
+    def pack_all():
+        lp_bound.clear_cache()
+        return CliRunner().invoke(app, ["pack", str(path), "--strategy", "all", "--json"])
+
+    result = benchmark.pedantic(pack_all, rounds=1, iterations=1)
+    assert result.exit_code == 0, result.output
+    benchmark.extra_info["target_seconds"] = 60.0
