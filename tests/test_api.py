@@ -32,7 +32,8 @@ def test_importing_simbench_loads_nothing_heavy():
 
 def test_pack_and_bound_match_the_pack_command(squad):
     packing = simbench.pack("squad_1_1_384", "spfhp", max_depth=3)
-    result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--strategy", "spfhp", "--max-depth", "3", "--json"])
+    result = RUNNER.invoke(app, ["pack", "squad_1_1_384", "--strategy", "spfhp", "--max-depth", "3", "--json",
+                                 "--bound"])
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout.splitlines()[0])
     assert (packing.packs_total, packing.efficiency) == (record["packs"], record["efficiency"])
