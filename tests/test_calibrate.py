@@ -93,3 +93,19 @@ def test_load_adjustment_removes_a_slowdown_shared_by_a_whole_round_and_ignores_
     np.testing.assert_allclose(adjusted.round_factors, round_factors, rtol=1e-9)
     plain_medians = np.median(samples, axis=1)
     assert not np.allclose(plain_medians / plain_medians[0], base_seconds / base_seconds[0], rtol=0.05)
+
+
+@pytest.mark.parametrize("command, arguments, message", [
+    ("calibrate", ["--max-length", "4"], "--max-length must be a whole number >= 8, found 4"),
+    ("calibrate", ["--threads", "0"], "--threads must be a whole number >= 1, found 0"),
+    ("measure", ["--steps", "0"], "--steps must be a whole number >= 1, found 0"),
+    ("measure", ["--seed", "-1"], "--seed must be a whole number >= 0, found -1"),
+])
+def test_settings_are_checked_by_the_library_and_named_by_option(tmp_path, command, arguments, message):
+    pytest.importorskip("torch")
+    source = [] if command == "calibrate" else ["squad_1_1_384"]
+    result = runner.invoke(app, [command, *source, "--quick", "--device", "cpu", "-o", str(tmp_path / "out.yaml"),
+                                 *arguments])
+    assert isinstance(result.exception, InputError), result.output
+    assert message in str(result.exception)
+    assert not (tmp_path / "out.yaml").exists()

@@ -20,7 +20,10 @@ from simbench.calibrate.timing import (StepTiming, build_trainer, device_descrip
                                        training_precision, uses_cpu_clock)
 from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
+from simbench.validation import check_seed, check_whole_number
 
+# The calibration packs hold up to 8 sequences of at least one token each.
+MIN_ROW_LENGTH = 8
 # The token head's cost grows with the vocabulary but is not in the cost model's FLOPs (it runs
 # on the 15 % masked tokens only); a small vocabulary keeps that unmodelled share small.
 CALIBRATION_VOCABULARY = 1024
@@ -38,6 +41,11 @@ class CalibrationSettings:
     quick: bool = False
     unpadded_attention: str | None = None  # default: the fastest this device supports
     wall_clock: bool = False  # force wall-clock timing where CPU seconds would be used
+
+    def __post_init__(self):
+        check_whole_number(self.max_length, "max_length", minimum=MIN_ROW_LENGTH)
+        check_whole_number(self.threads, "threads", minimum=1)
+        check_seed(self.seed)
 
     @property
     def cpu_clock(self) -> bool:

@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 
 from simbench.calibrate.batches import TorchBatch, batch_for_layout
-from simbench.calibrate.calibration import default_unpadded_attention, encoder_shape
+from simbench.calibrate.calibration import MIN_ROW_LENGTH, default_unpadded_attention, encoder_shape
 from simbench.calibrate.fit import step_seconds_by_term
 from simbench.calibrate.layout import BatchLayout
 from simbench.calibrate.timing import StepTiming, build_trainer, load_adjusted, time_batches, uses_cpu_clock
@@ -22,6 +22,7 @@ from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.strategies import get_strategy
+from simbench.validation import check_seed, check_whole_number
 
 STRATEGIES = ("padding", "sort", "lpfhp", "unpadding")
 BASELINE = "padding"
@@ -43,6 +44,12 @@ class MeasureSettings:
     max_depth: int | None = None
     unpadded_attention: str | None = None  # default: the fastest this device supports
     wall_clock: bool = False  # force wall-clock timing where CPU seconds would be used
+
+    def __post_init__(self):
+        check_whole_number(self.max_length, "max_length", minimum=MIN_ROW_LENGTH)
+        for name in ("threads", "steps", "batch_size", "repeats"):
+            check_whole_number(getattr(self, name), name, minimum=1)
+        check_seed(self.seed)
 
     @property
     def cpu_clock(self) -> bool:

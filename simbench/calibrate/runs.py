@@ -71,7 +71,7 @@ def calibrate_profile(output: Path, *, model, max_length: int = DEFAULT_MAX_LENG
     from simbench.costmodels.hardware import profile_to_yaml
 
     settings = CalibrationSettings(model=model, max_length=max_length, device=resolve_device(device),
-                                   threads=threads or torch.get_num_threads(), seed=seed, quick=quick,
+                                   threads=torch.get_num_threads() if threads is None else threads, seed=seed, quick=quick,
                                    unpadded_attention=check_unpadded_attention(unpadded_attention),
                                    wall_clock=wall_clock)
     settings.encoder_shape()
@@ -119,7 +119,7 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
                          parameter="max_length")
     seed = scenario_seed if seed is None else seed
     device = resolve_device(device)
-    threads = threads or torch.get_num_threads()
+    threads = torch.get_num_threads() if threads is None else threads
     scaled = rescale_histogram(histogram, max_length)
     if scaled is not histogram:
         note(f"lengths of {histogram.name} (max {histogram.max_length}) rescaled by "

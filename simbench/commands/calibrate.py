@@ -21,10 +21,10 @@ def calibrate(
     model: str = typer.Option("tiny", "--model",
                               help="model preset (tiny, mini, bert-base) or dimensions "
                                    "layers=2,hidden=128,heads=2,ffn=512"),
-    max_length: int = typer.Option(DEFAULT_MAX_LENGTH, "--max-length", min=8, help="row length of the timed batches"),
-    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice); recorded"),
+    max_length: int = typer.Option(DEFAULT_MAX_LENGTH, "--max-length", help="row length of the timed batches"),
+    threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's choice); recorded"),
     quick: bool = typer.Option(False, "--quick", help="few small batches, few repeats: seconds, for tests"),
-    seed: int = typer.Option(0, "--seed", min=0),
+    seed: int = typer.Option(0, "--seed"),
     unpadded_attention: str = typer.Option(None, "--unpadded-attention", help=UNPADDED_HELP),
     wall_clock: bool = typer.Option(False, "--wall-clock", help=WALL_CLOCK_HELP),
 ) -> None:
