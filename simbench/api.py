@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from simbench.scenario import Scenario
     from simbench.sim.plans import ExecutionPlan
     from simbench.sim.results import SimulationResult
-    from simbench.strategies.optimal import LPBound
+    from simbench.strategies.lp_bound import LPBound
     from simbench.strategies.packing import Packing
 
 HistogramLike = LengthHistogram | str | Path
@@ -45,7 +45,7 @@ def pack(histogram: HistogramLike, strategy: str, max_depth: int | None = None, 
 
 def bound(histogram: HistogramLike, max_depth: int | None = None, *, max_length: int | None = None) -> LPBound:
     """The certified LP lower bound on packs (`.lower_bound_packs`): the fewest any packer can reach."""
-    from simbench.strategies.optimal import lp_lower_bound
+    from simbench.strategies.lp_bound import lp_lower_bound
     from simbench.validation import check_pack_limits
 
     lengths = _histogram(histogram)

@@ -52,7 +52,7 @@ def check_strategy(strategy: str | Strategy | PackFunction, *, max_examples: int
     """Run every check of the battery on a strategy; raise `StrategyCheckFailure` at the first broken rule.
 
     Needs hypothesis (a development dependency of simbench). `max_examples` random histograms feed the
-    invariant check, each also bounded by the LP optimum (simbench.strategies.optimal).
+    invariant check, each also bounded by the LP optimum (simbench.strategies.lp_bound).
     """
     strategy = as_strategy(strategy)
     for check in FIXED_INPUT_CHECKS:  # first: quick, and their inputs are the simplest to read
@@ -76,7 +76,7 @@ def check_invariants_on_random_histograms(strategy: Strategy, max_examples: int 
     """Every sequence placed exactly once, no pack over capacity or depth, metrics consistent with the
     packs, and no fewer fixed-shape packs than the LP lower bound, on random histograms."""
     hypothesis = _import_hypothesis()
-    from simbench.strategies.optimal import lp_lower_bound
+    from simbench.strategies.lp_bound import lp_lower_bound
 
     @hypothesis.settings(max_examples=max_examples, deadline=None, database=None,
                          suppress_health_check=[hypothesis.HealthCheck.too_slow])
