@@ -33,7 +33,7 @@ def pack(
     """Pack HISTOGRAM with one strategy or all of them and report efficiency, packs and the gap to the LP bound."""
     from simbench.histogram import load_histogram
     from simbench.strategies import PackOptions, available_strategies, get_strategy
-    from simbench.strategies.evaluation import packing_metrics
+    from simbench.strategies.evaluation import pack_each
     from simbench.validation import check_pack_limits
 
     histogram = load_histogram(histogram_name)
@@ -48,14 +48,8 @@ def pack(
     max_length = check_pack_limits(histogram, max_length, max_depth)
     options = PackOptions(seed=seed, batch_size=batch_size)
     results = []
-    for chosen in strategies:
-        try:
-            metrics = packing_metrics(chosen, histogram, max_length, max_depth, options, with_bound=bound)
-        except InputError as error:
-            if len(strategies) == 1:
-                raise
-            say(f"skipped {chosen.name}: {error}")
-            continue
+    for metrics in pack_each(strategies, histogram, max_length, max_depth, options, with_bound=bound,
+                             skipped=lambda name, error: say(f"skipped {name}: {error}")):
         if as_json:
             print_json_lines([metrics])
         results.append(metrics)

@@ -11,7 +11,7 @@ recorded efficiencies measured again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from simbench.errors import InputError
@@ -37,6 +37,20 @@ def packing_metrics(strategy: Strategy, histogram: LengthHistogram, max_length: 
     metrics = packing.metrics(bound.lower_bound_packs if bound else None)
     metrics["bound_seconds"] = bound.seconds if bound else None
     return metrics
+
+
+def pack_each(strategies: list[Strategy], histogram: LengthHistogram, max_length: int, max_depth: int | None,
+              options: PackOptions | None = None, with_bound: bool | None = None,
+              skipped: Callable[[str, InputError], None] = lambda name, error: None) -> Iterator[dict]:
+    """Each strategy's `packing_metrics` as it finishes. With several strategies, one that refuses the
+    input (e.g. a depth it cannot reach) is left out and passed to `skipped`; a single one raises."""
+    for strategy in strategies:
+        try:
+            yield packing_metrics(strategy, histogram, max_length, max_depth, options, with_bound)
+        except InputError as error:
+            if len(strategies) == 1:
+                raise
+            skipped(strategy.name, error)
 
 
 def baseline_comparisons(histogram: LengthHistogram, strategies: Iterable[str], max_depth: int | None,
