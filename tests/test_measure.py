@@ -96,6 +96,40 @@ def test_compare_needs_the_padding_baseline():
                                               {"unpadding": np.zeros(1)}), get_model("tiny"), PROFILE)
 
 
+def test_a_strategy_the_profile_cannot_price_says_why_and_the_others_are_still_compared():
+    histogram = measure.rescale_histogram(load_histogram("wikipedia_512"), 128)
+    model = get_model("tiny")
+    layouts = measure.strategy_layouts(histogram, _settings(), np.random.default_rng(0))
+    seconds = {name: predict_seconds(model, PROFILE, batches) for name, batches in layouts.items()}
+    steep = PROFILE.model_copy(update={"pack_overhead_per_depth_fraction": 0.5})  # share >= 1 at depth 2
+    table = measure.compare(measure.MeasuredSteps(layouts, seconds, {name: np.zeros(4) for name in layouts}),
+                            model, steep).set_index("strategy")
+    assert "packing overhead reaches the whole step" in table.loc["lpfhp", "problem"]
+    assert np.isnan(table.loc["lpfhp", "error"]) and table.loc["lpfhp", "measured_speedup"] > 1
+    assert (table.drop(index="lpfhp")["problem"] == "").all()
+    np.testing.assert_allclose(table.drop(index="lpfhp")["error"], 0.0, atol=1e-12)
+
+
+def test_timing_noise_is_the_spread_of_round_by_round_speedups_and_judges_the_run():
+    layouts = {"padding": [BatchLayout.padded(np.array([4, 4]), 8)], "unpadding": [BatchLayout.unpadded([4, 4])]}
+    rounds = {"padding": np.array([[1.0, 1.0, 1.0]]), "unpadding": np.array([[0.4, 0.5, 0.6]])}
+    measured = measure.MeasuredSteps(layouts, {name: np.median(value, axis=1) for name, value in rounds.items()},
+                                     {name: np.zeros(1) for name in layouts}, rounds)
+    per_round = 1 / np.array([0.4, 0.5, 0.6])
+    assert measure.speedup_noise(measured, "unpadding") == pytest.approx(per_round.std(ddof=1) / per_round.mean())
+    assert measure.speedup_noise(measured, "padding") == 0.0
+    table = measure.compare(measured, get_model("tiny"), PROFILE)
+    verdict = measure.judge(table, error_target=0.10)
+    assert not verdict.valid and "unpadding 20.4%" in verdict.message and "--repeats" in verdict.message
+    assert measure.judge(table, error_target=0.25).valid
+
+
+def test_the_deepest_calibrated_pack_comes_from_the_profiles_record():
+    record = {"timings": [{"kind": "packed", "rows": [[3, 4, 5], [9]]}, {"kind": "padded", "rows": [[1]] * 9}]}
+    assert measure.deepest_calibrated_pack(PROFILE.model_copy(update={"calibration": record})) == 3
+    assert measure.deepest_calibrated_pack(PROFILE) is None
+
+
 def test_quick_measure_times_every_strategy_and_packing_beats_padding(tmp_path):
     output = tmp_path / "measured"
     result = CliRunner().invoke(app, [
@@ -106,7 +140,7 @@ def test_quick_measure_times_every_strategy_and_packing_beats_padding(tmp_path):
     by_strategy = {record["strategy"]: record for record in records}
     assert set(by_strategy) == set(measure.STRATEGIES)
     for record in records:
-        assert {"measured_speedup", "predicted_speedup", "error"} <= set(record)
+        assert {"measured_speedup", "predicted_speedup", "error", "speedup_noise", "run_valid"} <= set(record)
         assert record["error"] == pytest.approx(record["predicted_speedup"] / record["measured_speedup"] - 1)
     assert by_strategy["padding"]["measured_speedup"] == 1.0
     # Half the padded slots are padding: packing must run more real tokens per second.

@@ -26,6 +26,7 @@ from simbench.validation import check_seed, check_whole_number
 
 STRATEGIES = ("padding", "sort", "lpfhp", "unpadding")
 BASELINE = "padding"
+ERROR_TARGET = 0.10  # largest |predicted / measured speed-up - 1| a strategy may show
 
 
 @dataclass(frozen=True)
@@ -99,11 +100,13 @@ def _packed_layouts(histogram: LengthHistogram, settings: MeasureSettings,
 
 @dataclass(frozen=True)
 class MeasuredSteps:
-    """Median measured seconds of every timed batch, per strategy."""
+    """Median measured seconds of every timed batch, per strategy, and each round's seconds
+    (steps, rounds) with that round's load factored out: their spread is the timing noise."""
 
     layouts: dict[str, list[BatchLayout]]
     seconds: dict[str, np.ndarray]
     spread_fractions: dict[str, np.ndarray]
+    round_seconds: dict[str, np.ndarray] | None = None
 
 
 def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSettings,
@@ -131,12 +134,16 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     timings = time_batches(trainer, interleaved + list(calibration_batches), warmup=0, repeats=settings.repeats,
                            progress=progress, order_rng=np.random.default_rng(settings.seed + 2))
     # Load factored out over all timed batches, the calibration ones included, on one common scale.
-    adjusted = load_adjusted(timings).seconds
-    seconds = {name: np.array([adjusted[step * len(names) + index] for step in range(settings.steps)])
-               for index, name in enumerate(names)}
-    spreads = {name: np.array([timings[step * len(names) + index].spread_fraction for step in range(settings.steps)])
-               for index, name in enumerate(names)}
-    return MeasuredSteps(layouts, seconds, spreads), timings[len(interleaved):], adjusted[len(interleaved):]
+    load = load_adjusted(timings)
+    adjusted = load.seconds
+    by_round = np.array([timing.samples_seconds for timing in timings]) / load.round_factors[None, :]
+    positions = {name: [step * len(names) + index for step in range(settings.steps)]
+                 for index, name in enumerate(names)}
+    seconds = {name: adjusted[rows] for name, rows in positions.items()}
+    spreads = {name: np.array([timings[row].spread_fraction for row in rows]) for name, rows in positions.items()}
+    round_seconds = {name: by_round[rows] for name, rows in positions.items()}
+    return (MeasuredSteps(layouts, seconds, spreads, round_seconds), timings[len(interleaved):],
+            adjusted[len(interleaved):])
 
 
 def measure_steps(settings: MeasureSettings, strategies: int, calibration_batches: int) -> int:
@@ -163,12 +170,21 @@ def per_step_speedups(measured: MeasuredSteps) -> pd.DataFrame:
 
 def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile) -> pd.DataFrame:
     """One row per strategy: measured and predicted throughput, speed-up over padding, and the
-    predicted step seconds split by cost-model term next to the measured step seconds."""
+    predicted step seconds split by cost-model term next to the measured step seconds.
+
+    `speedup_noise` is the relative standard deviation of the speed-up measured round by round (each
+    round's load factored out): how far one round's figure strays. A strategy the profile cannot
+    price keeps its measured figures and says why in `problem`; the others are compared as usual.
+    """
     records = []
     for name, layouts in measured.layouts.items():
-        terms = step_seconds_by_term(model, profile, layouts)
         real_tokens = sum(layout.real_tokens for layout in layouts)
         measured_seconds = float(measured.seconds[name].sum())
+        problem = ""
+        try:
+            terms = step_seconds_by_term(model, profile, layouts)
+        except InputError as error:
+            terms, problem = np.full((len(layouts), 3), np.nan), f"cannot predict: {error}"
         predicted_seconds = float(terms.sum())
         records.append({
             "strategy": name,
@@ -184,13 +200,61 @@ def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile)
             "measured_spread_fraction": float(np.median(measured.spread_fractions[name])),
             "measured_tokens_per_s": real_tokens / measured_seconds,
             "predicted_tokens_per_s": real_tokens / predicted_seconds,
+            "problem": problem,
         })
     table = pd.DataFrame.from_records(records)
     if BASELINE not in set(table["strategy"]):
         raise InputError(f"measuring speed-ups needs the {BASELINE} strategy as the baseline")
     baseline = table.set_index("strategy").loc[BASELINE]
+    if baseline["problem"]:
+        raise InputError(f"the {BASELINE} baseline: {baseline['problem']}")
     table["measured_speedup"] = table["measured_tokens_per_s"] / baseline["measured_tokens_per_s"]
     table["predicted_speedup"] = table["predicted_tokens_per_s"] / baseline["predicted_tokens_per_s"]
     table["error"] = table["predicted_speedup"] / table["measured_speedup"] - 1
+    table["speedup_noise"] = [speedup_noise(measured, name) for name in table["strategy"]]
     table["step_seconds_error"] = table["predicted_step_seconds"] / table["measured_step_seconds"] - 1
     return table
+
+
+def speedup_noise(measured: MeasuredSteps, name: str) -> float:
+    """Relative standard deviation over rounds of the strategy's speed-up over padding (0 for padding,
+    NaN with fewer than two rounds)."""
+    if measured.round_seconds is None or measured.round_seconds[name].shape[1] < 2:
+        return float("nan")
+
+    def tokens_per_s(strategy: str) -> np.ndarray:
+        tokens = sum(layout.real_tokens for layout in measured.layouts[strategy])
+        return tokens / measured.round_seconds[strategy].sum(axis=0)
+
+    per_round = tokens_per_s(name) / tokens_per_s(BASELINE)
+    return float(per_round.std(ddof=1) / per_round.mean())
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a measure run's errors mean anything: its noise must stay below the error target."""
+
+    valid: bool
+    message: str
+
+
+def judge(table: pd.DataFrame, error_target: float = ERROR_TARGET) -> Verdict:
+    """Valid when every compared strategy's speed-up noise is at most `error_target`."""
+    compared = table[(table["strategy"] != BASELINE) & (table["problem"] == "")]
+    noisy = compared[~(compared["speedup_noise"] <= error_target)]
+    if noisy.empty:
+        worst = compared["speedup_noise"].max() if len(compared) else 0.0
+        return Verdict(True, f"valid: timing noise at most {worst:.1%}, within the {error_target:.0%} error target")
+    listed = ", ".join(f"{row.strategy} {row.speedup_noise:.1%}" for row in noisy.itertuples())
+    return Verdict(False, f"NOT VALID: timing noise ({listed}) exceeds the {error_target:.0%} error target, so "
+                          "these errors say more about the machine's load than about the cost model. For a clean "
+                          "run: stop other jobs on the machine, time on one thread with the CPU clock (--threads 1, "
+                          "the default clock), and raise --repeats (5 or more)")
+
+
+def deepest_calibrated_pack(profile: HardwareProfile) -> int | None:
+    """The most sequences in one row among the profile's calibration timings (None without a record):
+    packs deeper than that would extrapolate the fitted packing overhead."""
+    timings = (profile.calibration or {}).get("timings") or []
+    depths = [len(row) for timing in timings if timing.get("kind") == "packed" for row in timing.get("rows", [])]
+    return max(depths, default=None)

@@ -6,6 +6,7 @@ torch is imported inside the functions: without it each says how to install it, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,9 +18,10 @@ from simbench.validation import check_choice
 TORCH_MISSING = "torch is not installed: pip install 'simbench[torch]'"
 DEFAULT_MAX_LENGTH = 128  # long enough for packing to matter, short enough for a CPU run in minutes
 MEASURE_TABLE = "measured_vs_predicted.csv"
-MEASURE_COLUMNS = ["strategy", "measured_speedup", "predicted_speedup", "error", "measured_step_seconds",
-                   "predicted_step_seconds", "predicted_compute_seconds", "predicted_padding_seconds",
-                   "predicted_overhead_seconds", "measured_tokens_per_s", "predicted_tokens_per_s"]
+MEASURE_COLUMNS = ["strategy", "measured_speedup", "predicted_speedup", "error", "speedup_noise", "run_valid",
+                   "problem", "measured_step_seconds", "predicted_step_seconds", "predicted_compute_seconds",
+                   "predicted_padding_seconds", "predicted_overhead_seconds", "measured_tokens_per_s",
+                   "predicted_tokens_per_s"]
 # Called once per timed step with the run's total number of steps, e.g. to advance a progress bar.
 Progress = Callable[[int], None]
 
@@ -87,6 +89,7 @@ class MeasureRun:
     table: object  # pandas DataFrame: one row per strategy, measured against predicted
     title: str  # model, histogram, steps and device, for tables and plots
     folder: Path  # where the run wrote its files
+    verdict: object = None  # measure.Verdict: whether the timing noise lets the errors mean anything
 
 
 def measure_strategies(source: str, *, output_dir: Path | None = None, model, device: str | None = None,
@@ -105,8 +108,8 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
     import numpy as np
 
     from simbench.calibrate.calibration import CalibrationSettings, fit_calibration, prepare_calibration
-    from simbench.calibrate.measure import (MeasureSettings, compare, measure_steps, rescale_histogram,
-                                            strategy_layouts, time_strategies)
+    from simbench.calibrate.measure import (MeasureSettings, compare, deepest_calibrated_pack, judge, measure_steps,
+                                            rescale_histogram, strategy_layouts, time_strategies)
     from simbench.costmodels.hardware import load_hardware
     from simbench.report.folder import check_replaceable
 
@@ -131,7 +134,6 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
     settings = MeasureSettings(model=model, max_length=max_length, device=device, threads=threads, steps=steps,
                                batch_size=batch_size, repeats=repeats, seed=seed,
                                unpadded_attention=check_unpadded_attention(unpadded_attention), wall_clock=wall_clock)
-    layouts = strategy_layouts(scaled, settings, np.random.default_rng(seed))
     calibration = None
     calibration_layouts, calibration_batches = [], []
     if profile_path is None:
@@ -140,6 +142,14 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
                                           seed=seed + 1000, quick=quick,
                                           unpadded_attention=settings.unpadded_attention, wall_clock=wall_clock)
         calibration_layouts, calibration_batches = prepare_calibration(calibration)
+        deepest = max(layout.max_depth for layout in calibration_layouts if layout.kind == "packed")
+    else:
+        deepest = deepest_calibrated_pack(given_profile)
+    if deepest is not None:
+        # Deeper packs would price packing's overhead by extrapolating the line fitted to these depths.
+        settings = dataclasses.replace(settings, max_depth=deepest)
+        note(f"lpfhp packs at most {deepest} sequences: the deepest calibrated")
+    layouts = strategy_layouts(scaled, settings, np.random.default_rng(seed))
     total = measure_steps(settings, len(layouts), len(calibration_batches))
     measured, calibration_timings, calibration_seconds = time_strategies(
         layouts, settings, lambda: progress(total), calibration_batches)
@@ -149,11 +159,13 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
                                      calibration_seconds).profile
     profile = calibrated or given_profile
     table = compare(measured, model, profile)
+    verdict = judge(table)
+    table["run_valid"] = verdict.valid
     title = (f"{model.name} encoder, {scaled.name}, {steps} steps x {batch_size} rows, "
              f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
     _write_measure_folder(output_dir, table, measured, title, _settings_record(settings, source, scaled, profile_path),
                           calibrated)
-    return MeasureRun(table, title, output_dir)
+    return MeasureRun(table, title, output_dir, verdict)
 
 
 def _write_measure_folder(folder: Path, table, measured, title: str, settings: dict, calibrated) -> None:

@@ -53,17 +53,21 @@ def measure(
         print_json_lines(run.table[MEASURE_COLUMNS].to_dict(orient="records"))
     else:
         _print_comparison(run.table)
+    for row in run.table[run.table["problem"] != ""].itertuples():
+        say(f"{row.strategy}: {row.problem}")
+    say(run.verdict.message)
     say(f"wrote {run.folder}/measured_vs_predicted.csv and .png, per-step speed-ups in steps.csv")
 
 
 def _print_comparison(frame) -> None:
-    errors = frame.loc[frame["strategy"] != "padding", "error"].abs()
+    errors = frame.loc[frame["strategy"] != "padding", "error"].abs().dropna()
     caption = (f"|error| over the strategies other than padding: median {errors.median():.1%} "
                f"(target 5 %), largest {errors.max():.1%} (target 10 %)") if len(errors) else None
     print_table("realized speed-up over padding: measured vs predicted",
-                ["strategy", "measured", "predicted", "error", "step ms measured", "step ms predicted"],
+                ["strategy", "measured", "predicted", "error", "noise", "step ms measured", "step ms predicted"],
                 ([row.strategy, f"{row.measured_speedup:.3f}", f"{row.predicted_speedup:.3f}", f"{row.error:+.1%}",
-                  f"{row.measured_step_seconds * 1e3:.1f}", f"{row.predicted_step_seconds * 1e3:.1f}"]
+                  f"{row.speedup_noise:.1%}", f"{row.measured_step_seconds * 1e3:.1f}",
+                  f"{row.predicted_step_seconds * 1e3:.1f}"]
                  for row in frame.itertuples()), left=["strategy"], caption=caption)
 
 
