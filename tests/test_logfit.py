@@ -161,3 +161,40 @@ def test_fitted_on_the_8_gpu_log_simbench_predicts_the_16_and_256_gpu_logs():
     assert abs(table[(16, "CV of seq/s")]) < 20
     assert abs(table[(256, "median seq/s")]) < 5
     assert 0.6 < result.fitted["unpadded_flops_fraction"] < 0.95
+
+
+@needs_logs
+def test_the_simulator_with_the_fitted_profile_spreads_8_gpu_steps_as_the_log_does():
+    """`simbench simulate` draws the fitted per-device noise beside batch content: its 8-GPU un-padded
+    run (batch 32) has the log's median throughput and a CV of seq/s within 20 % of the log's 0.092."""
+    from simbench.costmodels import TransformerCostModel
+    from simbench.sim.simulate import simulate
+
+    fit = fit_logs([read_training_log(LOG_8)], steps=400)
+    measured = measured_statistics(read_training_log(LOG_8))
+    result = simulate(load_histogram("wikipedia_512"), ["unpad"], [8], TransformerCostModel("bert-large", fit.profile),
+                      batch_size=32, steps=600, seed=0)
+    traces = result.traces
+    unpad = traces[traces["strategy"] == "unpad"]
+    sequences_per_s = (unpad["sequences"] / unpad["step_seconds"]).to_numpy()
+    assert np.median(sequences_per_s) == pytest.approx(measured.median_sequences_per_s, rel=0.03)
+    cv = sequences_per_s.std() / sequences_per_s.mean()
+    assert cv == pytest.approx(measured.cv, rel=0.2)
+
+
+def test_noise_is_drawn_for_unpadded_batches_only_and_leaves_a_noiseless_profile_alone():
+    from simbench.costmodels.noise import StepNoise, with_step_noise
+
+    plain = TransformerCostModel("bert-large", "a100")
+    assert with_step_noise(plain, seed=0) is plain
+    noisy = with_step_noise(TransformerCostModel("bert-large", load_hardware("a100", {"unpadded_noise_cv": 0.2})), 0)
+    assert isinstance(noisy, StepNoise) and noisy.allreduce_seconds(8) == plain.allreduce_seconds(8)
+    lengths = np.full(2000, 200)
+    rows = np.arange(2000)
+    batches = BatchSet(lengths, rows, np.full(2000, 512), rows, 2000)
+    padded = noisy.step_costs(batches, ExecutionMode.PADDED).total_seconds
+    np.testing.assert_allclose(padded, plain.step_costs(batches, ExecutionMode.PADDED).total_seconds)
+    unpadded = noisy.step_costs(batches, ExecutionMode.UNPADDED).total_seconds
+    base = plain.step_costs(batches, ExecutionMode.UNPADDED).total_seconds
+    assert (unpadded / base).std() == pytest.approx(0.2, rel=0.1)
+    assert (unpadded / base).mean() == pytest.approx(1.0, abs=0.02)

@@ -6,10 +6,9 @@ torch is imported inside the functions: without it each says how to install it, 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from simbench.errors import InputError
@@ -147,7 +146,7 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
         deepest = deepest_calibrated_pack(given_profile)
     if deepest is not None:
         # Deeper packs would price packing's overhead by extrapolating the line fitted to these depths.
-        settings = dataclasses.replace(settings, max_depth=deepest)
+        settings = replace(settings, max_depth=deepest)
         note(f"lpfhp packs at most {deepest} sequences: the deepest calibrated")
     layouts = strategy_layouts(scaled, settings, np.random.default_rng(seed))
     total = measure_steps(settings, len(layouts), len(calibration_batches))

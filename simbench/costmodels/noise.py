@@ -21,3 +21,41 @@ def step_noise_factors(standard_normal: np.ndarray, cv: float) -> np.ndarray:
         return np.ones_like(standard_normal, dtype=np.float64)
     log_variance = np.log1p(cv * cv)
     return np.exp(np.sqrt(log_variance) * standard_normal - log_variance / 2)
+
+
+# The noise stream's place in the seed sequence: apart from every batch-drawing stream.
+NOISE_STREAM = 0x6E6F697365
+
+
+class StepNoise:
+    """A cost model whose un-padded batches take a mean-one lognormal factor longer or shorter each,
+    drawn per batch (per device and step) with the hardware profile's `unpadded_noise_cv`.
+
+    Fixed-shape modes are left as priced: real padded steps barely vary (see the profile field).
+    Everything else is the wrapped model's. `with_step_noise` wraps only when the profile has noise.
+    """
+
+    def __init__(self, cost_model, rng: np.random.Generator):
+        self.cost_model, self.rng = cost_model, rng
+        self.cv = cost_model.hardware.unpadded_noise_cv
+
+    def step_costs(self, batches, mode):
+        from simbench.costmodels.base import ExecutionMode, StepCosts
+
+        costs = self.cost_model.step_costs(batches, mode)
+        if ExecutionMode(mode) is not ExecutionMode.UNPADDED:
+            return costs
+        factors = step_noise_factors(self.rng.standard_normal(batches.batches), self.cv)
+        return StepCosts(costs.compute_seconds * factors, costs.padding_seconds * factors,
+                         costs.overhead_seconds * factors)
+
+    def __getattr__(self, name):
+        return getattr(self.cost_model, name)
+
+
+def with_step_noise(cost_model, seed: int):
+    """`cost_model` itself when its profile has no un-padded noise, else a `StepNoise` seeded from `seed`."""
+    hardware = getattr(cost_model, "hardware", None)
+    if not getattr(hardware, "unpadded_noise_cv", 0.0):
+        return cost_model
+    return StepNoise(cost_model, np.random.default_rng([seed, NOISE_STREAM]))

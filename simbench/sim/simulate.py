@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from simbench.costmodels.noise import with_step_noise
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.sim.engine import run_simpy
@@ -52,6 +53,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     given = [plan for plan in plans if not isinstance(plan, str)]
     plans = with_reference(list({plan.name: plan for plan in [*named, *given]}.values()))
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
+    cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
     settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine)
     packings = dict(packings or {})
     runs: list[PlanRun] = []
