@@ -52,6 +52,10 @@ def main() -> None:
     except InputError as error:
         _print_error(str(error))
         sys.exit(2)
+    except MemoryError:
+        _print_error("out of memory: this input needs more memory than the machine has; try fewer steps, "
+                     "devices or strategies, a smaller histogram, or a strategy that scales (see `simbench list`)")
+        sys.exit(2)
     except KeyboardInterrupt:
         # Outputs are written atomically, so an interrupted run has nothing to report but the stop.
         _print_error("interrupted", prefix="")

@@ -85,7 +85,11 @@ class LengthHistogram:
 
     @property
     def real_tokens(self) -> int:
-        return int(self.counts @ self.lengths)
+        """Exact however large: 2^40 sequences of 2^20 tokens would wrap numpy's int64 (to 0, say)."""
+        if self.sequences * self.max_length < 2**63:
+            return int(self.counts @ self.lengths)
+        present = np.flatnonzero(self.counts)
+        return sum(int(count) * int(length) for count, length in zip(self.counts[present], self.lengths[present]))
 
     @property
     def longest(self) -> int:

@@ -1,5 +1,6 @@
-"""YAML documents read with bounded work: aliases that expand exponentially ("billion laughs"), a node
-that contains itself, or nesting thousands deep are refused before anything walks the data.
+"""YAML documents read with bounded work and no silent loss: aliases that expand exponentially
+("billion laughs"), a node that contains itself, nesting thousands deep and a key given twice in one
+mapping are refused before anything walks the data.
 
     >>> documents = load_yaml_documents("a: &x [1, 2]\\nb: *x\\n", source="demo.yaml")
     >>> [data for _, data in documents]
@@ -65,6 +66,7 @@ def _check_bounded(root: yaml.Node, source: str) -> None:
         key = id(node)
         if children_done:
             on_path.discard(key)
+            _check_unique_keys(node, source)
             children = _children(node)
             expanded[key] = 1 + sum(expanded[id(child)] for child in children)
             depth[key] = 1 + max((depth[id(child)] for child in children), default=0)
@@ -84,6 +86,20 @@ def _check_bounded(root: yaml.Node, source: str) -> None:
         on_path.add(key)
         stack.append((node, True))
         stack.extend((child, False) for child in _children(node) if id(child) not in expanded)
+
+
+def _check_unique_keys(node: yaml.Node, source: str) -> None:
+    """YAML would keep the last of two equal keys without a word; a repeated key is a mistake to name."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[str, int] = {}
+    for key, _ in node.value:
+        if isinstance(key, yaml.ScalarNode):
+            line = key.start_mark.line + 1
+            if key.value in seen:
+                raise InputError(f"key {key.value!r} appears twice in one mapping (lines {seen[key.value]} and "
+                                 f"{line}); YAML would silently keep the last", source=source, line=line)
+            seen[key.value] = line
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

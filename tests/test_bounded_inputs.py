@@ -86,3 +86,52 @@ def test_one_length_spelt_twice_in_a_json_histogram_is_refused(tmp_path):
     path.write_text(json.dumps({"counts": {"10": 9, "010": 12}}))
     with pytest.raises(InputError, match="length 10 appears twice"):
         load_histogram(str(path))
+
+
+def test_a_key_given_twice_is_refused_not_silently_overwritten(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text(MINIMAL + "steps: 5\n")
+    with pytest.raises(InputError, match=r"key 'steps' appears twice in one mapping \(lines 4 and 5\)"):
+        load_scenarios(path)
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"unpad_group_boundaries": [512, 128]}, "increasing order"),
+    ({"unpad_group_boundaries": []}, "increasing order"),
+    ({"unpad_group_boundaries": [-5, 128]}, "increasing order"),
+    ({"linear_flops_per_s": 1e-300}, "greater than or equal to 1000000"),
+    ({"attention_flops_per_s": float("nan")}, "finite number"),
+])
+def test_impossible_hardware_fields_are_refused(override, message):
+    from simbench.costmodels.hardware import load_hardware
+
+    with pytest.raises(InputError, match=message):
+        load_hardware("a100", override)
+
+
+def test_token_totals_are_exact_beyond_int64():
+    import numpy as np
+
+    from simbench.histogram import LengthHistogram
+
+    counts = np.zeros(2**20, dtype=np.int64)
+    counts[-16:] = 2**40  # 2^44 sequences of about 2^20 tokens: nearly 2^64 tokens, past int64
+    counts[0] = 7
+    histogram = LengthHistogram(counts)
+    exact = sum(2**40 * length for length in range(2**20 - 15, 2**20 + 1)) + 7
+    assert exact > 2**63 and histogram.real_tokens == exact
+    assert histogram.padding_tokens == histogram.sequences * 2**20 - exact
+
+
+def test_running_out_of_memory_is_one_line_not_a_traceback(monkeypatch):
+    import subprocess
+    import sys
+
+    code = ("import sys; from simbench import cli; from simbench.commands import simulate as s\n"
+            "def boom(*a, **k): raise MemoryError\n"
+            "sys.argv = ['simbench', 'simulate', 'squad_1_1_384', '--strategy', 'unpad', '--devices', '1']\n"
+            "import simbench.sim.simulate as sim; sim.simulate = boom; s.simulate = boom\n"
+            "cli.main()\n")
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr
+    assert "out of memory" in completed.stderr

@@ -113,15 +113,15 @@ def test_bad_profile_errors_name_file_and_key(tmp_path):
     path.write_text(profile_to_yaml(HARDWARE_PRESETS["a100"]).replace("kernels_per_layer:", "kernels_per_layr:"))
     with pytest.raises(InputError, match=r"profile\.yaml.*`kernels_per_layr`: unknown field; allowed: .*kernels_per_layer"):
         load_hardware(path)
-    path.write_text("name: x\nsource: y\nlinear_flops_per_s: -1\nattention_flops_per_s: 1\n")
-    with pytest.raises(InputError, match=r"`linear_flops_per_s`: Input should be greater than 0 \(found -1\)"):
+    path.write_text("name: x\nsource: y\nlinear_flops_per_s: -1\nattention_flops_per_s: 1e9\n")
+    with pytest.raises(InputError, match=r"`linear_flops_per_s`: Input should be greater than or equal to 1000000 \(found -1\)"):
         load_hardware(path)
     path.write_text("name: [x\n")
     with pytest.raises(InputError, match=r"profile\.yaml:2: not valid YAML"):
         load_hardware(path)
     with pytest.raises(InputError, match="presets: a100, ipu-m2000, cs-2"):
         load_hardware(tmp_path / "missing.yaml")
-    path.write_text("name: x\nsource: y\nlinear_flops_per_s: 1\n")
+    path.write_text("name: x\nsource: y\nlinear_flops_per_s: 1e9\n")
     with pytest.raises(InputError, match="`attention_flops_per_s`: required field is missing"):
         load_hardware(path)
 

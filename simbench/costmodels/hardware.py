@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from simbench.errors import InputError, read_text_file
 from simbench.registry import Registry
@@ -25,8 +25,11 @@ class HardwareProfile(BaseModel):
     source: str = Field(description="where the numbers come from: a citation, a datasheet or a calibration run")
 
     # Compute: time = flops / (flops_per_s * tokens / (tokens + half_saturation_tokens))
-    linear_flops_per_s: float = Field(gt=0, description="achieved FLOP/s of the per-token dense layers")
-    attention_flops_per_s: float = Field(gt=0, description="achieved FLOP/s of the attention score/context matmuls")
+    # At least a megaflop/s: slower is a typo (1e-300 made every step time infinite and speed-ups null).
+    linear_flops_per_s: float = Field(ge=1e6, allow_inf_nan=False,
+                                      description="achieved FLOP/s of the per-token dense layers")
+    attention_flops_per_s: float = Field(ge=1e6, allow_inf_nan=False,
+                                         description="achieved FLOP/s of the attention score/context matmuls")
     half_saturation_tokens: float = Field(0.0, ge=0, description="tokens per kernel at which half the peak is reached")
 
     # Fixed costs
@@ -45,6 +48,14 @@ class HardwareProfile(BaseModel):
 
     # Un-padding: one kernel launch per length group per layer (Baidu's grouped FMHA)
     unpad_group_boundaries: tuple[int, ...] = (128, 256, 384, 512)
+
+    @field_validator("unpad_group_boundaries")
+    @classmethod
+    def _increasing_lengths(cls, boundaries: tuple[int, ...]) -> tuple[int, ...]:
+        # Unsorted or negative boundaries were accepted and silently changed the number of groups.
+        if not boundaries or boundaries[0] < 1 or any(b <= a for a, b in zip(boundaries, boundaries[1:])):
+            raise ValueError(f"must be lengths >= 1 in increasing order, found {list(boundaries)}")
+        return boundaries
     # Un-padded kernels (gathers, grouped attention, ragged tiles) reach a share of the padded kernels'
     # FLOP/s, and their time varies beyond what the batch's FLOPs explain; both 1 and 0 unless fitted
     # (`simbench fit-logs`). Fixed-shape steps get no such noise: the 256-GPU padded MLPerf log's steps
