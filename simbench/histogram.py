@@ -151,7 +151,11 @@ def load_histogram(name_or_path: str | Path) -> LengthHistogram:
 
 def _load_csv(path: Path) -> LengthHistogram:
     source = str(path)
-    rows = list(csv.reader(io.StringIO(read_text_file(path, "histogram"))))
+    reader = csv.reader(io.StringIO(read_text_file(path, "histogram")))
+    try:
+        rows = list(reader)
+    except csv.Error as error:  # e.g. a field over the csv module's 131,072-character limit
+        raise InputError(f"not a histogram CSV: {error}", source=source, line=reader.line_num) from None
     rows = [(number, row) for number, row in enumerate(rows, start=1) if row and any(cell.strip() for cell in row)]
     if not rows:
         raise InputError("the file is empty; expected a header `length,count` and one row per length",

@@ -214,7 +214,7 @@ def _value_length(value, tokenizer: Tokenizer | None, source: str, *, line: int 
                              f"pass --tokenize (or --tokenizer FILE) to count its tokens", source=source, line=line)
         return tokenizer(value)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
+        return _storable(value, source, line)
     raise InputError(f"{where}expected a length (whole number >= 0), a token list or text, found {value!r}",
                      source=source, line=line)
 
@@ -227,5 +227,13 @@ def _length(text: str, source: str, line: int) -> int:
                          f"to count the tokens of raw text, pass --tokenize", source=source, line=line) from None
     if value < 0:
         raise InputError(f"a length must not be negative, found {value}", source=source, line=line)
-    return value
+    return _storable(value, source, line)
+
+
+def _storable(length: int, source: str, line: int | None) -> int:
+    # Over-length sequences are counted, not stored; but a length past int64 is no sequence's at all.
+    if length >= 2**62:
+        raise InputError(f"a length of {length:.3g} tokens is no sequence's; expected a whole number below 2^62",
+                         source=source, line=line)
+    return length
 

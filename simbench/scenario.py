@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag, ValidationError, field_validator,
                       model_validator)
 
 from simbench.costmodels import COST_MODELS, HardwareProfile, get_model, load_hardware
@@ -185,8 +185,8 @@ class OutputsSpec(_Strict):
 
 
 class QuickSpec(_Strict):
-    steps: int = Field(5, ge=1, description="simulated steps per strategy and device count under --quick")
-    devices: tuple[Annotated[int, Field(ge=1, le=DEVICES_MAX)], ...] | None = Field(
+    steps: StrictInt = Field(5, ge=1, description="simulated steps per strategy and device count under --quick")
+    devices: tuple[Annotated[StrictInt, Field(ge=1, le=DEVICES_MAX)], ...] | None = Field(
         None, description="device counts under --quick; default: the smallest, a middle one and the largest")
     lp_bounds: bool = Field(False, description="compute the LP bounds under --quick too")
 
@@ -208,10 +208,10 @@ class Scenario(_Strict):
         Annotated[StrategySpec, Tag(_FULL)],
         Field(description="a name, or a mapping with `name` and parameters"),
     ], ...] = Field(min_length=1)
-    devices: tuple[Annotated[int, Field(ge=1, le=DEVICES_MAX)], ...] = Field(DEFAULT_DEVICES, min_length=1)
-    batch_size: int = Field(32, ge=1, description="sequences (or packs) per device per step")
-    steps: int = Field(200, ge=1, description="simulated training steps per strategy and device count")
-    seed: int = Field(0, ge=0)
+    devices: tuple[Annotated[StrictInt, Field(ge=1, le=DEVICES_MAX)], ...] = Field(DEFAULT_DEVICES, min_length=1)
+    batch_size: StrictInt = Field(32, ge=1, description="sequences (or packs) per device per step")
+    steps: StrictInt = Field(200, ge=1, description="simulated training steps per strategy and device count")
+    seed: StrictInt = Field(0, ge=0)  # strict: `seed: true` is a mistake, not seed 1
     outputs: OutputsSpec = OutputsSpec()
     quick: QuickSpec = QuickSpec()
 

@@ -43,7 +43,7 @@ def parse_counts(text: str, option: str) -> list[int]:
     counts = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit()):  # "²".isdigit() is true, and int() refuses it
             raise InputError(f"{option} must be comma-separated whole numbers >= 1, found {part!r} in {text!r}")
         counts.append(int(part))
     return counts

@@ -88,12 +88,15 @@ def read_samples(path: Path, column: str | None) -> np.ndarray:
     text = read_text_file(path, "speed-up samples")
     if not text.strip():
         raise InputError("the file is empty; expected per-step speed-ups", source=str(path))
-    if column is None:
-        frame = pd.read_csv(io.StringIO(text), header=None, names=["value"], skip_blank_lines=True)
-        column = "value"
-    else:
-        frame = pd.read_csv(io.StringIO(text))
-        if column not in frame.columns:
+    try:
+        if column is None:
+            frame = pd.read_csv(io.StringIO(text), header=None, names=["value"], skip_blank_lines=True)
+            column = "value"
+        else:
+            frame = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise InputError(f"not a readable CSV: {str(error).strip()}", source=str(path)) from None
+    if column not in frame.columns:
             raise InputError(f"no column {column!r}; columns: {', '.join(map(str, frame.columns))}", source=str(path))
     values = pd.to_numeric(frame[column], errors="coerce")
     bad = np.flatnonzero(~np.isfinite(values.to_numpy(dtype=float)))

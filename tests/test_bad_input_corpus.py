@@ -1,0 +1,239 @@
+"""The bad-input corpus: every case runs a real command on a bad or hostile input and must end in one
+clean input error (exit status 2 from the command line, the file or option named), never a
+traceback, never a hang, and never with a file the user had lost or changed.
+
+Each case is (id, files to create, command line, what the one-line error must say). `{d}` in a command
+line is the case's folder; a file's content may be text or bytes.
+"""
+
+import gzip
+import json
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from simbench.cli import app
+from simbench.errors import InputError
+from simbench.histogram import load_histogram
+from simbench.scenario import load_scenarios
+
+HANG_SECONDS = 60  # a generous limit that only catches runaway work, never slow machines
+SCENARIO = "name: s\ndataset: {histogram: squad_1_1_384}\nstrategies: [unpad]\ndevices: [1]\nsteps: 2\n"
+CSV = "length,count\n3,5\n7,2\n"
+
+
+def bomb(levels: int = 8) -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def scenario_with(extra: str) -> str:
+    return SCENARIO + extra
+
+
+PACK = ["pack", "{d}/h.csv", "--strategy", "spfhp"]
+VALIDATE = ["validate", "{d}/s.yaml"]
+CASES = [
+    # Histograms, CSV
+    ("csv-empty", {"h.csv": ""}, PACK, "h.csv"),
+    ("csv-header-only", {"h.csv": "length,count\n"}, PACK, "h.csv"),
+    ("csv-wrong-header", {"h.csv": "len,cnt\n3,5\n"}, PACK, "h.csv:1"),
+    ("csv-letters", {"h.csv": "length,count\na,5\n"}, PACK, "h.csv:2"),
+    ("csv-negative-count", {"h.csv": "length,count\n5,-1\n"}, PACK, "h.csv:2"),
+    ("csv-fractional-length", {"h.csv": "length,count\n3.5,2\n"}, PACK, "h.csv:2"),
+    ("csv-duplicate-length", {"h.csv": "length,count\n5,1\n5,2\n"}, PACK, "h.csv:3"),
+    ("csv-blank-lines", {"h.csv": "\n" * 1000}, PACK, "h.csv"),
+    ("csv-huge-field", {"h.csv": "length,count\n" + "9" * 200_000 + ",1\n"}, PACK, "h.csv:2"),
+    ("csv-length-zero", {"h.csv": "length,count\n0,4\n"}, PACK, "h.csv:2"),
+    ("csv-length-too-long", {"h.csv": f"length,count\n{2**20 + 1},1\n"}, PACK, "h.csv:2"),
+    ("csv-count-too-big", {"h.csv": f"length,count\n5,{2**41}\n"}, PACK, "h.csv:2"),
+    ("csv-binary", {"h.csv": bytes(range(256)) * 4}, PACK, "h.csv"),
+    ("csv-utf16", {"h.csv": CSV.encode("utf-16")}, PACK, "h.csv"),
+    ("csv-three-columns", {"h.csv": "length,count\n5,1,2\n"}, PACK, "h.csv:2"),
+    ("csv-is-a-folder", {"h.csv/x": "x"}, PACK, "h.csv"),
+    ("csv-missing", {}, PACK, "h.csv"),
+    ("dev-zero", {}, ["pack", "/dev/zero", "--strategy", "spfhp"], "/dev/zero"),
+    ("dev-urandom", {}, ["pack", "/dev/urandom", "--strategy", "spfhp"], "/dev/urandom"),
+    # Histograms, JSON
+    ("json-deep", {"h.json": "[" * 50_000 + "]" * 50_000}, ["pack", "{d}/h.json", "--strategy", "spfhp"], "h.json"),
+    ("json-not-counts", {"h.json": '{"counts": 5}'}, ["pack", "{d}/h.json", "--strategy", "spfhp"], "h.json"),
+    ("json-same-length-twice", {"h.json": '{"counts": {"10": 9, "010": 12}}'},
+     ["pack", "{d}/h.json", "--strategy", "spfhp"], "length 10 appears twice"),
+    ("json-negative", {"h.json": '{"counts": [3, -1]}'}, ["pack", "{d}/h.json", "--strategy", "spfhp"], "h.json"),
+    ("json-nan", {"h.json": '{"counts": [3, NaN]}'}, ["pack", "{d}/h.json", "--strategy", "spfhp"], "h.json"),
+    ("json-strings", {"h.json": '{"counts": ["a", "b"]}'}, ["pack", "{d}/h.json", "--strategy", "spfhp"], "h.json"),
+    ("json-broken", {"h.json": '{"counts": [1, 2'}, ["pack", "{d}/h.json", "--strategy", "spfhp"], "h.json:1"),
+    # Pack options
+    ("pack-max-length-zero", {"h.csv": CSV}, PACK + ["--max-length", "0"], "--max-length"),
+    ("pack-max-length-short", {"h.csv": CSV}, PACK + ["--max-length", "4"], "longer than --max-length 4"),
+    ("pack-depth-zero", {"h.csv": CSV}, PACK + ["--max-depth", "0"], "--max-depth"),
+    ("pack-unknown-strategy", {"h.csv": CSV}, ["pack", "{d}/h.csv", "--strategy", "quantum"], "quantum"),
+    # Scenarios
+    ("yaml-unclosed", {"s.yaml": "name: [x\n"}, VALIDATE, "s.yaml:2"),
+    ("yaml-list", {"s.yaml": "- 1\n- 2\n"}, VALIDATE, "s.yaml"),
+    ("yaml-empty", {"s.yaml": ""}, VALIDATE, "s.yaml"),
+    ("yaml-comments-only", {"s.yaml": "# nothing here\n"}, VALIDATE, "s.yaml"),
+    ("yaml-unknown-key", {"s.yaml": scenario_with("colour: red\n")}, VALIDATE, "s.yaml:6"),
+    ("yaml-unknown-strategy", {"s.yaml": SCENARIO.replace("[unpad]", "[quantum]")}, VALIDATE, "quantum"),
+    ("yaml-devices-zero", {"s.yaml": SCENARIO.replace("devices: [1]", "devices: [0]")}, VALIDATE, "s.yaml:4"),
+    ("yaml-devices-text", {"s.yaml": SCENARIO.replace("devices: [1]", "devices: [a]")}, VALIDATE, "s.yaml:4"),
+    ("yaml-devices-deep", {"s.yaml": SCENARIO.replace("devices: [1]", "devices: " + "[" * 20_000 + "]" * 20_000)},
+     VALIDATE, "nested more than"),
+    ("yaml-alias-bomb", {"s.yaml": scenario_with("hardware:\n  overrides:\n" + "".join(
+        f"    {line}\n" for line in bomb().splitlines()))}, VALIDATE, "expands to more than"),
+    ("yaml-alias-loop", {"s.yaml": scenario_with("notes: &loop [*loop]\n")}, VALIDATE, "contains it"),
+    ("yaml-python-tag", {"s.yaml": scenario_with("seed: !!python/object:os.system {}\n")}, VALIDATE, "s.yaml"),
+    ("yaml-duplicate-key", {"s.yaml": scenario_with("steps: 9\n")}, VALIDATE, "appears twice"),
+    ("yaml-steps-negative", {"s.yaml": SCENARIO.replace("steps: 2", "steps: -1")}, VALIDATE, "s.yaml:5"),
+    ("yaml-batch-zero", {"s.yaml": scenario_with("batch_size: 0\n")}, VALIDATE, "s.yaml:6"),
+    ("yaml-seed-negative", {"s.yaml": scenario_with("seed: -1\n")}, VALIDATE, "s.yaml:6"),
+    ("yaml-seed-bool", {"s.yaml": scenario_with("seed: true\n")}, VALIDATE, "s.yaml:6"),
+    ("yaml-unknown-model", {"s.yaml": scenario_with("model: gpt-9\n")}, VALIDATE, "gpt-9"),
+    ("yaml-unknown-hardware", {"s.yaml": scenario_with("hardware: {profile: tpu-v9}\n")}, VALIDATE, "tpu-v9"),
+    ("yaml-override-unknown", {"s.yaml": scenario_with("hardware: {overrides: {warp_speed: 9}}\n")},
+     VALIDATE, "warp_speed"),
+    ("yaml-override-tiny-flops", {"s.yaml": scenario_with("hardware: {overrides: {linear_flops_per_s: 1.0e-300}}\n")},
+     VALIDATE, "linear_flops_per_s"),
+    ("yaml-override-groups", {"s.yaml": scenario_with("hardware: {overrides: {unpad_group_boundaries: [512, 128]}}\n")},
+     VALIDATE, "increasing order"),
+    ("yaml-missing-histogram", {"s.yaml": SCENARIO.replace("squad_1_1_384", "{d}/nothing.csv")}, VALIDATE,
+     "nothing.csv"),
+    ("yaml-binary", {"s.yaml": b"\xff\xfe\x00garbage"}, VALIDATE, "s.yaml"),
+    ("yaml-is-folder", {"s.yaml/x": "x"}, VALIDATE, "s.yaml"),
+    ("yaml-dev-zero", {}, ["validate", "/dev/zero"], "/dev/zero"),
+    # Where reports go
+    ("run-out-is-file", {"s.yaml": SCENARIO, "out": "keep me"}, ["run", "{d}/s.yaml", "--out", "{d}/out"], "out"),
+    ("run-out-user-folder", {"s.yaml": SCENARIO, "out/thesis.tex": "keep me", "out/resolved.yaml": "mine"},
+     ["run", "{d}/s.yaml", "--out", "{d}/out"], "holds no .simbench-folder.json"),
+    ("run-out-dot-dot", {"s.yaml": SCENARIO}, ["run", "{d}/s.yaml", "--out", "{d}/.."], "--out must name a folder"),
+    ("run-out-name-too-long", {"s.yaml": SCENARIO}, ["run", "{d}/s.yaml", "--out", "{d}/" + "a" * 300],
+     "File name too long"),
+    ("run-scenario-named-dot-dot", {"s.yaml": SCENARIO.replace("name: s", 'name: ".."')}, ["run", "{d}/s.yaml"],
+     "must name a folder"),
+    # Simulate options
+    ("simulate-devices-superscript", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1,²"],
+     "--devices"),
+    ("simulate-devices-zero", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "0"], "--devices"),
+    ("simulate-devices-empty", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", ""], "--devices"),
+    ("simulate-unknown-plan", {}, ["simulate", "squad_1_1_384", "--strategy", "warp", "--devices", "1"], "warp"),
+    ("simulate-hardware-bomb", {"p.yaml": bomb()},
+     ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--hardware", "{d}/p.yaml"], "p.yaml"),
+    # Gumbel samples
+    ("gumbel-ragged", {"x.csv": "unpadding,other\n1.9,2\n1.8\n2.0,1,5\n"},
+     ["gumbel", "--samples", "{d}/x.csv", "--column", "unpadding"], "x.csv"),
+    ("gumbel-letters", {"x.csv": "a\nb\nc\n"}, ["gumbel", "--samples", "{d}/x.csv"], "x.csv"),
+    ("gumbel-empty", {"x.csv": ""}, ["gumbel", "--samples", "{d}/x.csv"], "x.csv"),
+    ("gumbel-fifo-free-missing", {}, ["gumbel", "--samples", "{d}/none.csv"], "none.csv"),
+    # MLPerf logs
+    ("mlperf-truncated-gzip", {"log.txt.gz": gzip.compress(b":::MLLOG {}\n" * 100)[:60]},
+     ["gumbel", "--log", "{d}/log.txt.gz"], "log.txt.gz"),
+    ("mlperf-no-events", {"log.txt": "hello\nworld\n"}, ["gumbel", "--log", "{d}/log.txt"], "log.txt"),
+    ("mlperf-garbled-event", {"log.txt": ':::MLLOG {"key": "global_batch_size", "value": \n'},
+     ["gumbel", "--log", "{d}/log.txt"], "log.txt"),
+    # Plot
+    ("plot-not-a-report", {"r/notes.txt": "x"}, ["plot", "{d}/r"], "r"),
+    ("plot-binary-scaling", {"r/resolved.yaml": SCENARIO, "r/scaling.csv": bytes(range(256))}, ["plot", "{d}/r"], "r"),
+    # Histogram build
+    ("build-huge-number", {"l.txt": "5\n" + "9" * 30 + "\n"},
+     ["histogram", "build", "{d}/l.txt", "--max-length", "512", "-o", "{d}/h.csv"], "l.txt"),
+    ("build-negative", {"l.txt": "5\n-3\n"}, ["histogram", "build", "{d}/l.txt", "--max-length", "512", "-o", "{d}/h.csv"],
+     "l.txt"),
+    ("build-jsonl-garbage", {"l.jsonl": '{"length": 5}\n{oops\n'},
+     ["histogram", "build", "{d}/l.jsonl", "--column", "length", "--max-length", "512", "-o", "{d}/h.csv"], "l.jsonl"),
+    ("build-max-length-zero", {"l.txt": "5\n"}, ["histogram", "build", "{d}/l.txt", "--max-length", "0", "-o", "{d}/h.csv"],
+     "--max-length"),
+    # Hardware profiles given as files
+    ("profile-nan", {"p.yaml": "name: x\nsource: y\nlinear_flops_per_s: .nan\nattention_flops_per_s: 1e12\n"},
+     ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--hardware", "{d}/p.yaml"], "p.yaml"),
+    ("profile-list", {"p.yaml": "- 1\n"},
+     ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--hardware", "{d}/p.yaml"], "p.yaml"),
+    ("profile-duplicate-key", {"p.yaml": "name: x\nname: y\n"},
+     ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--hardware", "{d}/p.yaml"], "appears twice"),
+]
+
+
+def materialise(folder: Path, files: dict) -> dict[Path, bytes]:
+    written = {}
+    for name, content in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = content if isinstance(content, bytes) else content.encode()
+        path.write_bytes(data)
+        written[path] = data
+    return written
+
+
+@pytest.mark.parametrize("case_id, files, argv, expected", CASES, ids=[case[0] for case in CASES])
+def test_bad_input_gives_one_clean_error_and_loses_nothing(tmp_path, case_id, files, argv, expected):
+    folder = tmp_path / "case"
+    folder.mkdir()
+    before = materialise(folder, files)
+    arguments = [argument.replace("{d}", str(folder)) for argument in argv]
+    for path in before:  # a scenario may name a file of the case
+        if path.suffix == ".yaml" and b"{d}" in before[path]:
+            path.write_bytes(before[path].replace(b"{d}", str(folder).encode()))
+            before[path] = path.read_bytes()
+    outcome = []
+    worker = threading.Thread(target=lambda: outcome.append(CliRunner().invoke(app, arguments)), daemon=True)
+    worker.start()
+    worker.join(HANG_SECONDS)
+    assert outcome, f"{case_id}: no answer within {HANG_SECONDS} s"
+    result = outcome[0]
+    assert isinstance(result.exception, InputError), (case_id, repr(result.exception), result.output[-2000:])
+    message = str(result.exception)
+    assert "\n" not in message.strip() and expected.replace("{d}", str(folder)) in message, message
+    for path, data in before.items():
+        assert path.read_bytes() == data, f"{case_id}: {path} changed or lost"
+
+
+def test_the_corpus_covers_every_command_that_reads_user_files():
+    commands = {argv[0] for _, _, argv, _ in CASES}
+    assert {"pack", "validate", "run", "simulate", "gumbel", "plot", "histogram"} <= commands
+    assert len({case[0] for case in CASES}) == len(CASES)
+
+
+# Fuzzing: whatever the bytes, a reader gives a result or an InputError, never another exception.
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda children: st.lists(children, max_size=6)
+                           | st.dictionaries(st.text(max_size=6), children, max_size=6), max_leaves=30)
+
+
+def read_or_refuse(reader, suffix: str, data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"input{suffix}"
+        path.write_bytes(data)
+        try:
+            reader(path)
+        except InputError:
+            pass
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.binary(max_size=400), st.text(max_size=400).map(str.encode),
+                 st.lists(st.tuples(st.integers(-5, 2**21), st.integers(-5, 2**42)), max_size=8).map(
+                     lambda rows: ("length,count\n" + "".join(f"{a},{b}\n" for a, b in rows)).encode())))
+def test_fuzzed_csv_histograms_never_raise_anything_but_input_errors(data):
+    read_or_refuse(lambda path: load_histogram(str(path)), ".csv", data)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(json_values.map(lambda value: json.dumps(value).encode()),
+                 st.dictionaries(st.just("counts"), json_values).map(lambda value: json.dumps(value).encode())))
+def test_fuzzed_json_histograms_never_raise_anything_but_input_errors(data):
+    read_or_refuse(lambda path: load_histogram(str(path)), ".json", data)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(st.text(max_size=300), json_values.map(lambda value: yaml.safe_dump(value)),
+                 st.dictionaries(st.sampled_from(["name", "dataset", "strategies", "devices", "steps", "seed",
+                                                  "batch_size", "model", "hardware"]), json_values, max_size=6).map(
+                     lambda value: yaml.safe_dump(value))))
+def test_fuzzed_scenarios_never_raise_anything_but_input_errors(text):
+    read_or_refuse(load_scenarios, ".yaml", text.encode())
