@@ -44,3 +44,11 @@ def test_the_mlperf_rows_mark_the_256_gpu_log_as_fitted():
     assert rows.loc["median seq/s, 256 GPUs padded", "kind"] == "fitted"
     assert rows.loc["median seq/s, 16 GPUs un-padded", "kind"] == "predicted"
     assert rows.loc["median seq/s, 16 GPUs un-padded", "reproduces"] == "yes"
+
+
+def test_a_summary_says_what_its_preset_was_fitted_on():
+    from simbench.report.validation_table import provenance_note
+
+    note = provenance_note("a100", {"kernel_launch_seconds": 0.0})
+    assert "predicted" in note and "256-GPU padded MLPerf" in note and "kernel_launch_seconds = 0.0" in note
+    assert "partly fitted" not in provenance_note("cs-2")

@@ -20,6 +20,7 @@ import pandas as pd
 
 from simbench.histogram import LengthHistogram
 from simbench.report.tables import ReportTables
+from simbench.report.validation_table import provenance_note
 from simbench.scenario import Scenario
 from simbench.sim.results import BREAKDOWN_COLUMNS
 
@@ -40,6 +41,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Rep
         + _reference_note(tables.scaling),
         _breakdown_section(tables.breakdown),
         _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling),
+        provenance_note(scenario.hardware.profile, scenario.hardware.overrides),
         _files_section(),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"

@@ -42,6 +42,27 @@ class Claim:
                 "reproduces": "" if fitted else ("yes" if abs(error) <= self.tolerance_percent else "no")}
 
 
+# Presets with a parameter chosen or fitted on a published figure: what a run with them inherits.
+FITTED_PRESETS = {
+    "a100": "its achieved FLOP/s fractions were chosen to land on NVIDIA's 256-GPU padded MLPerf v0.7 log, "
+            "so absolute step times are fitted to that one log",
+    "ipu-m2000": "its packing overhead is a line fitted to the packing paper's Table 1 overheads",
+}
+
+
+def provenance_note(hardware: str, overrides: dict | None = None) -> str:
+    """A summary's statement of what is predicted and what was fitted, for a run on `hardware`."""
+    parts = ["Every speed-up and time above is predicted: nothing in simbench was tuned to it."]
+    if hardware in FITTED_PRESETS:
+        parts.append(f"The `{hardware}` profile is partly fitted: {FITTED_PRESETS[hardware]}.")
+    if overrides:
+        parts.append("Profile fields the scenario sets (its choice, not simbench's): " + ", ".join(
+            f"{key} = {value}" for key, value in sorted(overrides.items())) + ".")
+    parts.append("Published figures simbench was fitted to or predicts, with their errors: the validation table "
+                 "(`simbench.report.validation_table.validation_table`, shown in the README).")
+    return "## Fitted or predicted\n\n" + " ".join(parts)
+
+
 def validation_table(mlperf_dir: str | Path | None = None, *, simulations: bool = True) -> pd.DataFrame:
     """One row per compared figure: quantity, source, fitted on, simbench, published, error %, status.
 
