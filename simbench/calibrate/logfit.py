@@ -27,6 +27,7 @@ from simbench.costmodels.noise import step_noise_factors
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
+from simbench.validation import check_whole_number
 
 # Each free parameter: bounds, and the scale that makes it about 1 in the solver's coordinates.
 FREE_PARAMETERS = {
@@ -112,8 +113,7 @@ def fit_logs(fit_on: Sequence[MlperfRun], predict: Sequence[MlperfRun] = (), *, 
 
     if not fit_on:
         raise InputError("give at least one log to fit on")
-    if isinstance(steps, bool) or steps < 10:
-        raise InputError(f"simulated steps must be at least 10, found {steps!r}")
+    check_whole_number(steps, "steps", minimum=10)
     free = _checked_free(free, fit_on)
     base = load_hardware(hardware)
     lengths = histogram if isinstance(histogram, LengthHistogram) else load_histogram(histogram)

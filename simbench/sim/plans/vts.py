@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from simbench.costmodels.base import ExecutionMode
-from simbench.errors import InputError
 from simbench.sim import vts
 from simbench.sim.plans import ExecutionPlan, PlanKind, PlanType, StepTiming, register_plan
 from simbench.sim.plans.unpadded import SequenceSource
+from simbench.validation import check_whole_number
 
 DEFAULT_VTS_STAGES = 0  # from the model: its layers, grouped as the hardware profile says
 DEFAULT_BUCKET_WINDOW = 8
@@ -87,8 +87,7 @@ class VtsPlan(PlanType):
         self.reject_unknown(parameters, ("stages", "window") if self.bucketed else ("stages",))
         values = {"stages": DEFAULT_VTS_STAGES, "window": DEFAULT_BUCKET_WINDOW if self.bucketed else 0, **parameters}
         for key, value in parameters.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"strategy {self.name!r}: {key} must be a whole number >= 1, found {value!r}")
+            check_whole_number(value, f"strategy {self.name!r}: {key}", minimum=1)
         display = self.name
         if values["stages"] != DEFAULT_VTS_STAGES:
             display += f":stages={values['stages']}"
