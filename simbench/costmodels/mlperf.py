@@ -64,7 +64,7 @@ def parse_mlperf_log(path: str | Path) -> MlperfRun:
     path = Path(path)
     if not path.is_file():
         raise InputError("no such MLPerf log file", source=str(path))
-    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
+    opener = gzip.open if _head(path, 2) == b"\x1f\x8b" else open
     try:
         with opener(path, "rt", errors="replace") as handle:
             return parse_mlperf_lines(handle, source=str(path))
@@ -77,10 +77,19 @@ def read_training_log(path: str | Path) -> MlperfRun:
     path = Path(path)
     if not path.is_file():
         raise InputError("no such training log file", source=str(path))
-    head = path.read_bytes()[:4096]
+    head = _head(path, 4096)
     if head[:2] != b"\x1f\x8b" and "gpus" in _csv_header(head):
         return parse_step_csv(path)
     return parse_mlperf_log(path)
+
+
+def _head(path: Path, size: int) -> bytes:
+    """The file's first bytes, without reading the rest (a log can be large)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(size)
+    except OSError as error:
+        raise InputError(f"cannot read the log: {error.strerror or error}", source=str(path)) from None
 
 
 def _csv_header(head: bytes) -> list[str]:
