@@ -6,7 +6,7 @@
     40711
 
 Results are plain dataclasses (`LengthHistogram`, `Packing`, `LPBound`, `SimulationResult`,
-`ReportTables`) whose tables are pandas DataFrames. A histogram argument may be a `LengthHistogram`,
+`ExperimentResult`) whose tables are pandas DataFrames. A histogram argument may be a `LengthHistogram`,
 a CSV/JSON path or a bundled name; a scenario argument a `Scenario`, a YAML path or a bundled name.
 """
 
@@ -21,7 +21,7 @@ from simbench.histogram import LengthHistogram, load_histogram
 
 if TYPE_CHECKING:
     from simbench.costmodels import HardwareProfile
-    from simbench.report.tables import ReportTables
+    from simbench.experiment import ExperimentResult
     from simbench.scenario import Scenario
     from simbench.sim.plans import ExecutionPlan
     from simbench.sim.results import SimulationResult
@@ -85,13 +85,13 @@ def load_scenario(scenario: str | Path, *, name: str | None = None, seed: int | 
 
 
 def run_scenario(scenario: Scenario | str | Path, *, name: str | None = None, quick: bool = False,
-                 seed: int | None = None, out: str | Path | None = None) -> ReportTables:
+                 seed: int | None = None, out: str | Path | None = None) -> ExperimentResult:
     """Everything `simbench run` computes for one scenario: the report's tables as DataFrames.
 
     `quick` runs the --quick variant (few steps and device counts); `out`, when given, also writes
     the report folder (tables, summary.md, plots) there, atomically.
     """
-    from simbench.report.results import build_tables
+    from simbench.experiment import run_experiment
 
     if isinstance(scenario, str | Path):
         scenario = load_scenario(scenario, name=name, seed=seed)
@@ -100,7 +100,7 @@ def run_scenario(scenario: Scenario | str | Path, *, name: str | None = None, qu
     if quick:
         scenario = scenario.quickened()
     histogram = scenario.dataset.load()
-    tables = build_tables(scenario, histogram)
+    tables = run_experiment(scenario, histogram)
     if out is not None:
         from simbench.report.folder import write_report
 

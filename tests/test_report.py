@@ -187,14 +187,14 @@ def test_plots_are_byte_identical_between_draws(tmp_path):
 
 
 def test_summary_straight_from_the_simulator_without_lp_bounds_shows_dashes():
-    from simbench.report.results import build_tables
+    from simbench.experiment import run_experiment
     from simbench.report.summary import summary_markdown
     from simbench.scenario import Scenario
 
     scenario = Scenario(name="no-bounds", dataset={"histogram": "squad_1_1_384"}, strategies=["spfhp"],
                         devices=[1], steps=3, outputs={"lp_bounds": False})
     histogram = scenario.dataset.load()
-    text = summary_markdown(scenario, histogram, build_tables(scenario, histogram))
+    text = summary_markdown(scenario, histogram, run_experiment(scenario, histogram))
 
     spfhp_row = next(line for line in text.splitlines() if line.startswith("| 3 | spfhp"))
     cells = [cell.strip() for cell in spfhp_row.strip("|").split("|")]

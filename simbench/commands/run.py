@@ -27,7 +27,7 @@ def run(
     from rich.console import Console
 
     from simbench.report.folder import check_replaceable, write_report
-    from simbench.report.results import build_tables, progress_total
+    from simbench.experiment import progress_total, run_experiment
     from simbench.scenario import load_scenarios
 
     console = Console(stderr=True)
@@ -43,7 +43,7 @@ def run(
         histogram = scenario.dataset.load()
         with progress_bar(console) as progress:
             task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
-            tables = build_tables(scenario, histogram, lambda units: progress.advance(task, units))
+            tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units))
             progress.update(task, description=f"writing {target}")
             write_report(target, scenario, histogram, tables)
         say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")

@@ -3,13 +3,13 @@
     >>> import tempfile
     >>> from pathlib import Path
     >>> from simbench.report.folder import write_report
-    >>> from simbench.report.results import build_tables
+    >>> from simbench.experiment import run_experiment
     >>> from simbench.scenario import Scenario
     >>> scenario = Scenario(name="demo", dataset={"histogram": "squad_1_1_384"}, strategies=["sort", "unpad"],
     ...                     devices=[1, 8], steps=5, outputs={"plots": ["scaling"], "formats": ["svg"]})
     >>> histogram = scenario.dataset.load()
     >>> with tempfile.TemporaryDirectory() as root:
-    ...     folder = write_report(Path(root, "demo"), scenario, histogram, build_tables(scenario, histogram))
+    ...     folder = write_report(Path(root, "demo"), scenario, histogram, run_experiment(scenario, histogram))
     ...     sorted(path.name for path in folder.iterdir())  # doctest: +NORMALIZE_WHITESPACE
     ['.simbench-folder.json', 'breakdown.csv', 'extrapolation.csv', 'gumbel.csv', 'latency.csv', 'packing.csv',
      'report.html', 'resolved.yaml', 'scaling.csv', 'scaling.svg', 'summary.json', 'summary.md', 'timeline.csv',
@@ -27,10 +27,11 @@ import numpy as np
 import pandas as pd
 
 from simbench.errors import InputError
+from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report import html, plots
 from simbench.report.summary import summary_markdown, summary_record
-from simbench.report.tables import ReportTables, read_tables, write_tables
+from simbench.report.tables import read_tables, write_tables
 from simbench.atomic import atomic_directory, check_owned_folder, resolve_output_folder
 from simbench.scenario import Scenario, load_scenario
 
@@ -38,7 +39,8 @@ RESOLVED_SCENARIO = "resolved.yaml"
 HISTOGRAM_BINS = 256  # enough to see the shape, few enough for a light page at 128k tokens
 
 
-def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> Path:
+def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram,
+                 tables: ExperimentResult) -> Path:
     """Write everything into a fresh sibling folder, then swap it in place of `target`."""
     check_replaceable(Path(target))
     with atomic_directory(target, metadata={"scenario_sha256": _sha256(scenario.to_yaml())}) as folder:
@@ -58,7 +60,7 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
     return Path(target)
 
 
-def report_charts(histogram: LengthHistogram, tables: ReportTables) -> list[dict]:
+def report_charts(histogram: LengthHistogram, tables: ExperimentResult) -> list[dict]:
     """The interactive charts of report.html: speed-up against devices for each baseline, and the
     length histogram in at most `HISTOGRAM_BINS` bins by sequences and by tokens."""
     charts = []
@@ -115,13 +117,14 @@ def _check_writable(folder: Path, target: Path, option: str) -> None:
                          source=str(target)) from None
 
 
-def read_report(folder: Path) -> tuple[Scenario, LengthHistogram, ReportTables]:
+def read_report(folder: Path) -> tuple[Scenario, LengthHistogram, ExperimentResult]:
     """The scenario, histogram and tables of an existing report (what `simbench plot` redraws from)."""
     scenario = load_scenario(Path(folder) / RESOLVED_SCENARIO)
     return scenario, scenario.dataset.load(), read_tables(folder)
 
 
-def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> list[Path]:
+def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram,
+               tables: ExperimentResult) -> list[Path]:
     """Every plot the scenario asks for that its tables have data for."""
     figures = {
         "histogram": lambda: plots.histogram_figure(histogram),

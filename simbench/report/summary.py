@@ -1,12 +1,12 @@
 r"""summary.md: the headline answer (which strategy wins at which scale, by how much), then the tables.
 
-    >>> from simbench.report.results import build_tables
+    >>> from simbench.experiment import run_experiment
     >>> from simbench.report.summary import summary_markdown
     >>> from simbench.scenario import Scenario
     >>> scenario = Scenario(name="demo", dataset={"histogram": "squad_1_1_384"}, strategies=["sort", "unpad"],
     ...                     devices=[1, 8], steps=5)
     >>> histogram = scenario.dataset.load()
-    >>> text = summary_markdown(scenario, histogram, build_tables(scenario, histogram))
+    >>> text = summary_markdown(scenario, histogram, run_experiment(scenario, histogram))
     >>> print(text.split("\n\n")[1])  # doctest: +NORMALIZE_WHITESPACE
     **Answer:** on 1 device the fastest strategy is **unpad**, 2.182x the throughput of padding (real tokens
     per second). On 8 devices it is **sort** at 1.990x, 4.3 % ahead of unpad (1.908x). The winner changes with
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
-from simbench.report.tables import ReportTables
 from simbench.report.validation_table import provenance_note
 from simbench.scenario import Scenario
 from simbench.sim.results import BREAKDOWN_COLUMNS
@@ -28,7 +28,7 @@ from simbench.sim.results import BREAKDOWN_COLUMNS
 SIGNIFICANT_LOSS = 0.05
 
 
-def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> str:
+def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> str:
     sections = [
         f"# {scenario.name}" + (f": {scenario.description.strip()}" if scenario.description.strip() else ""),
         _headline(tables.scaling),
@@ -209,7 +209,7 @@ def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame, scalin
     return "## Stragglers (content-dependent step times)\n\n" + "\n".join(lines)
 
 
-def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: ReportTables) -> dict:
+def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> dict:
     """summary.json: the headline figures for scripts, every speed-up with the baseline it is over."""
     winners = []
     for reference, rows in _groups(tables.scaling):

@@ -1,12 +1,12 @@
-"""The report's tables and their CSV files: what `run` writes and `plot` reads back.
+"""An experiment's tables as CSV files: what `run` writes and `plot` reads back.
 
     >>> import tempfile
-    >>> from simbench.report.results import build_tables
+    >>> from simbench.experiment import run_experiment
     >>> from simbench.report.tables import read_tables, write_tables
     >>> from simbench.scenario import Scenario
     >>> scenario = Scenario(name="demo", dataset={"histogram": "squad_1_1_384"}, strategies=["sort", "unpad"],
     ...                     devices=[1, 8], steps=5)
-    >>> tables = build_tables(scenario, scenario.dataset.load())
+    >>> tables = run_experiment(scenario)
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     write_tables(tables, folder)
     ...     read_tables(folder).scaling.columns[:4].tolist()
@@ -15,12 +15,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
 
 from simbench.errors import InputError
+from simbench.experiment import ExperimentResult
 
 # Enough digits to round-trip the figures that matter, few enough to keep the CSVs readable.
 FLOAT_FORMAT = "%.10g"
@@ -29,34 +30,21 @@ REQUIRED_COLUMNS = {"packing": ("label", "efficiency"), "scaling": ("strategy", 
                     "breakdown": ("strategy", "devices")}
 
 
-@dataclass(frozen=True, eq=False)
-class ReportTables:
-    """Everything a report's summary and plots are made from; one CSV per field."""
-
-    packing: pd.DataFrame  # one row per packer plan: Packing.metrics() plus its LP bound
-    scaling: pd.DataFrame  # one row per (strategy, devices): speed-up, tokens/s, sequences/s, step time
-    breakdown: pd.DataFrame  # one row per (strategy, devices): mean seconds per step by cause
-    latency: pd.DataFrame  # per-(step, device) speed-up samples of content-dependent plans
-    gumbel: pd.DataFrame  # per strategy: Gumbel location and scale fitted to `latency`
-    extrapolation: pd.DataFrame  # per (strategy, devices): expected speed-up from the Gumbel fit
-    timeline: pd.DataFrame  # per (sample, stage) of one VTS batch: enter, finish, leave seconds
-    timings: pd.DataFrame  # solve seconds per packer: measured, so it differs between runs
-
-    @staticmethod
-    def file_names() -> dict[str, str]:
-        return {field.name: f"{field.name}.csv" for field in fields(ReportTables)}
+def file_names() -> dict[str, str]:
+    """The CSV file of each table of an `ExperimentResult`."""
+    return {field.name: f"{field.name}.csv" for field in fields(ExperimentResult)}
 
 
-def write_tables(tables: ReportTables, folder: Path) -> None:
-    for name, file_name in ReportTables.file_names().items():
+def write_tables(tables: ExperimentResult, folder: Path) -> None:
+    for name, file_name in file_names().items():
         getattr(tables, name).to_csv(Path(folder) / file_name, index=False, float_format=FLOAT_FORMAT,
                                      lineterminator="\n")
 
 
-def read_tables(folder: Path) -> ReportTables:
+def read_tables(folder: Path) -> ExperimentResult:
     """Read a report's tables back; a missing or unreadable file is named in the error."""
     frames = {}
-    for name, file_name in ReportTables.file_names().items():
+    for name, file_name in file_names().items():
         path = Path(folder) / file_name
         try:
             frames[name] = pd.read_csv(path)
@@ -71,4 +59,4 @@ def read_tables(folder: Path) -> ReportTables:
         if missing or frames[name].empty:
             problem = f"lacks column(s) {', '.join(missing)}" if missing else "has no rows"
             raise InputError(f"damaged report: {name}.csv {problem}; run the scenario again", source=str(folder))
-    return ReportTables(**frames)
+    return ExperimentResult(**frames)

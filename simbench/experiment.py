@@ -1,11 +1,12 @@
-"""From a scenario to the report's tables: simulate every plan, bound every packing, fit the stragglers.
+"""The experiment runner: from a scenario to its results, by simulating every plan, bounding every packing
+and fitting the stragglers. `simbench run` writes the results as a report (simbench.report).
 
-    >>> from simbench.report.results import build_tables
+    >>> from simbench.experiment import run_experiment
     >>> from simbench.scenario import Scenario
     >>> scenario = Scenario(name="demo", dataset={"histogram": "squad_1_1_384"}, strategies=["sort", "unpad"],
     ...                     devices=[1, 8], steps=5)
-    >>> tables = build_tables(scenario, scenario.dataset.load())
-    >>> tables.scaling.query("devices == 8")[["strategy", "speedup"]].round(3).values.tolist()
+    >>> results = run_experiment(scenario)
+    >>> results.scaling.query("devices == 8")[["strategy", "speedup"]].round(3).values.tolist()
     [['none', 1.0], ['sort', 1.99], ['unpad', 1.908]]
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -21,7 +23,6 @@ from simbench.costmodels import COST_MODELS, get_model
 from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     extrapolate_cluster_speedups, fit_gumbel
 from simbench.histogram import LengthHistogram
-from simbench.report.tables import ReportTables
 from simbench.scenario import Scenario
 from simbench.sim.plans import with_reference
 from simbench.sim.results import BREAKDOWN_COLUMNS
@@ -38,13 +39,31 @@ CONSTANT_SPREAD = 1e-6
 LATENCY_ROWS_KEPT = 20_000
 
 
+@dataclass(frozen=True, eq=False)
+class ExperimentResult:
+    """Everything a scenario's run measured, as tables (a report writes one CSV per field)."""
+
+    packing: pd.DataFrame  # one row per packer plan: Packing.metrics() plus its LP bound
+    scaling: pd.DataFrame  # one row per (strategy, devices): speed-up, tokens/s, sequences/s, step time
+    breakdown: pd.DataFrame  # one row per (strategy, devices): mean seconds per step by cause
+    latency: pd.DataFrame  # per-(step, device) speed-up samples of content-dependent plans
+    gumbel: pd.DataFrame  # per strategy: Gumbel location and scale fitted to `latency`
+    extrapolation: pd.DataFrame  # per (strategy, devices): expected speed-up from the Gumbel fit
+    timeline: pd.DataFrame  # per (sample, stage) of one VTS batch: enter, finish, leave seconds
+    timings: pd.DataFrame  # solve seconds per packer: measured, so it differs between runs
+
+
 def progress_total(scenario: Scenario) -> int:
-    """Units of work `build_tables` reports: one per simulated (plan, devices), one per LP bound."""
+    """Units of work `run_experiment` reports: one per simulated (plan, devices), one per LP bound."""
     plans = with_reference([spec.plan() for spec in scenario.strategies])
     return len(plans) * len(scenario.devices) + len(plans)
 
 
-def build_tables(scenario: Scenario, histogram: LengthHistogram, progress: Progress | None = None) -> ReportTables:
+def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
+                   progress: Progress | None = None) -> ExperimentResult:
+    """Run `scenario` (on `histogram`, its dataset's by default); `progress(units)` counts up to
+    `progress_total(scenario)`."""
+    histogram = histogram if histogram is not None else scenario.dataset.load()
     progress = progress or (lambda units: None)
     cost_model = COST_MODELS.get(scenario.cost_model).build(get_model(scenario.model), scenario.hardware.load(),
                                                             scenario.gpus_per_replica)
@@ -66,9 +85,9 @@ def build_tables(scenario: Scenario, histogram: LengthHistogram, progress: Progr
     summary["tokens_per_s_per_gpu"] = summary["tokens_per_s"] / summary["gpus"]
     summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "real_tokens_per_device_step"]
-    return ReportTables(packing=packing, scaling=summary[scaling_columns], breakdown=summary[breakdown_columns],
-                        latency=latency, gumbel=gumbel, extrapolation=extrapolation, timeline=timeline,
-                        timings=timings)
+    return ExperimentResult(packing=packing, scaling=summary[scaling_columns], breakdown=summary[breakdown_columns],
+                            latency=latency, gumbel=gumbel, extrapolation=extrapolation, timeline=timeline,
+                            timings=timings)
 
 
 def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histogram: LengthHistogram,
