@@ -8,6 +8,8 @@ Every plan type is registered in `PLANS` (built-ins next to their batch source i
 through the entry-point group `simbench.plans`); every packer of the strategy registry is a plan too.
 A plan is written `NAME[:ARG]...` (`spfhp:3`, `packed-varlen:spfhp:max`, `vts-bucketed:window=4`) or,
 in a scenario, as a mapping (`{name: spfhp, max_depth: 3}`); both read into the same parameters.
+A new built-in plan is one module here (a `BatchSource` and a `PlanType` passed to `register_plan`)
+named in BUILTIN_PLAN_MODULES; nothing else branches on a plan's kind.
 """
 
 from __future__ import annotations

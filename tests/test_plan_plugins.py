@@ -1,0 +1,127 @@
+"""Third-party simulator plans and cost models plug in through the `simbench.plans` and
+`simbench.costmodels` entry-point groups, and run through `simulate` and scenarios like built-ins."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint
+from typing import Any
+
+import numpy as np
+import pytest
+
+import simbench.registry
+from simbench.costmodels import COST_MODELS, CostModelType, ExecutionMode, StepCosts
+from simbench.costmodels.linear import LinearCostModel
+from simbench.errors import InputError
+from simbench.experiment import run_experiment
+from simbench.histogram import load_histogram
+from simbench.scenario import Scenario
+from simbench.sim.batching import unpadded_batches
+from simbench.sim.plans import BATCH_SOURCES, PLANS, BatchSource, ExecutionPlan, PlanType, all_plan_names, parse_plan
+from simbench.sim.pricing import price_batches
+from simbench.sim.simulate import simulate
+
+SQUAD = load_histogram("squad_1_1_384")
+
+
+@dataclass(frozen=True)
+class FixedLengthPlan(ExecutionPlan):
+    """A plug-in's plan carries its own parameters by extending ExecutionPlan."""
+
+    length: int = 64
+
+
+class FixedLengthSource(BatchSource):
+    """Every device's batch holds `batch_size` sequences of one length, un-padded."""
+
+    kind = "fixed-length"
+
+    def chunk(self, steps, devices):
+        lengths = np.full((steps, devices[-1], self.settings.batch_size), self.plan.length)
+        return {devices[-1]: price_batches(self.settings.cost_model, unpadded_batches(lengths), self.plan.mode,
+                                           steps, devices[-1])}
+
+
+@dataclass(frozen=True)
+class FixedLengthPlanType(PlanType):
+    def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
+        self.reject_unknown(parameters, ("length",))
+        length = parameters.get("length", 64)
+        name = self.name if "length" not in parameters else f"{self.name}:length={length}"
+        return FixedLengthPlan(name, FixedLengthSource.kind, ExecutionMode.UNPADDED, length=length)
+
+
+@dataclass(frozen=True)
+class FlatCostModel:
+    """Every batch costs the same, whatever it holds."""
+
+    seconds: float = 0.25
+
+    def step_costs(self, batches, mode) -> StepCosts:
+        zeros = np.zeros(batches.batches)
+        return StepCosts(np.full(batches.batches, self.seconds), zeros, zeros)
+
+    def allreduce_seconds(self, devices: int) -> float:
+        return 0.0
+
+
+FIXED = FixedLengthPlanType("fixed-length", "every sequence of one length, un-padded (a plug-in)", FixedLengthSource)
+FLAT = CostModelType("flat", "every batch costs a quarter second (a plug-in)",
+                     lambda model, hardware, gpus_per_replica: FlatCostModel())
+
+
+def use_plugins(monkeypatch, *plugins: EntryPoint) -> None:
+    """Serve these entry points, on copies of the registries with every built-in already in them."""
+    for registry in (PLANS, BATCH_SOURCES, COST_MODELS):
+        registry.available()
+        monkeypatch.setattr(registry, "entries", dict(registry.entries))
+    monkeypatch.setattr(simbench.registry, "entry_points", lambda group: [p for p in plugins if p.group == group])
+
+
+PLAN_PLUGIN = EntryPoint("fixed-length", f"{__name__}:FIXED", "simbench.plans")
+COST_MODEL_PLUGIN = EntryPoint("flat", f"{__name__}:FLAT", "simbench.costmodels")
+
+
+def test_a_plan_plugin_is_listed_parsed_and_simulated(monkeypatch):
+    use_plugins(monkeypatch, PLAN_PLUGIN)
+    assert "fixed-length" in all_plan_names() and PLANS["fixed-length"].description.endswith("(a plug-in)")
+    plan = parse_plan("fixed-length:length=100")
+    assert (plan.name, plan.length) == ("fixed-length:length=100", 100)
+
+    seconds_per_token, batch_size = 1e-6, 8
+    result = simulate(SQUAD, ["fixed-length:length=100", "unpad"], [1, 4], LinearCostModel(seconds_per_token),
+                      batch_size=batch_size, steps=6, seed=0)
+    rows = result.summary.set_index(["strategy", "devices"])
+    for devices in (1, 4):
+        # Linear cost, no overheads: every step is batch_size x 100 tokens, on every device alike.
+        assert rows.loc[("fixed-length:length=100", devices), "step_seconds_mean"] == pytest.approx(
+            seconds_per_token * batch_size * 100, rel=1e-12)
+        assert rows.loc[("fixed-length:length=100", devices), "tokens_per_s"] == pytest.approx(
+            devices / seconds_per_token, rel=1e-12)
+    with pytest.raises(InputError, match=r"strategy 'fixed-length': unknown parameter 'depth=3' \(allowed: length\)"):
+        parse_plan("fixed-length:depth=3")
+
+
+def test_a_cost_model_plugin_prices_a_scenario_with_a_plugin_plan(monkeypatch):
+    use_plugins(monkeypatch, PLAN_PLUGIN, COST_MODEL_PLUGIN)
+    scenario = Scenario(name="plugins", dataset={"histogram": "squad_1_1_384"}, cost_model="flat",
+                        strategies=["fixed-length", "unpad"], devices=[1, 2], steps=4, batch_size=4,
+                        outputs={"lp_bounds": False})
+    scaling = run_experiment(scenario).scaling.set_index(["strategy", "devices"])
+    assert set(scaling.index.get_level_values("strategy")) == {"none", "fixed-length", "unpad"}
+    assert np.allclose(scaling["step_seconds_mean"], FlatCostModel.seconds)  # whatever the batch holds
+    # Equal step times: the speed-up is the ratio of real tokens, 64 per sequence against SQuAD's mean.
+    assert scaling.loc[("fixed-length", 1), "tokens_per_s"] == pytest.approx(4 * 64 / FlatCostModel.seconds)
+
+
+@pytest.mark.parametrize("plugin, message", [
+    (EntryPoint("bad-plan", f"{__name__}:FixedLengthSource", "simbench.plans"),
+     r"the strategy plug-in 'bad-plan' .* is a type, not a simbench.sim.plans.PlanType"),
+    (EntryPoint("bad-cost", "no_such_module_here:FLAT", "simbench.costmodels"),
+     r"cannot load the cost model plug-in 'bad-cost' \(no_such_module_here:FLAT\)"),
+])
+def test_a_broken_plugin_is_named_when_asked_for_and_breaks_nothing_else(monkeypatch, plugin, message):
+    use_plugins(monkeypatch, plugin)
+    assert parse_plan("unpad").name == "unpad" and COST_MODELS.get("transformer").name == "transformer"
+    with pytest.raises(InputError, match=message):
+        (PLANS if plugin.group == "simbench.plans" else COST_MODELS).get(plugin.name)
