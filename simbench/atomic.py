@@ -167,8 +167,17 @@ def _swap_into_place(staging: Path, target: Path) -> None:
 
 @contextmanager
 def atomic_file(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; whatever is written there replaces `path` on success."""
+    """Yield a temporary path beside `path`; whatever is written there replaces `path` on success.
+
+    Through a symbolic link the file behind it is replaced and the link stays; a device, FIFO or socket
+    at `path` is refused (as root, replacing /dev/null would break the machine).
+    """
     path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file (a device, FIFO or socket)"
+        raise InputError(f"the output is {kind}; simbench writes only regular files", source=str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.partial-", dir=path.parent)
     os.close(descriptor)

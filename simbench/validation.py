@@ -26,6 +26,9 @@ ROWS_PER_STEP_MAX = 1 << 22
 # statistics and coupled plans priced by distinct batches, so memory no longer grows with devices.
 DEVICES_MAX = 1 << 20
 DEFAULT_DEVICES = tuple(2**power for power in range(12))  # 1, 2, 4, ..., 2048
+# Rows (sequences or packs) one simulation may draw and price: a few minutes on two cores at most.
+# `--steps 1000000000` asked for ~10^11 and ran for hours; the default wiki512 run draws ~10^7.
+SIMULATED_ROWS_MAX = 500_000_000
 
 
 def check_whole_number(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -108,6 +111,14 @@ def check_rows_per_step(devices: int, batch_size: int) -> None:
     if rows > ROWS_PER_STEP_MAX:
         raise InputError(f"{devices} devices x batch_size {batch_size} is {rows:,} rows per step; "
                          f"at most {ROWS_PER_STEP_MAX:,} fit in memory", parameter="batch_size")
+
+
+def check_simulation_work(rows: int) -> None:
+    """Refuse, before any work, a simulation that would draw and price more than SIMULATED_ROWS_MAX rows."""
+    if rows > SIMULATED_ROWS_MAX:
+        raise InputError(f"this simulation would draw and price about {rows:.2g} sequences or packs, more than the "
+                         f"{SIMULATED_ROWS_MAX:.0e} simbench runs at once (minutes on two cores): lower steps "
+                         f"(a few hundred give speed-ups within 1 %), batch_size or the strategies", parameter="steps")
 
 
 def check_choice(value, name: str, choices: Iterable[str]) -> str:

@@ -200,3 +200,25 @@ def test_summary_straight_from_the_simulator_without_lp_bounds_shows_dashes():
     cells = [cell.strip() for cell in spfhp_row.strip("|").split("|")]
     assert cells[5:7] == ["-", "-"]  # LP bound and gap to it: not computed
     assert "LP bounds were not computed" in text
+
+
+def test_atomic_file_writes_through_a_link_and_keeps_it(tmp_path):
+    target = tmp_path / "real.csv"
+    target.write_text("old")
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    with atomic_file(link) as temporary:
+        temporary.write_text("new")
+    assert link.is_symlink() and target.read_text() == "new" and listing(tmp_path) == ["link.csv", "real.csv"]
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/null"])
+def test_atomic_file_never_replaces_a_device_or_fifo(tmp_path, special):
+    path = Path(special) if special.startswith("/") else tmp_path / special
+    if special == "fifo":
+        os.mkfifo(path)
+    before = os.stat(path).st_mode
+    with pytest.raises(InputError, match="not a regular file"):
+        with atomic_file(path) as temporary:
+            temporary.write_text("new")
+    assert os.stat(path).st_mode == before

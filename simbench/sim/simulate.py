@@ -28,7 +28,7 @@ from simbench.sim.results import PlanRun, SimulationResult, summarize
 from simbench.strategies import get_strategy
 from simbench.strategies.packing import PackOptions, Packing
 from simbench.validation import (ROWS_PER_STEP_MAX, check_choice, check_device_counts, check_seed,
-                                 check_whole_number)
+                                 check_simulation_work, check_whole_number)
 
 ENGINES = ("auto", "simpy", "vectorized", "order-statistics")
 # `auto` runs SimPy while a run needs at most this many events, the vectorized engine above; plans whose
@@ -53,6 +53,8 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     given = [plan for plan in plans if not isinstance(plan, str)]
     plans = with_reference(list({plan.name: plan for plan in [*named, *given]}.values()))
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
+    # Every plan draws steps x batch rows for each device it simulates one by one (at most PER_DEVICE_MAX).
+    check_simulation_work(len(plans) * steps * batch_size * min(devices[-1], PER_DEVICE_MAX))
     cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
     settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine)
     packings = dict(packings or {})
