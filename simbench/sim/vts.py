@@ -18,8 +18,6 @@ batches) and the SimPy model (`pipeline_process`) must agree; the tests hold the
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
-import simpy
 
 from simbench.errors import InputError
 from simbench.sim.pricing import DeviceCosts
@@ -141,6 +139,8 @@ def pipeline_process(env: simpy.Environment, seconds: np.ndarray, buffer_samples
     places (a Resource of that capacity, served in request order): a sample takes a place behind a
     stage when it leaves the stage before, and gives it back when it leaves that stage.
     """
+    import simpy  # imported here, like pandas below: registering the vts plans (`simbench list`) needs neither
+
     stages = seconds.shape[1]
     servers = [simpy.Resource(env, capacity=1) for _ in range(stages)]
     places = [None] + [simpy.Resource(env, capacity=buffer_samples + 1) for _ in range(stages - 1)]
@@ -173,6 +173,9 @@ def _sample_process(env, servers, places, seconds, sample, log):
 
 def pipeline_timeline(seconds: np.ndarray, lengths: np.ndarray, buffer_samples: int = 0) -> pd.DataFrame:
     """Run one batch through a SimPy pipeline; per (sample, stage): enter, finish and leave seconds."""
+    import pandas as pd
+    import simpy
+
     env = simpy.Environment()
     log: list = []
     env.process(pipeline_process(env, seconds, buffer_samples, log))
