@@ -105,11 +105,13 @@ def check_device_counts(devices: Iterable, name: str = "devices", *, maximum: in
     return sorted({int(count) for count in devices})
 
 
-def check_rows_per_step(devices: int, batch_size: int) -> None:
-    """The largest cluster's rows per step (devices x batch_size) must fit in memory."""
+def check_rows_per_step(devices: int, batch_size: int, plan: str | None = None) -> None:
+    """The largest cluster's rows per step (devices x batch_size) must fit in memory, for a `plan`
+    that simulates every device."""
     rows = devices * batch_size
     if rows > ROWS_PER_STEP_MAX:
-        raise InputError(f"{devices} devices x batch_size {batch_size} is {rows:,} rows per step; "
+        who = f"strategy {plan} simulates every device: " if plan else ""
+        raise InputError(f"{who}{devices:,} devices x batch_size {batch_size} is {rows:,} rows per step; "
                          f"at most {ROWS_PER_STEP_MAX:,} fit in memory", parameter="batch_size")
 
 

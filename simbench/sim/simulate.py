@@ -27,7 +27,7 @@ from simbench.sim.pricing import DeviceCosts
 from simbench.sim.results import PlanRun, SimulationResult, summarize
 from simbench.strategies import get_strategy
 from simbench.strategies.packing import PackOptions, Packing
-from simbench.validation import (ROWS_PER_STEP_MAX, check_choice, check_device_counts, check_seed,
+from simbench.validation import (check_choice, check_device_counts, check_rows_per_step, check_seed,
                                  check_simulation_work, check_whole_number)
 
 ENGINES = ("auto", "simpy", "vectorized", "order-statistics")
@@ -141,10 +141,7 @@ def _simulate_devices(plan: ExecutionPlan, packing: Packing | None, devices: lis
                       purpose: int):
     """Draw and price the plan's batches chunk by chunk, keep per-step aggregates, then time every cluster."""
     largest = devices[-1]
-    if largest * settings.batch_size > ROWS_PER_STEP_MAX:
-        raise InputError(f"strategy {plan.name} simulates every device: {largest:,} devices x batch size "
-                         f"{settings.batch_size} is {largest * settings.batch_size:,} rows per step; at most "
-                         f"{ROWS_PER_STEP_MAX:,} fit in memory")
+    check_rows_per_step(largest, settings.batch_size, plan.name)
     simpy_sizes = [size for size in devices if _use_simpy(plan, size, settings)]
     source = plan.source(plan, packing, settings, purpose, simpy_devices=max(simpy_sizes, default=0))
     chunk_steps = source.chunk_steps(max(1, ROWS_PER_CHUNK // (largest * settings.batch_size)))
