@@ -27,8 +27,8 @@ from simbench.scenario import Scenario
 from simbench.sim.plans import with_reference
 from simbench.sim.results import BREAKDOWN_COLUMNS
 from simbench.sim.simulate import simulate
-from simbench.strategies import available_strategies
-from simbench.strategies.optimal import LPBound, lp_lower_bound
+from simbench.strategies import get_strategy
+from simbench.strategies.lp_bound import LPBound, lp_lower_bound
 from simbench.strategies.packing import Packing
 
 Progress = Callable[[int], None]
@@ -93,13 +93,12 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
 def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histogram: LengthHistogram,
                     progress: Progress, with_bounds: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """packing.csv (deterministic metrics with the LP bound) and timings.csv (measured solve seconds)."""
-    strategies = available_strategies()
     bounds: dict[int | None, LPBound | None] = {}
     bound_seconds: dict[int | None, float] = {}
     rows, timing_rows = [], []
     for name, packing in packings.items():
         # Batchers without a depth parameter (none, sort) are bounded at the depth they use.
-        depth = packing.max_depth if strategies[packing.strategy].uses_depth else packing.depth_used
+        depth = packing.max_depth if get_strategy(packing.strategy).uses_depth else packing.depth_used
         if depth not in bounds:
             start = time.perf_counter()
             bounds[depth] = lp_lower_bound(histogram, histogram.max_length, depth) if with_bounds else None
