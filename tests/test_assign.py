@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
 from simbench.strategies import get_strategy
-from simbench.strategies.assign import assign_sequences
+from simbench.strategies.assign import AssignedPacks, assign_packs, assign_sequences, iter_assigned_packs
 from simbench.strategies.packing import Packing
 
 
@@ -60,6 +60,62 @@ def test_any_small_histogram_and_strategy_gives_a_consistent_assignment(case):
     check_assignment(packing, lengths, assign_sequences(packing, lengths, np.random.default_rng(seed)))
 
 
+def joined(chunks):
+    """Chunks of the ragged layout as one list of packs."""
+    return [chunk.sequence_indices[start:end].tolist() for chunk in chunks
+            for start, end in zip(chunk.pack_offsets[:-1], chunk.pack_offsets[1:])]
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_cases, st.integers(1, 6))
+def test_chunks_of_any_size_give_a_consistent_assignment_and_the_dense_layout_is_the_same(case, slots_per_chunk):
+    counts, max_depth, strategy, seed = case
+    histogram = LengthHistogram.from_counts(counts)
+    packing = get_strategy(strategy)(histogram, histogram.max_length, max_depth)
+    lengths = shuffled_dataset(histogram, seed)
+    packs = joined(iter_assigned_packs(packing, lengths, np.random.default_rng(seed), slots_per_chunk))
+    dense = np.full((packing.packs_total, packing.depth_used), -1)
+    for row, pack in zip(dense, packs):
+        row[:len(pack)] = pack
+    check_assignment(packing, lengths, dense)
+    # The whole-array forms are the same draws as the chunks of the default size.
+    ragged = assign_packs(packing, lengths, np.random.default_rng(seed))
+    assert joined([ragged]) == joined(iter_assigned_packs(packing, lengths, np.random.default_rng(seed)))
+    np.testing.assert_array_equal(assign_sequences(packing, lengths, np.random.default_rng(seed)),
+                                  _dense(ragged, packing.depth_used))
+
+
+def _dense(assigned: AssignedPacks, depth):
+    dense = np.full((assigned.packs, depth), -1)
+    for row, pack in zip(dense, joined([assigned])):
+        row[:len(pack)] = pack
+    return dense
+
+
+@pytest.mark.parametrize("strategy", ["none", "spfhp", "ffd"])
+def test_lengths_beyond_16_bits_are_assigned(strategy):
+    # Lengths up to 131,072 (LLM context): both radix passes of the sort by length matter.
+    rng = np.random.default_rng(2)
+    lengths = np.concatenate([rng.integers(1, 131_073, 300), rng.integers(65_530, 65_542, 50), [131_072, 1]])
+    histogram = LengthHistogram.from_lengths(lengths, max_length=131_072)
+    packing = get_strategy(strategy)(histogram, 131_072, None)
+    check_assignment(packing, lengths, assign_sequences(packing, lengths, np.random.default_rng(0)))
+
+
+def test_a_mostly_empty_dense_layout_is_refused_and_the_ragged_one_works():
+    # 60,001 packs of up to 5,000 slots: 300M dense cells for 65,000 sequences.
+    rows = np.zeros((2, 5_000), dtype=np.int64)
+    rows[0] = 1
+    rows[1, 0] = 5_000
+    packing = Packing.from_rows("deep", 5_000, None, rows, [1, 60_000])
+    lengths = np.repeat([1, 5_000], [5_000, 60_000])
+    with pytest.raises(InputError, match="ragged layout"):
+        assign_sequences(packing, lengths, np.random.default_rng(0))
+    ragged = assign_packs(packing, lengths, np.random.default_rng(0))
+    assert sorted(ragged.depths.tolist()) == [1] * 60_000 + [5_000]
+    np.testing.assert_array_equal(np.sort(ragged.sequence_indices), np.arange(lengths.size))
+
+
 def test_same_seed_same_assignment_other_seed_another():
     histogram = load_histogram("squad_1_1_384")
     packing = get_strategy("optimal")(histogram, 384, 3)
@@ -90,6 +146,22 @@ def test_assignment_is_uniform_over_partners_and_pack_order():
     # Binomial(4000, 0.5) has a standard deviation of ~32: 5 sigma is 160.
     assert abs(together - draws / 2) < 160
     assert abs(three_first - draws / 2) < 160
+
+
+def test_pack_order_is_uniform_across_chunks():
+    # One slot per chunk: each chunk draws its packs from those left. Three kinds of pack, (3),
+    # (2, 1) and (1, 1, 1) twice: each order of the kinds has its probability of a random shuffle.
+    kinds = Packing.from_rows("kinds", 3, None, [[3, 0, 0], [2, 1, 0], [1, 1, 1]], [1, 1, 2])
+    lengths = np.array([1, 3, 2, 1, 1, 1, 1, 1, 1])
+    draws = 3000
+    orders = {}
+    for seed in range(draws):
+        packs = joined(iter_assigned_packs(kinds, lengths, np.random.default_rng(seed), slots_per_chunk=1))
+        order = tuple(len(pack) for pack in packs)
+        orders[order] = orders.get(order, 0) + 1
+    # 4!/2! = 12 orders, each 1/12: Binomial(3000, 1/12) has a standard deviation of ~15.
+    assert len(orders) == 12
+    assert all(abs(count - draws / 12) < 5 * 15.1 for count in orders.values())
 
 
 def test_mismatched_dataset_is_an_input_error():

@@ -30,15 +30,20 @@ def assign(
     from simbench.histogram import load_histogram
     from simbench.histogram_build import read_lengths
     from simbench.strategies import PackOptions, get_strategy
-    from simbench.strategies.assign import assign_sequences
+    from simbench.strategies.assign import assign_sequences, iter_assigned_packs
 
     if output.suffix not in (".npy", ".parquet"):
         raise InputError(f"output must end in .npy or .parquet, found {output.name!r}")
     histogram = load_histogram(histogram_name)
     lengths = read_lengths(lengths_path, column=column)
     packing = get_strategy(strategy)(histogram, max_length, max_depth, PackOptions(seed=seed))
+    rng = np.random.default_rng(seed)
     try:
-        assignment = assign_sequences(packing, lengths, np.random.default_rng(seed))
+        # Parquet is written a chunk of packs at a time, so that memory stays near the lengths' own.
+        if output.suffix == ".npy":
+            assignment = assign_sequences(packing, lengths, rng)
+        else:
+            chunks = iter_assigned_packs(packing, lengths, rng)
     except InputError as error:
         raise InputError(f"{error} (histogram {histogram_name})", source=str(lengths_path)) from None
     with writing_to(output), atomic_file(output) as temporary:
@@ -46,21 +51,26 @@ def assign(
             with temporary.open("wb") as handle:
                 np.save(handle, assignment)
         else:
-            _write_parquet(assignment, temporary)
+            _write_parquet(chunks, temporary)
     say(f"{packing.packs_total} packs of {packing.sequences} sequences "
         f"({strategy}, efficiency {100 * packing.efficiency:.3f} %): wrote {output}")
 
 
-def _write_parquet(assignment, path: Path) -> None:
-    """One row per pack, its sequence indices as a list column (empty slots left out)."""
-    import numpy as np
+def _write_parquet(chunks, path: Path) -> None:
+    """One row per pack, its sequence indices as a list column, a row group per chunk of packs."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    filled = assignment >= 0
-    offsets = np.concatenate([[0], np.cumsum(filled.sum(axis=1))]).astype(np.int64)
-    indices = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(assignment[filled]))
-    pq.write_table(pa.table({"sequence_indices": indices}), path)
+    writer = None
+    for chunk in chunks:
+        indices = pa.LargeListArray.from_arrays(pa.array(chunk.pack_offsets), pa.array(chunk.sequence_indices))
+        table = pa.table({"sequence_indices": indices})
+        writer = writer or pq.ParquetWriter(path, table.schema)
+        writer.write_table(table)
+    if writer is None:
+        pq.write_table(pa.table({"sequence_indices": pa.array([], pa.large_list(pa.int32()))}), path)
+    else:
+        writer.close()
 
 
 def register(app: typer.Typer) -> None:

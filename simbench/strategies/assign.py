@@ -3,65 +3,223 @@
     >>> import numpy as np
     >>> from simbench.histogram import LengthHistogram
     >>> from simbench.strategies import get_strategy
-    >>> from simbench.strategies.assign import assign_sequences
+    >>> from simbench.strategies.assign import assign_packs, assign_sequences
     >>> lengths = np.array([5, 3, 8, 5, 3])
     >>> packing = get_strategy("spfhp")(LengthHistogram.from_lengths(lengths, max_length=8), 8, 3)
     >>> packs = assign_sequences(packing, lengths, np.random.default_rng(0))
     >>> packs.tolist()   # sequence indices per pack, -1 where a slot is empty
-    [[3, 4], [2, -1], [0, 1]]
-    >>> lengths[packs[0][packs[0] >= 0]].tolist()   # the lengths of pack 0, as in one of packing.rows
+    [[2, -1], [0, 1], [3, 4]]
+    >>> lengths[packs[1][packs[1] >= 0]].tolist()   # the lengths of pack 1, as in one of packing.rows
     [5, 3]
+    >>> assign_packs(packing, lengths, np.random.default_rng(0)).pack_offsets.tolist()   # ragged layout
+    [0, 1, 3, 5]
+
+Works in chunks of packs, so that memory stays near four bytes per sequence however deep the packs.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 from simbench.errors import InputError
 from simbench.strategies.packing import Packing
 
+# Slots filled at once: large enough that numpy's per-call cost vanishes, small enough that the
+# sequences a chunk reads stay in the processor's cache (measured fastest from 2**16 to 2**18).
+SLOTS_PER_CHUNK = 1 << 18
+# numpy's multivariate hypergeometric sampler is exact only below this many items.
+MAX_PACKS_PER_DRAW = 10**9
+# A dense (packs x depth) array with more cells than this, and more than DENSE_CELLS_PER_SEQUENCE
+# cells per sequence, is mostly empty slots: ask for the ragged layout instead.
+DENSE_CELLS_LIMIT = 1 << 28
+DENSE_CELLS_PER_SEQUENCE = 4
 
-def assign_sequences(packing: Packing, sequence_lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+
+@dataclass(frozen=True)
+class AssignedPacks:
+    """Packs as ragged rows: pack i holds `sequence_indices[pack_offsets[i]:pack_offsets[i + 1]]`,
+    longest sequence first, as in the packing's rows."""
+
+    pack_offsets: np.ndarray
+    sequence_indices: np.ndarray
+
+    @property
+    def packs(self) -> int:
+        return len(self.pack_offsets) - 1
+
+    @property
+    def depths(self) -> np.ndarray:
+        return np.diff(self.pack_offsets)
+
+
+def assign_sequences(packing: Packing, sequence_lengths, rng: np.random.Generator) -> np.ndarray:
     """Per-pack sequence indices: a (packs x depth_used) array, -1 where a slot is empty.
 
-    Sequences of one length are handed out in a random order and packs come in a random order, so
-    every assignment consistent with the packing is equally likely. Index i refers to
-    `sequence_lengths[i]`; rows follow the pack contents of `packing.rows` (longest first). The
-    array is int32 while the indices fit, to keep 16M sequences well under a gigabyte.
+    The same assignment as `assign_packs` with the same generator, laid out densely; refused when
+    that layout would be mostly empty slots (deep packs of short sequences).
     """
-    sequence_lengths, counts = _validated_lengths(packing, sequence_lengths)
-    index_type = np.int32 if sequence_lengths.size < np.iinfo(np.int32).max else np.int64
-    by_length, next_of_length = _indices_by_length_shuffled(sequence_lengths, counts, rng)
-    repeats = packing.repeats
-    first_pack = np.concatenate([[0], np.cumsum(repeats)])
-    pack_positions = rng.permutation(packing.packs_total)
     depth = packing.depth_used
-    assignment = np.full((packing.packs_total, depth), -1, dtype=index_type)
-    # One copy per (distinct pack, slot) into that pack's random positions: a few thousand copies.
-    for row, (lengths, count) in enumerate(zip(packing.rows[:, :depth], repeats)):
-        positions = pack_positions[first_pack[row]:first_pack[row + 1]]
-        for slot, length in enumerate(lengths[lengths > 0]):
-            start = next_of_length[length]
-            assignment[positions, slot] = by_length[start:start + count]
-            next_of_length[length] = start + count
+    cells = packing.packs_total * depth
+    if cells > DENSE_CELLS_LIMIT and cells > DENSE_CELLS_PER_SEQUENCE * packing.sequences:
+        raise InputError(f"a dense packs x depth array would have {packing.packs_total:,} x {depth} cells "
+                         f"({cells * 4 / 2**30:.1f} GiB) for {packing.sequences:,} sequences, mostly empty; "
+                         "use the ragged layout (assign_packs, or a .parquet output)")
+    chunks = iter_assigned_packs(packing, sequence_lengths, rng)
+    assignment = np.full((packing.packs_total, depth), -1, dtype=_index_type(packing.sequences))
+    flat = assignment.reshape(-1)
+    first_pack = 0
+    for chunk in chunks:
+        cells = _runs((first_pack + np.arange(chunk.packs)) * depth, chunk.depths)
+        flat[cells] = chunk.sequence_indices
+        first_pack += chunk.packs
     return assignment
 
 
-def _indices_by_length_shuffled(sequence_lengths: np.ndarray, counts: np.ndarray,
-                                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Sequence indices ordered by length, in random order within each length, and where each
-    length's run starts (indexed by length)."""
-    # A stable sort of 16-bit keys is a radix sort: linear time on 16M sequences.
-    by_length = np.argsort(sequence_lengths.astype(np.uint16), kind="stable")
-    starts = np.concatenate([[0, 0], np.cumsum(counts)])
-    # Shuffling each length's run in place keeps the random accesses inside one run at a time.
-    for length in np.flatnonzero(counts) + 1:
-        rng.shuffle(by_length[starts[length]:starts[length + 1]])
-    return by_length, starts
+def assign_packs(packing: Packing, sequence_lengths, rng: np.random.Generator) -> AssignedPacks:
+    """The whole assignment in the ragged layout (the chunks of `iter_assigned_packs` joined)."""
+    chunks = list(iter_assigned_packs(packing, sequence_lengths, rng))
+    sizes = [chunk.sequence_indices.size for chunk in chunks]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    offsets = [chunk.pack_offsets[1:] + start for chunk, start in zip(chunks, starts)]
+    return AssignedPacks(np.concatenate([np.zeros(1, np.int64), *offsets]),
+                         np.concatenate([chunk.sequence_indices for chunk in chunks]
+                                        or [np.zeros(0, _index_type(0))]))
+
+
+def iter_assigned_packs(packing: Packing, sequence_lengths, rng: np.random.Generator,
+                        slots_per_chunk: int = SLOTS_PER_CHUNK) -> Iterator[AssignedPacks]:
+    """The assignment in consecutive chunks of packs, each in the ragged layout.
+
+    Every assignment consistent with the packing is equally likely, and so is every order of the
+    packs: sequences of one length are shuffled, the i-th copy of a distinct pack takes the next
+    unused ones of each of its lengths, and copies come out in a random order. The input is
+    checked before this returns; the chunks are computed as they are asked for.
+    """
+    lengths, counts = _validated_lengths(packing, sequence_lengths)
+    if packing.packs_total >= MAX_PACKS_PER_DRAW:
+        raise InputError(f"{packing.packs_total:,} packs are too many to assign (at most {MAX_PACKS_PER_DRAW - 1:,})")
+    index_type = _index_type(lengths.size)
+    by_length = _sequences_by_length(lengths, counts, packing.max_length, index_type, rng)
+    return _chunks(packing, by_length, rng, slots_per_chunk)
+
+
+def _chunks(packing: Packing, by_length: np.ndarray, rng: np.random.Generator,
+            slots_per_chunk: int) -> Iterator[AssignedPacks]:
+    depths = packing.depths
+    repeats = packing.repeats
+    # Slot j of distinct pack r is "pair" first_pair[r] + j; copy c of the pack takes sequence
+    # by_length[pair_start[pair] + c] there.
+    first_pair = _exclusive_cumsum(depths)
+    pair_start = _pair_starts(packing)
+    left = repeats.copy()
+    handed_out = np.zeros_like(repeats)
+    # Drawing a chunk's mix of distinct packs costs a pass over them, so a chunk has at least as
+    # many packs as there are distinct ones.
+    packs_per_chunk = max(len(repeats), slots_per_chunk * packing.packs_total // max(packing.sequences, 1), 1)
+    packs_left = packing.packs_total
+    while packs_left:
+        size = min(packs_per_chunk, packs_left)
+        drawn = left.copy() if size == packs_left else rng.multivariate_hypergeometric(left, size)
+        left -= drawn
+        packs_left -= size
+        present = np.flatnonzero(drawn)
+        copy = np.arange(size, dtype=np.int64) + np.repeat(handed_out[present] - _exclusive_cumsum(drawn[present]),
+                                                          drawn[present])
+        handed_out += drawn
+        # One shuffle moves (distinct pack, copy) together: both fit in 32 bits (packs < 10**9).
+        pack = np.repeat(present << 32, drawn[present]) | copy
+        rng.shuffle(pack)
+        yield _fill(pack >> 32, pack & 0xFFFFFFFF, depths, first_pair, pair_start, by_length)
+
+
+def _fill(pack_row, pack_copy, depths, first_pair, pair_start, by_length) -> AssignedPacks:
+    """The sequences in these packs (copy `pack_copy[i]` of distinct pack `pack_row[i]`)."""
+    pack_depths = depths[pack_row]
+    pair = _runs(first_pair[pack_row], pack_depths)
+    copy = _runs(pack_copy, pack_depths, step=0)
+    offsets = np.concatenate([[0], np.cumsum(pack_depths)])
+    return AssignedPacks(offsets, by_length[pair_start[pair] + copy])
+
+
+def _pair_starts(packing: Packing) -> np.ndarray:
+    """Where each (distinct pack, slot) pair's sequences start among the sequences sorted by length.
+
+    Pairs of one length use consecutive runs of that length's sequences, in pair order; lengths
+    come in ascending order, so a pair's start is the total taken by the pairs sorted before it.
+    """
+    filled = packing.rows > 0
+    pair_length = packing.rows[filled]
+    pair_copies = np.broadcast_to(packing.repeats[:, None], packing.rows.shape)[filled]
+    by_length = _stable_order_by_length(pair_length, packing.max_length)
+    starts = np.empty(pair_length.size, dtype=np.int64)
+    starts[by_length] = _exclusive_cumsum(pair_copies[by_length])
+    return starts
+
+
+def _sequences_by_length(lengths: np.ndarray, counts: np.ndarray, max_length: int, index_type,
+                         rng: np.random.Generator, chunk_size: int = SLOTS_PER_CHUNK) -> np.ndarray:
+    """Sequence indices sorted by length, in a random order within each length.
+
+    A counting sort done a chunk of the dataset at a time, so that the only large array is the
+    result (four bytes per sequence below 2**31 sequences).
+    """
+    by_length = np.empty(lengths.size, dtype=index_type)
+    run_starts = _exclusive_cumsum(counts)
+    next_free = run_starts.copy()
+    for first in range(0, lengths.size, chunk_size):
+        chunk = lengths[first:first + chunk_size].astype(np.int64, copy=False)
+        chunk_counts = np.bincount(chunk, minlength=max_length + 1)[1:]
+        # The chunk sorted by length, each sequence moved to its length's next free place.
+        present = np.flatnonzero(chunk_counts)
+        places = _runs(next_free[present], chunk_counts[present])
+        by_length[places] = _stable_order_by_length(chunk, max_length) + first
+        next_free += chunk_counts
+    # One run at a time keeps each shuffle's random accesses within one length's sequences.
+    for length_index in np.flatnonzero(counts > 1):
+        start = run_starts[length_index]
+        rng.shuffle(by_length[start:start + counts[length_index]])
+    return by_length
+
+
+def _stable_order_by_length(lengths: np.ndarray, max_length: int) -> np.ndarray:
+    """Indices that sort `lengths` stably: numpy radix-sorts 16-bit keys in linear time, so longer
+    lengths are sorted by their low 16 bits, then by the rest (a two-pass radix sort)."""
+    if max_length < 1 << 16:
+        return np.argsort(lengths.astype(np.uint16), kind="stable")
+    order = np.argsort((lengths & 0xFFFF).astype(np.uint16), kind="stable")
+    return order[np.argsort((lengths[order] >> 16).astype(np.uint16), kind="stable")]
+
+
+def _runs(starts: np.ndarray, run_lengths: np.ndarray, step: int = 1) -> np.ndarray:
+    """The runs start, start + step, ... (run_length values each) laid end to end.
+
+    Equal to concatenating aranges (or np.repeat with step 0), in a third of the time: one cumsum
+    over steps that jump at each run's head. Every run length must be at least 1.
+    """
+    steps = np.full(int(run_lengths.sum()), step, dtype=np.int64)
+    if steps.size:
+        heads = np.cumsum(run_lengths[:-1])
+        steps[0] = starts[0]
+        steps[heads] = starts[1:] - starts[:-1] - step * (run_lengths[:-1] - 1)
+    return np.cumsum(steps, out=steps)
+
+
+def _exclusive_cumsum(values: np.ndarray) -> np.ndarray:
+    sums = np.zeros(len(values), dtype=np.int64)
+    np.cumsum(values[:-1], out=sums[1:])
+    return sums
+
+
+def _index_type(sequences: int):
+    """int32 while the indices fit, to keep 100M sequences at 400 MB."""
+    return np.int32 if sequences <= np.iinfo(np.int32).max else np.int64
 
 
 def _validated_lengths(packing: Packing, sequence_lengths) -> tuple[np.ndarray, np.ndarray]:
-    """The lengths as an array, and their histogram (counts of lengths 1..max_length)."""
+    """The lengths as an integer array, and their histogram (counts of lengths 1..max_length)."""
     lengths = np.asarray(sequence_lengths)
     if lengths.ndim != 1:
         raise InputError(f"sequence lengths must be a 1-D array, found shape {lengths.shape}")
@@ -70,9 +228,9 @@ def _validated_lengths(packing: Packing, sequence_lengths) -> tuple[np.ndarray, 
     if lengths.size and (lengths.min() < 1 or lengths.max() > packing.max_length):
         bad = int(np.count_nonzero((lengths < 1) | (lengths > packing.max_length)))
         raise InputError(f"{bad} sequence lengths lie outside 1..{packing.max_length}")
-    if packing.max_length >= 2**16:
-        raise InputError(f"max_length {packing.max_length} is too long to assign (at most 65535)")
-    dataset = np.bincount(lengths.astype(np.int64, copy=False), minlength=packing.max_length + 1)[1:]
+    if not np.can_cast(lengths.dtype, np.intp):
+        lengths = lengths.astype(np.int64)  # unsigned 64-bit lengths, checked small above
+    dataset = np.bincount(lengths, minlength=packing.max_length + 1)[1:]
     placed = packing.placed_histogram().counts
     if np.any(dataset != placed):
         length = int(np.flatnonzero(dataset != placed)[0]) + 1
