@@ -1,18 +1,25 @@
-"""Speed and peak memory of assigning 16.3M Wikipedia sequences to packs (target: 3 s, 1 GiB).
+"""Speed and peak memory of assigning sequences to pack slots.
 
-Peak memory is what tracemalloc sees numpy allocate during the call (the input lengths excluded).
+Targets: 16.3M Wikipedia sequences in < 3 s and < 1 GiB; max length 131,072 works; `simbench assign`
+on 100M sequences at max length 8,192 in < 30 s and < 4 GB with every packer (that size runs with
+SIMBENCH_BENCH_FULL=1; the short run assigns 1M). bfd + assign at 100k sequences is timed beside
+seqpacker in test_peers.py.
 """
 
+import os
+import subprocess
+import sys
 import tracemalloc
 
 import numpy as np
 import pytest
 
-from simbench.histogram import load_histogram
+from simbench.histogram import LengthHistogram, load_histogram
 from simbench.strategies import get_strategy
-from simbench.strategies.assign import assign_sequences
+from simbench.strategies.assign import assign_packs, assign_sequences
 
 GIBIBYTE = 2**30
+FULL = os.environ.get("SIMBENCH_BENCH_FULL") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -23,22 +30,76 @@ def wikipedia():
     return histogram, lengths
 
 
-@pytest.mark.parametrize("strategy,max_depth", [("spfhp", None), ("optimal", 3)])
-def test_assign_wikipedia(benchmark, wikipedia, strategy, max_depth):
-    histogram, lengths = wikipedia
-    packing = get_strategy(strategy)(histogram, 512, max_depth)
-    peaks = []
+def measuring_memory(function, peaks):
+    """`function` with the peak of what numpy allocates during each call appended to `peaks`."""
 
-    def assign_measuring_memory():
+    def measured(*args):
         tracemalloc.start()
         try:
-            return assign_sequences(packing, lengths, np.random.default_rng(1))
+            return function(*args)
         finally:
             peaks.append(tracemalloc.get_traced_memory()[1])
             tracemalloc.stop()
 
-    assignment = benchmark.pedantic(assign_measuring_memory, rounds=2, iterations=1)
+    return measured
+
+
+@pytest.mark.parametrize("strategy,max_depth,layout", [
+    ("spfhp", None, assign_sequences), ("optimal", 3, assign_sequences), ("bfd", None, assign_packs),
+], ids=["spfhp-dense", "optimal3-dense", "bfd-ragged"])
+def test_assign_wikipedia(benchmark, wikipedia, strategy, max_depth, layout):
+    histogram, lengths = wikipedia
+    packing = get_strategy(strategy)(histogram, 512, max_depth)
+    peaks = []
+    assign = measuring_memory(layout, peaks)
+    benchmark.pedantic(assign, args=(packing, lengths, np.random.default_rng(1)), rounds=1, iterations=1)
     benchmark.extra_info.update(sequences=int(lengths.size), packs=packing.packs_total, depth=packing.depth_used,
                                 peak_mebibytes=max(peaks) / 2**20, target_seconds=3.0)
-    assert assignment.shape == (packing.packs_total, packing.depth_used)
     assert max(peaks) < GIBIBYTE
+
+
+def test_assign_at_max_length_131072(benchmark):
+    # 1M sequences of a long-context mixture: log-normal around 8k tokens, cut at 131,072.
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(np.log(8_000), 1.2, 1_000_000), 1, 131_072).astype(np.int64)
+    packing = get_strategy("spfhp")(LengthHistogram.from_lengths(lengths, 131_072), 131_072, None)
+    assigned = benchmark.pedantic(assign_packs, args=(packing, lengths, np.random.default_rng(1)), rounds=2,
+                                  iterations=1)
+    benchmark.extra_info.update(sequences=int(lengths.size), packs=packing.packs_total)
+    assert assigned.packs == packing.packs_total
+
+
+@pytest.fixture(scope="module")
+def long_context_dataset(tmp_path_factory):
+    """A chat-like dataset at max length 8,192 (log-normal around 600 tokens): lengths and histogram files."""
+    sequences = 100_000_000 if FULL else 1_000_000
+    rng = np.random.default_rng(0)
+    folder = tmp_path_factory.mktemp("assign")
+    lengths = np.clip(rng.lognormal(np.log(600), 1.0, sequences), 1, 8_192).astype(np.int32)
+    np.save(folder / "lengths.npy", lengths)
+    LengthHistogram.from_lengths(lengths, 8_192).to_csv(folder / "histogram.csv")
+    return folder, sequences
+
+
+@pytest.mark.parametrize("strategy", ["none", "sort", "spfhp:3", "lpfhp", "ffd", "bfd"])
+def test_assign_command_streams_at_max_length_8192(benchmark, long_context_dataset, strategy):
+    folder, sequences = long_context_dataset
+    name, _, depth = strategy.partition(":")
+    command = [sys.executable, "-c", "from simbench.cli import main; main()", "assign", str(folder / "histogram.csv"),
+               "--lengths", str(folder / "lengths.npy"), "--strategy", name, "-o", str(folder / "packs.parquet")]
+    if depth:
+        command += ["--max-depth", depth]
+    peaks = []
+
+    def run_command():
+        with open(folder / "stderr.txt", "w") as errors:
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors)
+            _, status, usage = os.wait4(process.pid, 0)  # this child's own peak, not the largest so far
+        process.returncode = os.waitstatus_to_exitcode(status)
+        assert process.returncode == 0, (folder / "stderr.txt").read_text()
+        peaks.append(usage.ru_maxrss * 1024)
+
+    benchmark.pedantic(run_command, rounds=1, iterations=1)
+    benchmark.extra_info.update(sequences=sequences, peak_resident_gibibytes=max(peaks) / GIBIBYTE,
+                                target_seconds=30.0 if FULL else None)
+    assert max(peaks) < 4 * GIBIBYTE
