@@ -112,7 +112,7 @@ def _chunks(packing: Packing, by_length: np.ndarray, rng: np.random.Generator,
     repeats = packing.repeats
     # Slot j of distinct pack r is "pair" first_pair[r] + j; copy c of the pack takes sequence
     # by_length[pair_start[pair] + c] there.
-    first_pair = _exclusive_cumsum(depths)
+    first_pair = packing.pack_starts[:-1]
     pair_start = _pair_starts(packing)
     left = repeats.copy()
     handed_out = np.zeros_like(repeats)
@@ -150,9 +150,8 @@ def _pair_starts(packing: Packing) -> np.ndarray:
     Pairs of one length use consecutive runs of that length's sequences, in pair order; lengths
     come in ascending order, so a pair's start is the total taken by the pairs sorted before it.
     """
-    filled = packing.rows > 0
-    pair_length = packing.rows[filled]
-    pair_copies = np.broadcast_to(packing.repeats[:, None], packing.rows.shape)[filled]
+    pair_length = packing.pack_lengths
+    pair_copies = np.repeat(packing.repeats, packing.depths)
     by_length = _stable_order_by_length(pair_length, packing.max_length)
     starts = np.empty(pair_length.size, dtype=np.int64)
     starts[by_length] = _exclusive_cumsum(pair_copies[by_length])
