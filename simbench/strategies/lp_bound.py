@@ -42,6 +42,12 @@ MAX_PRICING_ROUNDS = 2000
 EXACT_CELLS = 1 << 18
 # `simbench pack` computes the bound unasked only below this many cells (well under a second).
 CHEAP_CELLS = 1 << 15
+# The coarse grid: lengths rounded down to multiples of max_length / COARSE_UNITS tokens. Any pack
+# of the real lengths still fits once they are rounded down, so the coarse LP stays a lower bound.
+COARSE_UNITS = 512
+# Without a depth limit, sequences shorter than this many grid units become fluid tokens that fill
+# whatever room a pack has left (a relaxation too), so rounding them costs nothing.
+FLUID_UNITS = 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,7 +138,7 @@ def _cached_lp_lower_bound(counts_bytes: bytes, max_length: int, max_depth: int 
     if np.count_nonzero(counts) * max_length <= EXACT_CELLS:
         bound = _exact_bound(counts, max_length, max_depth)
     else:
-        bound = _counting_bound(counts, max_length, max_depth)
+        bound = _coarse_bound(counts, max_length, max_depth)
     return dataclasses.replace(bound, seconds=time.perf_counter() - start)
 
 
@@ -140,11 +146,72 @@ def _exact_bound(counts: np.ndarray, max_length: int, max_depth: int | None) -> 
     items = LengthItems.from_counts(counts, max_length, max_depth)
     master = MasterLP(items.demand)
     master.add_patterns(items.starting_patterns())
-    solution = column_generation(master, items, items.demand)
+    solution = column_generation(master, items, items.demand, whole_packs_only=True)
     used = solution.weights > 0
-    patterns = items.rows(master.patterns_at(np.flatnonzero(used)))
+    patterns = items.rows(master.matrix[:used.size][used])
     return LPBound(solution.bound, _robust_ceil(solution.bound), solution.primal_value, solution.converged,
                    solution.pricing_rounds, patterns, solution.weights[used])
+
+
+def _coarse_bound(counts: np.ndarray, max_length: int, max_depth: int | None) -> LPBound:
+    """The LP bound of a coarsened histogram, which no packing of the real one can beat.
+
+    Each sequence is split into whole grid units (`COARSE_UNITS` per pack), its solid part, and
+    the tokens left over, which join a fluid that fills whatever room a pack has left: every real
+    pack stays a pack of its parts, so the coarse LP is a relaxation, and it keeps every token.
+    Without a depth limit, sequences under `FLUID_UNITS` units are all fluid; with one, only those
+    under one unit are (the counting bounds still count them as sequences).
+    """
+    unit = -(-max_length // COARSE_UNITS)
+    lengths = np.arange(1, counts.size + 1, dtype=np.int64)
+    units = lengths // unit
+    solid = (units >= (FLUID_UNITS if max_depth is None else 1)) & (counts > 0)
+    fluid_tokens = int(counts @ lengths - counts[solid] @ (unit * units[solid]))
+    coarse_counts = np.bincount(units[solid], weights=counts[solid], minlength=max_length // unit + 1)[1:]
+    items = _FluidItems(LengthItems.from_counts(np.rint(coarse_counts).astype(np.int64), max_length // unit,
+                                                max_depth), unit, max_length)
+    demand = np.append(items.solid.demand, fluid_tokens)
+    master = MasterLP(demand, open_rows=np.arange(demand.size) == items.lengths.size)
+    master.add_patterns(items.starting_patterns())
+    solution = column_generation(master, items, demand, whole_packs_only=True)
+    counting = _counting_bound(counts, max_length, max_depth).lower_bound_packs
+    packs = max(_robust_ceil(solution.bound), counting)
+    return LPBound(max(solution.bound, float(counting)), packs, solution.primal_value, solution.converged,
+                   solution.pricing_rounds, np.zeros((0, 1), dtype=np.int64), np.zeros(0), method="coarse grid")
+
+
+class _FluidItems:
+    """Coarse lengths plus fluid tokens: a pack of coarse lengths is topped up with fluid to max_length.
+
+    The master's last row asks for at least the fluid tokens; a pack's worth is its lengths' prices
+    plus the fluid price times the room they leave, so the knapsack prices each length net of the
+    fluid it displaces.
+    """
+
+    def __init__(self, solid: LengthItems, unit: int, max_length: int):
+        self.solid = solid
+        self.lengths = solid.lengths
+        self.unit = unit
+        self.max_length = max_length
+
+    def _with_fluid(self, patterns) -> list[np.ndarray]:
+        return [np.append(pattern, self.max_length - self.unit * int(pattern @ self.lengths)) for pattern in patterns]
+
+    def starting_patterns(self) -> list[np.ndarray]:
+        only_fluid = np.zeros(self.lengths.size + 1, dtype=np.int64)
+        only_fluid[-1] = self.max_length
+        return [only_fluid, *self._with_fluid(self.solid.starting_patterns())]
+
+    def dual_prices(self, row_duals: np.ndarray) -> np.ndarray:
+        # The fluid row is a covering row: its price is never negative at an optimum; clipping
+        # guards the bound against a solver's rounding of that sign.
+        return np.append(row_duals[:-1], max(float(row_duals[-1]), 0.0))
+
+    def price(self, values: np.ndarray) -> tuple[float, list[np.ndarray]]:
+        fluid_price = values[-1]
+        net = values[:-1] - fluid_price * self.unit * self.lengths
+        best, patterns = self.solid.price(net, empty_pack_value=fluid_price * self.max_length)
+        return best, self._with_fluid(patterns)
 
 
 def _counting_bound(counts: np.ndarray, max_length: int, max_depth: int | None) -> LPBound:
@@ -208,14 +275,18 @@ class LengthItems:
             row[:values.size] = values
         return rows
 
-    def price(self, values: np.ndarray) -> tuple[float, list[np.ndarray]]:
+    def dual_prices(self, row_duals: np.ndarray) -> np.ndarray:
+        """The master's row duals as prices of one item each (every row is an equality here)."""
+        return row_duals
+
+    def price(self, values: np.ndarray, empty_pack_value: float = 0.0) -> tuple[float, list[np.ndarray]]:
         """The largest dual value a pack can hold, and the best packs found (as multiplicities)."""
         if self.max_depth is None:
             table = _UnboundedKnapsack(self.lengths, values, self.max_length)
         else:
             table = _CardinalityKnapsack(self.lengths, values, self.max_length, self.max_depth)
         # Best pack that starts with each length: the top ones make this round's new columns.
-        with_item = values + table.best_after_taking(self.lengths)
+        with_item = empty_pack_value + values + table.best_after_taking(self.lengths)
         candidates = np.argsort(-with_item, kind="stable")[:COLUMNS_PER_ROUND]
         candidates = candidates[with_item[candidates] > 1.0 + PRICING_TOLERANCE]
         patterns = []
@@ -223,7 +294,7 @@ class LengthItems:
             pattern = table.backtrack_after_taking(int(item))
             pattern[item] += 1
             patterns.append(pattern)
-        return table.best_value, patterns
+        return empty_pack_value + table.best_value, patterns
 
 
 def _best_extension(best: np.ndarray, lengths: np.ndarray, values: np.ndarray,
@@ -323,9 +394,13 @@ class _CardinalityKnapsack:
 
 
 class MasterLP:
-    """The restricted master LP, kept live in HiGHS so new columns reuse the last basis."""
+    """The restricted master LP, kept live in HiGHS so new columns reuse the last basis.
 
-    def __init__(self, demand: np.ndarray):
+    Rows are equalities (each length's count placed exactly) except `open_rows`, which need at
+    least their demand (the fluid tokens of a coarsened histogram). `matrix` holds the columns.
+    """
+
+    def __init__(self, demand: np.ndarray, open_rows: np.ndarray | None = None):
         import highspy  # imported here: a command that never solves an LP should not pay for it
 
         self.highs = highspy.Highs()
@@ -335,31 +410,46 @@ class MasterLP:
         # New columns keep the basis primal feasible, so primal simplex resumes where it stopped.
         self.highs.setOptionValue("simplex_strategy", 4)
         rows = demand.size
-        bounds = demand.astype(np.float64)
-        self.highs.addRows(rows, bounds, bounds, 0, np.zeros(rows, dtype=np.int32),
-                           np.zeros(0, dtype=np.int32), np.zeros(0))
-        self.columns: list[np.ndarray] = []
+        self.open_rows = np.zeros(rows, dtype=bool) if open_rows is None else open_rows
+        lower, upper = self._bounds(demand)
+        self.highs.addRows(rows, lower, upper, 0, np.zeros(rows, dtype=np.int32), np.zeros(0, dtype=np.int32),
+                           np.zeros(0))
+        self._store = np.zeros((1024, rows), dtype=np.int32)
+        self._columns = 0
         self.known: set[bytes] = set()
 
-    def add_patterns(self, patterns: list[np.ndarray]) -> int:
+    def _bounds(self, demand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lower = demand.astype(np.float64)
+        return lower, np.where(self.open_rows, np.inf, lower)
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """The columns in the LP, one pattern (sequences of each length) per row."""
+        return self._store[:self._columns]
+
+    def add_patterns(self, patterns) -> int:
         """Add the patterns not already in the LP; returns how many were new."""
         fresh = []
         for pattern in patterns:
-            key = pattern.tobytes()
+            key = pattern.astype(np.int32).tobytes()
             if key not in self.known:
                 self.known.add(key)
                 fresh.append(pattern)
         if not fresh:
             return 0
-        indices = [np.flatnonzero(pattern) for pattern in fresh]
-        values = [pattern[nonzero] for pattern, nonzero in zip(fresh, indices)]
-        starts = np.cumsum([0] + [part.size for part in indices[:-1]]).astype(np.int32)
+        block = np.stack(fresh).astype(np.int32)
+        columns, rows = np.nonzero(block)
+        starts = np.searchsorted(columns, np.arange(len(fresh))).astype(np.int32)
         count = len(fresh)
-        self.highs.addCols(count, np.ones(count), np.zeros(count), np.full(count, np.inf),
-                           int(sum(part.size for part in indices)), starts,
-                           np.concatenate(indices).astype(np.int32),
-                           np.concatenate(values).astype(np.float64))
-        self.columns.extend(fresh)
+        self.highs.addCols(count, np.ones(count), np.zeros(count), np.full(count, np.inf), int(rows.size), starts,
+                           rows.astype(np.int32), block[columns, rows].astype(np.float64))
+        if self._columns + count > self._store.shape[0]:
+            # Room grows by doubling, so a round's new columns rarely copy the whole store.
+            grown = np.zeros((2 * (self._columns + count), self._store.shape[1]), dtype=np.int32)
+            grown[:self._columns] = self.matrix
+            self._store = grown
+        self._store[self._columns:self._columns + count] = block
+        self._columns += count
         return count
 
     def drop_unpromising(self, reduced_costs: np.ndarray, keep: int) -> np.ndarray:
@@ -370,23 +460,24 @@ class MasterLP:
         have zero reduced cost and stay, so the basis survives.
         """
         order = np.argsort(-reduced_costs, kind="stable")
-        drop = np.sort(order[:max(0, len(self.columns) - keep)])
+        drop = np.sort(order[:max(0, self._columns - keep)])
         # Single-sequence packs stay: they keep every residual of the rounding feasible.
-        single = np.fromiter((self.columns[column].sum() == 1 for column in drop), dtype=bool, count=drop.size)
+        single = self.matrix[drop].sum(axis=1) == 1
         drop = drop[(reduced_costs[drop] > DROP_REDUCED_COST) & ~single]
-        kept = np.ones(len(self.columns), dtype=bool)
+        kept = np.ones(self._columns, dtype=bool)
         if drop.size == 0:
             return kept
         self.highs.deleteCols(int(drop.size), drop.astype(np.int32))
         kept[drop] = False
-        for column in drop:
-            self.known.discard(self.columns[column].tobytes())
-        self.columns = [column for column, keep in zip(self.columns, kept) if keep]
+        self.known.difference_update(row.tobytes() for row in self.matrix[drop])
+        remaining = self.matrix[kept]
+        self._store[:remaining.shape[0]] = remaining
+        self._columns = remaining.shape[0]
         return kept
 
     def set_demand(self, demand: np.ndarray) -> None:
-        bounds = demand.astype(np.float64)
-        self.highs.changeRowsBounds(demand.size, np.arange(demand.size, dtype=np.int32), bounds, bounds)
+        lower, upper = self._bounds(demand)
+        self.highs.changeRowsBounds(demand.size, np.arange(demand.size, dtype=np.int32), lower, upper)
 
     def solve(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """The LP optimum, the column values, the row duals (prices of one sequence of each length)
@@ -399,11 +490,6 @@ class MasterLP:
         value = self.highs.getInfo().objective_function_value
         return value, np.asarray(solution.col_value), np.asarray(solution.row_dual), np.asarray(solution.col_dual)
 
-    def patterns_at(self, columns: np.ndarray) -> np.ndarray:
-        if columns.size == 0:
-            return np.zeros((0, self.highs.getNumRow()), dtype=np.int64)
-        return np.stack([self.columns[column] for column in columns])
-
 
 @dataclass(frozen=True, eq=False)
 class _LPSolution:
@@ -414,26 +500,34 @@ class _LPSolution:
     weights: np.ndarray
 
 
-def column_generation(master: MasterLP, items: LengthItems, demand: np.ndarray) -> _LPSolution:
-    """Price patterns into the master until none improves it; track the best Farley bound."""
+def column_generation(master: MasterLP, items: LengthItems, demand: np.ndarray,
+                      whole_packs_only: bool = False) -> _LPSolution:
+    """Price patterns into the master until none improves it; track the best Farley bound.
+
+    With `whole_packs_only`, stop as soon as the bound's ceiling meets the master's: the number of
+    whole packs it certifies can no longer rise (the LP's own value is then known only to lie between).
+    """
     master.set_demand(demand)
     if demand.sum() == 0:
-        return _LPSolution(0.0, 0.0, True, 0, np.zeros(len(master.columns)))
+        return _LPSolution(0.0, 0.0, True, 0, np.zeros(master.matrix.shape[0]))
     best_bound = 0.0
     converged = False
     rounds = 0
     while True:
-        primal_value, weights, prices, reduced_costs = master.solve()
+        primal_value, weights, row_duals, reduced_costs = master.solve()
         # Negative prices (equality rows) keep their sign: a pack filled with such lengths is worth
         # less, and the knapsack leaves them out. prices / max(1, best_price) is dual feasible for
         # the LP over all patterns, so its dual value is a certified bound at every round.
+        prices = items.dual_prices(row_duals)
         best_price, patterns = items.price(prices)
         best_bound = max(best_bound, float(demand @ prices) / max(1.0, best_price))
         rounds += 1
         if best_price <= 1.0 + PRICING_TOLERANCE:
             converged = True
             break
-        if len(master.columns) > COLUMNS_KEPT_PER_ROW * demand.size + COLUMNS_PER_ROUND:
+        if whole_packs_only and _robust_ceil(best_bound) >= _robust_ceil(primal_value):
+            break  # the LP lies between the two: more rounds cannot raise the bound on whole packs
+        if master.matrix.shape[0] > COLUMNS_KEPT_PER_ROW * demand.size + COLUMNS_PER_ROUND:
             weights = weights[master.drop_unpromising(reduced_costs, COLUMNS_KEPT_PER_ROW * demand.size)]
         if master.add_patterns(patterns) == 0 or rounds >= MAX_PRICING_ROUNDS:
             break

@@ -75,8 +75,10 @@ def _round_lp(histogram: LengthHistogram, max_length: int, max_depth: int | None
     repeats = np.zeros(0, dtype=np.int64)
     passes = 0
     while passes < ROUNDING_PASSES and residual.any():
-        solution = column_generation(master, items, residual)
-        columns = np.stack(master.columns[:solution.weights.size])
+        if repeats.sum() + _best_fit_decreasing(items, residual)[1].sum() <= bound.lower_bound_packs:
+            break  # best fit finishes what is left in the fewest packs possible
+        solution = column_generation(master, items, residual, whole_packs_only=True)
+        columns = master.matrix[:solution.weights.size]
         whole = _floor_within(solution.weights, columns, residual)
         if not whole.any():
             whole = _round_up_greedily(solution.weights, columns, residual)

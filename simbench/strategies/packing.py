@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.validation import check_seed, check_whole_number
 
