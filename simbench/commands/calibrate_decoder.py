@@ -16,8 +16,8 @@ def calibrate_decoder(
     model: str = typer.Option("llama-3.1-8b", "--model", help="decoder model preset whose layers are timed"),
     base: str = typer.Option("h100-sxm", "--base", help="hardware preset or profile giving every other field"),
     layers: int = typer.Option(2, "--layers", min=1, help="layers in the timed slice"),
-    lengths: str = typer.Option("1024,2048,8192,32768,131072", "--lengths",
-                                help="row lengths to time; the longest is held out of the fit and predicted"),
+    lengths: str = typer.Option(None, "--lengths", help="comma-separated row lengths to time; the longest is held "
+                                "out of the fit and predicted [default: 1024,2048,8192,32768,131072]"),
     tokens_per_step: int = typer.Option(8192, "--tokens-per-step", min=1,
                                         help="shorter rows are batched up to this many tokens"),
     device: str = typer.Option("cuda", "--device", help="cuda[:N] (cpu works, for small models)"),
@@ -25,17 +25,18 @@ def calibrate_decoder(
     seed: int = typer.Option(0, "--seed", min=0),
 ) -> None:
     """Time a few layers of a decoder LLM on rows of several lengths and fit its two rates."""
-    try:
-        from simbench.calibrate.decoder import calibrate_decoder as calibrate, decoder_profile
-    except ImportError:
-        raise InputError("torch is not installed: pip install 'simbench[torch]'") from None
+    from simbench.calibrate.runs import import_torch
+
+    import_torch()
     from simbench.atomic import atomic_file
+    from simbench.calibrate.decoder import DEFAULT_LENGTHS, calibrate_decoder as calibrate, decoder_profile
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
 
     if output.is_dir():
         raise InputError("the output is a folder; give a .yaml file name", source=str(output))
     base_profile = load_hardware(base)
-    calibration = calibrate(parse_model(model), layers, parse_counts(lengths, "--lengths"), device, seed,
+    row_lengths = DEFAULT_LENGTHS if lengths is None else parse_counts(lengths, "--lengths")
+    calibration = calibrate(parse_model(model), layers, row_lengths, device, seed,
                             repeats=repeats, tokens_per_step=tokens_per_step)
     with atomic_file(output) as temporary:
         temporary.write_text(profile_to_yaml(decoder_profile(calibration, base_profile)))
