@@ -222,3 +222,49 @@ def test_atomic_file_never_replaces_a_device_or_fifo(tmp_path, special):
         with atomic_file(path) as temporary:
             temporary.write_text("new")
     assert os.stat(path).st_mode == before
+
+
+@pytest.mark.parametrize("label, family", [("none", "padding"), ("sort", "sorting"), ("spfhp:3", "packing"),
+                                           ("packed-varlen:lpfhp:max", "packing"), ("unpad-exchange", "un-padding"),
+                                           ("vts-bucketed", "VTS"), ("not-a-plan", "other")])
+def test_every_strategy_of_the_scaling_plot_falls_in_its_family(label, family):
+    assert plots.plan_family(label) == family
+
+
+def test_scaling_plot_names_only_the_best_of_each_family_and_draws_the_ceiling():
+    scaling = scaling_table([("none", 1, 1.0), ("spfhp:2", 1, 1.5), ("spfhp:3", 1, 1.8), ("greedy", 1, 1.6),
+                             ("unpad", 1, 1.9), ("none", 8, 1.0), ("spfhp:2", 8, 1.5), ("spfhp:3", 8, 1.8),
+                             ("greedy", 8, 1.6), ("unpad", 8, 1.4)])
+    figure = plots.scaling_figure(scaling, "wikipedia_512, bert-large on a100", theoretical_speedup=2.0)
+    axis = figure.axes[0]
+    legend = [text.get_text() for text in axis.get_legend().get_texts()]
+    assert legend == ["padding: none", "packing: 2 more", "packing: spfhp:3", "un-padding: unpad",
+                      "no padding at all: 2.000x"]
+    assert "wikipedia_512, bert-large on a100" in axis.get_title()
+    assert axis.get_ylim()[1] > 2.0  # the ceiling is inside the frame
+    plots.plt.close(figure)
+
+
+def test_packing_plot_zooms_near_full_and_shows_the_lp_bound_only_where_computed():
+    packing = pd.DataFrame({"label": ["none", "spfhp:3"], "strategy": ["none", "spfhp"], "efficiency": [0.5, 0.999],
+                            "packs": [100, 51], "tokens": [100 * 512, 51 * 512], "lower_bound_packs": [None, None]})
+    timings = pd.DataFrame({"strategy": ["none", "spfhp:3"], "solve_seconds": [0.001, 0.01]})
+    figure = plots.packing_figure(packing, timings, real_tokens=25_600, max_length=512)
+    assert figure.axes[0].get_xscale() == "logit"
+    assert figure.axes[0].get_legend() is None  # no bound computed: nothing to explain
+    plots.plt.close(figure)
+    figure = plots.packing_figure(packing.assign(lower_bound_packs=[50, 50]), timings, 25_600, 512)
+    assert [text.get_text() for text in figure.axes[0].get_legend().get_texts()] == ["LP bound at the same depth"]
+    plots.plt.close(figure)
+
+
+def test_breakdown_panels_share_one_scale_and_leave_out_parts_that_are_always_zero():
+    breakdown = pd.DataFrame({"strategy": ["none", "unpad"] * 2, "devices": [1, 1, 64, 64],
+                              "compute_seconds": [0.1, 0.1, 0.1, 0.1], "padding_seconds": [0.1, 0.0, 0.1, 0.0],
+                              "waiting_seconds": [0.0, 0.0, 0.0, 0.05], "stall_seconds": [0.0] * 4,
+                              "real_tokens_per_device_step": [1000] * 4})
+    figure = plots.breakdown_figure(breakdown)
+    first, second = figure.axes
+    assert first.get_ylim() == second.get_ylim()
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["compute", "padding", "waiting"]
+    plots.plt.close(figure)

@@ -117,6 +117,13 @@ def _check_writable(folder: Path, target: Path, option: str) -> None:
                          source=str(target)) from None
 
 
+def _setting(scenario: Scenario, histogram: LengthHistogram) -> str:
+    """Dataset, model and hardware in a few words, for a plot's title."""
+    model = scenario.model if isinstance(scenario.model, str) else "custom model"
+    hardware = scenario.hardware.profile + (" (overridden)" if scenario.hardware.overrides else "")
+    return f"{histogram.name}, {model} on {hardware}"
+
+
 def read_report(folder: Path) -> tuple[Scenario, LengthHistogram, ExperimentResult]:
     """The scenario, histogram and tables of an existing report (what `simbench plot` redraws from)."""
     scenario = load_scenario(Path(folder) / RESOLVED_SCENARIO)
@@ -130,7 +137,8 @@ def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram,
         "histogram": lambda: plots.histogram_figure(histogram),
         "packing": lambda: plots.packing_figure(tables.packing, tables.timings, histogram.real_tokens,
                                                 histogram.max_length),
-        "scaling": lambda: plots.scaling_figure(tables.scaling),
+        "scaling": lambda: plots.scaling_figure(tables.scaling, _setting(scenario, histogram),
+                                                histogram.theoretical_speedup),
         "gumbel": lambda: plots.gumbel_figure(tables.latency, tables.gumbel, tables.extrapolation),
         "timeline": lambda: plots.timeline_figure(tables.timeline),
         "breakdown": lambda: plots.breakdown_figure(tables.breakdown),

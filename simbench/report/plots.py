@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from simbench.histogram import LengthHistogram  # noqa: E402
 from simbench.sim.results import BREAKDOWN_COLUMNS  # noqa: E402
@@ -33,6 +34,11 @@ matplotlib.rcParams["svg.hashsalt"] = "simbench"
 matplotlib.rcParams["svg.fonttype"] = "path"
 # Samples of a VTS batch drawn in the timeline: enough to see stalls, few enough to tell them apart.
 TIMELINE_SAMPLES_SHOWN = 48
+# Families of strategies in the order the scaling plot's legend lists them (a plug-in plan's family follows).
+FAMILY_ORDER = ["padding", "sorting", "packing", "un-padding", "VTS"]
+HISTOGRAM_BINS = 256  # enough to see the shape, few enough to read a bar at 128k tokens
+# The packing plot's logit axis: from a half-empty pack to one padding token in a million.
+EFFICIENCY_SHOWN_MIN, EFFICIENCY_SHOWN_MAX = 0.4, 1 - 1e-6
 _METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
 
 
@@ -47,79 +53,147 @@ def save_figure(figure: Figure, stem: Path, formats: tuple[str, ...]) -> list[Pa
     return written
 
 
-def _figure(width: float = 7.0, height: float = 4.2, columns: int = 1, rows: int = 1) -> tuple[Figure, list]:
+def _figure(width: float = 7.0, height: float = 4.2, columns: int = 1, rows: int = 1,
+            **shared) -> tuple[Figure, list]:
     sns.set_theme(style="whitegrid", context="notebook")
-    figure, axes = plt.subplots(rows, columns, figsize=(width, height), layout="constrained", squeeze=False)
+    figure, axes = plt.subplots(rows, columns, figsize=(width, height), layout="constrained", squeeze=False, **shared)
     return figure, list(axes.ravel())
 
 
 def histogram_figure(histogram: LengthHistogram) -> Figure:
-    """Sequence lengths with the padding share and the speed-up of removing all padding (paper's Figure 1)."""
-    figure, (axis,) = _figure()
-    share = histogram.counts / max(histogram.sequences, 1)
-    edges = np.arange(histogram.max_length + 1) + 0.5
-    floor = share[share > 0].min() / 2 if histogram.sequences else 1.0
-    axis.stairs(share, edges, fill=True, baseline=floor, color=sns.color_palette()[0])
-    # A log scale keeps both the body of the distribution and a spike at max length readable.
-    axis.set_yscale("log")
-    axis.set_ylim(bottom=floor)
-    axis.set_xlim(0, histogram.max_length * 1.02)  # room to see a spike at max length
-    axis.set_xlabel("sequence length (tokens)")
-    axis.set_ylabel("share of sequences (log scale)")
+    """Sequence lengths in at most `HISTOGRAM_BINS` bins, by sequences and by tokens (what padding and
+    packing act on), and their cumulative shares: readable from 128 to 128k tokens."""
+    figure, (shares, cumulative) = _figure(width=11.0, height=4.4, columns=2)
+    lengths = np.arange(1, histogram.max_length + 1)
+    tokens = histogram.counts * lengths
+    bins = min(HISTOGRAM_BINS, histogram.max_length)
+    edges = np.linspace(0, histogram.max_length, bins + 1).round().astype(int)
+    colors = sns.color_palette()
+    for weights, label, color in ((histogram.counts, "sequences", colors[0]), (tokens, "tokens", colors[1])):
+        total = max(weights.sum(), 1)
+        binned = np.add.reduceat(weights, edges[:-1]) / total
+        shares.stairs(100 * binned, edges + 0.5, fill=True, alpha=0.35, color=color)
+        shares.stairs(100 * binned, edges + 0.5, color=color, label=f"share of {label}")
+        cumulative.plot(lengths, 100 * np.cumsum(weights) / total, color=color, label=f"{label} up to this length")
+    width = histogram.max_length / bins
+    shares.set_xlim(0, histogram.max_length * 1.01)
+    shares.set_xlabel(f"sequence length (tokens), bins of {width:.3g}")
+    shares.set_ylabel("share per bin (%)")
+    shares.legend(fontsize=8, loc="upper center")
+    at_max = histogram.counts[-1] / max(histogram.sequences, 1)
+    if at_max > 0:
+        shares.set_title(f"{100 * at_max:.1f} % of sequences are exactly {histogram.max_length:,} tokens long",
+                         fontsize=9)
+    cumulative.axhline(50, color="grey", linewidth=0.8, linestyle=":")
+    cumulative.set_xlim(0, histogram.max_length * 1.01)
+    cumulative.set_ylim(0, 100)
+    cumulative.set_xlabel("sequence length (tokens)")
+    cumulative.set_ylabel("cumulative share (%)")
+    cumulative.legend(fontsize=8, loc="lower right")
     # The figures go in the title, where they cannot hide a peak of the histogram.
-    axis.set_title(f"{histogram.name}: {histogram.sequences:,} sequences, max length {histogram.max_length}\n"
-                   f"padding at max length {100 * (1 - histogram.efficiency):.1f} %, "
-                   f"theoretical speed-up without padding {histogram.theoretical_speedup:.3f}x", fontsize=11)
+    figure.suptitle(f"{histogram.name}: {histogram.sequences:,} sequences, max length {histogram.max_length:,}; "
+                    f"padding at max length {100 * (1 - histogram.efficiency):.1f} %, "
+                    f"theoretical speed-up without padding {histogram.theoretical_speedup:.3f}x", fontsize=11)
     return figure
 
 
 def packing_figure(packing: pd.DataFrame, timings: pd.DataFrame, real_tokens: int, max_length: int) -> Figure:
-    """Packing efficiency per strategy with the LP bound at its depth, and each packer's solve time."""
-    figure, (left, right) = _figure(width=10.0, columns=2)
+    """Packing efficiency per strategy on a logit axis (which spreads 99 %, 99.9 % and 99.99 % as far apart
+    as 50 % and 90 %), the LP bound at each depth where it was computed, and each packer's solve time."""
+    figure, (left, right) = _figure(width=10.0, height=1.6 + 0.28 * len(packing), columns=2)
     labels = packing["label"].tolist()
     positions = np.arange(len(labels))
-    left.barh(positions, 100 * packing["efficiency"], color=sns.color_palette()[0], label="packer")
-    bound = 100 * real_tokens / (packing["lower_bound_packs"].astype(float) * max_length)
+    efficiency = packing["efficiency"].clip(EFFICIENCY_SHOWN_MIN, EFFICIENCY_SHOWN_MAX).to_numpy()
+    left.hlines(positions, EFFICIENCY_SHOWN_MIN, efficiency, color=sns.color_palette()[0], linewidth=2, alpha=0.5)
+    left.scatter(efficiency, positions, color=sns.color_palette()[0], zorder=3)
+    for position, value, shown in zip(positions, packing["efficiency"], efficiency):
+        # Beside its dot, on the side with room (the axis ends at one padding token in a million).
+        right_side = shown < 0.9999
+        left.annotate(f"{100 * value:.3f}", (shown, position), xytext=(6 if right_side else -6, 0),
+                      textcoords="offset points", ha="left" if right_side else "right", va="center", fontsize=7)
+    bound = real_tokens / (packing["lower_bound_packs"].astype(float) * max_length)
     # A bound on packs bounds the efficiency of fixed-shape packs only (not of sorted batches).
     bound = bound.where(packing["tokens"] == packing["packs"] * max_length)
-    left.scatter(bound, positions, marker="|", s=300, color="black", zorder=3, label="LP bound (same depth)")
-    for position, value in zip(positions, packing["efficiency"]):
-        left.text(100 * value - 1, position, f"{100 * value:.1f}", va="center", ha="right", color="white", fontsize=8)
+    if bound.notna().any():
+        rows = bound.notna().to_numpy()
+        left.vlines(bound[rows].clip(upper=EFFICIENCY_SHOWN_MAX), positions[rows] - 0.4, positions[rows] + 0.4,
+                    color="black", linewidth=2, zorder=4, label="LP bound at the same depth")
+        left.legend(fontsize=8, loc="lower right", framealpha=0.9)
+    left.set_xscale("logit")
+    ticks = [tick for tick in (0.5, 0.9, 0.99, 0.999, 0.9999, 0.99999) if tick <= EFFICIENCY_SHOWN_MAX]
+    left.set_xticks(ticks, [f"{100 * tick:g}" for tick in ticks])
+    left.xaxis.set_minor_formatter(NullFormatter())
+    left.set_xlim(min(EFFICIENCY_SHOWN_MIN, efficiency.min() * 0.98), EFFICIENCY_SHOWN_MAX)
     left.set_yticks(positions, labels)
-    left.invert_yaxis()
-    left.set_xlim(0, 102)
-    left.set_xlabel("efficiency: real tokens / token slots (%)")
-    figure.legend(*left.get_legend_handles_labels(), loc="outside lower left", ncols=2, fontsize=8)
+    left.set_ylim(len(labels) - 0.5, -0.8)
+    left.set_xlabel("efficiency: real tokens / token slots (%, logit scale)")
     seconds = timings.set_index("strategy")["solve_seconds"].reindex(labels)
     right.barh(positions, seconds.clip(lower=1e-6), color=sns.color_palette()[1])
     right.set_xscale("log")
     right.set_yticks(positions, [""] * len(labels))
-    right.invert_yaxis()
+    right.set_ylim(len(labels) - 0.5, -0.8)
     right.set_xlabel("solve time (s, log scale)")
     figure.suptitle("Packing efficiency and solve time")
     return figure
 
 
-def scaling_figure(scaling: pd.DataFrame) -> Figure:
-    """Realized speed-up over padding versus device count, one line per strategy (paper's Figure 5)."""
+def plan_family(label: str) -> str:
+    """The family a simulated strategy belongs to (padding, sorting, packing, un-padding, VTS), read from
+    its plan so that a plug-in packer lands among the packers; a plug-in plan is its own family."""
+    from simbench.errors import InputError
+    from simbench.sim.plans import PlanKind, parse_plan
+
+    try:
+        plan = parse_plan(label)
+    except InputError:
+        return "other"
+    if plan.kind == PlanKind.PACKING:
+        return {"none": "padding", "sort": "sorting"}.get(plan.packer, "packing")
+    return {PlanKind.UNPAD: "un-padding", PlanKind.VTS: "VTS"}.get(plan.kind, str(plan.kind))
+
+
+def scaling_figure(scaling: pd.DataFrame, title: str = "", theoretical_speedup: float | None = None) -> Figure:
+    """Realized speed-up versus device count (paper's Figure 5), one colour per family of strategies: its
+    best (highest mean speed-up) drawn bold and named, the rest faded, and the speed-up of removing all
+    padding as a dashed ceiling. `title` names the dataset, model and hardware."""
     figure, (axis,) = _figure(width=10.0, height=5.0)
-    groups = list(scaling.groupby("strategy", sort=False))
-    # Enough distinct colours for every strategy: the default palette repeats after ten.
-    for (label, rows), color in zip(groups, sns.color_palette("tab20" if len(groups) > 10 else None, len(groups))):
-        rows = rows.sort_values("devices")
-        reference = rows["reference"].iloc[0] if "reference" in rows else "none"
+    scaling = scaling.assign(family=[plan_family(label) for label in scaling["strategy"]])
+    if "reference" not in scaling:
+        scaling = scaling.assign(reference="none")
+    families = list(dict.fromkeys(FAMILY_ORDER + list(scaling["family"])))
+    colors = dict(zip(families, sns.color_palette("deep", len(families))))
+    for (family, reference), rows in scaling.groupby(["family", "reference"], sort=False):
+        mean_speedup = rows.groupby("strategy", sort=False)["speedup"].mean()
+        best = mean_speedup.idxmax()
         # Plans measured against another baseline (VTS: the padded pipeline) are dashed and say so.
-        style = {"linestyle": "-"} if reference == "none" else {"linestyle": "--"}
-        name = label if reference == "none" else f"{label} (over {reference})"
-        axis.plot(rows["devices"], rows["speedup"], marker="o", markersize=4, label=name, color=color, **style)
+        style = "-" if reference == "none" else "--"
+        over = "" if reference == "none" else f" (over {reference})"
+        others = [label for label in mean_speedup.index if label != best]
+        for number, label in enumerate(others):
+            line = rows[rows["strategy"] == label].sort_values("devices")
+            axis.plot(line["devices"], line["speedup"], color=colors[family], alpha=0.25, linewidth=1, linestyle=style,
+                      label=f"{family}: {len(others)} more{over}" if number == 0 else None)
+        line = rows[rows["strategy"] == best].sort_values("devices")
+        axis.plot(line["devices"], line["speedup"], color=colors[family], linewidth=2.4, marker="o", markersize=5,
+                  linestyle=style, label=f"{family}: {best}{over}", zorder=3)
+        axis.annotate(best, (line["devices"].iloc[-1], line["speedup"].iloc[-1]), xytext=(6, 0),
+                      textcoords="offset points", va="center", fontsize=8, color=colors[family])
+    if theoretical_speedup is not None:
+        axis.axhline(theoretical_speedup, color="black", linewidth=1.2, linestyle="--",
+                     label=f"no padding at all: {theoretical_speedup:.3f}x")
     axis.set_xscale("log", base=2)
     devices = sorted(scaling["devices"].unique())
     axis.set_xticks(devices, [str(count) for count in devices])
+    axis.minorticks_off()
+    axis.set_xlim(devices[0] / 1.3, devices[-1] * 2.5)  # room for the names at the right end
     axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+    top = max(scaling["speedup"].max(), theoretical_speedup or 0.0)
+    axis.set_ylim(top=1.0 + (top - 1.0) * 1.06 if top > 1.0 else None)  # keep the ceiling off the frame
     axis.set_xlabel("devices (data parallel)")
     axis.set_ylabel("speed-up over padding (same devices)")
-    axis.set_title("Realized speed-up versus cluster size")
-    axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    axis.set_title(f"Realized speed-up versus cluster size{': ' + title if title else ''}", fontsize=11)
+    axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), title="bold: best of its family",
+                title_fontsize=8)
     return figure
 
 
@@ -186,10 +260,12 @@ def breakdown_figure(breakdown: pd.DataFrame) -> Figure:
     Time is per 1,000 real tokens on one device, so that strategies that put more sequences in a
     step (packing) compare fairly with those that do not.
     """
-    parts = [part for part in BREAKDOWN_COLUMNS if part in breakdown]
+    # A part that is zero everywhere (stall outside VTS) would only add a legend entry with no bar.
+    parts = [part for part in BREAKDOWN_COLUMNS if part in breakdown and (breakdown[part] > 1e-12).any()]
     device_counts = sorted(breakdown["devices"].unique())
     shown = sorted({device_counts[0], device_counts[-1]})
-    figure, axes = _figure(width=5.5 * len(shown), height=4.8, columns=len(shown))
+    # One y-scale for both panels: the point is to compare a strategy's time on a small and a large cluster.
+    figure, axes = _figure(width=5.5 * len(shown), height=4.8, columns=len(shown), sharey=True)
     for axis, devices in zip(axes, shown):
         rows = breakdown[breakdown["devices"] == devices]
         positions = np.arange(len(rows))
@@ -200,9 +276,10 @@ def breakdown_figure(breakdown: pd.DataFrame) -> Figure:
             axis.bar(positions, values, bottom=bottom, color=color, label=part.removesuffix("_seconds"))
             bottom += values
         axis.set_xticks(positions, rows["strategy"], rotation=45, ha="right", fontsize=8)
-        axis.set_ylabel("device time per 1,000 real tokens (ms)")
         axis.margins(y=0.05)
         axis.set_title(f"{devices} device{'s' if devices > 1 else ''}")
-    axes[-1].legend(fontsize=8)
+    axes[0].set_ylabel("device time per 1,000 real tokens (ms)")
+    # Beside the panels: inside, it would cover the tallest bars.
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=8)
     figure.suptitle("Where the time goes")
     return figure
