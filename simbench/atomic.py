@@ -175,9 +175,9 @@ def atomic_file(path: Path) -> Iterator[Path]:
     path = Path(path)
     if path.is_symlink():
         path = path.resolve()
-    if path.exists() and not path.is_file():
-        kind = "a folder" if path.is_dir() else "not a regular file (a device, FIFO or socket)"
-        raise InputError(f"the output is {kind}; simbench writes only regular files", source=str(path))
+    if path.exists() and not path.is_file() and not path.is_dir():  # a folder fails as it always did
+        raise InputError("the output is not a regular file (a device, FIFO or socket); simbench writes only "
+                         "regular files", source=str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.partial-", dir=path.parent)
     os.close(descriptor)

@@ -60,9 +60,10 @@ def progress_total(scenario: Scenario) -> int:
 
 
 def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
-                   progress: Progress | None = None) -> ExperimentResult:
+                   progress: Progress | None = None, packings: dict[str, Packing] | None = None) -> ExperimentResult:
     """Run `scenario` (on `histogram`, its dataset's by default); `progress(units)` counts up to
-    `progress_total(scenario)`."""
+    `progress_total(scenario)`. `packings` already made of this histogram (a sweep shares them between
+    cells) are used instead of packing again."""
     histogram = histogram if histogram is not None else scenario.dataset.load()
     progress = progress or (lambda units: None)
     cost_model = COST_MODELS.get(scenario.cost_model).build(get_model(scenario.model), scenario.hardware.load(),
@@ -70,7 +71,7 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     plans = [spec.plan() for spec in scenario.strategies]
     labels = {plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}
     result = simulate(histogram, plans, list(scenario.devices), cost_model, batch_size=scenario.batch_size,
-                      steps=scenario.steps, seed=scenario.seed, progress=progress)
+                      steps=scenario.steps, seed=scenario.seed, progress=progress, packings=packings)
     summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
     packing, timings = _packing_tables(result.packings, labels, histogram, progress, scenario.outputs.lp_bounds)
     plans_by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(plans)}

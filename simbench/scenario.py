@@ -329,6 +329,11 @@ def parse_scenarios(text: str, *, source: str, base_dir: Path, seed: int | None 
     return scenarios
 
 
+def scenario_from_mapping(data: dict, root: yaml.Node, source: str, base_dir: Path) -> Scenario:
+    """A scenario from YAML already read (`root`, its node tree, gives error lines): a sweep's cells."""
+    return _validate(data, root, source, base_dir, None)
+
+
 def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int | None) -> Scenario:
     if not isinstance(data, dict):
         raise InputError("a scenario must be a mapping of keys such as `name`, `dataset`, `strategies`",

@@ -132,7 +132,7 @@ def _winners_table(scaling: pd.DataFrame) -> str:
             row |= {"runner-up": second.strategy, "its speed-up": f"{second.speedup:.3f}",
                     "lead %": f"{100 * (best.speedup / second.speedup - 1):.1f}"}
         rows.append(row)
-    return _markdown(pd.DataFrame(rows))
+    return markdown_table(pd.DataFrame(rows))
 
 
 def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
@@ -152,7 +152,7 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
     bound_note = ("LP bound: the certified lower bound on packs at the same depth limit." if
                   packing["lower_bound_packs"].notna().any() else
                   "LP bounds were not computed in this run (`outputs.lp_bounds: false`, the --quick default).")
-    return ("## Packing (laid out like the packing paper's Table 1)\n\n" + _markdown(table) +
+    return ("## Packing (laid out like the packing paper's Table 1)\n\n" + markdown_table(table) +
             f"\n\nRealized speed-up: on {_devices(int(scaling['devices'].min()))}, over padding. {bound_note} "
             "Solve times are in timings.csv (measured, so they differ from run to run).")
 
@@ -160,7 +160,7 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
 def _speedup_table(scaling: pd.DataFrame) -> str:
     table = scaling.pivot(index="strategy", columns="devices", values="speedup")
     table = table.loc[list(dict.fromkeys(scaling["strategy"]))].map("{:.3f}".format)
-    return _markdown(table.reset_index().rename(columns=lambda column: str(column)))
+    return markdown_table(table.reset_index().rename(columns=lambda column: str(column)))
 
 
 def _reference_note(scaling: pd.DataFrame) -> str:
@@ -180,7 +180,7 @@ def _breakdown_section(breakdown: pd.DataFrame) -> str:
         table[part.removesuffix("_seconds")] = (1e3 * rows[part]).map(_milliseconds)
     table["step"] = (1e3 * rows["step_seconds_mean"]).map(_milliseconds)
     table["real tokens per device"] = rows["real_tokens_per_device_step"].map("{:,.0f}".format)
-    return (f"## Where a step's time goes ({_devices(int(largest))}, ms per step)\n\n" + _markdown(table) +
+    return (f"## Where a step's time goes ({_devices(int(largest))}, ms per step)\n\n" + markdown_table(table) +
             "\n\nwaiting: devices idle until the slowest finishes; communication: all-reduce and padding "
             "exchange; stall: VTS samples blocked by the next pipeline stage.")
 
@@ -258,7 +258,7 @@ def _devices(count: int) -> str:
     return f"{count} device" + ("" if count == 1 else "s")
 
 
-def _markdown(table: pd.DataFrame) -> str:
+def markdown_table(table: pd.DataFrame) -> str:
     header = "| " + " | ".join(str(column) for column in table.columns) + " |"
     rule = "|" + "|".join("---" for _ in table.columns) + "|"
     body = ["| " + " | ".join(str(value) for value in row) + " |" for row in table.itertuples(index=False)]

@@ -1,0 +1,373 @@
+"""Design-space sweeps: a base scenario and axes of values, every cell (a combination of values) run as
+a scenario, serially or on a Dask cluster, results written as one Parquet dataset while cells finish.
+
+A sweep file::
+
+    name: context-vs-scale
+    base: {dataset: {histogram: squad_1_1_384}, strategies: [spfhp:3, unpad], steps: 20}
+    axes:                        # every combination; dotted keys reach into the scenario
+      model: [bert-base, bert-large]
+      devices: [1, 8, 64]        # a number is one device count; a list, several
+    cells: [{model: bert-base, batch_size: 64}]   # optional: explicit cells besides the product
+    report: {x: devices, y: model}                # axes of the winner heatmap
+
+Packing is shared: each distinct (histogram, packer, depth, seed, batch size) is packed once, its LP
+bound computed once, and handed to every cell that simulates it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simbench.errors import InputError, read_text_file
+from simbench.scenario import Scenario, scenario_from_mapping
+from simbench.validation import check_device_counts
+from simbench.yamlfile import load_yaml_documents
+
+SWEEP_KEYS = ("name", "base", "axes", "cells", "report")
+CELLS_MAX = 100_000
+RESULTS = "results"  # Parquet dataset: one file per finished cell
+FAILURES = "failures"  # one JSON file per failed cell: its error
+# Rough simulator throughput for the dry-run estimate (rows drawn and priced per second and worker on
+# this project's 2-core machine, wiki512-like plans): an order of magnitude, not a promise.
+ROWS_PER_SECOND = 3e6
+CELL_OVERHEAD_SECONDS = 0.3  # validation, fits and bookkeeping of one cell
+
+
+@dataclass(frozen=True)
+class SweepCell:
+    index: int
+    values: dict[str, Any]  # axis key -> this cell's value
+    scenario: Scenario
+
+    @property
+    def key(self) -> str:
+        return f"cell={self.index:05d}"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    axes: tuple[str, ...]
+    cells: tuple[SweepCell, ...]
+    report_axes: tuple[str, str] | None
+    source: str
+
+    def estimated_seconds(self, workers: int) -> float:
+        """Rows every cell draws and prices, at `ROWS_PER_SECOND` per worker, plus a fixed cost per cell."""
+        rows = sum(len(cell.scenario.strategies) * cell.scenario.steps * cell.scenario.batch_size
+                   * len(cell.scenario.devices) + CELL_OVERHEAD_SECONDS * ROWS_PER_SECOND for cell in self.cells)
+        return rows / ROWS_PER_SECOND / max(workers, 1)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and validate a sweep file: every cell is checked as a scenario, errors name file and line."""
+    source = str(path)
+    documents = load_yaml_documents(read_text_file(path, "sweep"), source)
+    if len(documents) != 1 or not isinstance(documents[0][1], dict):
+        raise InputError("a sweep is one mapping with `base` and `axes` (or `cells`)", source=source)
+    root, data = documents[0]
+    lines = {key.value: key.start_mark.line + 1 for key, _ in root.value}
+    unknown = sorted(set(data) - set(SWEEP_KEYS))
+    if unknown:
+        raise InputError(f"unknown key {unknown[0]!r}; a sweep has {', '.join(SWEEP_KEYS)}", source=source,
+                         line=lines[unknown[0]])
+    name = data.get("name", Path(path).stem)
+    base = data.get("base")
+    if not isinstance(base, dict):
+        raise InputError("`base` must be a scenario mapping", source=source, line=lines.get("base"))
+    axes = data.get("axes") or {}
+    explicit = data.get("cells") or []
+    if not isinstance(axes, dict) or any(not isinstance(values, list) or not values for values in axes.values()):
+        raise InputError("`axes` maps scenario keys to non-empty lists of values", source=source,
+                         line=lines.get("axes"))
+    if not isinstance(explicit, list) or any(not isinstance(cell, dict) for cell in explicit):
+        raise InputError("`cells` is a list of mappings of scenario keys to values", source=source,
+                         line=lines.get("cells"))
+    if not axes and not explicit:
+        raise InputError("a sweep needs `axes` or `cells`", source=source)
+    count = (_product_size(axes) if axes else 0) + len(explicit)
+    if count > CELLS_MAX:
+        raise InputError(f"{count:,} cells, more than {CELLS_MAX:,}: split the sweep", source=source,
+                         line=lines.get("axes"))
+    combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] if axes else []
+    base_node = next(value for key, value in root.value if key.value == "base")
+    base_dir = Path(path).resolve().parent
+    cells = []
+    validated: dict[str, Scenario] = {}
+    for index, values in enumerate(combos + explicit):
+        mapping = _cell_mapping(base, values, f"{name}-{index:05d}")
+        # Cells that differ only in name and device counts validate once (a 10,000-cell plan stays fast):
+        # device counts are checked on their own, as nothing else in a scenario depends on them.
+        fingerprint = json.dumps({**mapping, "name": "", "devices": None}, sort_keys=True, default=str)
+        try:
+            known = validated.get(fingerprint)
+            if known is None:
+                scenario = scenario_from_mapping(mapping, base_node, source, base_dir)
+                validated[fingerprint] = scenario
+            else:
+                devices = check_device_counts(mapping.get("devices", known.devices))
+                scenario = known.model_copy(update={"name": mapping["name"], "devices": tuple(devices)})
+        except InputError as error:
+            where = ", ".join(f"{key}={value}" for key, value in values.items())
+            raise InputError(f"cell {index} ({where}): {error.message}", source=source,
+                             line=error.line or lines.get("axes")) from None
+        cells.append(SweepCell(index, values, scenario))
+    report = data.get("report")
+    report_axes = None
+    if report is not None:
+        keys = list(axes) + sorted({key for cell in explicit for key in cell})
+        if not isinstance(report, dict) or set(report) != {"x", "y"} or not set(report.values()) <= set(keys):
+            raise InputError(f"`report` names two swept keys as {{x: KEY, y: KEY}}; swept: {', '.join(keys)}",
+                             source=source, line=lines.get("report"))
+        report_axes = (report["x"], report["y"])
+    all_axes = tuple(dict.fromkeys([*axes, *(key for cell in explicit for key in cell)]))
+    return Sweep(str(name), all_axes, tuple(cells), report_axes, source)
+
+
+def _product_size(axes: dict) -> int:
+    size = 1
+    for values in axes.values():
+        size *= len(values)
+    return size
+
+
+def _cell_mapping(base: dict, values: dict, name: str) -> dict:
+    mapping = copy.deepcopy(base)
+    mapping["name"] = name
+    for key, value in values.items():
+        if key == "devices" and not isinstance(value, list):
+            value = [value]  # one device count per cell
+        *parents, leaf = key.split(".")
+        target = mapping
+        for parent in parents:
+            target = target.setdefault(parent, {})
+            if not isinstance(target, dict):
+                raise InputError(f"axis {key!r} goes through {parent!r}, which is not a mapping")
+        target[leaf] = value
+    return mapping
+
+
+# Running
+
+
+@dataclass(frozen=True)
+class PackingJob:
+    """One packing shared by the cells that simulate it."""
+
+    dataset: str  # the DatasetSpec as JSON: histogram and max length
+    packer: str
+    max_depth: int | None
+    seed: int
+    batch_size: int
+    with_bound: bool
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+
+
+def packing_jobs(cell: SweepCell) -> list[PackingJob]:
+    """The packings `cell` needs (one per packing plan), as shareable jobs."""
+    scenario = cell.scenario
+    dataset = scenario.dataset.model_dump_json()
+    jobs = []
+    for spec in scenario.strategies:
+        plan = spec.plan()
+        request = plan.source.packing_request(plan)
+        if request is not None:
+            jobs.append(PackingJob(dataset, request[0], request[1], scenario.seed, scenario.batch_size,
+                                   scenario.outputs.lp_bounds))
+    return jobs
+
+
+def run_packing(job: PackingJob):
+    """Pack once (and bound once, if asked): (Packing, LP bound in packs or None)."""
+    from simbench.scenario import DatasetSpec
+    from simbench.strategies import PackOptions, get_strategy
+    from simbench.strategies.optimal import lp_lower_bound
+
+    histogram = DatasetSpec.model_validate_json(job.dataset).load()
+    packing = get_strategy(job.packer)(histogram, histogram.max_length, job.max_depth,
+                                       PackOptions(seed=job.seed, batch_size=job.batch_size))
+    bound = lp_lower_bound(histogram, histogram.max_length, job.max_depth).lower_bound_packs if job.with_bound else None
+    return packing, bound
+
+
+def run_cell(cell: SweepCell, packings: dict[str, Any]):
+    """One cell's rows: a row per strategy and device count, with the cell's axis values and seed."""
+    import pandas as pd
+
+    from simbench import __version__
+    from simbench.experiment import run_experiment
+
+    scenario = cell.scenario.model_copy(update={"outputs": cell.scenario.outputs.model_copy(
+        update={"lp_bounds": False})})  # bounds are the packing jobs' work, done once per packing
+    shared = {f"shared-{index}": packing for index, (packing, _) in enumerate(packings.values())}
+    result = run_experiment(scenario, packings=shared)
+    rows = result.scaling.copy()
+    bounds = {(packing.strategy, packing.max_depth): bound for packing, bound in packings.values()}
+    if not result.packing.empty:
+        packs = result.packing.set_index("label")["packs_total"] if "packs_total" in result.packing else None
+        rows["packs"] = rows["strategy"].map(packs) if packs is not None else pd.NA
+    rows["lp_bound_packs"] = [bounds.get((packer, None if pd.isna(depth) else int(depth)))
+                              if isinstance(packer, str) else None
+                              for packer, depth in zip(rows["packer"], rows["max_depth"])]
+    rows.insert(0, "cell", cell.index)
+    swept = [(key, value) for key, value in cell.values.items() if key not in rows.columns]  # devices already is
+    for position, (key, value) in enumerate(swept, start=1):
+        rows.insert(position, key, json.dumps(value) if isinstance(value, list | dict) else value)
+    rows["seed"] = scenario.seed
+    rows["simbench_version"] = __version__
+    return rows
+
+
+@dataclass(frozen=True)
+class SweepProgress:
+    done: int
+    failed: int
+    total: int
+    elapsed_seconds: float
+
+    @property
+    def remaining_seconds(self) -> float | None:
+        finished = self.done + self.failed
+        return None if not finished else self.elapsed_seconds / finished * (self.total - finished)
+
+
+def run_sweep(sweep: Sweep, out: Path, *, workers: int | None = None, scheduler: str | None = None,
+              resume: bool = False, progress: Callable[[SweepProgress], None] | None = None) -> Path:
+    """Run every cell not already finished in `out`, writing each cell's rows as it finishes.
+
+    `workers=0` runs in this process, one cell after another; otherwise on a Dask cluster: the one at
+    `scheduler` (or DASK_SCHEDULER_ADDRESS), else a local one of `workers` processes (default: one per core).
+    """
+    out = Path(out)
+    _prepare_folder(sweep, out, resume)
+    todo = [cell for cell in sweep.cells if not (out / RESULTS / f"{cell.key}.parquet").exists()]
+    jobs = {job.key: job for cell in todo for job in packing_jobs(cell)}
+    start = time.perf_counter()
+    counts = {"done": len(sweep.cells) - len(todo), "failed": 0}
+
+    def finished(cell: SweepCell, rows=None, error: BaseException | None = None) -> None:
+        if error is None:
+            _write_rows(out, cell, rows)
+            counts["done"] += 1
+        else:
+            _write_failure(out, cell, error)
+            counts["failed"] += 1
+        if progress is not None:
+            progress(SweepProgress(counts["done"], counts["failed"], len(sweep.cells), time.perf_counter() - start))
+
+    address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if workers == 0 and address is None:
+        packed = {key: run_packing(job) for key, job in jobs.items()}
+        for cell in todo:
+            try:
+                rows = run_cell(cell, {job.key: packed[job.key] for job in packing_jobs(cell)})
+            except Exception as error:  # noqa: BLE001 - a failing cell is recorded, the sweep goes on
+                finished(cell, error=error)
+            else:
+                finished(cell, rows)
+        return out
+    _run_on_dask(todo, jobs, finished, workers, address)
+    return out
+
+
+def _run_on_dask(todo, jobs, finished, workers, address) -> None:
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise InputError("sweeps on Dask need the extra: pip install 'simbench[sweep]' (or --workers 0 to run "
+                         "the cells one after another here)") from None
+    if address is not None:
+        client = Client(address)
+    else:
+        workers = workers or os.cpu_count() or 1
+        client = Client(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                     dashboard_address=None, silence_logs=40))
+    try:
+        packed = {key: client.submit(run_packing, job, key=f"pack-{key}", pure=False) for key, job in jobs.items()}
+        futures = {client.submit(run_cell, cell, {job.key: packed[job.key] for job in packing_jobs(cell)},
+                                 key=f"cell-{cell.index}-{id(cell)}", pure=False): cell for cell in todo}
+        for future in as_completed(futures):
+            cell = futures[future]
+            if future.status == "error":
+                finished(cell, error=future.exception())
+            else:
+                finished(cell, future.result())
+    finally:
+        cluster = client.cluster
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _prepare_folder(sweep: Sweep, out: Path, resume: bool) -> None:
+    spec = out / "sweep.json"
+    fingerprint = {"name": sweep.name, "cells": [cell.scenario.model_dump(mode="json") for cell in sweep.cells]}
+    if out.exists() and any(out.iterdir()):
+        if not spec.is_file():
+            raise InputError("the folder is not empty and holds no sweep.json, so it is no sweep of simbench's; "
+                             "choose another --out", source=str(out))
+        if not resume:
+            raise InputError("the folder holds an earlier run of a sweep: --resume to finish it, or choose another "
+                             "--out", source=str(out))
+        if json.loads(spec.read_text()) != fingerprint:
+            raise InputError("the folder holds a run of a different sweep (other cells); choose another --out",
+                             source=str(out))
+    from simbench.atomic import atomic_file
+
+    (out / RESULTS).mkdir(parents=True, exist_ok=True)
+    (out / FAILURES).mkdir(exist_ok=True)
+    for failure in (out / FAILURES).glob("*.json"):
+        failure.unlink()  # failed cells are tried again
+    with atomic_file(spec) as temporary:
+        temporary.write_text(json.dumps(fingerprint))
+
+
+def _write_rows(out: Path, cell: SweepCell, rows) -> None:
+    from simbench.atomic import atomic_file
+
+    with atomic_file(out / RESULTS / f"{cell.key}.parquet") as temporary:
+        rows.to_parquet(temporary, index=False)
+
+
+def _write_failure(out: Path, cell: SweepCell, error: BaseException) -> None:
+    from simbench.atomic import atomic_file
+
+    record = {"cell": cell.index, "values": cell.values, "error": f"{type(error).__name__}: {error}",
+              "traceback": "".join(traceback.format_exception(error))}
+    with atomic_file(out / FAILURES / f"{cell.key}.json") as temporary:
+        temporary.write_text(json.dumps(record, indent=1, default=str))
+
+
+def read_results(out: Path):
+    """Every finished cell's rows, in cell order (the same whatever the number of workers)."""
+    import pandas as pd
+
+    files = sorted((Path(out) / RESULTS).glob("cell=*.parquet"))
+    if not files:
+        return pd.DataFrame()
+    frame = pd.concat([pd.read_parquet(file) for file in files], ignore_index=True)
+    return frame.sort_values(["cell", "strategy", "devices"], kind="stable").reset_index(drop=True)
+
+
+def read_failures(out: Path) -> list[dict]:
+    return [json.loads(path.read_text()) for path in sorted((Path(out) / FAILURES).glob("cell=*.json"))]
+
+
+def sweep_to_yaml(sweep: Sweep) -> str:
+    return yaml.safe_dump({"name": sweep.name, "cells": len(sweep.cells), "axes": list(sweep.axes)}, sort_keys=False)

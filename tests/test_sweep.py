@@ -1,0 +1,121 @@
+"""Sweeps: cells from axes, shared packings, serial and Dask runs alike, resume, recorded failures."""
+
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from simbench import sweep as sweeps
+from simbench.cli import app
+from simbench.errors import InputError
+
+SWEEP = """name: small
+base:
+  dataset: {histogram: squad_1_1_384}
+  strategies: [spfhp:3, unpad, packed-varlen]
+  steps: 4
+axes:
+  model: [bert-base, bert-large]
+  devices: [1, 8]
+report: {x: devices, y: model}
+"""
+
+
+@pytest.fixture
+def sweep_file(tmp_path) -> Path:
+    path = tmp_path / "small.yaml"
+    path.write_text(SWEEP)
+    return path
+
+
+def test_cells_are_the_product_of_the_axes_each_a_valid_scenario(sweep_file):
+    sweep = sweeps.load_sweep(sweep_file)
+    assert [cell.values for cell in sweep.cells] == [
+        {"model": "bert-base", "devices": 1}, {"model": "bert-base", "devices": 8},
+        {"model": "bert-large", "devices": 1}, {"model": "bert-large", "devices": 8}]
+    assert [cell.scenario.devices for cell in sweep.cells] == [(1,), (8,), (1,), (8,)]
+    assert {cell.scenario.model for cell in sweep.cells} == {"bert-base", "bert-large"}
+    assert sweep.report_axes == ("devices", "model")
+
+
+@pytest.mark.parametrize("text, message", [
+    (SWEEP + "colour: red\n", r"small.yaml:10: unknown key 'colour'"),
+    (SWEEP.replace("[bert-base, bert-large]", "[bert-base, gpt-9]"), r"cell 2 \(model=gpt-9, devices=1\)"),
+    (SWEEP.replace("devices: [1, 8]", "devices: [1, 0]"), r"cell 1 \(model=bert-base, devices=0\)"),
+    (SWEEP.replace("{x: devices, y: model}", "{x: devices, y: colour}"), "names two swept keys"),
+    (SWEEP.replace("model: [bert-base, bert-large]", "model: []"), "non-empty lists"),
+])
+def test_a_bad_sweep_names_the_file_line_and_cell(tmp_path, text, message):
+    path = tmp_path / "small.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        sweeps.load_sweep(path)
+
+
+def test_each_packing_is_made_once_for_every_cell_that_needs_it(sweep_file, tmp_path, monkeypatch):
+    made = []
+    real = sweeps.run_packing
+    monkeypatch.setattr(sweeps, "run_packing", lambda job: made.append((job.packer, job.max_depth)) or real(job))
+    sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", workers=0)
+    assert sorted(made) == [("lpfhp", None), ("spfhp", 3)]  # 4 cells, 2 packers, one histogram
+    results = sweeps.read_results(tmp_path / "out")
+    assert len(results) == 4 * 4  # cells x (3 strategies + padding), one device count each
+    assert set(results.columns) >= {"cell", "model", "devices", "strategy", "speedup", "seed", "simbench_version"}
+
+
+def test_dask_on_two_workers_gives_the_serial_results(sweep_file, tmp_path):
+    from distributed import LocalCluster
+
+    sweep = sweeps.load_sweep(sweep_file)
+    sweeps.run_sweep(sweep, tmp_path / "serial", workers=0)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        sweeps.run_sweep(sweep, tmp_path / "dask", scheduler=cluster.scheduler_address)
+    pd.testing.assert_frame_equal(sweeps.read_results(tmp_path / "serial"), sweeps.read_results(tmp_path / "dask"))
+
+
+def test_a_failing_cell_is_recorded_and_resume_runs_only_what_is_missing(sweep_file, tmp_path, monkeypatch):
+    sweep = sweeps.load_sweep(sweep_file)
+    real = sweeps.run_cell
+    ran = []
+
+    def flaky(cell, packings):
+        ran.append(cell.index)
+        if cell.index == 2 and len(ran) < 5:
+            raise RuntimeError("worker lost")
+        return real(cell, packings)
+
+    monkeypatch.setattr(sweeps, "run_cell", flaky)
+    sweeps.run_sweep(sweep, tmp_path / "out", workers=0)
+    assert [failure["cell"] for failure in sweeps.read_failures(tmp_path / "out")] == [2]
+    assert sorted(sweeps.read_results(tmp_path / "out")["cell"].unique()) == [0, 1, 3]
+    with pytest.raises(InputError, match="--resume"):
+        sweeps.run_sweep(sweep, tmp_path / "out", workers=0)
+    sweeps.run_sweep(sweep, tmp_path / "out", workers=0, resume=True)
+    assert ran == [0, 1, 2, 3, 2]  # only the failed cell ran again
+    assert sweeps.read_failures(tmp_path / "out") == []
+    assert sorted(sweeps.read_results(tmp_path / "out")["cell"].unique()) == [0, 1, 2, 3]
+
+
+def test_a_folder_that_is_no_sweep_is_refused(sweep_file, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "thesis.tex").write_text("keep")
+    with pytest.raises(InputError, match="holds no sweep.json"):
+        sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", workers=0)
+    assert (tmp_path / "out" / "thesis.tex").read_text() == "keep"
+
+
+def test_the_command_writes_results_summary_and_heatmap(sweep_file, tmp_path):
+    result = CliRunner().invoke(app, ["sweep", str(sweep_file), "--out", str(tmp_path / "out"), "--workers", "0"])
+    assert result.exit_code == 0, result.output
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "4 cells finished, 0 failed" in summary and "Where packing overtakes un-padding" in summary
+    assert (tmp_path / "out" / "winners.png").stat().st_size > 0
+
+
+def test_the_bundled_sweep_has_two_hundred_valid_cells():
+    from simbench.data import bundled_file
+
+    sweep = sweeps.load_sweep(Path(str(bundled_file("scenarios", "sweeps/context-vs-scale.yaml"))))
+    assert len(sweep.cells) == 200 and sweep.report_axes == ("devices", "dataset.max_length")
