@@ -40,10 +40,11 @@ SWEEP_KEYS = ("name", "base", "axes", "cells", "report")
 CELLS_MAX = 100_000
 RESULTS = "results"  # Parquet dataset: one file per finished cell
 FAILURES = "failures"  # one JSON file per failed cell: its error
-# Rough simulator throughput for the dry-run estimate (rows drawn and priced per second and worker on
-# this project's 2-core machine, wiki512-like plans): an order of magnitude, not a promise.
+# The dry run's estimate, an order of magnitude: rows drawn and priced per second and worker, and the
+# fixed cost of a cell (running the experiment, fits, writing): the bundled 200-cell context-vs-scale
+# sweep took 80 s of CPU serially on this project's 2-core machine, 0.4 s a cell.
 ROWS_PER_SECOND = 3e6
-CELL_OVERHEAD_SECONDS = 0.3  # validation, fits and bookkeeping of one cell
+CELL_OVERHEAD_SECONDS = 0.4
 
 
 @dataclass(frozen=True)

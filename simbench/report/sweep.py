@@ -75,6 +75,7 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
 
 
 def _winner_heatmap(path: Path, table: pd.DataFrame, report_axes: tuple[str, str]) -> Path:
+    """The winner over the two report axes, one panel per combination of the other swept axes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -85,18 +86,26 @@ def _winner_heatmap(path: Path, table: pd.DataFrame, report_axes: tuple[str, str
 
     x, y = report_axes
     largest = table.sort_values("devices").groupby("cell").tail(1)
-    grid = largest.pivot_table(index=y, columns=x, values="strategy", aggfunc="first")
-    speedups = largest.pivot_table(index=y, columns=x, values="speedup", aggfunc="max")
-    strategies = sorted(set(grid.stack()))
-    codes = grid.apply(lambda column: column.map(strategies.index))
-    figure, axis = plt.subplots(figsize=(1.2 + 0.9 * len(grid.columns), 1.0 + 0.55 * len(grid.index)))
+    others = [column for column in largest.columns
+              if column not in ("cell", "devices", "strategy", "speedup", x, y)]
+    panels = list(largest.groupby(others, sort=True)) if others else [((), largest)]
+    strategies = sorted(largest["strategy"].unique())
     palette = sns.color_palette("tab20", len(strategies))
-    sns.heatmap(codes.astype(float), cmap=palette, cbar=False, ax=axis, linewidths=0.5,
-                annot=speedups.map("{:.2f}".format).to_numpy(), fmt="", vmin=-0.5, vmax=len(strategies) - 0.5)
+    columns, rows = largest[x].nunique(), largest[y].nunique()
+    figure, axes = plt.subplots(len(panels), 1, squeeze=False,
+                                figsize=(2.5 + 0.75 * columns, (0.8 + 0.45 * rows) * len(panels) + 0.6))
+    for axis, (key, rows_of_panel) in zip(axes[:, 0], panels):
+        grid = rows_of_panel.pivot_table(index=y, columns=x, values="strategy", aggfunc="first")
+        speedups = rows_of_panel.pivot_table(index=y, columns=x, values="speedup", aggfunc="max")
+        codes = grid.apply(lambda column: column.map(strategies.index))
+        sns.heatmap(codes.astype(float), cmap=palette, cbar=False, ax=axis, linewidths=0.5, vmin=-0.5,
+                    vmax=len(strategies) - 0.5, annot=speedups.map("{:.2f}".format).to_numpy(), fmt="")
+        key = key if isinstance(key, tuple) else (key,)
+        axis.set_title(", ".join(f"{name} = {value}" for name, value in zip(others, key)) or None, fontsize=10)
     handles = [plt.Rectangle((0, 0), 1, 1, color=palette[index]) for index in range(len(strategies))]
-    axis.legend(handles, strategies, title="fastest", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    axis.set_title("fastest strategy (its speed-up over padding)")
-    figure.tight_layout()
+    figure.legend(handles, strategies, title="fastest", loc="upper right", frameon=False)
+    figure.suptitle("fastest strategy and its speed-up over padding", x=0.02, ha="left")
+    figure.tight_layout(rect=(0, 0, 0.88, 0.97))
     with atomic_file(path) as temporary:
         figure.savefig(temporary, format="png", dpi=110, metadata={"Software": None})
     plt.close(figure)
