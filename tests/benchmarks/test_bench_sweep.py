@@ -1,0 +1,53 @@
+"""Sweep planning and the Dask engine's overhead (targets: a 10,000-cell plan validated in under 5 s;
+a 200-cell sweep on 2 workers within 1.15x of the serial time halved, i.e. >= 85 % parallel efficiency).
+
+The efficiency case runs the bundled 200-cell sweep twice (minutes): only with SIMBENCH_BENCH_FULL=1;
+the short run times a 16-cell sweep both ways instead.
+"""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from simbench import sweep as sweeps
+from simbench.data import bundled_file
+
+FULL = os.environ.get("SIMBENCH_BENCH_FULL") == "1"
+PLAN = """name: plan
+base: {dataset: {histogram: wikipedia_512}, strategies: [spfhp:3, unpad, packed-varlen], steps: 200}
+axes:
+  model: [bert-base, bert-large]
+  batch_size: [16, 32, 48, 64, 96]
+  devices: [%s]
+"""
+
+
+def test_ten_thousand_cell_plan(benchmark, tmp_path):
+    path = tmp_path / "plan.yaml"
+    path.write_text(PLAN % ", ".join(str(count) for count in range(1, 1001)))
+    sweep = benchmark.pedantic(sweeps.load_sweep, args=(path,), rounds=1, iterations=1)
+    assert len(sweep.cells) == 10_000 and sweep.estimated_seconds(2) > 0
+    benchmark.extra_info["target_seconds"] = 5
+
+
+def test_parallel_efficiency_on_two_workers(benchmark, tmp_path):
+    sweep = sweeps.load_sweep(Path(str(bundled_file("scenarios", "sweeps/context-vs-scale.yaml"))))
+    if not FULL:
+        sweep = sweeps.Sweep(sweep.name, sweep.axes, sweep.cells[::25][:8] + sweep.cells[100::25][:8],
+                             sweep.report_axes, sweep.source)
+    start = time.perf_counter()
+    sweeps.run_sweep(sweep, tmp_path / "serial", workers=0)
+    serial = time.perf_counter() - start
+
+    def on_two_workers():
+        folder = tmp_path / f"dask-{time.perf_counter_ns()}"
+        begin = time.perf_counter()
+        sweeps.run_sweep(sweep, folder, workers=2)
+        return time.perf_counter() - begin
+
+    parallel = benchmark.pedantic(on_two_workers, rounds=1, iterations=1)
+    benchmark.extra_info.update({"cells": len(sweep.cells), "serial_seconds": serial, "parallel_seconds": parallel,
+                                 "efficiency": serial / (2 * parallel), "target_efficiency": 0.85})
+    assert parallel > 0
