@@ -25,7 +25,8 @@ from simbench.validation import check_pack_limits
 PackFunction = Callable[[LengthHistogram, int, "int | None", PackOptions], Packing]
 
 # Built-in strategy modules, imported on first use so that `simbench --help` stays fast.
-BUILTIN_MODULES = ("none", "sort", "greedy", "spfhp", "lpfhp", "nnlshp", "classic", "optimal")
+BUILTIN_MODULES = ("none", "sort", "greedy", "spfhp", "lpfhp", "nnlshp", "classic", "optimal", "token_budget",
+                   "group_by_length")
 
 
 @dataclass(frozen=True)
