@@ -1,4 +1,4 @@
-r"""Bring your own data: a length histogram from a file of lengths, token lists or raw text.
+r"""Bring your own data: a length histogram from a file of lengths, token lists or raw text, or a dataset folder.
 
     >>> import tempfile
     >>> from pathlib import Path
@@ -37,6 +37,18 @@ class BuiltHistogram:
     too_long: int  # sequences longer than max_length
     truncated: bool  # True: too-long sequences were cut to max_length; False: left out
     empty: int  # sequences with no tokens, left out (a histogram starts at length 1)
+    tokens_read: int = 0
+    tokens_beyond: int = 0  # tokens past max_length in the too-long sequences: what truncation cuts
+
+    @property
+    def too_long_share(self) -> float:
+        """Share of the sequences read that are over the max length."""
+        return self.too_long / self.sequences_read if self.sequences_read else 0.0
+
+    @property
+    def tokens_beyond_share(self) -> float:
+        """Share of the tokens read that lie past the max length."""
+        return self.tokens_beyond / self.tokens_read if self.tokens_read else 0.0
 
     def describe(self) -> str:
         """What was counted and what was left out or cut, for the user."""
@@ -45,7 +57,9 @@ class BuiltHistogram:
                  f"at max length {self.histogram.max_length})"]
         if self.too_long:
             fate = "truncated to max length" if self.truncated else "left out (pass --truncate to keep them, cut)"
-            lines.append(f"{self.too_long} sequences longer than {self.histogram.max_length} tokens: {fate}")
+            lines.append(f"{self.too_long} sequences longer than {self.histogram.max_length} tokens: {fate}; "
+                         f"over-length share {100 * self.too_long_share:.2f} % of the sequences, "
+                         f"{100 * self.tokens_beyond_share:.2f} % of the tokens lie past {self.histogram.max_length}")
         if self.empty:
             lines.append(f"{self.empty} empty sequences (0 tokens): left out")
         return "\n".join(lines)
@@ -63,7 +77,8 @@ def build_histogram(lengths: np.ndarray, max_length: int, *, truncate: bool, nam
     kept = np.minimum(lengths, max_length) if truncate else lengths[lengths <= max_length]
     kept = kept[kept > 0]
     histogram = LengthHistogram.from_lengths(kept, max_length=max_length, name=name)
-    return BuiltHistogram(histogram, int(lengths.size), too_long, truncate, empty)
+    tokens_beyond = int(np.maximum(lengths - max_length, 0).sum())
+    return BuiltHistogram(histogram, int(lengths.size), too_long, truncate, empty, int(lengths.sum()), tokens_beyond)
 
 
 def whitespace_tokenizer(text: str) -> int:
@@ -71,9 +86,14 @@ def whitespace_tokenizer(text: str) -> int:
 
 
 def load_tokenizer(path: Path | None) -> Tokenizer:
-    """Whitespace tokens by default; with `path`, a Hugging Face `tokenizers` JSON file."""
+    """Whitespace tokens by default; with `path`, a Hugging Face `tokenizers` JSON file, or a tokenizer
+    folder (`transformers`, with the chat template that chat rows are rendered with)."""
     if path is None:
         return whitespace_tokenizer
+    if Path(path).is_dir():
+        from simbench.histogram_hf import TransformersTokenizer
+
+        return TransformersTokenizer(Path(path))
     try:
         from tokenizers import Tokenizer as HuggingFaceTokenizer
     except ImportError:
@@ -87,16 +107,23 @@ def load_tokenizer(path: Path | None) -> Tokenizer:
 
 
 def read_lengths(path: Path, *, column: str | None = None, tokenizer: Tokenizer | None = None,
-                 progress: Progress | None = None) -> np.ndarray:
+                 progress: Progress | None = None, split: str | None = None) -> np.ndarray:
     """Per-sequence lengths from `path`, chosen by its suffix.
 
     .npy: an integer array of lengths. .jsonl: `column` of each JSON line. .parquet: `column`.
+    A folder: a Hugging Face dataset (`save_to_disk`, or Parquet shards), `column` of its `split`.
     Other files: one sequence per line, a length, or with `tokenizer` raw text to tokenize.
-    A column holds lengths, token lists or (with `tokenizer`) text. `progress(bytes)` is told how
-    far line-by-line reading has got.
+    A column holds lengths, token lists or (with `tokenizer`) text, in datasets also chat messages.
+    `progress(bytes)` is told how far line-by-line reading has got.
     """
     progress = progress or (lambda read_bytes: None)
     path = Path(path)
+    if path.is_dir():
+        from simbench.histogram_hf import read_dataset_lengths
+
+        return read_dataset_lengths(path, column=column, split=split, tokenizer=tokenizer)
+    if split is not None:
+        raise InputError(f"--split {split} applies to dataset folders", source=str(path))
     if not path.is_file():
         raise InputError("no such file", source=str(path))
     suffix = path.suffix.lower()
@@ -173,8 +200,9 @@ def _read_jsonl(path: Path, column: str, tokenizer: Tokenizer | None, progress: 
 
 
 def _read_parquet(path: Path, column: str, tokenizer: Tokenizer | None) -> np.ndarray:
-    import pyarrow.compute
     import pyarrow.parquet
+
+    from simbench.histogram_hf import column_lengths
 
     try:
         schema = pyarrow.parquet.read_schema(path)
@@ -182,25 +210,8 @@ def _read_parquet(path: Path, column: str, tokenizer: Tokenizer | None) -> np.nd
         raise InputError(f"not a readable Parquet file: {error}", source=str(path)) from None
     if column not in schema.names:
         raise InputError(f"no column {column!r}; columns: {', '.join(schema.names)}", source=str(path))
-    values = pyarrow.parquet.read_table(path, columns=[column]).column(column)
-    kind = values.type
-    if pyarrow.types.is_integer(kind):
-        lengths = values.to_numpy(zero_copy_only=False)
-    elif pyarrow.types.is_list(kind) or pyarrow.types.is_large_list(kind):
-        lengths = pyarrow.compute.list_value_length(values).to_numpy(zero_copy_only=False)
-    elif pyarrow.types.is_string(kind) or pyarrow.types.is_large_string(kind):
-        texts = values.to_pylist()
-        lengths = [_value_length(text, tokenizer, str(path), row=row) for row, text in enumerate(texts, start=1)]
-    else:
-        raise InputError(f"column {column!r} holds {kind}; expected lengths, token lists or text", source=str(path))
-    lengths = np.asarray(lengths, dtype=np.float64)
-    missing = np.flatnonzero(np.isnan(lengths))
-    if missing.size:
-        raise InputError(f"column {column!r} is empty in row {int(missing[0]) + 1}", source=str(path))
-    if lengths.size and lengths.min() < 0:
-        raise InputError(f"column {column!r} has a negative length in row {int(np.argmin(lengths)) + 1}",
-                         source=str(path))
-    return lengths.astype(np.int64)
+    return column_lengths(pyarrow.parquet.read_table(path, columns=[column]).column(column), column, tokenizer,
+                          str(path))
 
 
 def _value_length(value, tokenizer: Tokenizer | None, source: str, *, line: int | None = None,

@@ -15,15 +15,19 @@ histogram_app = typer.Typer(help="Build length histograms from your own data.", 
 
 def build(
     input_path: Path = typer.Argument(..., metavar="INPUT",
-                                      help="lengths (text, one per line, or .npy), .jsonl/.parquet, or raw text"),
+                                      help="lengths (text, one per line, or .npy), .jsonl/.parquet, raw text, or a "
+                                           "Hugging Face dataset folder (save_to_disk or Parquet shards)"),
     max_length: int = typer.Option(..., "--max-length", help="longest sequence the histogram holds"),
     output: Path = typer.Option(..., "-o", "--output", help="histogram CSV to write (length,count)"),
     column: str = typer.Option(None, "--column",
-                               help="column of a .jsonl/.parquet file: lengths, token lists or text"),
+                               help="column of a .jsonl/.parquet file or dataset: lengths, token lists, text or "
+                                    "chat messages"),
+    split: str = typer.Option(None, "--split", help="split of a dataset folder that has several (e.g. train)"),
     tokenize: bool = typer.Option(False, "--tokenize",
                                   help="the input is raw text, one sequence per line: count tokens"),
     tokenizer_file: Path = typer.Option(None, "--tokenizer",
-                                        help="Hugging Face `tokenizers` JSON file (implies --tokenize)"),
+                                        help="Hugging Face `tokenizers` JSON file, or a tokenizer folder whose chat "
+                                             "template renders chat rows (implies --tokenize)"),
     truncate: bool = typer.Option(False, "--truncate",
                                   help="cut sequences longer than --max-length instead of leaving them out"),
 ) -> None:
@@ -44,7 +48,7 @@ def build(
     with Progress(TextColumn("reading {task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task(input_path.name, total=size_bytes)
-        lengths = read_lengths(input_path, column=column, tokenizer=tokenizer,
+        lengths = read_lengths(input_path, column=column, tokenizer=tokenizer, split=split,
                                progress=lambda read_bytes: progress.update(task, completed=read_bytes))
     built = build_histogram(lengths, max_length, truncate=truncate, name=output.stem)
     with writing_to(output), atomic_file(output) as temporary:
