@@ -28,6 +28,9 @@ from simbench.sim.plans import ExecutionPlan, plan_fields, plan_from_fields, pla
 from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_max_depth
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
+# Synthetic documents split into pieces are counted up to this length in max-lengths; the tail beyond
+# counts as documents of exactly this length.
+SPLIT_PIECES_MAX = 64
 
 # Union members are told apart by the input's type, so a mistake yields one error, not one per member.
 _SHORT, _FULL = "short form", "full form"
@@ -41,27 +44,64 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SyntheticHistogram(_Strict):
-    """A log-normal length distribution, discretized exactly (no sampling, so no seed is needed).
-
-    count(l) = round(sequences * (F(l + 0.5) - F(l - 0.5))) for 1 <= l < max_length, where F is the CDF
-    of a log-normal with median `median_length` and shape `sigma`; lengths below 1.5 count as 1 and
-    lengths above max_length - 0.5 as max_length (long sequences truncated, as tokenizers do).
-    """
-
-    synthetic: Literal["lognormal"]
-    sequences: int = Field(gt=0, description="number of sequences in the dataset")
+class LogNormalComponent(_Strict):
+    share: float = Field(gt=0, description="share of the sequences (the shares of a mixture are normalised)")
     median_length: float = Field(gt=0, description="median sequence length in tokens")
     sigma: float = Field(gt=0, description="standard deviation of log(length)")
 
-    def build(self, max_length: int) -> LengthHistogram:
+
+class SyntheticHistogram(_Strict):
+    """A log-normal length distribution, or a mixture of them, discretized exactly (no sampling, no seed).
+
+    count(l) = round(sequences * (F(l + 0.5) - F(l - 0.5))) for 1 <= l < max_length, where F is the CDF
+    of a log-normal with median `median_length` and shape `sigma` (of a `mixture`: the share-weighted
+    sum of its components' CDFs); lengths below 1.5 count as 1. Sequences longer than max_length are
+    truncated to it (`long_sequences: truncate`, as tokenizers do), or cut into pieces of max_length
+    and a remainder (`split`, as pre-training cuts documents), counted up to SPLIT_PIECES_MAX pieces.
+    """
+
+    synthetic: Literal["lognormal"]
+    sequences: int = Field(gt=0, description="number of sequences (documents, when split) in the dataset")
+    median_length: float | None = Field(None, gt=0, description="median sequence length in tokens")
+    sigma: float | None = Field(None, gt=0, description="standard deviation of log(length)")
+    mixture: tuple[LogNormalComponent, ...] | None = Field(
+        None, min_length=1, description="several log-normals with their shares, instead of median_length and sigma")
+    long_sequences: Literal["truncate", "split"] = Field(
+        "truncate", description="sequences over max_length: truncated, or split into max_length pieces")
+
+    @model_validator(mode="after")
+    def _one_distribution(self) -> SyntheticHistogram:
+        single = self.median_length is not None or self.sigma is not None
+        if single == (self.mixture is not None) or single and (self.median_length is None or self.sigma is None):
+            raise ValueError("a synthetic histogram takes either `median_length` and `sigma`, or a `mixture`")
+        return self
+
+    def _cdf(self, edges: np.ndarray) -> np.ndarray:
         from scipy.stats import lognorm
 
-        edges = np.arange(0.5, max_length + 1.0)
-        cdf = lognorm.cdf(edges, s=self.sigma, scale=self.median_length)
+        components = self.mixture or (LogNormalComponent(share=1.0, median_length=self.median_length,
+                                                         sigma=self.sigma),)
+        total_share = sum(component.share for component in components)
+        return sum(component.share / total_share * lognorm.cdf(edges, s=component.sigma, scale=component.median_length)
+                   for component in components)
+
+    def build(self, max_length: int) -> LengthHistogram:
+        longest = max_length if self.long_sequences == "truncate" else max_length * SPLIT_PIECES_MAX
+        edges = np.arange(0.5, longest + 1.0)
+        cdf = self._cdf(edges)
         cdf[0], cdf[-1] = 0.0, 1.0
-        counts = np.round(self.sequences * np.diff(cdf)).astype(np.int64)
-        return LengthHistogram(counts, name=f"lognormal-{self.median_length:g}-{self.sigma:g}")
+        expected = self.sequences * np.diff(cdf)
+        if longest > max_length:
+            # Split before rounding: the long tail's lengths are each rare, their pieces are not.
+            lengths = np.arange(max_length + 1, longest + 1)
+            over = expected[max_length:]
+            expected = expected[:max_length].copy()
+            expected[-1] += over @ (lengths // max_length)
+            expected += np.bincount(lengths % max_length, weights=over, minlength=max_length + 1)[1:]
+        counts = np.round(expected).astype(np.int64)
+        name = (f"lognormal-{self.median_length:g}-{self.sigma:g}" if self.mixture is None
+                else f"lognormal-mixture-{len(self.mixture)}")
+        return LengthHistogram(counts, name=name + ("-split" if self.long_sequences == "split" else ""))
 
 
 class DatasetSpec(_Strict):
