@@ -107,9 +107,10 @@ def test_budget_draws_price_each_distinct_batch_as_a_batch_of_its_own():
         runs = slice(batches.run_offsets[kind], batches.run_offsets[kind + 1])
         lengths = np.repeat(batches.run_lengths[runs], batches.run_counts[runs])
         alone = small_cost_model().step_costs(padded_batches(lengths[None, :]), ExecutionMode.SORTED)
-        assert draws.costs[0][kind] == pytest.approx(alone.compute_seconds[0])
-        assert draws.costs[2][kind] == pytest.approx(alone.overhead_seconds[0])
-        assert draws.costs[4][kind] == lengths.sum()
+        priced = draws.of_kinds(np.array([kind]))
+        assert priced.compute_seconds[0] == pytest.approx(alone.compute_seconds[0])
+        assert priced.overhead_seconds[0] == pytest.approx(alone.overhead_seconds[0])
+        assert priced.real_tokens[0] == lengths.sum() and priced.sequences[0] == lengths.size
     # Drawn in proportion to their number: the mean real tokens of a batch approach the dataset's per batch.
     drawn = draws.draw(np.random.default_rng(0), 2000, 16)
     assert drawn.real_tokens.mean() == pytest.approx(histogram.real_tokens / batches.repeats.sum(), rel=0.02)

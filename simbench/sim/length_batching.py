@@ -8,6 +8,8 @@ sampler makes them, one stream of megabatches per cluster size.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from simbench.costmodels.base import BatchSet, ExecutionMode
@@ -34,17 +36,24 @@ class BudgetBatchDraws:
     """Steps draw token-budget batches in proportion to how many of each the bucketing made (a shuffled epoch)."""
 
     def __init__(self, batches: BudgetBatches, cost_model):
+        self.weights = batches.repeats.astype(np.float64)
         self.sampler = InverseCdf(batches.repeats)
-        self.costs = _price_kinds(batches, cost_model)
+        self.costs = _price_kinds(batches, cost_model)  # (1, kinds)
 
     def draw(self, rng: np.random.Generator, steps: int, devices: int) -> DeviceCosts:
-        picks = self.sampler.sample(rng, (steps, devices))
-        return DeviceCosts(*(values[picks] for values in self.costs))
+        return self.of_kinds(self.sampler.sample(rng, (steps, devices)))
+
+    def of_kinds(self, kinds: np.ndarray) -> DeviceCosts:
+        """The costs of batch kinds `kinds`, in their shape (steps, devices)."""
+        return DeviceCosts(*(getattr(self.costs, name)[0, kinds] for name in COST_FIELDS))
 
 
-def _price_kinds(batches: BudgetBatches, cost_model) -> tuple[np.ndarray, ...]:
-    """Per batch kind: compute, padding, overhead and stall seconds, real tokens, sequences."""
-    sequences = np.add.reduceat(batches.run_counts, batches.run_offsets[:-1])
+COST_FIELDS = tuple(field.name for field in fields(DeviceCosts))
+
+
+def _price_kinds(batches: BudgetBatches, cost_model) -> DeviceCosts:
+    """Every batch kind priced once, as one step of `kinds` devices, a bounded number of sequences at a time."""
+    sequences = np.add.reduceat(batches.run_counts, batches.run_offsets[:-1]) if batches.kinds else np.zeros(0)
     kind_ends = np.cumsum(sequences)
     parts = []
     first = 0
@@ -55,11 +64,11 @@ def _price_kinds(batches: BudgetBatches, cost_model) -> tuple[np.ndarray, ...]:
         parts.append(_price_kind_range(batches, cost_model, first, last))
         first = last
     if not parts:
-        return tuple(np.zeros(0) for _ in range(6))
-    return tuple(np.concatenate(column) for column in zip(*parts))
+        return DeviceCosts(*(np.zeros((1, 0)) for _ in COST_FIELDS))
+    return DeviceCosts(*(np.concatenate([getattr(part, name) for part in parts], axis=1) for name in COST_FIELDS))
 
 
-def _price_kind_range(batches: BudgetBatches, cost_model, first: int, last: int) -> tuple[np.ndarray, ...]:
+def _price_kind_range(batches: BudgetBatches, cost_model, first: int, last: int) -> DeviceCosts:
     runs = slice(batches.run_offsets[first], batches.run_offsets[last])
     run_kind = np.repeat(np.arange(last - first), np.diff(batches.run_offsets[first:last + 1]))
     counts = batches.run_counts[runs]
@@ -67,10 +76,7 @@ def _price_kind_range(batches: BudgetBatches, cost_model, first: int, last: int)
     rows = np.arange(lengths.size, dtype=np.int64)
     sequence_kind = np.repeat(run_kind, counts)
     batch_set = BatchSet(lengths, rows, batches.padded_lengths[first:last][sequence_kind], sequence_kind, last - first)
-    costs = price_batches(cost_model, batch_set, ExecutionMode.SORTED, 1, last - first)
-    return tuple(values.reshape(-1) for values in (costs.compute_seconds, costs.padding_seconds,
-                                                    costs.overhead_seconds, costs.stall_seconds, costs.real_tokens,
-                                                    costs.sequences))
+    return price_batches(cost_model, batch_set, ExecutionMode.SORTED, 1, last - first)
 
 
 class LengthGroupedStream:
