@@ -133,3 +133,41 @@ def test_padded_batch_set_pads_each_row_to_its_batch():
     batch_set = padded_batches(np.array([[[3, 1]], [[2, 2]]]))
     assert isinstance(batch_set, BatchSet) and batch_set.batches == 2
     assert batch_set.row_slots.tolist() == [3, 3, 2, 2]
+
+
+# --- as simulator plans ---------------------------------------------------------------------------
+
+def chat_like_histogram() -> LengthHistogram:
+    """Many short sequences and a few at the max length: where batch content varies most."""
+    counts = np.zeros(2048, dtype=np.int64)
+    counts[99:400] = 40
+    counts[-1] = 300
+    return LengthHistogram.from_counts(counts)
+
+
+def test_plans_run_in_the_simulator_and_repeat_with_their_seed():
+    from simbench.sim.simulate import simulate
+
+    args = dict(batch_size=2, steps=30, seed=5)
+    first = simulate(chat_like_histogram(), ["token-budget", "group-by-length"], [1, 8, 128], small_cost_model(),
+                     **args)
+    again = simulate(chat_like_histogram(), ["token-budget", "group-by-length"], [1, 8, 128], small_cost_model(),
+                     **args)
+    assert first.summary.equals(again.summary)
+    summary = first.summary.set_index(["strategy", "devices"])
+    assert summary.loc[("token-budget", 128), "engine"] == "order-statistics"
+    assert summary.loc[("group-by-length", 128), "engine"] != "order-statistics"
+    # A fixed number of sequences per batch: the megabatch's longest batch makes every other device wait.
+    waiting = summary.loc["group-by-length", "waiting_seconds"]
+    assert waiting.loc[1] == pytest.approx(0, abs=1e-12) and waiting.loc[128] > waiting.loc[8] > 0
+    assert summary.loc[("group-by-length", 128), "speedup"] < summary.loc[("group-by-length", 1), "speedup"]
+    assert set(first.packings) >= {"token-budget", "group-by-length"}
+
+
+def test_token_budget_gives_the_same_cluster_speed_with_either_engine():
+    from simbench.sim.simulate import simulate
+
+    results = [simulate(chat_like_histogram(), ["token-budget"], [256], small_cost_model(), batch_size=2, steps=400,
+                        seed=1, engine=engine).summary.set_index("strategy").loc["token-budget", "speedup"]
+               for engine in ("vectorized", "order-statistics")]
+    assert results[0] == pytest.approx(results[1], rel=0.02)

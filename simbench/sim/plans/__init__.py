@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from simbench.sim.pricing import DeviceCosts
     from simbench.strategies.packing import Packing
 
-BUILTIN_PLAN_MODULES = tuple(f"simbench.sim.plans.{module}" for module in ("unpadded", "packed", "vts"))
+BUILTIN_PLAN_MODULES = tuple(f"simbench.sim.plans.{module}" for module in ("unpadded", "packed", "vts", "length_grouped"))
 
 
 class PlanKind(str, Enum):

@@ -1,0 +1,108 @@
+"""Plans of the length-grouping batchers: `token-budget` (fairseq --max-tokens) and `group-by-length` (HF).
+
+Both run batches of whole sequences padded to their batch's longest, in a shape that changes from step
+to step (SORTED mode). Token-budget batches are drawn independently per device; length-grouped ones are
+dealt round-robin from sorted megabatches, so neighbouring devices get similar lengths.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from simbench.costmodels.base import ExecutionMode
+from simbench.sim.length_batching import BudgetBatchDraws, LengthGroupedStream
+from simbench.sim.orderstat import ItemSource
+from simbench.sim.plans import BatchSource, ExecutionPlan, PlanType, register_plan
+from simbench.strategies.group_by_length import sequences_per_batch
+from simbench.strategies.token_budget import token_budget_batches
+
+
+class TokenBudgetSource(BatchSource):
+    """Each device draws one of the bucketing's batches in proportion to their number (a shuffled epoch)."""
+
+    kind = "token-budget"
+
+    def __init__(self, plan, packing, settings, purpose=0, simpy_devices=0):
+        super().__init__(plan, packing, settings, purpose, simpy_devices)
+        self.rng = self.generator(purpose)
+        histogram = settings.histogram
+        self.batches = token_budget_batches(histogram, settings.batch_size * histogram.max_length)
+        self.draws = BudgetBatchDraws(self.batches, settings.cost_model)
+
+    @staticmethod
+    def packing_request(plan: ExecutionPlan) -> tuple[str, None]:
+        return plan.packer, None  # for the report's padding figures; batches come from the bucketing
+
+    @staticmethod
+    def random_stream(plan: ExecutionPlan) -> str:
+        return plan.name
+
+    @staticmethod
+    def independent_devices(plan: ExecutionPlan) -> bool:
+        return True
+
+    def chunk(self, steps, devices):
+        return {devices[-1]: self.draws.draw(self.rng, steps, devices[-1])}
+
+    def items(self):
+        """One item per device: a batch kind, its cost and tokens its features."""
+        costs = self.draws.costs
+        features = np.column_stack([costs.total_seconds[0], costs.real_tokens[0]])
+        return ItemSource(self.draws.weights, features, 1, lambda items: self.draws.of_kinds(items[:, 0][None]))
+
+
+class LengthGroupedSource(BatchSource):
+    """Each cluster size deals its own stream of sorted megabatches to its devices, batch k to device k mod n."""
+
+    kind = "group-by-length"
+
+    def __init__(self, plan, packing, settings, purpose=0, simpy_devices=0):
+        super().__init__(plan, packing, settings, purpose, simpy_devices)
+        histogram = settings.histogram
+        self.batch_sequences = sequences_per_batch(histogram, settings.batch_size, histogram.max_length)
+        self.streams: dict[int, LengthGroupedStream] = {}
+
+    @staticmethod
+    def packing_request(plan: ExecutionPlan) -> tuple[str, None]:
+        return plan.packer, None
+
+    @staticmethod
+    def random_stream(plan: ExecutionPlan) -> str:
+        return plan.name
+
+    @property
+    def shares_draws(self) -> bool:
+        return False  # a device's batch depends on how many devices share its megabatch
+
+    def chunk(self, steps, devices):
+        return {size: self._stream(size).priced(self.settings.cost_model, steps, size) for size in devices}
+
+    def _stream(self, devices: int) -> LengthGroupedStream:
+        if devices not in self.streams:
+            stream = zlib.crc32(self.random_stream(self.plan).encode())
+            rng = np.random.default_rng([self.settings.seed, stream, self.purpose, devices])
+            self.streams[devices] = LengthGroupedStream(self.settings.histogram, self.batch_sequences, rng)
+        return self.streams[devices]
+
+
+@dataclass(frozen=True)
+class LengthGroupedPlan(PlanType):
+    """`token-budget`, `group-by-length`: no parameters (the budget follows the scenario's batch size)."""
+
+    def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
+        self.reject_unknown(parameters, ())
+        return ExecutionPlan(self.name, self.source.kind, ExecutionMode.SORTED, packer=self.name)
+
+
+register_plan(LengthGroupedPlan(
+    "token-budget", "fairseq --max-tokens: length-sorted batches of up to batch_size x max_length padded token "
+    "slots, drawn at random", TokenBudgetSource))
+register_plan(LengthGroupedPlan(
+    "group-by-length", "HF Trainer group_by_length: shuffled megabatches of 50 batches sorted by length, dealt to "
+    "the devices in turn; batches of as many sequences as fill batch_size x max_length at the mean length",
+    LengthGroupedSource))
