@@ -112,9 +112,15 @@ def _setup(scenario: Scenario, histogram: LengthHistogram) -> str:
     return (f"Dataset `{histogram.name}`: {histogram.sequences:,} sequences, max length {histogram.max_length}, "
             f"{100 * (1 - histogram.efficiency):.1f} % padding, theoretical speed-up without padding "
             f"{histogram.theoretical_speedup:.3f}x. Model `{model}` on hardware `{scenario.hardware.profile}`"
-            f"{_overridden(scenario.hardware.overrides)}; "
+            f"{_overridden(scenario.hardware.overrides)}{_replicas(scenario.gpus_per_replica)}; "
             f"batch size {scenario.batch_size} per device, {scenario.steps} steps per strategy and device count, "
             f"seed {scenario.seed}.")
+
+
+def _replicas(gpus_per_replica: int) -> str:
+    if gpus_per_replica == 1:
+        return ""
+    return f", each device a replica of {gpus_per_replica} GPUs (per-GPU throughput in scaling.csv)"
 
 
 def _overridden(overrides: dict) -> str:
