@@ -17,7 +17,8 @@ from simbench.strategies.baseline import BaselineRecord, write_baseline
 RUNNER = CliRunner()
 SMALL_COUNTS = {length: (length * 7) % 5 for length in range(1, 65)}
 KEYS = {"strategy", "max_depth", "sequences", "packs", "tokens", "padding_tokens", "efficiency", "packing_factor",
-        "strategies_used", "depth_used", "seconds", "lower_bound_packs", "gap_to_bound", "bound_seconds"}
+        "strategies_used", "depth_used", "seconds", "lower_bound_packs", "gap_to_bound", "bound_seconds",
+        "bound_depth"}
 
 
 def run_simbench(*arguments):
@@ -211,3 +212,22 @@ def test_interrupt_exits_quietly_with_status_130(monkeypatch, capsys):
         simbench.cli.main()
     assert caught.value.code == 130
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_each_gap_is_to_the_bound_at_the_depth_the_packing_had_as_in_a_report(small_histogram):
+    from simbench.experiment import run_experiment
+    from simbench.scenario import Scenario
+
+    result = RUNNER.invoke(app, ["pack", str(small_histogram), "--json", "--bound"])
+    assert result.exit_code == 0, result.output
+    metrics = {record["strategy"]: record for record in map(json.loads, result.stdout.splitlines())}
+    # Padding, one sequence per pack, is bounded at depth 1: no gap (not 100 % to packs it may not fill).
+    assert (metrics["none"]["bound_depth"], metrics["none"]["gap_to_bound"]) == (1, 0.0)
+    assert metrics["nnlshp"]["max_depth"] == metrics["nnlshp"]["bound_depth"] == 3  # its default depth, not "max"
+    scenario = Scenario(name="gaps", dataset={"histogram": str(small_histogram)}, strategies=["none", "nnlshp"],
+                        devices=[1], steps=2, outputs={"lp_bounds": True})
+    packing = run_experiment(scenario, scenario.dataset.load()).packing.set_index("strategy")
+    for name in ("none", "nnlshp"):
+        assert packing.loc[name, "gap_to_bound"] == pytest.approx(metrics[name]["gap_to_bound"])
+    table = RUNNER.invoke(app, ["pack", str(small_histogram), "--strategy", "nnlshp"]).stdout
+    assert "(3 used)" not in table and "max" not in table.split("nnlshp")[0].splitlines()[-1]

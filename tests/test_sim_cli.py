@@ -84,3 +84,17 @@ def test_version_prints_the_package_version():
 
     result = RUNNER.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.stdout.strip() == f"simbench {simbench.__version__}"
+
+
+def test_table_says_what_each_speedup_is_over_and_warns_when_a_step_outdraws_the_dataset(tmp_path):
+    tiny = tmp_path / "tiny.csv"
+    tiny.write_text("length,count\n10,30\n50,40\n64,30\n")  # 100 sequences
+    result = RUNNER.invoke(app, ["simulate", str(tiny), "-s", "vts", "-s", "spfhp", "--devices", "1,16",
+                                 "--steps", "3", "--batch-size", "8", "--engine", "vectorized"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip() + "@" + line.split("│")[2].strip(): line for line in result.stdout.splitlines()
+            if line.startswith("│")}
+    assert "vts-padded" in rows["vts@1"] and "padding" in rows["spfhp:3@1"]
+    # 1 device x 8 packs of at most 3 sequences is fewer than 100; 16 x 8 padded sequences are more.
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning")]
+    assert len(warnings) == 1 and "the dataset has 100" in warnings[0] and "from 16 devices" in warnings[0]

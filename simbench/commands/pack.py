@@ -60,11 +60,14 @@ def pack(
 
 
 def _bound_caption(results: list[dict]) -> str | None:
-    """The LP bound's own time: computed once, it is in no strategy's seconds but optimal's (which needs it)."""
-    bounds = [metrics for metrics in results if metrics.get("bound_seconds") is not None]
+    """Each LP bound's depth and own time: computed once per depth, it is in no strategy's seconds but
+    optimal's (which needs it)."""
+    bounds = {metrics["bound_depth"]: metrics for metrics in results if metrics.get("bound_seconds") is not None}
     if not bounds:
         return None
-    return (f"LP bound {bounds[0]['lower_bound_packs']:,} packs, computed once in {bounds[0]['bound_seconds']:.3f} s; "
+    described = "; ".join(f"at depth {'max' if depth is None else depth}: {metrics['lower_bound_packs']:,} packs "
+                          f"in {metrics['bound_seconds']:.3f} s" for depth, metrics in bounds.items())
+    return (f"gap: to the LP bound on packs at each row's depth ({described}); "
             "seconds: each strategy alone, from scratch (optimal's include the bound)")
 
 

@@ -27,6 +27,7 @@ def run(
     from rich.console import Console
 
     from simbench.report.folder import check_replaceable, write_report
+    from simbench.report.summary import overdraw_warning
     from simbench.experiment import progress_total, run_experiment
     from simbench.scenario import load_scenarios
 
@@ -47,6 +48,9 @@ def run(
             progress.update(task, description=f"writing {target}")
             write_report(target, scenario, histogram, tables)
         say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")
+        warning = overdraw_warning(tables.scaling, histogram.sequences)
+        if warning:
+            say(warning.replace("**", ""))
 
 
 def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP)) -> None:

@@ -33,6 +33,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         f"# {scenario.name}" + (f": {scenario.description.strip()}" if scenario.description.strip() else ""),
         _headline(tables.scaling),
         _setup(scenario, histogram),
+        overdraw_warning(tables.scaling, histogram.sequences),
         "## Winner at each scale\n\n" + "\n\n".join(
             ("" if reference == "none" else f"Over {reference}:\n\n") + _winners_table(rows)
             for reference, rows in _groups(tables.scaling)),
@@ -45,6 +46,20 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         _files_section(),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def overdraw_warning(scaling: pd.DataFrame, dataset_sequences: int) -> str | None:
+    """One line when a step draws more sequences than the dataset holds: batches are drawn with
+    replacement, so such a step repeats sequences, which no pass over the real dataset does."""
+    per_step = (scaling["sequences_per_s"] * scaling["step_seconds_mean"]).round()
+    over = scaling.assign(per_step=per_step)[per_step > dataset_sequences]
+    if over.empty:
+        return None
+    first = over.sort_values(["devices", "per_step"]).iloc[0]
+    return (f"**Warning:** from {_devices(int(first.devices))} on, a step draws more sequences than the dataset "
+            f"holds ({first.per_step:,.0f} per step with {first.strategy}, up to {over.per_step.max():,.0f}; the "
+            f"dataset has {dataset_sequences:,}): sequences are drawn with replacement, so such a step repeats "
+            "some, which no real epoch does.")
 
 
 def _groups(scaling: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -233,6 +248,7 @@ def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: Exper
         "hardware_overrides": scenario.hardware.overrides,
         "seed": scenario.seed,
         "winners": winners,
+        "warnings": [warning for warning in [overdraw_warning(tables.scaling, histogram.sequences)] if warning],
         "scaling": _records(tables.scaling),
         "packing": _records(tables.packing),
     }

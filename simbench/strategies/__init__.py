@@ -46,7 +46,13 @@ class Strategy:
         packing = self.pack_function(histogram, max_length, max_depth, options or PackOptions())
         # A packer that reused a cached result (optimal's LP bound) reports what that result cost.
         seconds = time.perf_counter() - start + packing.details.get("reused_bound_seconds", 0.0)
-        return packing.replace(strategy=self.name, max_depth=max_depth, seconds=seconds)
+        # The depth the packing was made under: the caller's, else the packer's own (nnlshp's default of 3,
+        # none's 1), so that its label and its LP bound name the depth it really had.
+        if self.uses_depth and max_depth is not None:
+            depth = max_depth
+        else:
+            depth = packing.max_depth
+        return packing.replace(strategy=self.name, max_depth=depth, seconds=seconds)
 
 
 STRATEGIES: Registry[Strategy] = Registry(

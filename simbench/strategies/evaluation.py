@@ -31,11 +31,15 @@ def packing_metrics(strategy: Strategy, histogram: LengthHistogram, max_length: 
 
     packing = strategy(histogram, max_length, max_depth, options)
     fixed_shape = bool((packing.slot_lengths == max_length).all())
+    # The bound at the depth the packing was made under (as in a report's packing table): padding, one
+    # sequence per pack, is bounded at depth 1, not compared with packs it was never allowed to fill.
+    depth = packing.max_depth if strategy.uses_depth else packing.depth_used
     if with_bound is None:
-        with_bound = bound_is_cheap(histogram, max_length, max_depth)
-    bound = lp_lower_bound(histogram, max_length, max_depth) if with_bound and fixed_shape else None
+        with_bound = bound_is_cheap(histogram, max_length, depth)
+    bound = lp_lower_bound(histogram, max_length, depth) if with_bound and fixed_shape else None
     metrics = packing.metrics(bound.lower_bound_packs if bound else None)
     metrics["bound_seconds"] = bound.seconds if bound else None
+    metrics["bound_depth"] = depth if bound else None
     return metrics
 
 

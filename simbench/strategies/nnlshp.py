@@ -249,4 +249,5 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
 @register("nnlshp", "non-negative least-squares histogram packing (depth 3 unless --max-depth)")
 def pack_nnlshp(histogram, max_length, max_depth, options) -> Packing:
     rows, repeats, details = pack_nnlshp_counts(histogram.counts, max_length, max_depth)
-    return Packing.from_rows("nnlshp", max_length, max_depth, rows, repeats, details=details)
+    depth = min(PAPER_DEPTH if max_depth is None else max_depth, max_length)
+    return Packing.from_rows("nnlshp", max_length, depth, rows, repeats, details=details)
