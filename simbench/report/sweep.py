@@ -21,23 +21,26 @@ def winners(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
 
 
 def unpadding_crossover(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
-    """For each combination of the axes other than devices: the smallest device count at which the best
-    packing plan is faster than plain un-padding (empty where no cell has both)."""
+    """For each combination of the axes other than devices: the smallest device count from which the best
+    fixed-shape packer (padded packs) beats plain un-padding, and the same for packing with variable-length
+    attention; 'never' where it does not within the devices swept."""
     keys = [axis for axis in axes if axis != "devices"]
     rows = []
     groups = results.groupby(keys, sort=True, dropna=False) if keys else [((), results)]
     for key, group in groups:
         key = key if isinstance(key, tuple) else (key,)
         unpad = group[group["strategy"] == "unpad"].groupby("devices")["speedup"].max()
-        packing = group[group["packer"].notna() & (group["reference"] == "none") & (group["strategy"] != "none")]
-        best_packing = packing.groupby("devices")["speedup"].max()
-        both = sorted(set(unpad.index) & set(best_packing.index))
-        if not both:
+        if unpad.empty:
             continue
-        beaten = [devices for devices in both if best_packing[devices] > unpad[devices]]
-        rows.append({**dict(zip(keys, key)), "packing beats unpad from devices": beaten[0] if beaten else None,
-                     "unpad on 1st count": round(float(unpad[both[0]]), 3),
-                     "best packing on 1st count": round(float(best_packing[both[0]]), 3)})
+        row = dict(zip(keys, key))
+        packers = group[group["packer"].notna() & (group["packer"] != "none") & (group["reference"] == "none")]
+        for label, mode in (("fixed-shape packing", "padded"), ("packed-varlen", "packed_varlen")):
+            best = packers[packers["mode"] == mode].groupby("devices")["speedup"].max()
+            shared = sorted(set(unpad.index) & set(best.index))
+            if shared:
+                beaten = [devices for devices in shared if best[devices] > unpad[devices]]
+                row[f"{label} beats unpad from devices"] = beaten[0] if beaten else "never"
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -60,7 +63,14 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
         if not crossover.empty:
             lines += ["", "## Where packing overtakes un-padding", "",
                       "Un-padding's step waits for the slowest device, so its speed-up falls as devices are added; "
-                      "packing's fixed shapes keep theirs.", "", markdown_table(crossover.fillna("never"))]
+                      "fixed-shape packs take the same time on every device and keep theirs; packing with "
+                      "variable-length attention varies with the documents in each pack, so it falls too, less.",
+                      "", markdown_table(crossover.fillna("-"))]
+        if results["devices"].nunique() > 1:
+            written.append(_scaling_facets(out / "scaling.png", results, axes))
+            lines += ["", "scaling.png: speed-up over padding against devices, one panel per combination of the "
+                          "other swept values" + (f" (the first {FACETS_MAX})" if _facet_count(results, axes)
+                                                  > FACETS_MAX else "") + "."]
         if report_axes is not None:
             written.append(_winner_heatmap(out / "winners.png", table, report_axes))
             lines += ["", f"winners.png: the fastest strategy at each ({report_axes[0]}, {report_axes[1]}) "
@@ -72,6 +82,57 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
     with atomic_file(out / "summary.md") as temporary:
         temporary.write_text("\n".join(lines) + "\n")
     return [out / "summary.md", *written]
+
+
+FACETS_MAX = 12  # panels of scaling.png; more would be unreadable
+
+
+def _facet_keys(axes: tuple[str, ...]) -> list[str]:
+    return [axis for axis in axes if axis != "devices"]
+
+
+def _facet_count(results: pd.DataFrame, axes: tuple[str, ...]) -> int:
+    keys = _facet_keys(axes)
+    return len(results.groupby(keys)) if keys else 1
+
+
+def _scaling_facets(path: Path, results: pd.DataFrame, axes: tuple[str, ...]) -> Path:
+    """Speed-up over padding against devices (log2), a line per strategy, a panel per other-axes combination."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from simbench.atomic import atomic_file
+
+    keys = _facet_keys(axes)
+    rows = results[(results["reference"] == "none") & (results["strategy"] != "none")]
+    panels = (list(rows.groupby(keys, sort=True)) if keys else [((), rows)])[:FACETS_MAX]
+    strategies = sorted(rows["strategy"].unique())
+    colours = dict(zip(strategies, sns.color_palette("tab10", len(strategies))))
+    columns = min(len(panels), 3)
+    figure, grid = plt.subplots((len(panels) + columns - 1) // columns, columns, squeeze=False, sharex=True,
+                                figsize=(4.2 * columns, 3.0 * ((len(panels) + columns - 1) // columns)))
+    for axis, (key, panel) in zip(grid.flat, panels):
+        for strategy, lines in panel.groupby("strategy", sort=True):
+            points = lines.groupby("devices")["speedup"].mean()
+            axis.plot(points.index, points.to_numpy(), marker="o", markersize=3, color=colours[strategy],
+                      label=strategy)
+        axis.set_xscale("log", base=2)
+        key = key if isinstance(key, tuple) else (key,)
+        axis.set_title(", ".join(f"{name} = {value}" for name, value in zip(keys, key)), fontsize=9)
+        axis.set_xlabel("devices")
+        axis.set_ylabel("speed-up over padding")
+    for axis in list(grid.flat)[len(panels):]:
+        axis.set_visible(False)
+    handles, labels = grid.flat[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="upper right", frameon=False)
+    figure.tight_layout(rect=(0, 0, 0.86, 1))
+    with atomic_file(path) as temporary:
+        figure.savefig(temporary, format="png", dpi=100, metadata={"Software": None})
+    plt.close(figure)
+    return path
 
 
 def _winner_heatmap(path: Path, table: pd.DataFrame, report_axes: tuple[str, str]) -> Path:
