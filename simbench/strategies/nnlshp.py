@@ -24,6 +24,9 @@ SHORT_LENGTH = 8
 SHORT_LENGTH_WEIGHT = 0.09
 # Depth 4 at length 512 needs 959,631 strategies; depth 5 needs 25 million, beyond a dense fit.
 MAX_STRATEGIES = 2_000_000
+# The fit's work grows with strategies x lengths: 491M cells (depth 4 at 512) take seconds, while
+# depth 3 at 2,048 (716M) took minutes.
+MAX_FIT_CELLS = 1 << 29
 
 
 def exact_fill_strategies(max_length: int, depth: int) -> np.ndarray:
@@ -211,10 +214,11 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
     histogram = np.zeros(max_length, dtype=np.int64)
     histogram[:min(counts.size, max_length)] = counts[:max_length]  # lengths beyond are empty
     strategy_count = count_exact_fill_strategies(max_length, depth)
-    if strategy_count > MAX_STRATEGIES:
+    if strategy_count > MAX_STRATEGIES or strategy_count * max_length > MAX_FIT_CELLS:
         raise InputError(f"nnlshp at depth {depth} and max length {max_length} would fit "
-                         f"{strategy_count:,} strategies (limit {MAX_STRATEGIES:,}); "
-                         "use a smaller --max-depth or another strategy such as spfhp")
+                         f"{strategy_count:,} strategies to {max_length:,} lengths (limits {MAX_STRATEGIES:,} "
+                         f"strategies, {MAX_FIT_CELLS:,} cells); use a smaller --max-depth or another "
+                         "strategy such as spfhp or optimal")
     strategies = exact_fill_strategies(max_length, depth)
     weights = np.ones(max_length)
     weights[:SHORT_LENGTH] = SHORT_LENGTH_WEIGHT
