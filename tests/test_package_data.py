@@ -1,7 +1,6 @@
 """Bundled files live inside the package and are found from any folder (CI also checks a built wheel)."""
 
 import tomllib
-from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -47,7 +46,8 @@ def test_package_data_patterns_cover_every_file_the_package_reads():
         package = next(folder for folder in path.parents if (folder / "__init__.py").is_file())
         name = ".".join(package.relative_to(package_dir.parent).parts)
         relative = path.relative_to(package).as_posix()
-        if not any(fnmatch(relative, pattern) for pattern in patterns.get(name, ())):
+        # setuptools globs the patterns from the package's folder: `*` stays within one folder.
+        if not any(path in package.glob(pattern) for pattern in patterns.get(name, ())):
             missing.append(f"{name}: {relative}")
     assert missing == []
 
