@@ -59,10 +59,11 @@ def progress_total(scenario: Scenario) -> int:
 
 
 def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
-                   progress: Progress | None = None, packings: dict[str, Packing] | None = None) -> ExperimentResult:
+                   progress: Progress | None = None, packings: dict[str, Packing] | None = None,
+                   stage: Callable[[str], None] | None = None) -> ExperimentResult:
     """Run `scenario` (on `histogram`, its dataset's by default); `progress(units)` counts up to
     `progress_total(scenario)`. `packings` already made of this histogram (a sweep shares them between
-    cells) are used instead of packing again."""
+    cells) are used instead of packing again. `stage(text)` hears of each stage as it finishes."""
     histogram = histogram if histogram is not None else scenario.dataset.load()
     progress = progress or (lambda units: None)
     cost_model = COST_MODELS.get(scenario.cost_model).build(get_model(scenario.model), scenario.hardware.load(),
@@ -70,9 +71,10 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     plans = [spec.plan() for spec in scenario.strategies]
     labels = {plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}
     result = simulate(histogram, plans, list(scenario.devices), cost_model, batch_size=scenario.batch_size,
-                      steps=scenario.steps, seed=scenario.seed, progress=progress, packings=packings)
+                      steps=scenario.steps, seed=scenario.seed, progress=progress, packings=packings, stage=stage)
     summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
-    packing, timings = _packing_tables(result.packings, labels, histogram, progress, scenario.outputs.lp_bounds)
+    packing, timings = _packing_tables(result.packings, labels, histogram, progress, scenario.outputs.lp_bounds,
+                                       stage or (lambda text: None))
     plans_by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(plans)}
     latency, gumbel, extrapolation = _straggler_tables(result.latency_samples, labels, plans_by_label, summary,
                                                        scenario.batch_size)
@@ -91,7 +93,8 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
 
 
 def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histogram: LengthHistogram,
-                    progress: Progress, with_bounds: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+                    progress: Progress, with_bounds: bool,
+                    stage: Callable[[str], None]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """packing.csv (deterministic metrics with the LP bound) and timings.csv (measured solve seconds)."""
     bounds: dict[int | None, LPBound | None] = {}
     bound_seconds: dict[int | None, float] = {}
@@ -103,6 +106,8 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
             bounds[depth] = lp_lower_bound(histogram, histogram.max_length, depth) if with_bounds else None
             # The bound's own cost, also when `optimal` already computed it and this is the cached one.
             bound_seconds[depth] = bounds[depth].seconds if bounds[depth] else None
+            if bounds[depth] is not None:
+                stage(f"LP bound at depth {'max' if depth is None else depth} in {bound_seconds[depth]:.2f} s")
         progress(1)
         bound = bounds[depth]
         metrics = packing.metrics(bound.lower_bound_packs if bound else None)

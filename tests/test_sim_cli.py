@@ -98,3 +98,19 @@ def test_table_says_what_each_speedup_is_over_and_warns_when_a_step_outdraws_the
     # 1 device x 8 packs of at most 3 sequences is fewer than 100; 16 x 8 padded sequences are more.
     warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning")]
     assert len(warnings) == 1 and "the dataset has 100" in warnings[0] and "from 16 devices" in warnings[0]
+
+
+def test_outside_a_terminal_each_finished_stage_is_a_line_and_quiet_silences_them(tmp_path):
+    tiny = tmp_path / "tiny.csv"
+    tiny.write_text("length,count\n10,300\n50,400\n64,300\n")
+    arguments = ["simulate", str(tiny), "-s", "spfhp:2", "--devices", "1,2", "--steps", "2", "--batch-size", "2"]
+    lines = RUNNER.invoke(app, arguments).stderr.splitlines()
+    stages = [line.split("] ", 1)[1] for line in lines if line.startswith("[")]
+    assert stages == ["packed none: 1,000 packs in " + stages[0].rsplit(" in ", 1)[1],
+                      "simulated none on 1, 2 devices", stages[2], "simulated spfhp:2 on 1, 2 devices"]
+    assert stages[2].startswith("packed spfhp:2: ")
+    assert all(float(line[1:line.index(" s]")]) >= 0 for line in lines if line.startswith("["))
+    assert RUNNER.invoke(app, [*arguments, "--quiet"]).stderr == ""
+    packed = RUNNER.invoke(app, ["pack", str(tiny), "-s", "spfhp"]).stderr
+    assert packed.startswith("[") and "packed spfhp: " in packed
+    assert RUNNER.invoke(app, ["pack", str(tiny), "-s", "spfhp", "-q"]).stderr == ""

@@ -9,6 +9,7 @@ import functools
 import inspect
 import json
 import math
+import time
 from collections.abc import Callable, Iterable
 
 from simbench.errors import InputError
@@ -79,13 +80,31 @@ def _plain(value):
     return value
 
 
-def progress_bar(console):
-    """The commands' progress bar; off when `console` is no terminal (a pipe or a CI log would keep a
-    stray blank line where the transient bar was)."""
+def progress_bar(console, quiet: bool = False):
+    """The commands' progress bar; off when `quiet` or when `console` is no terminal (a pipe or a CI log
+    would keep a stray blank line where the transient bar was: `stage_lines` speaks there instead)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=True, disable=not console.is_terminal)
+                    console=console, transient=True, disable=quiet or not console.is_terminal)
+
+
+def stage_lines(console, quiet: bool = False) -> Callable[[str], None] | None:
+    """Where no live bar shows (stderr is a pipe, a CI log, a notebook), one line per finished stage with
+    the seconds since the start, so a long run is never silent; None in a terminal or when `quiet`."""
+    if quiet or console.is_terminal:
+        return None
+    start = time.perf_counter()
+
+    def report(stage: str) -> None:
+        console.print(f"[{time.perf_counter() - start:7.1f} s] {stage}", highlight=False, markup=False,
+                      soft_wrap=True)
+        console.file.flush()
+
+    return report
+
+
+QUIET_HELP = "no progress: neither the live bar in a terminal nor the line per finished stage elsewhere"
 
 
 def say(message: str, *, stderr: bool = True) -> None:

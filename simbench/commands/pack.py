@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from simbench.commands.common import command, print_json_lines, print_table, say
+from simbench.commands.common import QUIET_HELP, command, print_json_lines, print_table, say, stage_lines
 from simbench.errors import InputError
 
 TABLE_COLUMNS = ("depth", "algorithm", "strategies used", "packs", "tokens", "padding tokens", "efficiency %",
@@ -29,6 +29,7 @@ def pack(
     baseline_path: Path = typer.Option(None, "--baseline", help="records for --check-baseline [default: bundled]"),
     bound: bool = typer.Option(None, "--bound/--no-bound",
                                help="compute the LP lower bound on packs [default: only where it is cheap]"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Pack HISTOGRAM with one strategy or all of them and report efficiency, packs and the gap to the LP bound."""
     from simbench.histogram import load_histogram
@@ -47,12 +48,16 @@ def pack(
         return
     max_length = check_pack_limits(histogram, max_length, max_depth)
     options = PackOptions(seed=seed, batch_size=batch_size)
+    from rich.console import Console
+
+    stage = stage_lines(Console(stderr=True), quiet) or (lambda text: None)
     results = []
     for metrics in pack_each(strategies, histogram, max_length, max_depth, options, with_bound=bound,
                              skipped=lambda name, error: say(f"skipped {name}: {error}")):
         if as_json:
             print_json_lines([metrics])
         results.append(metrics)
+        stage(f"packed {metrics['strategy']}: {metrics['packs']:,} packs in {metrics['seconds']:.2f} s")
     if not as_json:
         # The table is as wide as the paper's; piped output should not fold it into 80 columns.
         print_table(f"{histogram.name}: {histogram.sequences:,} sequences, max length {max_length}", TABLE_COLUMNS,

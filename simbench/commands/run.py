@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from simbench.commands.common import command, progress_bar, say
+from simbench.commands.common import QUIET_HELP, command, progress_bar, say, stage_lines
 
 REPORTS_DIR = Path("reports")
 SCENARIO_HELP = "scenario YAML file, or a bundled scenario's name (simbench list)"
@@ -22,6 +22,7 @@ def run(
                                                  "(a file of several scenarios: DIR/<scenario name>)"),
     quick: bool = typer.Option(False, "--quick", help="every strategy, but few steps and device counts (seconds)"),
     seed: int = typer.Option(None, "--seed", min=0, help="replace the scenario's seed"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Simulate a scenario and write its report: tables, summary.md and plots."""
     from rich.console import Console
@@ -42,9 +43,10 @@ def run(
     for scenario, target in zip(scenarios, targets):
         start = time.perf_counter()
         histogram = scenario.dataset.load()
-        with progress_bar(console) as progress:
+        with progress_bar(console, quiet) as progress:
             task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
-            tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units))
+            tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units),
+                                    stage=stage_lines(console, quiet))
             progress.update(task, description=f"writing {target}")
             write_report(target, scenario, histogram, tables)
         say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")

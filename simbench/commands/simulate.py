@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import typer
 
-from simbench.commands.common import command, parse_counts, print_json_lines, print_table, progress_bar, say
+from simbench.commands.common import (QUIET_HELP, command, parse_counts, print_json_lines, print_table, progress_bar,
+                                      say, stage_lines)
 from simbench.validation import DEFAULT_DEVICES
 
 TABLE_COLUMNS = ("strategy", "devices", "speed-up", "over", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms", "engine")
@@ -28,6 +29,7 @@ def simulate(
     seed: int = typer.Option(0, "--seed", help="seed of every random draw"),
     engine: str = typer.Option("auto", "--engine", help="auto, simpy or vectorized"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per (strategy, devices) line"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Simulate data-parallel training steps of each strategy and report speed-ups over padding."""
     from rich.console import Console
@@ -42,10 +44,12 @@ def simulate(
     plans = parse_plans(strategy)
     lengths = load_histogram(histogram)
     cost_model = TransformerCostModel(model, hardware)
-    with progress_bar(Console(stderr=True)) as progress:
+    console = Console(stderr=True)
+    with progress_bar(console, quiet) as progress:
         task = progress.add_task("simulating", total=len(with_reference(plans)) * len(device_counts))
         result = run_simulation(lengths, plans, device_counts, cost_model, batch_size=batch_size, steps=steps,
-                                seed=seed, engine=engine, progress=lambda advance: progress.advance(task, advance))
+                                seed=seed, engine=engine, progress=lambda advance: progress.advance(task, advance),
+                                stage=stage_lines(console, quiet))
     warning = overdraw_warning(result.summary, lengths.sequences)
     if warning:
         say(warning.replace("**", ""))

@@ -43,11 +43,13 @@ LATENCY_SAMPLES_MAX = 100_000
 def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devices: list[int], cost_model, *,
              batch_size: int, steps: int, seed: int, engine: str = "auto",
              progress: Callable[[int], None] | None = None,
-             packings: dict[str, Packing] | None = None) -> SimulationResult:
+             packings: dict[str, Packing] | None = None,
+             stage: Callable[[str], None] | None = None) -> SimulationResult:
     """Simulate every plan (plus padding, the reference) on every cluster size in `devices`.
 
     `progress(1)` is called after each (plan, devices) is done: len(with_reference(plans)) * len(devices) calls.
     `packings` (by plan name, e.g. a previous result's `.packings`) are reused instead of packing again.
+    `stage(text)` hears of each stage as it finishes (a packing made, a group of cluster sizes simulated).
     """
     named = parse_plans([plan for plan in plans if isinstance(plan, str)])  # expands `all`
     given = [plan for plan in plans if not isinstance(plan, str)]
@@ -58,14 +60,17 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
     settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine)
     packings = dict(packings or {})
+    stage = stage or (lambda text: None)
     runs: list[PlanRun] = []
     latency_samples: dict[str, np.ndarray] = {}
     timelines: dict[str, pd.DataFrame] = {}
     for plan in plans:
         packing = packings.get(plan.name) or _packing(plan, settings, packings)
+        if packing is not None and plan.name not in packings:
+            stage(f"packed {plan.name}: {packing.packs_total:,} packs in {packing.seconds:.2f} s")
         if packing is not None:
             packings[plan.name] = packing
-        plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, settings, progress)
+        plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, settings, progress, stage)
         runs.extend(plan_runs)
         if samples is not None:
             latency_samples[plan.name] = samples
@@ -101,7 +106,7 @@ def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[s
 
 
 def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[int], settings: SimulationSettings,
-                   progress):
+                   progress, stage: Callable[[str], None]):
     """Small clusters simulate every device, on batches drawn once for all of them (so plans drawing the
     same sequences stay paired); larger ones draw their slowest device directly when devices are
     independent, or simulate every device on batches of their own."""
@@ -111,6 +116,7 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
     for group, purpose in ((small, 0), ([size for size in large if size not in pooled], 4)):
         if group:
             group_runs, group_latency, group_timeline = _simulate_devices(plan, packing, group, settings, purpose)
+            stage(f"simulated {plan.name} on {_counts(group)} devices")
             runs += group_runs
             latency = latency if latency is not None else group_latency
             timeline = timeline if timeline is not None else group_timeline
@@ -119,6 +125,7 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
         pool = build_pool(source.items(), source.generator(2), pooled[-1])
         by_size = slowest_of(pool, pooled, settings.steps, source.generator(3))
         runs += [_run(source, size, by_size[size], None, engine="order-statistics") for size in pooled]
+        stage(f"simulated {plan.name} on {_counts(pooled)} devices (slowest device drawn directly)")
         latency = pool.plain_totals[:LATENCY_SAMPLES_MAX]
         timeline = timeline if timeline is not None else source.timeline()
     runs.sort(key=lambda run: run.devices)
@@ -126,6 +133,10 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
         for _ in runs:
             progress(1)
     return runs, latency, timeline
+
+
+def _counts(devices: list[int]) -> str:
+    return ", ".join(f"{count:,}" for count in devices)
 
 
 def _split_by_size(devices: list[int], settings: SimulationSettings) -> tuple[list[int], list[int]]:
