@@ -80,5 +80,6 @@ def pack_group_by_length(histogram, max_length, max_depth, options) -> Packing:
         counts = counts[keys]
     else:
         keys, counts = np.unique(pair_keys, return_counts=True)
-    return Packing.from_rows("group-by-length", max_length, 1, keys // (max_length + 1), counts,
-                             slot_lengths=keys % (max_length + 1))
+    # Keys are distinct and one sequence per row: the packing as is, without from_rows' merge of millions of rows.
+    return Packing("group-by-length", max_length, 1, (keys // (max_length + 1))[:, None], counts.astype(np.int64),
+                   keys % (max_length + 1))
