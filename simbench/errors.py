@@ -45,6 +45,25 @@ class InputError(Exception):
         return InputError(message, source=self.source, line=self.line, parameter=name)
 
 
+class InputErrors(InputError):
+    """Every error found in one input at once (`simbench validate` lists them all); as a message, the
+    first with how many more there are, so that other commands still say one line."""
+
+    def __init__(self, errors: list[InputError]):
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more; `simbench validate` lists them all)" if len(errors) > 1 else ""
+        super().__init__(first.message + more, source=first.source, line=first.line, parameter=first.parameter)
+        self.errors = errors
+
+
+def did_you_mean(name: str, known: list[str]) -> str:
+    """' did you mean X?' for the known name closest to a misspelt `name`, or '' when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(item) for item in known], n=1)
+    return f" did you mean {close[0]!r}?" if close else ""
+
+
 # Far above any scenario, profile, log or histogram a user has (a CSV of every length to 2^20 with
 # 2^40-sized counts is ~25 MB), and far below what takes long to parse: bigger inputs are refused.
 MAX_TEXT_FILE_BYTES = 64 * 2**20

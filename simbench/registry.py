@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Generic, TypeVar
 
-from simbench.errors import InputError
+from simbench.errors import InputError, did_you_mean
 
 Item = TypeVar("Item")
 
@@ -60,7 +60,8 @@ class Registry(Generic[Item]):
         """The item called `name`; an InputError listing the known names if there is none."""
         item = self.find(name)
         if item is None:
-            raise InputError(f"unknown {self.kind} {name!r}; known {self.plural}: {', '.join(self.names())}")
+            raise InputError(f"unknown {self.kind} {name!r};{did_you_mean(name, self.names())} "
+                             f"known {self.plural}: {', '.join(self.names())}")
         return item
 
     def available(self) -> dict[str, Item]:

@@ -21,7 +21,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictInt, Ta
 
 from simbench.costmodels import COST_MODELS, HardwareProfile, get_model, load_hardware
 from simbench.data import bundled_files
-from simbench.errors import InputError, read_text_file
+from simbench.errors import InputError, InputErrors, did_you_mean, read_text_file
 from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.plans import ExecutionPlan, plan_fields, plan_from_fields, plan_type
@@ -362,8 +362,19 @@ def load_scenario(path: Path | str, *, seed: int | None = None) -> Scenario:
 
 
 def parse_scenarios(text: str, *, source: str, base_dir: Path, seed: int | None = None) -> list[Scenario]:
-    scenarios = [_validate(data, root, source, base_dir, seed) for root, data in load_yaml_documents(text, source)
-                 if data is not None]
+    """Every scenario of the file; an invalid file raises every error of every document at once."""
+    scenarios, errors = [], []
+    for root, data in load_yaml_documents(text, source):
+        if data is None:
+            continue
+        try:
+            scenarios.append(_validate(data, root, source, base_dir, seed))
+        except InputErrors as error:
+            errors += error.errors
+        except InputError as error:
+            errors.append(error)
+    if errors:
+        raise InputErrors(errors)
     if not scenarios:
         raise InputError("the file holds no scenario", source=source)
     return scenarios
@@ -384,8 +395,13 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
     try:
         return Scenario.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        raise InputError(_describe(first), source=source, line=_line_of(root, first["loc"])) from None
+        found = error.errors()
+        # A list's own error (too short once its bad items are left out) only echoes its items' errors.
+        paths = [tuple(_path_in_yaml(each["loc"])) for each in found]
+        errors = [InputError(_describe(each), source=source, line=_line_of(root, each["loc"]))
+                  for each, path in zip(found, paths)
+                  if not any(len(other) > len(path) and other[:len(path)] == path for other in paths)]
+        raise InputErrors(sorted(errors, key=lambda each: each.line or 0)) from None
 
 
 def _resolve_paths(data: dict, base_dir: Path) -> None:
@@ -432,7 +448,7 @@ def _describe(error: dict) -> str:
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
         allowed = _allowed_keys(path[:-1])
-        return f"unknown key {path[-1]!r}; allowed keys here: {', '.join(allowed)}"
+        return f"unknown key {path[-1]!r};{did_you_mean(path[-1], allowed)} allowed keys here: {', '.join(allowed)}"
     if error["type"] == "missing":
         return f"missing required key {key!r}"
     return f"{key}: {message}"

@@ -230,3 +230,26 @@ def test_clusters_up_to_2_20_devices_are_accepted_and_larger_ones_rejected_befor
     assert accepted.devices == (1, 1048576)
     message = error_of(tmp_path, FIVE_LINES.replace("devices: [1, 8]", "devices: [1, 1048577]"))
     assert ":5: devices.1: Input should be less than or equal to 1048576" in message
+
+
+def test_validate_lists_every_error_of_every_document_with_its_line_and_a_suggestion(tmp_path):
+    path = tmp_path / "typos.yaml"
+    path.write_text("name: one\ndataset: {histogram: squad_1_1_384}\nstratgies: [spfhp]\nstrategies:\n"
+                    "  - spfph\n  - {name: lpfhp, max_dept: 3}\ndevices: [1, 0]\n"
+                    "---\nname: two\ndataset: {histogram: squad_1_1_384}\nstrategies: [unpda]\nbatchsize: 3\n")
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    expected = [(3, "unknown key 'stratgies'; did you mean 'strategies'?"),
+                (5, "strategies.0.name: unknown strategy 'spfph'; did you mean 'spfhp'?"),
+                (6, "unknown key 'max_dept'; did you mean 'max_depth'?"),
+                (7, "devices.1: "),
+                (11, "strategies.0.name: unknown strategy 'unpda'; did you mean 'unpad'?"),
+                (12, "unknown key 'batchsize'; did you mean 'batch_size'?")]
+    assert len(errors) == len(expected)
+    for line, (number, start) in zip(errors, expected):
+        assert line.startswith(f"error: {path}:{number}: {start}")
+    assert "6 errors" in result.stderr
+    # Other commands still say one line: the first error and how many more there are.
+    with pytest.raises(InputError, match=r"stratgies.*and 5 more; `simbench validate` lists them all"):
+        load_scenarios(path)

@@ -56,10 +56,20 @@ def run(
 
 
 def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP)) -> None:
-    """Check a scenario file without running it."""
+    """Check a scenario file without running it; every error in it is listed at once."""
+    from simbench.errors import InputErrors
     from simbench.scenario import load_scenarios
 
-    for scenario in load_scenarios(scenario_path):  # validating loads each dataset
+    try:
+        scenarios = load_scenarios(scenario_path)  # validating loads each dataset
+    except InputErrors as errors:
+        if len(errors.errors) == 1:
+            raise errors.errors[0] from None  # one line, as every command says one error
+        for error in errors.errors:
+            say(f"error: {error}")
+        say(f"{scenario_path}: {len(errors.errors)} errors")
+        raise typer.Exit(2) from None
+    for scenario in scenarios:
         say(f"{scenario_path}: valid scenario {scenario.name!r} ({len(scenario.strategies)} strategies, "
             f"devices {', '.join(map(str, scenario.devices))})")
 

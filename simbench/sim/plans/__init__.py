@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from simbench.costmodels.base import ExecutionMode
-from simbench.errors import InputError
+from simbench.errors import InputError, did_you_mean
 from simbench.registry import Registry
 from simbench.strategies import STRATEGIES
 
@@ -220,7 +220,8 @@ def plan_type(name: str) -> PlanType:
         return found
     strategy = STRATEGIES.find(name)
     if strategy is None:
-        raise InputError(f"unknown strategy {name!r}; known strategies: {', '.join(all_plan_names())}")
+        raise InputError(f"unknown strategy {name!r};{did_you_mean(name, all_plan_names())} "
+                         f"known strategies: {', '.join(all_plan_names())}")
     return PackerPlan.of(strategy)
 
 
