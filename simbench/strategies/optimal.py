@@ -22,15 +22,22 @@ import numpy as np
 from simbench.histogram import LengthHistogram
 from simbench.strategies import get_strategy, register
 from simbench.strategies.classic import pack_decreasing
-from simbench.strategies.lp_bound import (LPBound, LengthItems, MasterLP, column_generation,
-                                          lp_lower_bound, trivial_lower_bound)
+from simbench.strategies.lp_bound import (COARSE_UNITS, FLUID_UNITS, LPBound, LengthItems, MasterLP,
+                                          column_generation, lp_lower_bound, trivial_lower_bound)
 from simbench.strategies.packing import PackOptions, Packing
+from simbench.strategies.spfhp import pack_by_free_space
 
 # Importers of the bound from here keep working: it lived in this module first.
 __all__ = ["LPBound", "lp_lower_bound", "pack_optimal", "trivial_lower_bound"]
 
 # The fast packers `optimal` also runs; it keeps whichever packing needs the fewest packs.
 HEURISTICS = ("bfd", "ffd", "lpfhp", "spfhp")
+
+# Where the LP is priced on a coarse grid, the heuristics' gap to the bound above which `optimal`
+# also rounds the LP of the long sequences rounded up to that grid (whose packs fit the real ones).
+GRID_ROUNDING_GAP = 1e-3
+# ... unless shorter sequences must be fitted into more packs than this (one by one, in Python).
+GRID_ROUNDING_MAX_PACKS = 1_000_000
 
 # Roundings of the residual LP before the last few sequences go to best-fit decreasing.
 ROUNDING_PASSES = 6
@@ -56,6 +63,10 @@ def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | N
     if fewest > bound.lower_bound_packs and bound.method == "column generation":
         # First in the dict, so it wins ties: the LP's packs as before heuristics joined in.
         candidates = {"lp rounding": _round_lp(histogram, max_length, max_depth, bound), **candidates}
+    elif fewest > (1 + GRID_ROUNDING_GAP) * bound.lower_bound_packs:
+        on_grid = _round_on_grid(histogram, max_length, max_depth)
+        if on_grid is not None:
+            candidates["lp rounding on a grid"] = on_grid
     chosen = min(candidates, key=lambda name: candidates[name].packs_total)
     details = {**candidates[chosen].details, "lp_value": bound.value, "lower_bound_packs": bound.lower_bound_packs,
                "lp_converged": bound.converged, "bound_method": bound.method, "chosen": chosen,
@@ -94,6 +105,52 @@ def _round_lp(histogram: LengthHistogram, max_length: int, max_depth: int | None
     details = {"rounding_passes": passes, "best_fit_packs": int(leftover_repeats.sum())}
     return Packing.from_rows("optimal", max_length, max_depth, rows,
                              np.concatenate([repeats, leftover_repeats]), details=details)
+
+
+def _round_on_grid(histogram: LengthHistogram, max_length: int, max_depth: int | None) -> Packing | None:
+    """Sequences of at least `FLUID_UNITS` grid units rounded up to whole units and packed by the
+    LP rounding (a pack of rounded-up lengths fits the real ones), the shorter ones then placed by
+    best fit into the room left; None where that would mean filling too many packs one by one."""
+    unit = -(-max_length // COARSE_UNITS)
+    capacity = max_length // unit
+    counts = histogram.counts[:max_length]
+    lengths = np.arange(1, counts.size + 1, dtype=np.int64)
+    units = -(-lengths // unit)
+    # Where units do not divide max_length, the longest may not fit a grid pack: best fit takes them.
+    long_ones = (units >= FLUID_UNITS) & (units <= capacity) & (counts > 0)
+    coarse = LengthHistogram(np.bincount(units[long_ones], weights=counts[long_ones],
+                                         minlength=capacity + 1)[1:].astype(np.int64))
+    if coarse.sequences == 0:
+        return None
+    grid = _round_lp(coarse, capacity, max_depth, lp_lower_bound(coarse, capacity, max_depth))
+    # Every physical pack of the grid packing, slot by slot; slots of one unit size take that
+    # size's real sequences, longest first, so each pack's lengths stay in descending order.
+    of_pack = np.repeat(np.arange(grid.strategies_used), grid.repeats)
+    slots_per_pack = grid.depths[of_pack]
+    slot_pack = np.repeat(np.arange(of_pack.size), slots_per_pack)
+    first_slot = np.repeat(np.cumsum(slots_per_pack) - slots_per_pack, slots_per_pack)
+    slot_units = grid.pack_lengths[np.repeat(grid.pack_starts[of_pack], slots_per_pack)
+                                   + np.arange(slot_pack.size) - first_slot]
+    real = np.empty(slot_units.size, dtype=np.int64)
+    real[np.argsort(-slot_units, kind="stable")] = np.repeat(lengths[long_ones], counts[long_ones])[::-1]
+    details = {"grid_unit_tokens": unit, "rounding_passes": grid.details["rounding_passes"]}
+    if not np.any(counts[~long_ones]):
+        # Nothing left to fill in: the packs as one table, merged by numpy rather than one by one.
+        rows = np.zeros((of_pack.size, grid.depth_used), dtype=np.int64)
+        rows[slot_pack, np.arange(slot_pack.size) - first_slot] = real
+        return Packing.from_rows("optimal", max_length, max_depth, rows, np.ones(of_pack.size, dtype=np.int64),
+                                 details=details)
+    if grid.packs_total > GRID_ROUNDING_MAX_PACKS:
+        return None
+    ends = np.cumsum(slots_per_pack)
+    partial: dict[tuple, int] = {}
+    for pack in np.split(real, ends[:-1]):
+        key = tuple(pack.tolist())
+        partial[key] = partial.get(key, 0) + 1
+    short = np.where(long_ones, 0, counts)
+    groups = pack_by_free_space(short, max_length, max_depth, shortest_pack_first=False,
+                                partial_packs=[(count, pack) for pack, count in partial.items()])
+    return Packing.from_groups("optimal", max_length, max_depth, groups, details=details)
 
 
 def _floor_within(weights: np.ndarray, columns: np.ndarray, residual: np.ndarray) -> np.ndarray:
