@@ -109,7 +109,8 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
             if bounds[depth] is not None:
                 stage(f"LP bound at depth {'max' if depth is None else depth} in {bound_seconds[depth]:.2f} s")
         progress(1)
-        bound = bounds[depth]
+        # A bound on packs of max length bounds no batch padded to its own longest (sort), as in `simbench pack`.
+        bound = bounds[depth] if bool((packing.slot_lengths == histogram.max_length).all()) else None
         metrics = packing.metrics(bound.lower_bound_packs if bound else None)
         label = labels.get(name, name)
         timing_rows.append({"strategy": label, "packer": packing.strategy, "solve_seconds": metrics.pop("seconds"),
