@@ -130,3 +130,14 @@ def test_the_command_writes_a_profile_with_the_fitted_rates(tmp_path, monkeypatc
 def test_asking_for_cuda_without_a_gpu_is_a_clear_error():
     with pytest.raises(InputError, match="sees no CUDA GPU; use --device cpu"):
         calibrate_decoder(TINY, device="cuda")
+
+
+def test_the_encoder_calibration_sends_decoders_to_calibrate_decoder(tmp_path):
+    from typer.testing import CliRunner
+
+    from simbench.cli import app
+
+    result = CliRunner().invoke(app, ["calibrate", "--model", "llama-3.1-8b", "--device", "cpu", "-o",
+                                      str(tmp_path / "p.yaml")])
+    assert isinstance(result.exception, InputError) and "simbench calibrate-decoder --model llama-3.1-8b" in str(
+        result.exception)

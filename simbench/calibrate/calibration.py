@@ -66,6 +66,9 @@ class CalibrationSettings:
 
     def encoder_shape(self) -> EncoderShape:
         model = self.model
+        if model.is_decoder:  # timing it as an encoder would price the wrong attention and positions
+            raise InputError(f"model {model.name} is a decoder; `simbench calibrate-decoder --model {model.name}` "
+                             f"times decoder LLMs")
         if self.max_length > model.max_positions:
             raise InputError(f"max length {self.max_length} exceeds the model's {model.max_positions} positions")
         return encoder_shape(model)
