@@ -45,9 +45,11 @@ def run(
         histogram = scenario.dataset.load()
         with progress_bar(console, quiet) as progress:
             task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
-            tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units),
-                                    stage=stage_lines(console, quiet))
+            stage = stage_lines(console, quiet)
+            tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units), stage=stage)
             progress.update(task, description=f"writing {target}")
+            if stage is not None:
+                stage(f"writing {target}/ (tables, summary, {len(scenario.outputs.plots)} plots, report.html)")
             write_report(target, scenario, histogram, tables)
         say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")
         warning = overdraw_warning(tables.scaling, histogram.sequences)

@@ -100,38 +100,39 @@ def histogram_figure(histogram: LengthHistogram) -> Figure:
 def packing_figure(packing: pd.DataFrame, timings: pd.DataFrame, real_tokens: int, max_length: int) -> Figure:
     """Packing efficiency per strategy on a logit axis (which spreads 99 %, 99.9 % and 99.99 % as far apart
     as 50 % and 90 %), the LP bound at each depth where it was computed, and each packer's solve time."""
-    figure, (left, right) = _figure(width=10.0, height=1.6 + 0.28 * len(packing), columns=2)
+    figure, (left, right) = _figure(width=10.0, height=1.9 + 0.28 * len(packing), columns=2)
     labels = packing["label"].tolist()
     positions = np.arange(len(labels))
     efficiency = packing["efficiency"].clip(EFFICIENCY_SHOWN_MIN, EFFICIENCY_SHOWN_MAX).to_numpy()
     left.hlines(positions, EFFICIENCY_SHOWN_MIN, efficiency, color=sns.color_palette()[0], linewidth=2, alpha=0.5)
     left.scatter(efficiency, positions, color=sns.color_palette()[0], zorder=3)
-    for position, value, shown in zip(positions, packing["efficiency"], efficiency):
-        # Beside its dot, on the side with room (the axis ends at one padding token in a million).
-        right_side = shown < 0.9999
-        left.annotate(f"{100 * value:.3f}", (shown, position), xytext=(6 if right_side else -6, 0),
-                      textcoords="offset points", ha="left" if right_side else "right", va="center", fontsize=7)
     bound = real_tokens / (packing["lower_bound_packs"].astype(float) * max_length)
     # A bound on packs bounds the efficiency of fixed-shape packs only (not of sorted batches).
     bound = bound.where(packing["tokens"] == packing["packs"] * max_length)
+    for position, value, shown, limit in zip(positions, packing["efficiency"], efficiency, bound.fillna(0.0)):
+        # Right of the dot and of its bound, unless that is the axis's end (one padding token in a million).
+        anchor = min(max(shown, limit), EFFICIENCY_SHOWN_MAX)
+        right_side = anchor < 0.9999
+        left.annotate(f"{100 * value:.3f}", (anchor, position), xytext=(6 if right_side else -6, 0),
+                      textcoords="offset points", ha="left" if right_side else "right", va="center", fontsize=7)
     if bound.notna().any():
         rows = bound.notna().to_numpy()
         left.vlines(bound[rows].clip(upper=EFFICIENCY_SHOWN_MAX), positions[rows] - 0.4, positions[rows] + 0.4,
                     color="black", linewidth=2, zorder=4, label="LP bound at the same depth")
-        left.legend(fontsize=8, loc="lower right", framealpha=0.9)
+        left.legend(fontsize=8, loc="upper right", framealpha=0.9)  # in the headroom above the first row
     left.set_xscale("logit")
     ticks = [tick for tick in (0.5, 0.9, 0.99, 0.999, 0.9999, 0.99999) if tick <= EFFICIENCY_SHOWN_MAX]
     left.set_xticks(ticks, [f"{100 * tick:g}" for tick in ticks])
     left.xaxis.set_minor_formatter(NullFormatter())
     left.set_xlim(min(EFFICIENCY_SHOWN_MIN, efficiency.min() * 0.98), EFFICIENCY_SHOWN_MAX)
     left.set_yticks(positions, labels)
-    left.set_ylim(len(labels) - 0.5, -0.8)
+    left.set_ylim(len(labels) - 0.5, -1.6)
     left.set_xlabel("efficiency: real tokens / token slots (%, logit scale)")
     seconds = timings.set_index("strategy")["solve_seconds"].reindex(labels)
     right.barh(positions, seconds.clip(lower=1e-6), color=sns.color_palette()[1])
     right.set_xscale("log")
     right.set_yticks(positions, [""] * len(labels))
-    right.set_ylim(len(labels) - 0.5, -0.8)
+    right.set_ylim(len(labels) - 0.5, -1.6)
     right.set_xlabel("solve time (s, log scale)")
     figure.suptitle("Packing efficiency and solve time")
     return figure
@@ -162,6 +163,7 @@ def scaling_figure(scaling: pd.DataFrame, title: str = "", theoretical_speedup: 
         scaling = scaling.assign(reference="none")
     families = list(dict.fromkeys(FAMILY_ORDER + list(scaling["family"])))
     colors = dict(zip(families, sns.color_palette("deep", len(families))))
+    ends = []  # (speed-up at the largest cluster, name, colour) of each family's best, named at the right end
     for (family, reference), rows in scaling.groupby(["family", "reference"], sort=False):
         mean_speedup = rows.groupby("strategy", sort=False)["speedup"].mean()
         best = mean_speedup.idxmax()
@@ -176,8 +178,8 @@ def scaling_figure(scaling: pd.DataFrame, title: str = "", theoretical_speedup: 
         line = rows[rows["strategy"] == best].sort_values("devices")
         axis.plot(line["devices"], line["speedup"], color=colors[family], linewidth=2.4, marker="o", markersize=5,
                   linestyle=style, label=f"{family}: {best}{over}", zorder=3)
-        axis.annotate(best, (line["devices"].iloc[-1], line["speedup"].iloc[-1]), xytext=(6, 0),
-                      textcoords="offset points", va="center", fontsize=8, color=colors[family])
+        ends.append((line["speedup"].iloc[-1], best, colors[family]))
+    _name_line_ends(axis, ends, scaling["devices"].max())
     if theoretical_speedup is not None:
         axis.axhline(theoretical_speedup, color="black", linewidth=1.2, linestyle="--",
                      label=f"no padding at all: {theoretical_speedup:.3f}x")
@@ -195,6 +197,18 @@ def scaling_figure(scaling: pd.DataFrame, title: str = "", theoretical_speedup: 
     axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), title="bold: best of its family",
                 title_fontsize=8)
     return figure
+
+
+def _name_line_ends(axis, ends: list[tuple[float, str, tuple]], devices: int) -> None:
+    """Names at the right ends of lines, nudged apart so that two lines ending close stay readable."""
+    low, high = min(end[0] for end in ends), max(end[0] for end in ends)
+    gap = 0.045 * max(high - min(low, 1.0), 0.1)  # about one line of 8-point text on a 5-inch plot
+    placed = []
+    for speedup, name, color in sorted(ends, key=lambda end: end[0]):
+        y = max(speedup, placed[-1] + gap) if placed else speedup
+        placed.append(y)
+        axis.annotate(name, (devices, speedup), xytext=(devices * 1.12, y), textcoords="data", va="center",
+                      fontsize=8, color=color)
 
 
 def gumbel_figure(latency: pd.DataFrame, fit: pd.DataFrame, extrapolation: pd.DataFrame) -> Figure:
