@@ -165,3 +165,28 @@ def test_measure_refuses_to_replace_a_folder_that_is_no_measurement(tmp_path):
     assert "holds no .simbench-folder.json" in str(result.exception) and "choose another -o" in str(
         result.exception)
     assert sorted(path.name for path in precious.iterdir()) == ["notes.txt"]
+
+
+def test_measure_plot_draws_error_bars_where_rounds_measured_a_spread(tmp_path, monkeypatch):
+    import warnings
+
+    import pandas as pd
+    from matplotlib.axes import Axes
+
+    from simbench.calibrate.plot import plot_measured_vs_predicted
+
+    drawn = []
+    original = Axes.bar
+    monkeypatch.setattr(Axes, "bar", lambda self, *args, **kwargs: drawn.append(kwargs.get("yerr"))
+                        or original(self, *args, **kwargs))
+    table = pd.DataFrame({"strategy": ["none", "spfhp", "sort"], "measured_speedup": [1.0, 1.8, 1.6],
+                          "predicted_speedup": [1.0, 1.85, 1.55], "error": [0.0, 0.03, -0.03],
+                          "speedup_noise": [0.0, 0.05, float("nan")], "measured_step_seconds": [0.1, 0.11, 0.09],
+                          "predicted_compute_seconds": [0.05, 0.09, 0.08], "predicted_padding_seconds": [0.04, 0.0, 0.0],
+                          "predicted_overhead_seconds": [0.01, 0.01, 0.01]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot_measured_vs_predicted(table, tmp_path / "plot.png", "synthetic")
+    assert (tmp_path / "plot.png").stat().st_size > 0
+    errors = next(yerr for yerr in drawn if yerr is not None).tolist()
+    assert errors[:2] == [0.0, pytest.approx(0.09)] and errors[2] != errors[2]  # NaN: no bar, not a zero one

@@ -268,3 +268,15 @@ def test_breakdown_panels_share_one_scale_and_leave_out_parts_that_are_always_ze
     assert first.get_ylim() == second.get_ylim()
     assert [text.get_text() for text in figure.legends[0].get_texts()] == ["compute", "padding", "waiting"]
     plots.plt.close(figure)
+
+
+def test_summary_names_a_custom_model_by_its_dimensions_not_as_a_python_dict():
+    from simbench.experiment import run_experiment
+    from simbench.report.summary import summary_markdown
+    from simbench.scenario import Scenario
+
+    scenario = Scenario(name="custom", dataset={"histogram": "squad_1_1_384"}, strategies=["spfhp"], devices=[1],
+                        steps=2, model={"layers": 2, "hidden": 128, "heads": 2, "ffn": 512})
+    histogram = scenario.dataset.load()
+    text = summary_markdown(scenario, histogram, run_experiment(scenario, histogram))
+    assert "Model `custom: layers=2, hidden=128, heads=2, ffn=512`" in text and "{" not in text

@@ -14,11 +14,16 @@ import pandas as pd  # noqa: E402
 
 def plot_measured_vs_predicted(table: pd.DataFrame, path: Path, title: str) -> None:
     """Left: speed-up over padding, measured next to predicted. Right: measured step seconds next
-    to the predicted ones stacked by term (compute, padding, overhead), to show which term is off."""
-    figure, (speedups, steps) = plt.subplots(1, 2, figsize=(11, 4.2))
+    to the predicted ones stacked by term (compute, padding, overhead), to show which term is off.
+    Error bars on the measured speed-ups: one standard deviation over rounds (`speedup_noise`)."""
+    figure, (speedups, steps) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
     positions = np.arange(len(table))
     width = 0.38
-    speedups.bar(positions - width / 2, table["measured_speedup"], width, label="measured", color="#4c72b0")
+    # NaN (fewer than two rounds) draws no bar rather than a zero-width one that would claim no spread.
+    noise = table["speedup_noise"] if "speedup_noise" in table else pd.Series(np.nan, index=table.index)
+    speedups.bar(positions - width / 2, table["measured_speedup"], width, color="#4c72b0",
+                 yerr=noise * table["measured_speedup"], capsize=3, error_kw={"linewidth": 1},
+                 label="measured (bar: 1 s.d. over rounds)")
     speedups.bar(positions + width / 2, table["predicted_speedup"], width, label="predicted", color="#dd8452")
     for position, error in zip(positions, table["error"]):
         speedups.annotate(f"{error:+.1%}", (position, 0), xytext=(0, 3), textcoords="offset points",
@@ -27,7 +32,8 @@ def plot_measured_vs_predicted(table: pd.DataFrame, path: Path, title: str) -> N
     speedups.set_xticks(positions, table["strategy"])
     speedups.set_ylabel("real tokens/s relative to padding")
     speedups.set_title("realized speed-up (label: prediction error)")
-    speedups.legend()
+    # Below the panel: inside, the legend covers the bars of the first strategies.
+    speedups.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncols=2, fontsize=8)
 
     steps.bar(positions - width / 2, table["measured_step_seconds"] * 1e3, width, label="measured", color="#4c72b0")
     bottom = np.zeros(len(table))
@@ -40,8 +46,7 @@ def plot_measured_vs_predicted(table: pd.DataFrame, path: Path, title: str) -> N
     steps.set_xticks(positions, table["strategy"])
     steps.set_ylabel("milliseconds per step")
     steps.set_title("step time by cost-model term")
-    steps.legend(fontsize=8)
+    steps.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncols=2, fontsize=8)
     figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

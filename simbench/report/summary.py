@@ -123,7 +123,8 @@ def _biggest_loss(scaling: pd.DataFrame, smallest: int, largest: int) -> str:
 
 
 def _setup(scenario: Scenario, histogram: LengthHistogram) -> str:
-    model = scenario.model if isinstance(scenario.model, str) else "custom model " + str(scenario.model)
+    model = scenario.model if isinstance(scenario.model, str) else "custom: " + ", ".join(
+        f"{key}={value}" for key, value in scenario.model.items())
     return (f"Dataset `{histogram.name}`: {histogram.sequences:,} sequences, max length {histogram.max_length}, "
             f"{100 * (1 - histogram.efficiency):.1f} % padding, theoretical speed-up without padding "
             f"{histogram.theoretical_speedup:.3f}x. Model `{model}` on hardware `{scenario.hardware.profile}`"
