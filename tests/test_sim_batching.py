@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simbench.histogram import LengthHistogram
-from simbench.sim.batching import InverseCdf, PackSampler, SequenceSampler, SortedBatchSampler, unpadded_batches
+from simbench.sim.batching import (InverseCdf, PackSampler, SequenceSampler, SortedBatchSampler, draw_in_proportion,
+                                   unpadded_batches)
 from simbench.sim.exchange import deal_sorted
 from simbench.sim.vts import bucket_by_length
 from simbench.strategies.packing import Packing
@@ -23,6 +24,7 @@ def test_inverse_cdf_equals_searchsorted_on_the_same_uniforms(weights, seed):
     expected = np.minimum(np.searchsorted(cdf, uniform, side="right"), len(weights) - 1)
     assert np.array_equal(picks, expected)
     assert np.all(np.array(weights)[picks] > 0)
+    assert np.array_equal(draw_in_proportion(np.array(weights), np.random.default_rng(seed), (500,)), picks)
 
 
 def test_packs_are_drawn_in_proportion_to_their_repeats():

@@ -40,6 +40,15 @@ class InverseCdf:
         return picks.reshape(size)
 
 
+def draw_in_proportion(weights: np.ndarray, rng: np.random.Generator, shape) -> np.ndarray:
+    """Indices drawn in proportion to `weights`, as `InverseCdf(weights).sample` draws them but without its
+    table: cheaper for a few hundred thousand draws from millions of weights."""
+    cdf = np.cumsum(np.asarray(weights, dtype=np.float64))
+    cdf /= cdf[-1]
+    cdf[-1] = np.inf
+    return np.searchsorted(cdf, rng.random(shape).reshape(-1), side="right").reshape(shape)
+
+
 class SequenceSampler:
     """Draws sequence lengths with replacement in proportion to a histogram's counts."""
 

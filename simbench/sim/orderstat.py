@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simbench.sim.batching import InverseCdf
+from simbench.sim.batching import draw_in_proportion
 from simbench.sim.montecarlo import StepAggregates
 from simbench.sim.pricing import DeviceCosts
 
@@ -30,6 +30,8 @@ PLAIN_TAIL_DRAWS = 16
 # in 1 % of steps); each tilt reaches this much deeper than the last, well inside the last one's draws.
 DEEPEST_TAIL_PER_DEVICE = 0.01
 LEVEL_RATIO = 1 / 16
+# Distinct scores a tilt is solved on (bins of them beyond that many items).
+SCORE_LEVELS = 4096
 # Other devices drawn one by one per step; a larger cluster scales their sum to n - 1 devices.
 OTHERS_DRAWN = 32
 FIELDS = ("compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds", "real_tokens", "sequences")
@@ -99,7 +101,7 @@ def build_pool(source: ItemSource, rng: np.random.Generator, largest_devices: in
     Each tilt centres the batch score on a tail level `LEVEL_RATIO` deeper than the last, read off the
     draws so far (adaptive importance sampling): no assumption on the shape of F.
     """
-    plain_items = InverseCdf(source.weights).sample(rng, (PLAIN_DRAWS, source.batch_size))
+    plain_items = draw_in_proportion(source.weights, rng, (PLAIN_DRAWS, source.batch_size))
     if source.batch_size == 1 and source.weights.size <= PLAIN_DRAWS:
         return _every_item(source, plain_items)
     plain_costs = source.price(plain_items)
@@ -107,6 +109,7 @@ def build_pool(source: ItemSource, rng: np.random.Generator, largest_devices: in
     if score is None:
         return DevicePool.from_draws(plain_costs, np.zeros(PLAIN_DRAWS), PLAIN_DRAWS)
     log_probability = _log_probability(source.weights)
+    levels = _score_levels(score, source.weights)
     costs, batch_scores, tilts, sizes = [plain_costs], [score[plain_items].sum(axis=1)], [], [PLAIN_DRAWS]
     level, deepest = PLAIN_TAIL_DRAWS / PLAIN_DRAWS, DEEPEST_TAIL_PER_DEVICE / largest_devices
     while level > deepest:
@@ -115,10 +118,10 @@ def build_pool(source: ItemSource, rng: np.random.Generator, largest_devices: in
         target = _tail_quantile(scores, _balance_log_weights(scores, tilts, sizes, source.batch_size), level)
         if target >= source.batch_size * score.max():
             break  # the deepest batch there is: nothing further out to reach
-        theta = _theta_for_mean(log_probability, score, target / source.batch_size)
+        theta = _theta_for_mean(*levels, target / source.batch_size)
         tilts.append((theta, _log_sum_exp(log_probability + theta * score)))
-        items = InverseCdf(_tilted_weights(source.weights, score, theta)).sample(rng, (TILTED_DRAWS,
-                                                                                       source.batch_size))
+        items = draw_in_proportion(_tilted_weights(source.weights, score, theta), rng,
+                                   (TILTED_DRAWS, source.batch_size))
         costs.append(source.price(items))
         batch_scores.append(score[items].sum(axis=1))
         sizes.append(TILTED_DRAWS)
@@ -188,21 +191,39 @@ def _tail_quantile(values: np.ndarray, log_weights: np.ndarray, level: float) ->
     return float(values[order][min(np.searchsorted(-above, -level, side="left"), values.size - 1)])
 
 
+def _score_levels(score: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Log-probabilities and scores of the items, merged into SCORE_LEVELS bins when there are more: the
+    tilt only has to centre its draws roughly, and millions of distinct packs would make each try slow."""
+    if score.size <= SCORE_LEVELS:
+        return _log_probability(weights), score
+    edges = np.linspace(score.min(), score.max(), SCORE_LEVELS + 1)
+    level = np.clip(np.searchsorted(edges, score, side="right") - 1, 0, SCORE_LEVELS - 1)
+    level_weights = np.bincount(level, weights=weights, minlength=SCORE_LEVELS)
+    used = level_weights > 0
+    level_scores = np.bincount(level, weights=weights * score, minlength=SCORE_LEVELS)[used] / level_weights[used]
+    return _log_probability(level_weights[used]), level_scores
+
+
 def _theta_for_mean(log_probability: np.ndarray, score: np.ndarray, target: float) -> float:
-    """The tilt under which an item's mean score is `target` (bisection: the tilted mean grows with theta)."""
-    low, high = 0.0, 1.0
-    while _tilted_mean(log_probability, score, high) < target and high < 1e3:
-        low, high = high, 2 * high
-    for _ in range(60):
-        middle = 0.5 * (low + high)
-        low, high = (middle, high) if _tilted_mean(log_probability, score, middle) < target else (low, middle)
-    return 0.5 * (low + high)
+    """The tilt under which an item's mean score is `target`: Newton steps (the tilted mean grows with theta,
+    at the rate of the tilted variance), kept inside a bracket that only shrinks."""
+    low, high, theta = 0.0, np.inf, 0.0
+    for _ in range(100):
+        mean, variance = _tilted_moments(log_probability, score, theta)
+        if abs(mean - target) <= 1e-9 * (1 + abs(target)) or not variance > 0:
+            break
+        low, high = (theta, high) if mean < target else (low, theta)
+        step = theta + (target - mean) / variance
+        theta = step if low < step < high else (0.5 * (low + high) if np.isfinite(high) else 2 * theta + 1)
+    return theta
 
 
-def _tilted_mean(log_probability: np.ndarray, score: np.ndarray, theta: float) -> float:
+def _tilted_moments(log_probability: np.ndarray, score: np.ndarray, theta: float) -> tuple[float, float]:
     log_weights = log_probability + theta * score
     weights = np.exp(log_weights - log_weights.max())
-    return float(weights @ score / weights.sum())
+    weights /= weights.sum()
+    mean = float(weights @ score)
+    return mean, float(weights @ (score - mean) ** 2)
 
 
 def _tilted_weights(weights: np.ndarray, score: np.ndarray, theta: float) -> np.ndarray:

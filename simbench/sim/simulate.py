@@ -33,7 +33,7 @@ from simbench.validation import (check_choice, check_device_counts, check_rows_p
 ENGINES = ("auto", "simpy", "vectorized", "order-statistics")
 # `auto` runs SimPy while a run needs at most this many events, the vectorized engine above; plans whose
 # devices draw independently run the order-statistics engine above PER_DEVICE_MAX devices.
-SIMPY_EVENT_BUDGET = 20_000
+SIMPY_EVENT_BUDGET = 2_500
 PER_DEVICE_MAX = 64
 # Rows priced at once: bounds memory (a few hundred MB at most) whatever the devices and steps.
 ROWS_PER_CHUNK = 1_000_000
@@ -108,26 +108,34 @@ def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[s
 def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[int], settings: SimulationSettings,
                    progress, stage: Callable[[str], None]):
     """Small clusters simulate every device, on batches drawn once for all of them (so plans drawing the
-    same sequences stay paired); larger ones draw their slowest device directly when devices are
-    independent, or simulate every device on batches of their own."""
+    same sequences stay paired). Larger ones draw their slowest device directly when devices are
+    independent, price their distinct batches when the plan can list them (sorted batching, padding
+    exchange), or else simulate every device on batches of their own."""
     small, large = _split_by_size(devices, settings)
-    pooled = large if plan.independent_devices else []
     runs, latency, timeline = [], None, None
-    for group, purpose in ((small, 0), ([size for size in large if size not in pooled], 4)):
-        if group:
-            group_runs, group_latency, group_timeline = _simulate_devices(plan, packing, group, settings, purpose)
-            stage(f"simulated {plan.name} on {_counts(group)} devices")
-            runs += group_runs
-            latency = latency if latency is not None else group_latency
-            timeline = timeline if timeline is not None else group_timeline
-    if pooled:
+    if small:
+        runs, latency, timeline = _simulate_devices(plan, packing, small, settings, purpose=0)
+        stage(f"simulated {plan.name} on {_counts(small)} devices")
+    if large and plan.independent_devices:
         source = plan.source(plan, packing, settings)
-        pool = build_pool(source.items(), source.generator(2), pooled[-1])
-        by_size = slowest_of(pool, pooled, settings.steps, source.generator(3))
-        runs += [_run(source, size, by_size[size], None, engine="order-statistics") for size in pooled]
-        stage(f"simulated {plan.name} on {_counts(pooled)} devices (slowest device drawn directly)")
+        pool = build_pool(source.items(), source.generator(2), large[-1])
+        by_size = slowest_of(pool, large, settings.steps, source.generator(3))
+        runs += [_run(source, size, by_size[size], None, engine="order-statistics") for size in large]
+        stage(f"simulated {plan.name} on {_counts(large)} devices (slowest device drawn directly)")
         latency = pool.plain_totals[:LATENCY_SAMPLES_MAX]
         timeline = timeline if timeline is not None else source.timeline()
+    elif large:
+        source = plan.source(plan, packing, settings, purpose=4)
+        by_size = source.distinct_batches(large)
+        if by_size is not None:
+            runs += [_run(source, size, by_size[size], None) for size in large]
+            stage(f"simulated {plan.name} on {_counts(large)} devices (distinct batches priced)")
+        else:
+            large_runs, large_latency, large_timeline = _simulate_devices(plan, packing, large, settings, purpose=4)
+            stage(f"simulated {plan.name} on {_counts(large)} devices")
+            runs += large_runs
+            latency = latency if latency is not None else large_latency
+            timeline = timeline if timeline is not None else large_timeline
     runs.sort(key=lambda run: run.devices)
     if progress is not None:
         for _ in runs:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from simbench.histogram import LengthHistogram
+    from simbench.sim.montecarlo import StepAggregates
     from simbench.sim.orderstat import ItemSource
     from simbench.sim.pricing import DeviceCosts
     from simbench.strategies.packing import Packing
@@ -95,6 +96,8 @@ class SimulationSettings:
     steps: int
     seed: int
     engine: str
+    # Steps priced once and shared by plans drawing the same batches (both padding exchanges).
+    priced_steps: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,11 @@ class BatchSource:
     def items(self) -> ItemSource:
         """One device's batch as items drawn independently (plans with independent devices only)."""
         raise NotImplementedError
+
+    def distinct_batches(self, devices: list[int]) -> dict[int, StepAggregates] | None:
+        """Step aggregates of each cluster size priced from its distinct batches only, for plans whose
+        devices are coupled but whose batches repeat (None: simulate every device)."""
+        return None
 
     def timing(self, devices: int, allreduce_seconds: float, simpy: bool) -> StepTiming:
         return StepTiming()

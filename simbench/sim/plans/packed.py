@@ -16,6 +16,7 @@ from simbench.sim.batching import PackSampler, SortedBatchSampler
 from simbench.sim.orderstat import ItemSource
 from simbench.sim.plans import BatchSource, ExecutionPlan, PlanKind, PlanType, register_plan
 from simbench.sim.pricing import price_batches
+from simbench.sim.windows import SortedWindows
 from simbench.strategies import STRATEGIES, Strategy
 
 # Depths that match the packing paper's headline rows; other packers run without a depth limit.
@@ -53,6 +54,13 @@ class PackingSource(BatchSource):
     def items(self):
         return ItemSource(self.sampler.item_weights, self.sampler.item_features(), self.settings.batch_size,
                           self._price_items)
+
+    def distinct_batches(self, devices):
+        if self.plan.mode is not ExecutionMode.SORTED:
+            return None
+        windows = SortedWindows(self.sampler, self.settings.cost_model, self.settings.batch_size)
+        first = windows.first_batches(self.rng, self.settings.steps)
+        return {size: windows.aggregates(first, size) for size in devices}
 
     def _price_items(self, items):
         batches = self.sampler.batches_of(items, self.settings.batch_size)

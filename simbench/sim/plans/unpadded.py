@@ -16,6 +16,7 @@ from simbench.sim.orderstat import ItemSource
 from simbench.sim.plans import (BatchSource, Exchange, ExecutionPlan, PlanKind, PlanType, StepTiming,
                                 register_plan)
 from simbench.sim.pricing import price_batches
+from simbench.sim.windows import exchange_aggregates
 
 
 class SequenceSource(BatchSource):
@@ -69,6 +70,19 @@ class UnpadSource(SequenceSource):
         # The exchange deals each cluster's global batch anew, so every size gets its own batches.
         return {size: price_batches(cost_model, unpadded_batches(deal_sorted(lengths[:, :size])), mode, steps, size)
                 for size in devices}
+
+    def distinct_batches(self, devices):
+        if self.plan.exchange is Exchange.NONE:
+            return None
+        settings = self.settings
+        key = ("exchange", self.random_stream(self.plan), self.purpose, tuple(devices))
+        if key not in settings.priced_steps:
+            histogram = settings.histogram
+            probabilities = histogram.counts / histogram.counts.sum()
+            settings.priced_steps[key] = {
+                size: exchange_aggregates(probabilities, histogram.lengths, size, settings.batch_size, settings.steps,
+                                          settings.cost_model, self.rng) for size in devices}
+        return settings.priced_steps[key]
 
     def timing(self, devices, allreduce_seconds, simpy):
         if self.plan.exchange is Exchange.NONE or devices == 1:
