@@ -1,0 +1,59 @@
+"""Frontier-scale clusters: un-padding on 2**20 devices from the command line (target 2 s, import included),
+and every strategy of wiki512 on 1, 2, 4, ..., 2**20 devices (21 cluster sizes, target 30 s and 1 GiB).
+
+Peak memory is what tracemalloc sees allocated during the sweep (the packings, made before, excluded).
+"""
+
+import subprocess
+import sys
+import tracemalloc
+
+import pytest
+
+from simbench.costmodels import TransformerCostModel
+from simbench.scenario import load_scenario
+from simbench.sim.plans import parse_plan
+from simbench.sim.simulate import simulate
+
+DEVICE_COUNTS = [2**power for power in range(21)]
+GIBIBYTE = 2**30
+
+
+def test_unpad_on_2_20_devices_from_the_command_line(benchmark):
+    # What the `simbench` script runs, in a fresh interpreter: the import is part of the time.
+    command = [sys.executable, "-c", "from simbench.cli import main; main()", "simulate", "wikipedia_512", "--strategy", "unpad",
+               "--devices", "1048576", "--json"]
+    completed = benchmark.pedantic(subprocess.run, args=(command,), kwargs=dict(capture_output=True, text=True),
+                                   rounds=2, iterations=1)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.count('"devices": 1048576') == 2  # padding, the reference, and un-padding
+    benchmark.extra_info["target_seconds"] = 2.0
+
+
+@pytest.fixture(scope="module")
+def wiki512():
+    scenario = load_scenario("scenarios/wiki512.yaml")
+    histogram = scenario.dataset.load()
+    cost_model = TransformerCostModel(scenario.model, scenario.hardware.load())
+    plans = [parse_plan(spec.plan_text) for spec in scenario.strategies]
+    packings = simulate(histogram, plans, [1], cost_model, batch_size=32, steps=1, seed=0).packings
+    return scenario, histogram, cost_model, plans, packings
+
+
+def test_every_wiki512_strategy_on_1_to_2_20_devices(benchmark, wiki512):
+    scenario, histogram, cost_model, plans, packings = wiki512
+    peaks = []
+
+    def sweep_measuring_memory():
+        tracemalloc.start()
+        try:
+            return simulate(histogram, plans, DEVICE_COUNTS, cost_model, batch_size=scenario.batch_size,
+                            steps=scenario.steps, seed=scenario.seed, packings=packings)
+        finally:
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+
+    result = benchmark.pedantic(sweep_measuring_memory, rounds=1, iterations=1)
+    benchmark.extra_info.update(target_seconds=30.0, peak_mebibytes=max(peaks) / 2**20, steps=scenario.steps)
+    assert len(result.summary) == len(plans) * len(DEVICE_COUNTS)  # padding is one of the scenario's plans
+    assert max(peaks) < GIBIBYTE
