@@ -30,6 +30,7 @@ def run(
     from simbench.report.folder import check_replaceable, write_report
     from simbench.report.summary import overdraw_warning
     from simbench.experiment import progress_total, run_experiment
+    from simbench.report.workers import ReportWorkers
     from simbench.scenario import load_scenarios
 
     console = Console(stderr=True)
@@ -40,21 +41,23 @@ def run(
                for scenario in scenarios]
     for target in targets:
         check_replaceable(target)  # every one before minutes of simulation, not after the first report
-    for scenario, target in zip(scenarios, targets):
-        start = time.perf_counter()
-        histogram = scenario.dataset.load()
-        with progress_bar(console, quiet) as progress:
-            task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
-            stage = stage_lines(console, quiet)
-            tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units), stage=stage)
-            progress.update(task, description=f"writing {target}")
-            if stage is not None:
-                stage(f"writing {target}/ (tables, summary, {len(scenario.outputs.plots)} plots, report.html)")
-            write_report(target, scenario, histogram, tables)
-        say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")
-        warning = overdraw_warning(tables.scaling, histogram.sequences)
-        if warning:
-            say(warning.replace("**", ""))
+    # Plot workers start now, so that their imports overlap the simulation.
+    with ReportWorkers() as workers:
+        for scenario, target in zip(scenarios, targets):
+            start = time.perf_counter()
+            histogram = scenario.dataset.load()
+            with progress_bar(console, quiet) as progress:
+                task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
+                stage = stage_lines(console, quiet)
+                tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units), stage=stage)
+                progress.update(task, description=f"writing {target}")
+                if stage is not None:
+                    stage(f"writing {target}/ (tables, summary, {len(scenario.outputs.plots)} plots, report.html)")
+                write_report(target, scenario, histogram, tables, workers)
+            say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")
+            warning = overdraw_warning(tables.scaling, histogram.sequences)
+            if warning:
+                say(warning.replace("**", ""))
 
 
 def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP)) -> None:

@@ -29,9 +29,10 @@ import pandas as pd
 from simbench.errors import InputError
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
-from simbench.report import html, plots
+from simbench.report import html
 from simbench.report.summary import summary_markdown, summary_record
 from simbench.report.tables import read_tables, write_tables
+from simbench.report.workers import ReportWorkers
 from simbench.atomic import atomic_directory, check_owned_folder, resolve_output_folder
 from simbench.scenario import Scenario, load_scenario
 
@@ -39,9 +40,9 @@ RESOLVED_SCENARIO = "resolved.yaml"
 HISTOGRAM_BINS = 256  # enough to see the shape, few enough for a light page at 128k tokens
 
 
-def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram,
-                 tables: ExperimentResult) -> Path:
-    """Write everything into a fresh sibling folder, then swap it in place of `target`."""
+def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
+                 workers: ReportWorkers | None = None) -> Path:
+    """Write everything into a fresh sibling folder, then swap it in place of `target`; `workers` draw the plots."""
     check_replaceable(Path(target))
     with atomic_directory(target, metadata={"scenario_sha256": _sha256(scenario.to_yaml())}) as folder:
         (folder / RESOLVED_SCENARIO).write_text(scenario.to_yaml())
@@ -52,7 +53,7 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram,
         (folder / "summary.md").write_text(summary)
         (folder / "summary.json").write_text(json.dumps(summary_record(scenario, histogram, stored), indent=1,
                                                         allow_nan=False) + "\n")
-        written = draw_plots(folder, scenario, histogram, stored)
+        written = draw_plots(folder, scenario, histogram, stored, workers)
         (folder / "report.html").write_text(html.report_html(
             scenario.name, summary, [("scaling", stored.scaling), ("packing", stored.packing),
                                      ("breakdown", stored.breakdown)],
@@ -130,23 +131,29 @@ def read_report(folder: Path) -> tuple[Scenario, LengthHistogram, ExperimentResu
     return scenario, scenario.dataset.load(), read_tables(folder)
 
 
-def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram,
-               tables: ExperimentResult) -> list[Path]:
-    """Every plot the scenario asks for that its tables have data for."""
-    figures = {
-        "histogram": lambda: plots.histogram_figure(histogram),
-        "packing": lambda: plots.packing_figure(tables.packing, tables.timings, histogram.real_tokens,
-                                                histogram.max_length),
-        "scaling": lambda: plots.scaling_figure(tables.scaling, _setting(scenario, histogram),
-                                                histogram.theoretical_speedup),
-        "gumbel": lambda: plots.gumbel_figure(tables.latency, tables.gumbel, tables.extrapolation),
-        "timeline": lambda: plots.timeline_figure(tables.timeline),
-        "breakdown": lambda: plots.breakdown_figure(tables.breakdown),
+def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
+               workers: ReportWorkers | None = None) -> list[Path]:
+    """Every plot the scenario asks for that its tables have data for, drawn by `workers` side by side."""
+    from simbench.report.plots import render
+
+    arguments = {
+        "histogram": (histogram,),
+        "packing": (tables.packing, tables.timings, histogram.real_tokens, histogram.max_length),
+        "scaling": (tables.scaling, _setting(scenario, histogram), histogram.theoretical_speedup),
+        "gumbel": (tables.latency, tables.gumbel, tables.extrapolation),
+        "timeline": (tables.timeline,),
+        "breakdown": (tables.breakdown,),
     }
     has_data = {"packing": not tables.packing.empty, "gumbel": not tables.gumbel.empty,
                 "timeline": not tables.timeline.empty}
+    names = [name for name in scenario.outputs.plots if has_data.get(name, True)]
+    formats = tuple(scenario.outputs.formats)
+    drawing = workers or ReportWorkers(processes=0)
+    pending = {name: drawing.submit(render, name, arguments[name], formats) for name in names}
     written = []
-    for name in scenario.outputs.plots:
-        if has_data.get(name, True):
-            written += plots.save_figure(figures[name](), Path(folder) / name, scenario.outputs.formats)
+    for name, future in pending.items():
+        for extension, content in future.result().items():
+            path = Path(folder) / f"{name}.{extension}"
+            path.write_bytes(content)
+            written.append(path)
     return written

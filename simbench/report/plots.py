@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -45,12 +46,26 @@ _METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
 def save_figure(figure: Figure, stem: Path, formats: tuple[str, ...]) -> list[Path]:
     """Write `figure` as stem.png / stem.svg and close it."""
     written = []
-    for extension in formats:
+    for extension, content in _rendered(figure, formats).items():
         path = Path(stem).with_suffix(f".{extension}")
-        figure.savefig(path, format=extension, metadata=_METADATA[extension], dpi=120)
+        path.write_bytes(content)
         written.append(path)
-    plt.close(figure)
     return written
+
+
+def render(name: str, arguments: tuple, formats: tuple[str, ...]) -> dict[str, bytes]:
+    """The figure `FIGURES[name](*arguments)` as file contents by format: what a worker process sends back."""
+    return _rendered(FIGURES[name](*arguments), formats)
+
+
+def _rendered(figure: Figure, formats: tuple[str, ...]) -> dict[str, bytes]:
+    contents = {}
+    for extension in formats:
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format=extension, metadata=_METADATA[extension], dpi=120)
+        contents[extension] = buffer.getvalue()
+    plt.close(figure)
+    return contents
 
 
 def _figure(width: float = 7.0, height: float = 4.2, columns: int = 1, rows: int = 1,
@@ -297,3 +312,7 @@ def breakdown_figure(breakdown: pd.DataFrame) -> Figure:
     figure.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=8)
     figure.suptitle("Where the time goes")
     return figure
+
+
+FIGURES = {"histogram": histogram_figure, "packing": packing_figure, "scaling": scaling_figure,
+           "gumbel": gumbel_figure, "timeline": timeline_figure, "breakdown": breakdown_figure}

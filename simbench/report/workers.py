@@ -1,0 +1,51 @@
+"""Side processes for a report: its plots (and other pure, picklable work) run beside the simulation.
+
+Started before the simulation, the workers import matplotlib while the main process packs and simulates;
+plots come back as file contents, so the report folder is still written by the main process alone,
+atomically. With one core, or when none are started, the same functions run in the calling process.
+
+    >>> from simbench.report.workers import ReportWorkers
+    >>> with ReportWorkers(processes=0) as workers:
+    ...     workers.submit(sum, [1, 2, 3]).result()
+    6
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+
+# Two cores is what the main job is sized for; more plots than that rarely wait.
+PROCESSES_MAX = 2
+
+
+class ReportWorkers:
+    """A small pool of spawned processes (not forked: the progress bar's thread must not be copied mid-write)."""
+
+    def __init__(self, processes: int | None = None):
+        if processes is None:
+            processes = min(PROCESSES_MAX, os.cpu_count() or 1) if (os.cpu_count() or 1) > 1 else 0
+        self.executor = None
+        if processes > 0:
+            self.executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_import_plotting)
+
+    def submit(self, function, *arguments) -> Future:
+        """Run `function(*arguments)` in a worker, or here and now without workers."""
+        if self.executor is not None:
+            return self.executor.submit(function, *arguments)
+        future = Future()
+        future.set_result(function(*arguments))
+        return future
+
+    def __enter__(self) -> ReportWorkers:
+        return self
+
+    def __exit__(self, *exception) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _import_plotting() -> None:
+    import simbench.report.plots  # noqa: F401  (matplotlib and seaborn load while the main process simulates)
