@@ -9,7 +9,7 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.histogram import LengthHistogram, load_histogram
 from simbench.sim.batching import SortedBatchSampler
 from simbench.sim.exchange import deal_sorted
-from simbench.sim.linear import LinearCostModel
+from simbench.costmodels.linear import LinearCostModel
 from simbench.sim.montecarlo import aggregate_by_cluster_size
 from simbench.sim.pricing import price_batches
 from simbench.sim.simulate import simulate
