@@ -13,6 +13,7 @@ and fitting the stragglers. `simbench run` writes the results as a report (simbe
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,10 +26,11 @@ from simbench.histogram import LengthHistogram
 from simbench.scenario import Scenario
 from simbench.sim.plans import with_reference
 from simbench.sim.results import BREAKDOWN_COLUMNS
-from simbench.sim.simulate import simulate
+from simbench.sim.simulate import pack_plans, simulate
 from simbench.strategies import get_strategy
-from simbench.strategies.lp_bound import LPBound, lp_lower_bound
+from simbench.strategies.lp_bound import lp_lower_bound
 from simbench.strategies.packing import Packing
+from simbench.workers import ReportWorkers
 
 Progress = Callable[[int], None]
 PAPER_FIT_LABEL = f"paper's {PAPER_DEVICES}-GPU MLPerf fit"
@@ -60,20 +62,24 @@ def progress_total(scenario: Scenario) -> int:
 
 def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                    progress: Progress | None = None, packings: dict[str, Packing] | None = None,
-                   stage: Callable[[str], None] | None = None) -> ExperimentResult:
+                   stage: Callable[[str], None] | None = None,
+                   workers: ReportWorkers | None = None) -> ExperimentResult:
     """Run `scenario` (on `histogram`, its dataset's by default); `progress(units)` counts up to
     `progress_total(scenario)`. `packings` already made of this histogram (a sweep shares them between
-    cells) are used instead of packing again. `stage(text)` hears of each stage as it finishes."""
+    cells) are used instead of packing again. `stage(text)` hears of each stage as it finishes;
+    `workers` compute the LP bounds while this process simulates."""
     histogram = histogram if histogram is not None else scenario.dataset.load()
     progress = progress or (lambda units: None)
     cost_model = COST_MODELS.get(scenario.cost_model).build(get_model(scenario.model), scenario.hardware.load(),
                                                             scenario.gpus_per_replica)
     plans = [spec.plan() for spec in scenario.strategies]
     labels = {plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}
+    packings = pack_plans(histogram, plans, batch_size=scenario.batch_size, seed=scenario.seed, packings=packings)
+    bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = simulate(histogram, plans, list(scenario.devices), cost_model, batch_size=scenario.batch_size,
                       steps=scenario.steps, seed=scenario.seed, progress=progress, packings=packings, stage=stage)
     summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
-    packing, timings = _packing_tables(result.packings, labels, histogram, progress, scenario.outputs.lp_bounds,
+    packing, timings = _packing_tables(result.packings, labels, histogram, bounds, progress,
                                        stage or (lambda text: None))
     plans_by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(plans)}
     latency, gumbel, extrapolation = _straggler_tables(result.latency_samples, labels, plans_by_label, summary,
@@ -92,29 +98,42 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                             timings=timings)
 
 
+def _bound_depth(packing: Packing) -> int | None:
+    """The depth a packing is bounded at: its limit, or for batchers without one (none, sort) the depth they use."""
+    return packing.max_depth if get_strategy(packing.strategy).uses_depth else packing.depth_used
+
+
+def _start_bounds(packings: dict[str, Packing], histogram: LengthHistogram,
+                  workers: ReportWorkers | None) -> dict[int | None, Future]:
+    """The LP bound of every depth the packings need, computed by `workers` (or here, without them).
+
+    `optimal` computed the bound of its own depth while packing, so that one is already here, cached."""
+    here = {packing.max_depth for packing in packings.values() if packing.strategy == "optimal"}
+    inline = ReportWorkers(processes=0)
+    return {depth: (inline if depth in here or workers is None else workers).submit(
+        lp_lower_bound, histogram, histogram.max_length, depth)
+        for depth in dict.fromkeys(_bound_depth(packing) for packing in packings.values())}
+
+
 def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histogram: LengthHistogram,
-                    progress: Progress, with_bounds: bool,
+                    bounds: dict[int | None, Future], progress: Progress,
                     stage: Callable[[str], None]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """packing.csv (deterministic metrics with the LP bound) and timings.csv (measured solve seconds)."""
-    bounds: dict[int | None, LPBound | None] = {}
-    bound_seconds: dict[int | None, float] = {}
-    rows, timing_rows = [], []
+    rows, timing_rows, told = [], [], set()
     for name, packing in packings.items():
-        # Batchers without a depth parameter (none, sort) are bounded at the depth they use.
-        depth = packing.max_depth if get_strategy(packing.strategy).uses_depth else packing.depth_used
-        if depth not in bounds:
-            bounds[depth] = lp_lower_bound(histogram, histogram.max_length, depth) if with_bounds else None
-            # The bound's own cost, also when `optimal` already computed it and this is the cached one.
-            bound_seconds[depth] = bounds[depth].seconds if bounds[depth] else None
-            if bounds[depth] is not None:
-                stage(f"LP bound at depth {'max' if depth is None else depth} in {bound_seconds[depth]:.2f} s")
+        depth = _bound_depth(packing)
+        bound = bounds[depth].result() if depth in bounds else None
+        if bound is not None and depth not in told:
+            told.add(depth)
+            stage(f"LP bound at depth {'max' if depth is None else depth} in {bound.seconds:.2f} s")
         progress(1)
         # A bound on packs of max length bounds no batch padded to its own longest (sort), as in `simbench pack`.
-        bound = bounds[depth] if bool((packing.slot_lengths == histogram.max_length).all()) else None
+        if not bool((packing.slot_lengths == histogram.max_length).all()):
+            bound = None
         metrics = packing.metrics(bound.lower_bound_packs if bound else None)
         label = labels.get(name, name)
         timing_rows.append({"strategy": label, "packer": packing.strategy, "solve_seconds": metrics.pop("seconds"),
-                            "lp_bound_seconds": bound_seconds[depth] if bound else None})
+                            "lp_bound_seconds": bound.seconds if bound else None})
         rows.append({"label": label, **metrics, "bound_depth": depth, "lp_bound_value": bound.value if bound else None})
     packing_columns = ["label", "strategy", "max_depth", "sequences", "packs", "tokens", "padding_tokens", "efficiency",
                        "packing_factor", "strategies_used", "depth_used", "lower_bound_packs", "gap_to_bound",

@@ -1,8 +1,14 @@
 """Shared test fixtures: the bundled histograms, loaded once per test session."""
 
+import os
+
 import pytest
 
 from simbench.histogram import load_histogram
+
+# Reports compute their bounds and plots in this process: worker processes pay off on the main job,
+# not on the suite's small runs (the tests that compare both paths set it themselves).
+os.environ.setdefault("SIMBENCH_WORKERS", "0")
 
 
 @pytest.fixture(scope="session")

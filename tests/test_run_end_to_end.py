@@ -9,6 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from simbench import workers
 from simbench.cli import app
 from simbench.errors import InputError
 from simbench.report import folder, plots
@@ -114,7 +115,9 @@ def test_straggler_and_timeline_tables(report):
     assert (timeline["leave_seconds"] >= timeline["finish_seconds"]).all()
 
 
-def test_same_seed_gives_identical_files(report, scenario_path, tmp_path):
+def test_same_seed_gives_identical_files_with_or_without_worker_processes(report, scenario_path, tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setenv(workers.PROCESSES_VARIABLE, "2")  # the report fixture's were computed in this process
     again = tmp_path / "again"
     assert run(scenario_path, again).exit_code == 0
     for path in sorted(report.iterdir()):
@@ -138,8 +141,10 @@ def test_failed_run_keeps_the_previous_report(report, scenario_path, tmp_path, m
     def broken(*args, **kwargs):
         raise failure
 
-    # The scaling plot comes after the tables, the summary and two other plots have been written.
-    monkeypatch.setattr(plots, "scaling_figure", broken)
+    # The scaling plot comes after the tables, the summary and two other plots have been written
+    # (in this process: worker processes would not see the broken figure).
+    monkeypatch.setenv(workers.PROCESSES_VARIABLE, "0")
+    monkeypatch.setitem(plots.FIGURES, "scaling", broken)
     result = run(scenario_path, target, "--seed", "9")
     assert result.exit_code != 0
     assert {path.name: path.read_bytes() for path in target.iterdir()} == before

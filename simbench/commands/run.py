@@ -30,7 +30,7 @@ def run(
     from simbench.report.folder import check_replaceable, write_report
     from simbench.report.summary import overdraw_warning
     from simbench.experiment import progress_total, run_experiment
-    from simbench.report.workers import ReportWorkers
+    from simbench.workers import ReportWorkers
     from simbench.scenario import load_scenarios
 
     console = Console(stderr=True)
@@ -41,7 +41,7 @@ def run(
                for scenario in scenarios]
     for target in targets:
         check_replaceable(target)  # every one before minutes of simulation, not after the first report
-    # Plot workers start now, so that their imports overlap the simulation.
+    # Workers start now: their imports overlap the packing, their LP bounds the simulation.
     with ReportWorkers() as workers:
         for scenario, target in zip(scenarios, targets):
             start = time.perf_counter()
@@ -49,7 +49,8 @@ def run(
             with progress_bar(console, quiet) as progress:
                 task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
                 stage = stage_lines(console, quiet)
-                tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units), stage=stage)
+                tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units),
+                                        stage=stage, workers=workers)
                 progress.update(task, description=f"writing {target}")
                 if stage is not None:
                     stage(f"writing {target}/ (tables, summary, {len(scenario.outputs.plots)} plots, report.html)")

@@ -32,7 +32,7 @@ from simbench.histogram import LengthHistogram
 from simbench.report import html
 from simbench.report.summary import summary_markdown, summary_record
 from simbench.report.tables import read_tables, write_tables
-from simbench.report.workers import ReportWorkers
+from simbench.workers import ReportWorkers
 from simbench.atomic import atomic_directory, check_owned_folder, resolve_output_folder
 from simbench.scenario import Scenario, load_scenario
 

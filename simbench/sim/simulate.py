@@ -51,9 +51,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     `packings` (by plan name, e.g. a previous result's `.packings`) are reused instead of packing again.
     `stage(text)` hears of each stage as it finishes (a packing made, a group of cluster sizes simulated).
     """
-    named = parse_plans([plan for plan in plans if isinstance(plan, str)])  # expands `all`
-    given = [plan for plan in plans if not isinstance(plan, str)]
-    plans = with_reference(list({plan.name: plan for plan in [*named, *given]}.values()))
+    plans = _with_reference(plans)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
     # Every plan draws steps x batch rows for each device it simulates one by one (at most PER_DEVICE_MAX).
     check_simulation_work(len(plans) * steps * batch_size * min(devices[-1], PER_DEVICE_MAX))
@@ -81,6 +79,26 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     used = {plan.name: packings[plan.name] for plan in plans if plan.name in packings}
     return SimulationResult(summarize(runs), pd.concat([run.trace() for run in runs], ignore_index=True),
                             used, latency_samples, timelines, config)
+
+
+def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, batch_size: int, seed: int,
+               packings: dict[str, Packing] | None = None) -> dict[str, Packing]:
+    """The packings `simulate` would make for these plans (padding's included), by plan name, reusing
+    `packings` given: made ahead and passed as `simulate(packings=...)`, they can be bounded elsewhere
+    while the simulation runs."""
+    settings = SimulationSettings(histogram, None, batch_size, 1, seed, "auto")
+    given, packings = dict(packings or {}), {}
+    for plan in _with_reference(plans):
+        packing = given.get(plan.name) or _packing(plan, settings, {**given, **packings})
+        if packing is not None:
+            packings[plan.name] = packing
+    return packings
+
+
+def _with_reference(plans: list[ExecutionPlan | str]) -> list[ExecutionPlan]:
+    named = parse_plans([plan for plan in plans if isinstance(plan, str)])  # expands `all`
+    given = [plan for plan in plans if not isinstance(plan, str)]
+    return with_reference(list({plan.name: plan for plan in [*named, *given]}.values()))
 
 
 def _validate(histogram, devices, batch_size, steps, seed, engine) -> list[int]:

@@ -1,10 +1,14 @@
-"""Wall time of the main job, `simbench run scenarios/wiki512.yaml`, and of the decoder-LLM scenarios
-(target: under 2 minutes each on 2 cores).
+"""Wall time of the main job, `simbench run scenarios/wiki512.yaml` (target: under 15 s on 2 cores), and
+of the decoder-LLM scenarios (target: under 2 minutes each).
 
-One round: packing Wikipedia with every strategy, the LP bounds, the simulation on 1 to 2048
-devices and the plots, as a user runs it.
+The main job runs once in a fresh process, as a user runs it: the import, packing Wikipedia with every
+strategy, the LP bounds and the plots in worker processes beside the simulation on 1 to 2048 devices,
+the report.
 """
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -12,25 +16,24 @@ import pytest
 from typer.testing import CliRunner
 
 from simbench.cli import app
-from simbench.strategies import lp_bound
+from simbench.workers import PROCESSES_VARIABLE
 
 WIKI512 = Path(__file__).resolve().parents[2] / "scenarios" / "wiki512.yaml"
+WIKI512_TARGET_SECONDS = 15
 TARGET_SECONDS = 120
 
 
 def test_run_wiki512(benchmark, tmp_path):
     out = tmp_path / "wiki512"
-
-    def run_from_scratch():
-        lp_bound.clear_cache()  # as in a fresh process
-        return CliRunner().invoke(app, ["run", str(WIKI512), "--out", str(out)])
-
-    result = benchmark.pedantic(run_from_scratch, rounds=1, iterations=1)
-    assert result.exit_code == 0, result.output
+    # The workers as a user gets them (the test suite turns them off for its small runs).
+    environment = {name: value for name, value in os.environ.items() if name != PROCESSES_VARIABLE}
+    command = [sys.executable, "-c", "from simbench.cli import main; main()", "run", str(WIKI512), "--out", str(out)]
+    completed = benchmark.pedantic(subprocess.run, args=(command,),
+                                   kwargs=dict(capture_output=True, text=True, env=environment), rounds=1, iterations=1)
+    assert completed.returncode == 0, completed.stderr
     scaling = pd.read_csv(out / "scaling.csv")
     assert scaling["devices"].max() == 2048
-    benchmark.extra_info["seconds"] = benchmark.stats.stats.max
-    benchmark.extra_info["target_seconds"] = TARGET_SECONDS
+    benchmark.extra_info["target_seconds"] = WIKI512_TARGET_SECONDS
 
 
 @pytest.mark.parametrize("name", ["llama8b-sft-8k", "llama70b-pretrain-32k"])

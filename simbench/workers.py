@@ -1,10 +1,11 @@
-"""Side processes for a report: its plots (and other pure, picklable work) run beside the simulation.
+"""Side processes for a run: its LP bounds and plots (pure, picklable work) run beside the simulation.
 
-Started before the simulation, the workers import matplotlib while the main process packs and simulates;
-plots come back as file contents, so the report folder is still written by the main process alone,
-atomically. With one core, or when none are started, the same functions run in the calling process.
+Started first, the workers import matplotlib while the main process packs, compute the LP bounds while
+it simulates, then draw the plots; bounds come back as values and plots as file contents, so the report
+folder is still written by the main process alone, atomically. With one core, or when none are started,
+the same functions run in the calling process.
 
-    >>> from simbench.report.workers import ReportWorkers
+    >>> from simbench.workers import ReportWorkers
     >>> with ReportWorkers(processes=0) as workers:
     ...     workers.submit(sum, [1, 2, 3]).result()
     6
@@ -16,8 +17,12 @@ import multiprocessing
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
 
+from simbench.validation import check_whole_number
+
 # Two cores is what the main job is sized for; more plots than that rarely wait.
 PROCESSES_MAX = 2
+# Set to 0 to compute everything in the calling process (tests do; so may a machine short of memory).
+PROCESSES_VARIABLE = "SIMBENCH_WORKERS"
 
 
 class ReportWorkers:
@@ -25,7 +30,7 @@ class ReportWorkers:
 
     def __init__(self, processes: int | None = None):
         if processes is None:
-            processes = min(PROCESSES_MAX, os.cpu_count() or 1) if (os.cpu_count() or 1) > 1 else 0
+            processes = _processes_asked()
         self.executor = None
         if processes > 0:
             self.executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
@@ -45,6 +50,15 @@ class ReportWorkers:
     def __exit__(self, *exception) -> None:
         if self.executor is not None:
             self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _processes_asked() -> int:
+    """SIMBENCH_WORKERS if set, else two processes where there are two cores to run them."""
+    cores = os.cpu_count() or 1
+    text = os.environ.get(PROCESSES_VARIABLE)
+    if text is None:
+        return min(PROCESSES_MAX, cores) if cores > 1 else 0
+    return check_whole_number(int(text) if text.strip().isdigit() else text, PROCESSES_VARIABLE, minimum=0)
 
 
 def _import_plotting() -> None:
