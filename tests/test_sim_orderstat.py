@@ -1,15 +1,18 @@
 """The order-statistics engine against exact order statistics, the per-device engine and the Gumbel closed form."""
 
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from scipy import stats
 
 from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     single_device_from_cluster
+from simbench.costmodels.linear import LinearCostModel
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
-from simbench.costmodels.linear import LinearCostModel
 from simbench.sim.orderstat import PLAIN_DRAWS, ItemSource, build_pool, slowest_of
 from simbench.sim.pricing import DeviceCosts
 from simbench.sim.simulate import simulate
@@ -118,3 +121,44 @@ def test_device_counts_up_to_2_20_run_and_beyond_are_refused():
     assert summary["devices"].tolist() == [2**20] * 3
     with pytest.raises(InputError, match="devices must be whole numbers in 1..1,048,576, found 1048577"):
         simulate(SQUAD, ["unpad"], [2**20 + 1], LinearCostModel(), batch_size=1, steps=1, seed=0)
+
+
+@dataclass(frozen=True)
+class _NoisyLinear(LinearCostModel):
+    """The linear cost model with a hardware profile's per-device step noise (costmodels.noise)."""
+
+    hardware: object = field(default_factory=lambda: SimpleNamespace(unpadded_noise_cv=0.2))
+
+
+def test_slowest_of_noisy_devices_is_the_exact_order_statistic_up_to_2_20():
+    """Device time = a x (sum of B lengths) x a mean-one lognormal factor: F is a mixture of lognormals
+    over the B-fold convolution, so the mean of the largest of n is an integral; the noise is tilted into
+    the far tail with the batches, so 2**20 devices see noise that 36,864 plain draws would never reach."""
+    batch_size, steps, cost_model = 2, 2000, _NoisyLinear(seconds_per_token=SECONDS_PER_TOKEN)
+    pmf = np.array([1.0])
+    for _ in range(batch_size):
+        pmf = np.convolve(pmf, np.concatenate([[0.0], SQUAD.counts / SQUAD.sequences]))
+    tokens = np.flatnonzero(pmf)
+    sigma = np.sqrt(np.log1p(0.2**2))
+    grid = np.linspace(1, 3 * tokens.max(), 4_000)  # in tokens
+    cdf = stats.norm.cdf((np.log(grid[:, None] / tokens[None, :]) + sigma**2 / 2) / sigma) @ pmf[tokens]
+    devices = [1, 64, 4096, 2**20]
+    result = simulate(SQUAD, ["unpad"], devices, cost_model, batch_size=batch_size, steps=steps, seed=2,
+                      engine="order-statistics")
+    trace = result.traces[result.traces["strategy"] == "unpad"]
+    for size, group in trace.groupby("devices"):
+        survival = 1 - cdf**size
+        mean = grid[0] + np.trapezoid(survival, grid)
+        spread = np.sqrt(grid[0] ** 2 + 2 * np.trapezoid(grid * survival, grid) - mean**2)
+        slowest_tokens = group["slowest_device_seconds"] / SECONDS_PER_TOKEN
+        assert abs(slowest_tokens.mean() - mean) < 4 * spread / np.sqrt(steps), size
+
+
+def test_noisy_devices_agree_with_every_device_simulated():
+    arguments = dict(batch_size=4, steps=150, seed=5)
+    cost_model = _NoisyLinear(seconds_per_token=SECONDS_PER_TOKEN)
+    every = simulate(SQUAD, ["unpad"], [4096], cost_model, engine="vectorized", **arguments).traces
+    drawn = simulate(SQUAD, ["unpad"], [4096], cost_model, engine="order-statistics", **arguments).traces
+    slowest = [trace.loc[trace["strategy"] == "unpad", "slowest_device_seconds"] for trace in (every, drawn)]
+    error = np.sqrt((slowest[0].var() + slowest[1].var()) / arguments["steps"])
+    assert abs(slowest[0].mean() - slowest[1].mean()) < 4 * error

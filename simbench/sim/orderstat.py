@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from simbench.costmodels.noise import step_noise_factors
 from simbench.sim.batching import draw_in_proportion
 from simbench.sim.montecarlo import StepAggregates
 from simbench.sim.pricing import DeviceCosts
@@ -43,13 +44,16 @@ class ItemSource:
 
     `features` (items, k) are per-item quantities whose per-batch sums predict the batch's cost (for
     sequences their length and its square); `price` maps item indices (devices, batch_size) to the
-    devices' DeviceCosts of shape (1, devices).
+    devices' DeviceCosts of shape (1, devices). With `noise_cv`, each device's step also takes an
+    independent mean-one lognormal factor (`costmodels.noise`), left out of `price`: the pool draws it,
+    tilted with the batch, so that the far tail holds slow batches and slow devices alike.
     """
 
     weights: np.ndarray
     features: np.ndarray
     batch_size: int
     price: Callable[[np.ndarray], DeviceCosts]
+    noise_cv: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,36 +102,38 @@ class DevicePool:
 def build_pool(source: ItemSource, rng: np.random.Generator, largest_devices: int) -> DevicePool:
     """Plain draws of one device's batch, then tilted draws ever deeper into the tail, as `largest_devices` need.
 
-    Each tilt centres the batch score on a tail level `LEVEL_RATIO` deeper than the last, read off the
-    draws so far (adaptive importance sampling): no assumption on the shape of F.
+    Each tilt centres the device's score (its batch's item scores, plus its noise draw weighted alike)
+    on a tail level `LEVEL_RATIO` deeper than the last, read off the draws so far (adaptive importance
+    sampling): no assumption on the shape of F.
     """
     plain_items = draw_in_proportion(source.weights, rng, (PLAIN_DRAWS, source.batch_size))
-    if source.batch_size == 1 and source.weights.size <= PLAIN_DRAWS:
+    if source.batch_size == 1 and source.weights.size <= PLAIN_DRAWS and not source.noise_cv:
         return _every_item(source, plain_items)
-    plain_costs = source.price(plain_items)
-    score = _item_scores(source, plain_items, plain_costs.total_seconds.ravel())
-    if score is None:
+    plain_noise = rng.standard_normal(PLAIN_DRAWS) if source.noise_cv else np.zeros(PLAIN_DRAWS)
+    plain_costs = _with_noise(source.price(plain_items), plain_noise, source.noise_cv)
+    scores = _Scores.fit(source, plain_items, plain_noise, plain_costs.total_seconds.ravel())
+    if scores is None:
         return DevicePool.from_draws(plain_costs, np.zeros(PLAIN_DRAWS), PLAIN_DRAWS)
-    log_probability = _log_probability(source.weights)
-    levels = _score_levels(score, source.weights)
-    costs, batch_scores, tilts, sizes = [plain_costs], [score[plain_items].sum(axis=1)], [], [PLAIN_DRAWS]
+    costs, device_scores, tilts, sizes = [plain_costs], [scores.of(plain_items, plain_noise)], [], [PLAIN_DRAWS]
     level, deepest = PLAIN_TAIL_DRAWS / PLAIN_DRAWS, DEEPEST_TAIL_PER_DEVICE / largest_devices
     while level > deepest:
         level = max(level * LEVEL_RATIO, deepest)
-        scores = np.concatenate(batch_scores)
-        target = _tail_quantile(scores, _balance_log_weights(scores, tilts, sizes, source.batch_size), level)
-        if target >= source.batch_size * score.max():
+        drawn = np.concatenate(device_scores)
+        target = _tail_quantile(drawn, _balance_log_weights(drawn, tilts, sizes), level)
+        if target >= scores.highest and not source.noise_cv:
             break  # the deepest batch there is: nothing further out to reach
-        theta = _theta_for_mean(*levels, target / source.batch_size)
-        tilts.append((theta, _log_sum_exp(log_probability + theta * score)))
-        items = draw_in_proportion(_tilted_weights(source.weights, score, theta), rng,
+        theta = scores.tilt_for_mean(target)
+        tilts.append((theta, scores.log_normalizer(theta)))
+        items = draw_in_proportion(_tilted_weights(source.weights, scores.item, theta), rng,
                                    (TILTED_DRAWS, source.batch_size))
-        costs.append(source.price(items))
-        batch_scores.append(score[items].sum(axis=1))
+        # Tilting a standard normal by exp(t z) shifts it by t.
+        noise = rng.standard_normal(TILTED_DRAWS) + theta * scores.noise if source.noise_cv else np.zeros(TILTED_DRAWS)
+        costs.append(_with_noise(source.price(items), noise, source.noise_cv))
+        device_scores.append(scores.of(items, noise))
         sizes.append(TILTED_DRAWS)
-    scores = np.concatenate(batch_scores)
-    return DevicePool.from_draws(DeviceCosts.concatenate_devices(costs),
-                                 _balance_log_weights(scores, tilts, sizes, source.batch_size), PLAIN_DRAWS)
+    drawn = np.concatenate(device_scores)
+    return DevicePool.from_draws(DeviceCosts.concatenate_devices(costs), _balance_log_weights(drawn, tilts, sizes),
+                                 PLAIN_DRAWS)
 
 
 def slowest_of(pool: DevicePool, cluster_sizes: list[int], steps: int,
@@ -166,21 +172,69 @@ def _every_item(source: ItemSource, plain_items: np.ndarray) -> DevicePool:
     return replace(pool, plain_totals=totals[plain_items.ravel()])
 
 
-def _item_scores(source: ItemSource, items: np.ndarray, totals: np.ndarray) -> np.ndarray | None:
-    """Per-item scores whose batch sums best predict the step seconds (least squares on the plain pool),
-    standardized; None when step seconds do not vary (fixed shapes: the tail is the body)."""
-    if np.ptp(totals) <= 1e-9 * np.abs(totals).max():
-        return None
-    batch_features = source.features[items].sum(axis=1)
-    design = np.column_stack([np.ones(totals.size), batch_features])
-    coefficients = np.linalg.lstsq(design, totals, rcond=None)[0]
-    score = source.features @ coefficients[1:]
-    probability = source.weights / source.weights.sum()
-    mean = probability @ score
-    spread = np.sqrt(probability @ (score - mean) ** 2)
-    if not spread > 0:
-        return None
-    return (score - mean) / spread
+def _with_noise(costs: DeviceCosts, standard_normal: np.ndarray, cv: float) -> DeviceCosts:
+    """The devices' costs times their mean-one lognormal noise factors (none when cv is 0)."""
+    if not cv:
+        return costs
+    factors = step_noise_factors(standard_normal, cv)[None, :]
+    return DeviceCosts(costs.compute_seconds * factors, costs.padding_seconds * factors,
+                       costs.overhead_seconds * factors, costs.stall_seconds, costs.real_tokens, costs.sequences)
+
+
+@dataclass(frozen=True, eq=False)
+class _Scores:
+    """A device's score: the sum of its items' scores plus `noise` times its noise draw, in units where an
+    item's score has mean 0 and spread 1; fitted by least squares to predict the device's step seconds."""
+
+    item: np.ndarray
+    noise: float
+    batch_size: int
+    log_probability: np.ndarray  # of each item
+    levels: tuple[np.ndarray, np.ndarray]  # the items' log-probabilities and scores, binned if many
+
+    @classmethod
+    def fit(cls, source: ItemSource, items: np.ndarray, noise: np.ndarray, totals: np.ndarray) -> _Scores | None:
+        """None when step seconds do not vary (fixed shapes and no noise: the tail is the body)."""
+        if np.ptp(totals) <= 1e-9 * np.abs(totals).max():
+            return None
+        design = np.column_stack([np.ones(totals.size), source.features[items].sum(axis=1), noise])
+        coefficients = np.linalg.lstsq(design, totals, rcond=None)[0]
+        score = source.features @ coefficients[1:-1]
+        probability = source.weights / source.weights.sum()
+        mean = probability @ score
+        spread = np.sqrt(probability @ (score - mean) ** 2)
+        unit = spread if spread > 0 else abs(coefficients[-1])
+        if not unit > 0:
+            return None
+        item = (score - mean) / unit if spread > 0 else np.zeros_like(score)
+        return cls(item, float(coefficients[-1] / unit), items.shape[1], _log_probability(source.weights),
+                   _score_levels(item, source.weights))
+
+    @property
+    def highest(self) -> float:
+        return self.batch_size * float(self.item.max())
+
+    def of(self, items: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        return self.item[items].sum(axis=1) + self.noise * noise
+
+    def tilt_for_mean(self, target: float) -> float:
+        """The tilt under which a device's mean score is `target`: Newton steps (the tilted mean grows with
+        theta, at the rate of the tilted variance), kept inside a bracket that only shrinks."""
+        low, high, theta = 0.0, np.inf, 0.0
+        for _ in range(100):
+            mean, variance = _tilted_moments(*self.levels, theta)
+            mean, variance = self.batch_size * mean + theta * self.noise**2, self.batch_size * variance + self.noise**2
+            if abs(mean - target) <= 1e-9 * (1 + abs(target)) or not variance > 0:
+                break
+            low, high = (theta, high) if mean < target else (low, theta)
+            step = theta + (target - mean) / variance
+            theta = step if low < step < high else (0.5 * (low + high) if np.isfinite(high) else 2 * theta + 1)
+        return theta
+
+    def log_normalizer(self, theta: float) -> float:
+        """log E[exp(theta x score)] of a device: its items' and its noise's (a normal's: theta^2 w^2 / 2)."""
+        return (self.batch_size * _log_sum_exp(self.log_probability + theta * self.item)
+                + 0.5 * (theta * self.noise) ** 2)
 
 
 def _tail_quantile(values: np.ndarray, log_weights: np.ndarray, level: float) -> float:
@@ -204,20 +258,6 @@ def _score_levels(score: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, n
     return _log_probability(level_weights[used]), level_scores
 
 
-def _theta_for_mean(log_probability: np.ndarray, score: np.ndarray, target: float) -> float:
-    """The tilt under which an item's mean score is `target`: Newton steps (the tilted mean grows with theta,
-    at the rate of the tilted variance), kept inside a bracket that only shrinks."""
-    low, high, theta = 0.0, np.inf, 0.0
-    for _ in range(100):
-        mean, variance = _tilted_moments(log_probability, score, theta)
-        if abs(mean - target) <= 1e-9 * (1 + abs(target)) or not variance > 0:
-            break
-        low, high = (theta, high) if mean < target else (low, theta)
-        step = theta + (target - mean) / variance
-        theta = step if low < step < high else (0.5 * (low + high) if np.isfinite(high) else 2 * theta + 1)
-    return theta
-
-
 def _tilted_moments(log_probability: np.ndarray, score: np.ndarray, theta: float) -> tuple[float, float]:
     log_weights = log_probability + theta * score
     weights = np.exp(log_weights - log_weights.max())
@@ -235,14 +275,13 @@ def _log_probability(weights: np.ndarray) -> np.ndarray:
         return np.log(weights / weights.sum())
 
 
-def _balance_log_weights(batch_scores: np.ndarray, tilts: list[tuple[float, float]], sizes: list[int],
-                         batch_size: int) -> np.ndarray:
+def _balance_log_weights(device_scores: np.ndarray, tilts: list[tuple[float, float]], sizes: list[int]) -> np.ndarray:
     """log(p / g) of each draw, g the mixture of the plain and tilted densities in proportion to their draws."""
     shares = np.log(np.asarray(sizes, dtype=np.float64) / sum(sizes))
-    # Density ratios q_k / p of a batch: exp(theta_k S - batch log Z_k); the plain pool's is 1.
+    # Density ratio q_k / p of a device: exp(theta_k score - log normalizer_k); the plain pool's is 1.
     thetas = np.array([0.0, *(theta for theta, _ in tilts)])
     log_normalizers = np.array([0.0, *(log_z for _, log_z in tilts)])
-    terms = shares[None, :] + batch_scores[:, None] * thetas[None, :] - batch_size * log_normalizers[None, :]
+    terms = shares[None, :] + device_scores[:, None] * thetas[None, :] - log_normalizers[None, :]
     return -_log_sum_exp(terms, axis=1)
 
 

@@ -12,11 +12,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
-from simbench.costmodels.noise import with_step_noise
+from simbench.costmodels.base import ExecutionMode
+from simbench.costmodels.noise import StepNoise, with_step_noise
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.sim.engine import run_simpy
@@ -135,8 +137,9 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
         runs, latency, timeline = _simulate_devices(plan, packing, small, settings, purpose=0)
         stage(f"simulated {plan.name} on {_counts(small)} devices")
     if large and plan.independent_devices:
-        source = plan.source(plan, packing, settings)
-        pool = build_pool(source.items(), source.generator(2), large[-1])
+        noiseless, noise_cv = _without_step_noise(settings, plan)
+        source = plan.source(plan, packing, noiseless)
+        pool = build_pool(replace(source.items(), noise_cv=noise_cv), source.generator(2), large[-1])
         by_size = slowest_of(pool, large, settings.steps, source.generator(3))
         runs += [_run(source, size, by_size[size], None, engine="order-statistics") for size in large]
         stage(f"simulated {plan.name} on {_counts(large)} devices (slowest device drawn directly)")
@@ -163,6 +166,15 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
 
 def _counts(devices: list[int]) -> str:
     return ", ".join(f"{count:,}" for count in devices)
+
+
+def _without_step_noise(settings: SimulationSettings, plan: ExecutionPlan) -> tuple[SimulationSettings, float]:
+    """The settings with the cost model's per-device step noise taken out, and its coefficient of variation
+    for this plan: the order-statistics engine draws the noise itself, tilted into the tail with the batch."""
+    if not isinstance(settings.cost_model, StepNoise):
+        return settings, 0.0
+    noise_cv = settings.cost_model.cv if plan.mode is ExecutionMode.UNPADDED else 0.0
+    return replace(settings, cost_model=settings.cost_model.cost_model), noise_cv
 
 
 def _split_by_size(devices: list[int], settings: SimulationSettings) -> tuple[list[int], list[int]]:
