@@ -12,7 +12,6 @@ import pytest
 
 from simbench.costmodels import TransformerCostModel
 from simbench.scenario import load_scenario
-from simbench.sim.plans import parse_plan
 from simbench.sim.simulate import simulate
 
 DEVICE_COUNTS = [2**power for power in range(21)]
@@ -35,7 +34,7 @@ def wiki512():
     scenario = load_scenario("scenarios/wiki512.yaml")
     histogram = scenario.dataset.load()
     cost_model = TransformerCostModel(scenario.model, scenario.hardware.load())
-    plans = [parse_plan(spec.plan_text) for spec in scenario.strategies]
+    plans = [spec.plan() for spec in scenario.strategies]
     packings = simulate(histogram, plans, [1], cost_model, batch_size=32, steps=1, seed=0).packings
     return scenario, histogram, cost_model, plans, packings
 
