@@ -109,7 +109,7 @@ def test_unknown_strategy_lists_the_known_ones():
     completed = run_simbench("pack", "squad_1_1_384", "--strategy", "nope")
     assert completed.returncode == 2
     message = " ".join(completed.stderr.split())
-    assert "unknown strategy 'nope'; known strategies: none, sort, greedy, spfhp" in message
+    assert "unknown strategy 'nope'; did you mean 'none'? known strategies: none, sort, greedy, spfhp" in message
     assert "Traceback" not in completed.stderr
 
 
