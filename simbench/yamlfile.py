@@ -10,7 +10,7 @@ mapping are refused before anything walks the data.
     >>> load_yaml_documents(bomb, source="bomb.yaml")
     Traceback (most recent call last):
     ...
-    simbench.errors.InputError: bomb.yaml:5: the YAML expands to more than 100,000 values through its aliases (&name / *name): write the values out, or use fewer aliases
+    simbench.errors.InputError: bomb.yaml:5: the YAML holds more than 100,000 values (counting each use of an alias, &name / *name, in full), far more than any scenario needs
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def _check_bounded(root: yaml.Node, source: str) -> None:
             expanded[key] = 1 + sum(expanded[id(child)] for child in children)
             depth[key] = 1 + max((depth[id(child)] for child in children), default=0)
             if expanded[key] > MAX_EXPANDED_NODES:
-                raise InputError(f"the YAML expands to more than {MAX_EXPANDED_NODES:,} values through its aliases "
-                                 f"(&name / *name): write the values out, or use fewer aliases", source=source,
+                raise InputError(f"the YAML holds more than {MAX_EXPANDED_NODES:,} values (counting each use of an "
+                                 f"alias, &name / *name, in full), far more than any scenario needs", source=source,
                                  line=node.start_mark.line + 1)
             if depth[key] > MAX_DEPTH:
                 raise InputError(f"the YAML is nested more than {MAX_DEPTH} levels deep", source=source,

@@ -87,7 +87,7 @@ CASES = [
     ("yaml-devices-deep", {"s.yaml": SCENARIO.replace("devices: [1]", "devices: " + "[" * 20_000 + "]" * 20_000)},
      VALIDATE, "nested more than"),
     ("yaml-alias-bomb", {"s.yaml": scenario_with("hardware:\n  overrides:\n" + "".join(
-        f"    {line}\n" for line in bomb().splitlines()))}, VALIDATE, "expands to more than"),
+        f"    {line}\n" for line in bomb().splitlines()))}, VALIDATE, "holds more than 100,000 values"),
     ("yaml-alias-loop", {"s.yaml": scenario_with("notes: &loop [*loop]\n")}, VALIDATE, "contains it"),
     ("yaml-python-tag", {"s.yaml": scenario_with("seed: !!python/object:os.system {}\n")}, VALIDATE, "s.yaml"),
     ("yaml-duplicate-key", {"s.yaml": scenario_with("steps: 9\n")}, VALIDATE, "appears twice"),
@@ -155,6 +155,40 @@ CASES = [
      ["histogram", "build", "{d}/l.jsonl", "--column", "length", "--max-length", "512", "-o", "{d}/h.csv"], "l.jsonl"),
     ("build-max-length-zero", {"l.txt": "5\n"}, ["histogram", "build", "{d}/l.txt", "--max-length", "0", "-o", "{d}/h.csv"],
      "--max-length"),
+    # Sweeps
+    ("sweep-unknown-key", {"w.yaml": "base: {}\naxes: {seed: [1]}\ncolour: red\n"}, ["sweep", "{d}/w.yaml",
+                                                                                   "--dry-run"], "w.yaml:3"),
+    ("sweep-no-base", {"w.yaml": "axes: {seed: [1]}\n"}, ["sweep", "{d}/w.yaml", "--dry-run"], "`base`"),
+    ("sweep-bad-cell", {"w.yaml": "base:\n" + "".join(f"  {line}\n" for line in SCENARIO.splitlines()[1:])
+                        + "axes: {batch_size: [8, 0]}\n"}, ["sweep", "{d}/w.yaml", "--dry-run"], "cell 1 (batch_size=0)"),
+    ("sweep-axis-not-list", {"w.yaml": "base: {}\naxes: {seed: 3}\n"}, ["sweep", "{d}/w.yaml", "--dry-run"],
+     "non-empty lists"),
+    ("sweep-list", {"w.yaml": "- 1\n"}, ["sweep", "{d}/w.yaml", "--dry-run"], "w.yaml"),
+    ("sweep-out-user-folder", {"w.yaml": "base:\n" + "".join(f"  {line}\n" for line in SCENARIO.splitlines()[1:])
+                               + "axes: {seed: [1]}\n", "out/notes.txt": "mine"},
+     ["sweep", "{d}/w.yaml", "--out", "{d}/out", "--workers", "0"], "holds no sweep.json"),
+    # More options and files
+    ("yaml-million-devices", {"s.yaml": SCENARIO.replace("devices: [1]", "devices: [" + ", ".join(["1"] * 1_000_000)
+                                                         + "]")}, VALIDATE, "holds more than 100,000 values"),
+    ("yaml-no-strategies", {"s.yaml": SCENARIO.replace("[unpad]", "[]")}, VALIDATE, "s.yaml:3"),
+    ("simulate-steps-zero", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--steps", "0"],
+     "--steps"),
+    ("simulate-batch-zero", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1",
+                                 "--batch-size", "0"], "--batch-size"),
+    ("simulate-too-many-devices", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices",
+                                       str(2**20 + 1)], "--devices"),
+    ("bound-bad-histogram", {"h.csv": "length,count\n5,-1\n"}, ["bound", "{d}/h.csv"], "h.csv:2"),
+    ("bound-depth-zero", {}, ["bound", "squad_1_1_384", "--max-depth", "0"], "--max-depth"),
+    ("assign-negative-lengths", {"l.txt": "5\n-3\n"},
+     ["assign", "squad_1_1_384", "--lengths", "{d}/l.txt", "--strategy", "spfhp", "-o", "{d}/p.npy"], "l.txt"),
+    ("assign-too-long", {"l.txt": "5\n999\n"},
+     ["assign", "squad_1_1_384", "--lengths", "{d}/l.txt", "--strategy", "spfhp", "-o", "{d}/p.npy"], "l.txt"),
+    ("fit-logs-garbage", {"log.txt": "not a log\n"}, ["fit-logs", "{d}/log.txt"], "log.txt"),
+    ("fit-logs-empty-csv", {"log.csv": ""}, ["fit-logs", "{d}/log.csv"], "log.csv"),
+    ("calibrate-decoder-lengths", {}, ["calibrate-decoder", "-o", "{d}/p.yaml", "--lengths", "1,x"], "--lengths"),
+    ("gumbel-bad-scale", {}, ["gumbel", "--location", "1.9", "--scale", "0"], "scale"),
+    ("plot-garbled-resolved", {"r/resolved.yaml": "name: [x\n", "r/scaling.csv": "a\n"}, ["plot", "{d}/r"],
+     "resolved.yaml"),
     # Hardware profiles given as files
     ("profile-nan", {"p.yaml": "name: x\nsource: y\nlinear_flops_per_s: .nan\nattention_flops_per_s: 1e12\n"},
      ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--hardware", "{d}/p.yaml"], "p.yaml"),
@@ -201,7 +235,9 @@ def test_bad_input_gives_one_clean_error_and_loses_nothing(tmp_path, case_id, fi
 
 def test_the_corpus_covers_every_command_that_reads_user_files():
     commands = {argv[0] for _, _, argv, _ in CASES}
-    assert {"pack", "validate", "run", "simulate", "gumbel", "plot", "histogram"} <= commands
+    assert {"pack", "bound", "validate", "run", "simulate", "sweep", "assign", "gumbel", "fit-logs", "plot",
+            "histogram", "calibrate-decoder"} <= commands
+    assert len(CASES) >= 100
     assert len({case[0] for case in CASES}) == len(CASES)
 
 
