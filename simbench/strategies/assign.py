@@ -8,7 +8,7 @@
     >>> packing = get_strategy("spfhp")(LengthHistogram.from_lengths(lengths, max_length=8), 8, 3)
     >>> packs = assign_sequences(packing, lengths, np.random.default_rng(0))
     >>> packs.tolist()   # sequence indices per pack, -1 where a slot is empty
-    [[2, -1], [0, 1], [3, 4]]
+    [[2, -1], [3, 4], [0, 1]]
     >>> lengths[packs[1][packs[1] >= 0]].tolist()   # the lengths of pack 1, as in one of packing.rows
     [5, 3]
     >>> assign_packs(packing, lengths, np.random.default_rng(0)).pack_offsets.tolist()   # ragged layout
@@ -30,6 +30,9 @@ from simbench.strategies.packing import Packing
 # Slots filled at once: large enough that numpy's per-call cost vanishes, small enough that the
 # sequences a chunk reads stay in the processor's cache (measured fastest from 2**16 to 2**18).
 SLOTS_PER_CHUNK = 1 << 18
+# Up to this many sequences one permutation of them all is faster than shuffling each length's run
+# (measured: 1.8 against 3.1 ms at 100k; even at 1M; 1.1 against 0.43 s at 16M).
+WHOLE_PERMUTATION_LIMIT = 1 << 20
 # numpy's multivariate hypergeometric sampler is exact only below this many items.
 MAX_PACKS_PER_DRAW = 10**9
 # A dense (packs x depth) array with more cells than this, and more than DENSE_CELLS_PER_SEQUENCE
@@ -165,6 +168,10 @@ def _sequences_by_length(lengths: np.ndarray, counts: np.ndarray, max_length: in
     A counting sort done a chunk of the dataset at a time, so that the only large array is the
     result (four bytes per sequence below 2**31 sequences).
     """
+    if lengths.size <= WHOLE_PERMUTATION_LIMIT:
+        # Few sequences: sorting a random permutation of them beats a shuffle call per length.
+        order = rng.permutation(lengths.size).astype(index_type)
+        return order[_stable_order_by_length(lengths[order], max_length)]
     by_length = np.empty(lengths.size, dtype=index_type)
     run_starts = _exclusive_cumsum(counts)
     next_free = run_starts.copy()
