@@ -106,17 +106,17 @@ def iter_assigned_packs(packing: Packing, sequence_lengths, rng: np.random.Gener
         raise InputError(f"{packing.packs_total:,} packs are too many to assign (at most {MAX_PACKS_PER_DRAW - 1:,})")
     index_type = _index_type(lengths.size)
     by_length = _sequences_by_length(lengths, counts, packing.max_length, index_type, rng)
-    return _chunks(packing, by_length, rng, slots_per_chunk)
+    return _chunks(packing, by_length, counts, rng, slots_per_chunk)
 
 
-def _chunks(packing: Packing, by_length: np.ndarray, rng: np.random.Generator,
+def _chunks(packing: Packing, by_length: np.ndarray, counts: np.ndarray, rng: np.random.Generator,
             slots_per_chunk: int) -> Iterator[AssignedPacks]:
     depths = packing.depths
     repeats = packing.repeats
     # Slot j of distinct pack r is "pair" first_pair[r] + j; copy c of the pack takes sequence
     # by_length[pair_start[pair] + c] there.
     first_pair = packing.pack_starts[:-1]
-    pair_start = _pair_starts(packing)
+    pair_start = _pair_starts(packing, counts, by_length.dtype)
     left = repeats.copy()
     handed_out = np.zeros_like(repeats)
     # Drawing a chunk's mix of distinct packs costs a pass over them, so a chunk has at least as
@@ -135,7 +135,14 @@ def _chunks(packing: Packing, by_length: np.ndarray, rng: np.random.Generator,
         # One shuffle moves (distinct pack, copy) together: both fit in 32 bits (packs < 10**9).
         pack = np.repeat(present << 32, drawn[present]) | copy
         rng.shuffle(pack)
-        yield _fill(pack >> 32, pack & 0xFFFFFFFF, depths, first_pair, pair_start, by_length)
+        rows, copies = pack >> 32, pack & 0xFFFFFFFF
+        # A draw has a pack per distinct pack at least (every pack of `greedy` is distinct): fill
+        # it a chunk of slots at a time.
+        slot_ends = np.cumsum(depths[rows])
+        cuts = np.searchsorted(slot_ends, np.arange(slots_per_chunk, slot_ends[-1], slots_per_chunk), side="right")
+        for piece_rows, piece_copies in zip(np.split(rows, cuts), np.split(copies, cuts)):
+            if piece_rows.size:
+                yield _fill(piece_rows, piece_copies, depths, first_pair, pair_start, by_length)
 
 
 def _fill(pack_row, pack_copy, depths, first_pair, pair_start, by_length) -> AssignedPacks:
@@ -147,17 +154,16 @@ def _fill(pack_row, pack_copy, depths, first_pair, pair_start, by_length) -> Ass
     return AssignedPacks(offsets, by_length[pair_start[pair] + copy])
 
 
-def _pair_starts(packing: Packing) -> np.ndarray:
-    """Where each (distinct pack, slot) pair's sequences start among the sequences sorted by length.
+def _pair_starts(packing: Packing, counts: np.ndarray, index_type) -> np.ndarray:
+    """Where each (distinct pack, slot) pair's sequences start among the sequences sorted by length:
+    pairs of one length take consecutive runs of that length's sequences, in pair order."""
+    starts = np.empty(packing.pack_lengths.size, dtype=index_type)
 
-    Pairs of one length use consecutive runs of that length's sequences, in pair order; lengths
-    come in ascending order, so a pair's start is the total taken by the pairs sorted before it.
-    """
-    pair_length = packing.pack_lengths
-    pair_copies = np.repeat(packing.repeats, packing.depths)
-    by_length = _stable_order_by_length(pair_length, packing.max_length)
-    starts = np.empty(pair_length.size, dtype=np.int64)
-    starts[by_length] = _exclusive_cumsum(pair_copies[by_length])
+    def copies(first, stop):  # each pair's copies, the repeats of its distinct pack
+        return packing.repeats[np.searchsorted(packing.pack_starts, np.arange(first, stop), side="right") - 1]
+
+    for first, order, places in _stable_layout(packing.pack_lengths, copies, counts, packing.max_length):
+        starts[first + order] = places
     return starts
 
 
@@ -173,21 +179,40 @@ def _sequences_by_length(lengths: np.ndarray, counts: np.ndarray, max_length: in
         order = rng.permutation(lengths.size).astype(index_type)
         return order[_stable_order_by_length(lengths[order], max_length)]
     by_length = np.empty(lengths.size, dtype=index_type)
+    for first, order, places in _stable_layout(lengths, None, counts, max_length, chunk_size):
+        by_length[places] = order + first
     run_starts = _exclusive_cumsum(counts)
-    next_free = run_starts.copy()
-    for first in range(0, lengths.size, chunk_size):
-        chunk = lengths[first:first + chunk_size].astype(np.int64, copy=False)
-        chunk_counts = np.bincount(chunk, minlength=max_length + 1)[1:]
-        # The chunk sorted by length, each sequence moved to its length's next free place.
-        present = np.flatnonzero(chunk_counts)
-        places = _runs(next_free[present], chunk_counts[present])
-        by_length[places] = _stable_order_by_length(chunk, max_length) + first
-        next_free += chunk_counts
     # One run at a time keeps each shuffle's random accesses within one length's sequences.
     for length_index in np.flatnonzero(counts > 1):
         start = run_starts[length_index]
         rng.shuffle(by_length[start:start + counts[length_index]])
     return by_length
+
+
+def _stable_layout(keys: np.ndarray, weights, counts: np.ndarray, max_length: int,
+                   chunk_size: int = SLOTS_PER_CHUNK) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """A counting sort by length, a chunk at a time so that no temporary grows with the input.
+
+    Element i takes `weights(first, stop)[i - first]` places (one each when `weights` is None),
+    lengths in ascending order after runs of `counts` places each; yields each chunk's first index,
+    its elements' order by length (stable) and the place where each of them, in that order, starts.
+    """
+    next_free = _exclusive_cumsum(counts)
+    for first in range(0, keys.size, chunk_size):
+        chunk = keys[first:first + chunk_size].astype(np.int64, copy=False)
+        order = _stable_order_by_length(chunk, max_length)
+        sizes = np.bincount(chunk, minlength=max_length + 1)[1:]
+        present = np.flatnonzero(sizes)
+        if weights is None:
+            before = np.arange(chunk.size, dtype=np.int64)
+            total = chunk.size
+        else:
+            taken = weights(first, first + chunk.size)[order]
+            before = _exclusive_cumsum(taken)
+            total = before[-1] + taken[-1]
+        group_first = before[_exclusive_cumsum(sizes[present])]
+        yield first, order, before + _runs(next_free[present] - group_first, sizes[present], step=0)
+        next_free[present] += np.diff(np.append(group_first, total))
 
 
 def _stable_order_by_length(lengths: np.ndarray, max_length: int) -> np.ndarray:
