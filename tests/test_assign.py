@@ -116,6 +116,22 @@ def test_a_mostly_empty_dense_layout_is_refused_and_the_ragged_one_works():
     np.testing.assert_array_equal(np.sort(ragged.sequence_indices), np.arange(lengths.size))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=40), st.integers(1, 7), st.integers(0, 2**32 - 1))
+def test_the_chunked_counting_sort_places_every_element_after_the_shorter_and_earlier_ones(keys, chunk_size, seed):
+    from simbench.strategies.assign import _stable_layout
+
+    keys = np.array(keys)
+    weights = np.random.default_rng(seed).integers(1, 4, keys.size)
+    counts = np.bincount(keys, weights=weights, minlength=10)[1:].astype(np.int64)
+    starts = np.empty(keys.size, dtype=np.int64)
+    for first, order, places in _stable_layout(keys, lambda start, stop: weights[start:stop], counts, 9, chunk_size):
+        starts[first + order] = places
+    expected = [weights[(keys < key)].sum() + weights[:index][keys[:index] == key].sum()
+                for index, key in enumerate(keys)]
+    np.testing.assert_array_equal(starts, expected)
+
+
 def test_same_seed_same_assignment_other_seed_another():
     histogram = load_histogram("squad_1_1_384")
     packing = get_strategy("optimal")(histogram, 384, 3)

@@ -159,8 +159,13 @@ def _pair_starts(packing: Packing, counts: np.ndarray, index_type) -> np.ndarray
     pairs of one length take consecutive runs of that length's sequences, in pair order."""
     starts = np.empty(packing.pack_lengths.size, dtype=index_type)
 
-    def copies(first, stop):  # each pair's copies, the repeats of its distinct pack
-        return packing.repeats[np.searchsorted(packing.pack_starts, np.arange(first, stop), side="right") - 1]
+    pack_starts = packing.pack_starts
+
+    def copies(first, stop):  # each pair's copies: the repeats of the distinct packs that hold them
+        low, high = np.searchsorted(pack_starts, [first, stop - 1], side="right")
+        ends = np.minimum(pack_starts[low:high + 1], stop)
+        begins = np.maximum(pack_starts[low - 1:high], first)
+        return np.repeat(packing.repeats[low - 1:high], ends - begins)
 
     for first, order, places in _stable_layout(packing.pack_lengths, copies, counts, packing.max_length):
         starts[first + order] = places
