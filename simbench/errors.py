@@ -60,7 +60,8 @@ def did_you_mean(name: str, known: list[str]) -> str:
     """' did you mean X?' for the known name closest to a misspelt `name`, or '' when none is close."""
     import difflib
 
-    close = difflib.get_close_matches(str(name), [str(item) for item in known], n=1)
+    # 0.8: two letters swapped in a short name still match ('spfph'), an unrelated word does not ('nope').
+    close = difflib.get_close_matches(str(name), [str(item) for item in known], n=1, cutoff=0.8)
     return f" did you mean {close[0]!r}?" if close else ""
 
 
