@@ -109,7 +109,9 @@ def test_unknown_strategy_lists_the_known_ones():
     completed = run_simbench("pack", "squad_1_1_384", "--strategy", "nope")
     assert completed.returncode == 2
     message = " ".join(completed.stderr.split())
-    assert "unknown strategy 'nope'; did you mean 'none'? known strategies: none, sort, greedy, spfhp" in message
+    # 'nope' is no misspelling of 'none': no suggestion, only the list; a swapped pair of letters gets one.
+    assert "unknown strategy 'nope'; known strategies: none, sort, greedy, spfhp" in message
+    assert "did you mean 'spfhp'?" in " ".join(run_simbench("pack", "squad_1_1_384", "-s", "spfph").stderr.split())
     assert "Traceback" not in completed.stderr
 
 
