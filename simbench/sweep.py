@@ -42,9 +42,9 @@ RESULTS = "results"  # Parquet dataset: one file per finished cell
 FAILURES = "failures"  # one JSON file per failed cell: its error
 # The dry run's estimate, an order of magnitude: rows drawn and priced per second and worker, and the
 # fixed cost of a cell (running the experiment, fits, writing): the bundled 200-cell context-vs-scale
-# sweep took 80 s of CPU serially on this project's 2-core machine, 0.4 s a cell.
+# sweep took 27 s serially on this project's quiet 2-core machine, about 0.14 s a cell.
 ROWS_PER_SECOND = 3e6
-CELL_OVERHEAD_SECONDS = 0.4
+CELL_OVERHEAD_SECONDS = 0.14
 
 
 @dataclass(frozen=True)
