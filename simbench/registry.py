@@ -13,6 +13,7 @@ use; plug-ins come from an entry-point group and are loaded only when asked for 
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable, Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Generic, TypeVar
@@ -122,13 +123,17 @@ class Registry(Generic[Item]):
                 # A plug-in never replaces what is registered: a built-in name keeps meaning the built-in.
                 if name not in self.entries:
                     self.register(name, item)
+                elif self.entries[name] is not item:
+                    warnings.warn(f"the {self.kind} plug-in {entry.name!r} ({entry.value}) is named like a built-in "
+                                  f"{self.kind}, {name!r}, and is ignored: rename it", stacklevel=2)
 
     def _load(self, entry: EntryPoint) -> Item:
         # A broken plug-in is an installation problem the user can fix: name it rather than crash.
         try:
             item = entry.load()
-        except (ImportError, AttributeError) as error:
-            raise InputError(f"cannot load the {self.kind} plug-in {entry.name!r} ({entry.value}): {error}") from None
+        except Exception as error:  # noqa: BLE001 - any failure of third-party code at import (SyntaxError too)
+            raise InputError(f"cannot load the {self.kind} plug-in {entry.name!r} ({entry.value}): "
+                             f"{type(error).__name__}: {error}") from None
         if self.item_type is not None and not isinstance(item, self.item_type):
             expected = f"{self.item_type.__module__}.{self.item_type.__qualname__}"
             raise InputError(f"the {self.kind} plug-in {entry.name!r} ({entry.value}) is a {type(item).__name__}, "

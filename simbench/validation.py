@@ -115,12 +115,15 @@ def check_rows_per_step(devices: int, batch_size: int, plan: str | None = None) 
                          f"at most {ROWS_PER_STEP_MAX:,} fit in memory", parameter="batch_size")
 
 
-def check_simulation_work(rows: int) -> None:
-    """Refuse, before any work, a simulation that would draw and price more than SIMULATED_ROWS_MAX rows."""
-    if rows > SIMULATED_ROWS_MAX:
+def check_simulation_work(rows: int, max_rows: int = SIMULATED_ROWS_MAX) -> None:
+    """Refuse, before any work, a simulation that would draw and price more than `max_rows` rows."""
+    check_whole_number(max_rows, "max_rows", minimum=1)
+    if rows > max_rows:
         raise InputError(f"this simulation would draw and price about {rows:.2g} sequences or packs, more than the "
-                         f"{SIMULATED_ROWS_MAX:.0e} simbench runs at once (minutes on two cores): lower steps "
-                         f"(a few hundred give speed-ups within 1 %), batch_size or the strategies", parameter="steps")
+                         f"{max_rows:.0e} allowed (about a minute on two cores per 1e8): lower steps (a few hundred "
+                         f"give speed-ups within 1 %), batch_size or the strategies, or raise the limit (max_rows; "
+                         f"`simbench simulate --max-rows`)",
+                         parameter="steps")
 
 
 def check_choice(value, name: str, choices: Iterable[str]) -> str:

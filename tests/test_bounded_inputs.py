@@ -135,3 +135,15 @@ def test_running_out_of_memory_is_one_line_not_a_traceback(monkeypatch):
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
     assert "out of memory" in completed.stderr
+
+
+def test_the_simulation_budget_is_stated_and_can_be_raised():
+    from simbench.costmodels.transformer import TransformerCostModel
+    from simbench.sim.simulate import simulate
+
+    squad = load_histogram("squad_1_1_384")
+    cost_model = TransformerCostModel("bert-base", "a100")
+    with pytest.raises(InputError, match=r"about 6.4e\+03 sequences or packs, more than the 1e\+03 allowed"):
+        simulate(squad, ["unpad"], [1], cost_model, batch_size=32, steps=100, seed=0, max_rows=1000)
+    result = simulate(squad, ["unpad"], [1], cost_model, batch_size=32, steps=100, seed=0, max_rows=10_000)
+    assert set(result.summary["strategy"]) == {"none", "unpad"}

@@ -51,3 +51,27 @@ def test_a_registered_model_preset_is_a_model_by_name(monkeypatch):
     monkeypatch.setattr(MODEL_PRESETS, "entries", dict(MODEL_PRESETS.entries))
     MODEL_PRESETS.register("small", ModelSpec(layers=6, hidden=512, heads=8, ffn=2048, name="small"))
     assert get_model("small").layers == 6 and list(MODEL_PRESETS)[-1] == "small"
+
+
+@pytest.mark.parametrize("source, error", [("raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here"),
+                                           ("def broken(:\n", "SyntaxError")])
+def test_a_plugin_whose_module_fails_at_import_is_named_not_a_traceback(monkeypatch, tmp_path, source, error):
+    (tmp_path / "failing_plugin.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    serve(monkeypatch, EntryPoint("failing", "failing_plugin:STRATEGY", GROUP))
+    assert get_strategy("spfhp").name == "spfhp"
+    with pytest.raises(InputError, match=rf"cannot load the strategy plug-in 'failing' \(failing_plugin:STRATEGY\): "
+                                         rf"{error}"):
+        get_strategy("failing")
+
+
+def test_a_plugin_named_like_a_builtin_is_ignored_with_a_warning(monkeypatch, tmp_path):
+    (tmp_path / "shadow_plugin.py").write_text("from simbench.strategies import get_strategy\n"
+                                                 "STRATEGY = get_strategy('bfd')  # under the name spfhp below\n"
+                                                 "import dataclasses\n"
+                                                 "STRATEGY = dataclasses.replace(STRATEGY, name='spfhp')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    serve(monkeypatch, EntryPoint("spfhp", "shadow_plugin:STRATEGY", GROUP))
+    with pytest.warns(UserWarning, match="named like a built-in strategy, 'spfhp', and is ignored"):
+        STRATEGIES.available()
+    assert get_strategy("spfhp").pack_function.__module__ == "simbench.strategies.spfhp"

@@ -9,7 +9,7 @@ import typer
 
 from simbench.commands.common import (QUIET_HELP, command, parse_counts, print_json_lines, print_table, progress_bar,
                                       say, stage_lines)
-from simbench.validation import DEFAULT_DEVICES
+from simbench.validation import DEFAULT_DEVICES, SIMULATED_ROWS_MAX
 
 TABLE_COLUMNS = ("strategy", "devices", "speed-up", "over", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms", "engine")
 
@@ -30,6 +30,8 @@ def simulate(
     engine: str = typer.Option("auto", "--engine", help="auto, simpy or vectorized"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per (strategy, devices) line"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+    max_rows: int = typer.Option(SIMULATED_ROWS_MAX, "--max-rows",
+                                 help="refuse a run that would draw and price more sequences or packs than this"),
 ) -> None:
     """Simulate data-parallel training steps of each strategy and report speed-ups over padding."""
     from rich.console import Console
@@ -49,7 +51,7 @@ def simulate(
         task = progress.add_task("simulating", total=len(with_reference(plans)) * len(device_counts))
         result = run_simulation(lengths, plans, device_counts, cost_model, batch_size=batch_size, steps=steps,
                                 seed=seed, engine=engine, progress=lambda advance: progress.advance(task, advance),
-                                stage=stage_lines(console, quiet))
+                                stage=stage_lines(console, quiet), max_rows=max_rows)
     warning = overdraw_warning(result.summary, lengths.sequences)
     if warning:
         say(warning.replace("**", ""))

@@ -29,8 +29,8 @@ from simbench.sim.pricing import DeviceCosts
 from simbench.sim.results import PlanRun, SimulationResult, summarize
 from simbench.strategies import get_strategy
 from simbench.strategies.packing import PackOptions, Packing
-from simbench.validation import (check_choice, check_device_counts, check_rows_per_step, check_seed,
-                                 check_simulation_work, check_whole_number)
+from simbench.validation import (SIMULATED_ROWS_MAX, check_choice, check_device_counts, check_rows_per_step,
+                                 check_seed, check_simulation_work, check_whole_number)
 
 ENGINES = ("auto", "simpy", "vectorized", "order-statistics")
 # `auto` runs SimPy while a run needs at most this many events, the vectorized engine above; plans whose
@@ -45,7 +45,7 @@ LATENCY_SAMPLES_MAX = 100_000
 def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devices: list[int], cost_model, *,
              batch_size: int, steps: int, seed: int, engine: str = "auto",
              progress: Callable[[int], None] | None = None,
-             packings: dict[str, Packing] | None = None,
+             packings: dict[str, Packing] | None = None, max_rows: int = SIMULATED_ROWS_MAX,
              stage: Callable[[str], None] | None = None) -> SimulationResult:
     """Simulate every plan (plus padding, the reference) on every cluster size in `devices`.
 
@@ -56,7 +56,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     plans = _with_reference(plans)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
     # Every plan draws steps x batch rows for each device it simulates one by one (at most PER_DEVICE_MAX).
-    check_simulation_work(len(plans) * steps * batch_size * min(devices[-1], PER_DEVICE_MAX))
+    check_simulation_work(len(plans) * steps * batch_size * min(devices[-1], PER_DEVICE_MAX), max_rows)
     cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
     settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine)
     packings = dict(packings or {})
