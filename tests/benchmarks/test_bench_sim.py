@@ -26,7 +26,8 @@ def test_one_plan_2048_devices_200_steps(benchmark, setting, plan):
     result = benchmark.pedantic(simulate, args=(histogram, [plan], [2048], cost_model),
                                 kwargs=dict(batch_size=32, steps=200, seed=0, packings=packings),
                                 rounds=3, iterations=1)
-    assert set(result.summary["engine"]) == {"vectorized"}
+    # At 2048 devices `auto` never runs SimPy: independent devices by order statistics, coupled ones vectorized.
+    assert set(result.summary["engine"]) <= {"order-statistics", "vectorized"}
 
 
 def test_full_sweep_every_plan_12_device_counts(benchmark, setting):
