@@ -175,11 +175,19 @@ _LLM_MEASURED_COMPUTE_CHOICES = ("Chosen, not measured: 85 % tensor-parallel eff
                                  "parameter of HBM traffic, packing overhead 0.5 % of the step.")
 
 
-def _measured_compute(device: str, linear_flops_per_s: float, attention_flops_per_s: float) -> str:
-    return (f"Measured on one {device} (profiles/decoder-{device.lower().replace(' ', '-')}.json): dense layers at "
-            f"{linear_flops_per_s / 1e12:.0f} TFLOP/s ({linear_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S:.1%} of peak) "
-            f"and causal flash attention at {attention_flops_per_s / 1e12:.0f} TFLOP/s "
-            f"({attention_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S:.1%}), a llama-3.1-8b slice in bf16. ")
+def _measured_llm_gpu(name: str, device: str, datasheet: str, linear_flops_per_s: float,
+                      attention_flops_per_s: float, hbm_bytes_per_s: float) -> HardwareProfile:
+    """An NVLink-4 GPU with H100's compute whose dense and attention rates were measured
+    (profiles/decoder-<name>.json); every other figure as `_llm_gpu` chooses it."""
+    measured = (f"Measured on one {device} (profiles/decoder-{name}.json): dense layers at "
+                f"{linear_flops_per_s / 1e12:.0f} TFLOP/s ({linear_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S:.1%} of peak) "
+                f"and causal flash attention at {attention_flops_per_s / 1e12:.0f} TFLOP/s "
+                f"({attention_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S:.1%}), a llama-3.1-8b slice in bf16. ")
+    return _llm_gpu(name, datasheet + measured + _LLM_MEASURED_COMPUTE_CHOICES, H100_SXM_PEAK_FLOPS_PER_S,
+                    hbm_bytes_per_s, NVLINK4_BYTES_PER_S,
+                    linear_fraction=linear_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S,
+                    attention_fraction=attention_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S)
+
 
 HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
     "a100": HardwareProfile(
@@ -254,25 +262,17 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
         gradient_bytes_per_parameter=2.0,
         vts_stage_fixed_seconds=1e-6,
     ),
-    "h100-sxm": _llm_gpu(
-        "h100-sxm",
+    "h100-sxm": _measured_llm_gpu(
+        "h100-sxm", "H100 SXM",
         "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989 TFLOP/s bf16 dense (1,979 with sparsity), 3.35 TB/s HBM3, "
         "NVLink 4 at 900 GB/s per GPU; DGX H100: 8 GPUs per node, one 400 Gb/s ConnectX-7 NDR InfiniBand port per "
-        "GPU. " + _measured_compute("H100 SXM", H100_MEASURED_LINEAR_FLOPS_PER_S, H100_MEASURED_ATTENTION_FLOPS_PER_S)
-        + _LLM_MEASURED_COMPUTE_CHOICES,
-        H100_SXM_PEAK_FLOPS_PER_S, H100_HBM_BYTES_PER_S, NVLINK4_BYTES_PER_S,
-        linear_fraction=H100_MEASURED_LINEAR_FLOPS_PER_S / H100_SXM_PEAK_FLOPS_PER_S,
-        attention_fraction=H100_MEASURED_ATTENTION_FLOPS_PER_S / H100_SXM_PEAK_FLOPS_PER_S),
-    "h200": _llm_gpu(
-        "h200",
+        "GPU. ", H100_MEASURED_LINEAR_FLOPS_PER_S, H100_MEASURED_ATTENTION_FLOPS_PER_S, H100_HBM_BYTES_PER_S),
+    "h200": _measured_llm_gpu(
+        "h200", "H200",
         "NVIDIA H200 Tensor Core GPU datasheet (SXM): 989 TFLOP/s bf16 dense (1,979 with sparsity, as H100), "
         "4.8 TB/s HBM3e (141 GB), NVLink 4 at 900 GB/s per GPU; DGX H200: 8 GPUs per node, one 400 Gb/s "
-        "ConnectX-7 NDR InfiniBand port per GPU. "
-        + _measured_compute("H200", H200_MEASURED_LINEAR_FLOPS_PER_S, H200_MEASURED_ATTENTION_FLOPS_PER_S)
-        + _LLM_MEASURED_COMPUTE_CHOICES,
-        H100_SXM_PEAK_FLOPS_PER_S, H200_HBM_BYTES_PER_S, NVLINK4_BYTES_PER_S,
-        linear_fraction=H200_MEASURED_LINEAR_FLOPS_PER_S / H100_SXM_PEAK_FLOPS_PER_S,
-        attention_fraction=H200_MEASURED_ATTENTION_FLOPS_PER_S / H100_SXM_PEAK_FLOPS_PER_S),
+        "ConnectX-7 NDR InfiniBand port per GPU. ",
+        H200_MEASURED_LINEAR_FLOPS_PER_S, H200_MEASURED_ATTENTION_FLOPS_PER_S, H200_HBM_BYTES_PER_S),
     "b200": _llm_gpu(
         "b200",
         "NVIDIA HGX B200 / DGX B200 datasheets: 2.25 PFLOP/s bf16 dense per GPU (4.5 with sparsity), 8 TB/s "
