@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simbench.errors import InputError, read_text_file
 from simbench.scenario import Scenario, scenario_from_mapping
 from simbench.validation import check_device_counts
@@ -368,7 +366,3 @@ def read_results(out: Path):
 
 def read_failures(out: Path) -> list[dict]:
     return [json.loads(path.read_text()) for path in sorted((Path(out) / FAILURES).glob("cell=*.json"))]
-
-
-def sweep_to_yaml(sweep: Sweep) -> str:
-    return yaml.safe_dump({"name": sweep.name, "cells": len(sweep.cells), "axes": list(sweep.axes)}, sort_keys=False)
