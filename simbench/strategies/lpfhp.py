@@ -17,7 +17,7 @@ import numpy as np
 
 from simbench.strategies import register
 from simbench.strategies.packing import Packing
-from simbench.strategies.spfhp import PackGroup, packing_from_groups
+from simbench.strategies.spfhp import OpenPackGroups, PackGroup, packing_from_groups
 
 
 def longest_pack_first(counts: np.ndarray, max_length: int, max_depth: int | None) -> list[PackGroup]:
@@ -32,43 +32,23 @@ def longest_pack_first(counts: np.ndarray, max_length: int, max_depth: int | Non
     over few packs; placing one copy per step instead gives more, emptier packs.
     """
     depth_limit = max_length if max_depth is None else max_depth
-    open_by_space: dict[int, list[PackGroup]] = {}  # a stack of groups per free space
-    spaces: list[int] = []  # sorted keys of open_by_space
-    closed: list[PackGroup] = []
-
-    def add(count: int, pack: tuple[int, ...], space: int) -> None:
-        if space == 0 or len(pack) >= depth_limit:
-            closed.append((count, pack))
-            return
-        if space not in open_by_space:
-            open_by_space[space] = []
-            bisect.insort(spaces, space)
-        open_by_space[space].append((count, pack))
-
+    open_groups = OpenPackGroups(max_depth)
     for length in range(min(len(counts), max_length), 0, -1):
         to_place = int(counts[length - 1])
         while to_place > 0:
-            position = bisect.bisect_left(spaces, length)
-            if position == len(spaces):
+            position = bisect.bisect_left(open_groups.spaces, length)
+            if position == len(open_groups.spaces):
                 copies = min(max_length // length, depth_limit, to_place)
-                add(to_place // copies, (length,) * copies, max_length - copies * length)
+                open_groups.add(to_place // copies, (length,) * copies, max_length - copies * length)
                 to_place %= copies
                 continue
-            space = spaces[position]
-            stack = open_by_space[space]
-            group_count, pack = stack.pop()
+            space, pack = open_groups.peek(position)
             copies = min(space // length, depth_limit - len(pack), to_place)
-            filled = min(group_count, to_place // copies)
-            if group_count > filled:
-                stack.append((group_count - filled, pack))
-            elif not stack:
-                del open_by_space[space]
-                spaces.pop(position)
+            filled, pack, space = open_groups.take(position, to_place // copies)
             to_place -= filled * copies
-            add(filled, pack + (length,) * copies, space - copies * length)
+            open_groups.add(filled, pack + (length,) * copies, space - copies * length)
 
-    return closed + [group for stack in open_by_space.values() for group in stack]
-
+    return open_groups.groups()
 
 @register("lpfhp", "longest-pack-first histogram packing (best fit on counts, several copies per pack)")
 def pack_lpfhp(histogram, max_length, max_depth, options) -> Packing:

@@ -22,6 +22,48 @@ from simbench.strategies.packing import Packing
 PackGroup = tuple[int, tuple[int, ...]]
 
 
+class OpenPackGroups:
+    """Groups of identical open packs, queued by free space (the last group added to a space is served
+    first); a full pack, or one at the depth limit, is closed. Shared by the histogram packers."""
+
+    def __init__(self, max_depth: int | None):
+        self.max_depth = max_depth
+        self.by_space: dict[int, list[PackGroup]] = {}
+        self.spaces: list[int] = []  # sorted keys of by_space
+        self.closed: list[PackGroup] = []
+
+    def add(self, count: int, pack: tuple[int, ...], space: int) -> None:
+        if space == 0 or (self.max_depth is not None and len(pack) >= self.max_depth):
+            self.closed.append((count, pack))
+            return
+        if space not in self.by_space:
+            self.by_space[space] = []
+            bisect.insort(self.spaces, space)
+        self.by_space[space].append((count, pack))
+
+    def peek(self, position: int) -> tuple[int, tuple[int, ...]]:
+        """The free space at `position` of `spaces` and the pack of the group served next there."""
+        space = self.spaces[position]
+        return space, self.by_space[space][-1][1]
+
+    def take(self, position: int, wanted: int) -> tuple[int, tuple[int, ...], int]:
+        """Up to `wanted` packs of the group served next at `position` (the rest stays queued):
+        how many were taken, their pack and their free space."""
+        space = self.spaces[position]
+        queue = self.by_space[space]
+        count, pack = queue.pop()
+        taken = min(count, wanted)
+        if count > taken:
+            queue.append((count - taken, pack))
+        elif not queue:
+            del self.by_space[space]
+            self.spaces.pop(position)
+        return taken, pack, space
+
+    def groups(self) -> list[PackGroup]:
+        return self.closed + [group for queue in self.by_space.values() for group in queue]
+
+
 def pack_by_free_space(counts: np.ndarray, max_length: int, max_depth: int | None,
                        shortest_pack_first: bool, partial_packs: Iterable[PackGroup] = ()) -> list[PackGroup]:
     """Place lengths longest first into the queue of open pack groups, by counts.
@@ -32,21 +74,10 @@ def pack_by_free_space(counts: np.ndarray, max_length: int, max_depth: int | Non
     it is needed. Whatever does not fit opens new single-sequence packs. `partial_packs` are
     groups already holding sequences that the lengths may fill up first.
     """
-    open_by_space: dict[int, list[PackGroup]] = {}
-    spaces: list[int] = []  # sorted keys of open_by_space
-    closed: list[PackGroup] = []
-
-    def add(count: int, pack: tuple[int, ...], space: int) -> None:
-        if space == 0 or (max_depth is not None and len(pack) >= max_depth):
-            closed.append((count, pack))
-            return
-        if space not in open_by_space:
-            open_by_space[space] = []
-            bisect.insort(spaces, space)
-        open_by_space[space].append((count, pack))
-
+    open_groups = OpenPackGroups(max_depth)
+    spaces = open_groups.spaces
     for count, pack in partial_packs:
-        add(count, pack, max_length - sum(pack))
+        open_groups.add(count, pack, max_length - sum(pack))
     for length in range(len(counts), 0, -1):
         to_place = int(counts[length - 1])
         # The search resumes at the last key used: a group just filled moves to a smaller key,
@@ -61,22 +92,14 @@ def pack_by_free_space(counts: np.ndarray, max_length: int, max_depth: int | Non
                 position = bisect.bisect_left(spaces, bound)
                 found = position < len(spaces)
             if not found:
-                add(to_place, (length,), max_length - length)
+                open_groups.add(to_place, (length,), max_length - length)
                 break
-            space = spaces[position]
+            used, pack, space = open_groups.take(position, to_place)
             bound = space
-            queue = open_by_space[space]
-            group_count, pack = queue.pop()
-            used = min(group_count, to_place)
-            if group_count > used:
-                queue.append((group_count - used, pack))
-            elif not queue:
-                del open_by_space[space]
-                spaces.pop(position)
             to_place -= used
-            add(used, pack + (length,), space - length)
+            open_groups.add(used, pack + (length,), space - length)
 
-    return closed + [group for queue in open_by_space.values() for group in queue]
+    return open_groups.groups()
 
 
 def packing_from_groups(name: str, max_length: int, max_depth: int | None, groups: list[PackGroup],
