@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from simbench.report.validation_table import MLPERF_LOGS, markdown, validation_table
+from simbench.report.validation_table import markdown
+from simbench.validation_runs import MLPERF_LOGS, validation_table
 
 MLPERF_DIR = Path(__file__).resolve().parents[2] / "shared" / "mlperf"
 

@@ -1,46 +1,14 @@
-"""simbench against every published figure it is compared with, each marked fitted or predicted.
+"""The validation table as Markdown, and a summary's statement of what is fitted and what predicted.
 
-    >>> from simbench.report.validation_table import validation_table
-    >>> table = validation_table(simulations=False)
-    >>> sorted(set(table["kind"]))
-    ['fitted', 'predicted']
-
-A figure is "fitted" when a parameter of simbench was chosen or fitted on that very figure (its error
-says only that the fit worked; it is never a reproduction), "predicted" when nothing was tuned to it;
-a prediction reproduces when it is within its row's tolerance. Every simbench figure is computed when
-the table is built; published figures are quoted from their sources.
+The figures themselves are computed by `simbench.validation_runs.validation_table`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
-
-MLPERF_LOGS = {gpus: f"nvidia_v0.7_dgxa100{suffix}_ngc20.06_pytorch_bert_result_0.txt.gz"
-               for gpus, suffix in ((8, ""), (16, "_n2"), (256, "_n32"))}
-PACKING_PAPER = "Krell et al. 2021 (arXiv 2107.02027)"
-
-
-@dataclass(frozen=True)
-class Claim:
-    quantity: str
-    source: str
-    fitted_on: str  # what simbench's parameters were fitted on ("" when nothing was)
-    simbench: float
-    published: float
-    tolerance_percent: float  # a prediction within it reproduces
-
-    def row(self) -> dict:
-        error = 100 * (self.simbench / self.published - 1)
-        fitted = self.fitted_on.startswith("this figure")
-        return {"quantity": self.quantity, "source": self.source, "fitted on": self.fitted_on or "nothing",
-                "simbench": self.simbench, "published": self.published, "error %": error,
-                "kind": "fitted" if fitted else "predicted",
-                "reproduces": "" if fitted else ("yes" if abs(error) <= self.tolerance_percent else "no")}
-
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Presets with a parameter chosen or fitted on a published figure: what a run with them inherits.
 FITTED_PRESETS = {
@@ -59,22 +27,8 @@ def provenance_note(hardware: str, overrides: dict | None = None) -> str:
         parts.append("Profile fields the scenario sets (its choice, not simbench's): " + ", ".join(
             f"{key} = {value}" for key, value in sorted(overrides.items())) + ".")
     parts.append("Published figures simbench was fitted to or predicts, with their errors: the validation table "
-                 "(`simbench.report.validation_table.validation_table`, shown in the README).")
+                 "(`simbench.validation_runs.validation_table`, shown in the README).")
     return "## Fitted or predicted\n\n" + " ".join(parts)
-
-
-def validation_table(mlperf_dir: str | Path | None = None, *, simulations: bool = True) -> pd.DataFrame:
-    """One row per compared figure: quantity, source, fitted on, simbench, published, error %, status.
-
-    `mlperf_dir` holds NVIDIA's MLPerf v0.7 BERT logs (their rows are left out without it);
-    `simulations=False` leaves out the rows that need a simulation (VTS, seconds each).
-    """
-    claims = [*_packing_claims(), *_ipu_claims(), *_straggler_claims(), *_unpadding_claims()]
-    if simulations:
-        claims += _vts_claims()
-    if mlperf_dir is not None and all((Path(mlperf_dir) / name).is_file() for name in MLPERF_LOGS.values()):
-        claims += _mlperf_claims(Path(mlperf_dir))
-    return pd.DataFrame([claim.row() for claim in claims])
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -89,114 +43,3 @@ def markdown(table: pd.DataFrame) -> str:
 
 def _number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-
-
-def _packing_claims() -> list[Claim]:
-    """Packers are pure algorithms: nothing in them is fitted to the paper's results."""
-    from simbench.histogram import load_histogram
-    from simbench.strategies import get_strategy
-
-    wikipedia, squad = load_histogram("wikipedia_512"), load_histogram("squad_1_1_384")
-    spfhp = get_strategy("spfhp")
-    claims = [Claim(f"Wikipedia 512 SPFHP depth {label} efficiency %", f"{PACKING_PAPER}, Table 1", "",
-                    100 * spfhp(wikipedia, 512, depth).efficiency, published, 0.1)
-              for label, depth, published in (("2", 2, 80.5), ("3", 3, 89.4), ("4", 4, 93.9), ("8", 8, 98.9),
-                                              ("max", None, 99.6))]
-    claims.append(Claim("Wikipedia 512 LPFHP depth 12 efficiency %", "Graphcore packedBERT README", "",
-                        100 * get_strategy("lpfhp")(wikipedia, 512, 12).efficiency, 99.81, 0.1))
-    claims += [Claim(f"SQuAD 384 SPFHP depth {label} packs", f"{PACKING_PAPER}, Table 5", "",
-                     float(spfhp(squad, 384, depth).packs_total), published, 0.0)
-               for label, depth, published in (("2", 2, 45335), ("max", None, 40711))]
-    return claims
-
-
-def _ipu_claims() -> list[Claim]:
-    """The IPU preset's packing overhead is a line through these very rows: fitted, not reproduced."""
-    from simbench.costmodels.hardware import HARDWARE_PRESETS
-    from simbench.histogram import load_histogram
-    from simbench.strategies import get_strategy
-
-    ipu = HARDWARE_PRESETS["ipu-m2000"]
-    wikipedia = load_histogram("wikipedia_512")
-    claims = []
-    for depth, published in ((2, 1.544), (3, 1.716), (4, 1.803), (8, 1.895)):
-        packing = get_strategy("spfhp")(wikipedia, 512, depth)
-        share = ipu.pack_overhead_fraction + ipu.pack_overhead_per_depth_fraction * packing.depth_used
-        claims.append(Claim(f"IPU realized speed-up, SPFHP depth {depth} (packing factor x (1 - overhead))",
-                            f"{PACKING_PAPER}, Table 1",
-                            "this figure's row: the ipu-m2000 overhead line is fitted to Table 1's overheads",
-                            packing.packing_factor * (1 - share), published, 0.5))
-    return claims
-
-
-def _straggler_claims() -> list[Claim]:
-    """From the paper's own 8-GPU Gumbel fit: the single-device Gumbel and cluster means it implies."""
-    from simbench.costmodels import gumbel
-
-    fit_source = "the paper's 8-GPU fit (location 1.6038, scale 0.1288)"
-    single = gumbel.single_device_from_cluster(gumbel.PAPER_LOCATION, gumbel.PAPER_SCALE, gumbel.PAPER_DEVICES)
-    claims = [Claim("single-GPU Gumbel location", f"{PACKING_PAPER}, appendix E text", fit_source,
-                    single.location, 1.94, 1.0),
-              Claim("single-GPU Gumbel scale", f"{PACKING_PAPER}, appendix E text", fit_source,
-                    single.scale, 0.108, 1.0)]
-    for devices, published, words in ((32, 1.5, "drops to 50 %"), (2048, 1.3, "only 30 %")):
-        claims.append(Claim(f"mean un-padding speed-up on {devices} GPUs (\"{words}\")",
-                            f"{PACKING_PAPER}, appendix E", fit_source,
-                            gumbel.expected_min_speedup(single.location, single.scale, devices), published, 2.0))
-    return claims
-
-
-def _unpadding_claims() -> list[Claim]:
-    from simbench.costmodels import BatchSet, ExecutionMode, TransformerCostModel
-    from simbench.histogram import load_histogram
-
-    lengths = load_histogram("wikipedia_512").sample_lengths(56 * 200, np.random.default_rng(0))
-    rows = np.arange(lengths.size)
-    batches = BatchSet(lengths, rows, np.full(lengths.size, 512), rows // 56, 200)
-    model = TransformerCostModel("bert-large", "a100")
-    padded = model.step_costs(batches, ExecutionMode.PADDED).total_seconds.sum()
-    unpadded = model.step_costs(batches, ExecutionMode.UNPADDED).total_seconds.sum()
-    return [Claim("un-padding over padding, 1 A100, batch 56 (Baidu's also has kernel fusion)",
-                  "Baidu, MLPerf v2.0 BERT post", "", padded / unpadded, 2.3, 5.0)]
-
-
-def _vts_claims() -> list[Claim]:
-    """A 24-stage layer pipeline on one CS-2 (inputs from the VTS post and the stated cs-2 assumptions);
-    simbench's model is BERT-large on both datasets, Cerebras' was Transformer-large on WMT14."""
-    from simbench.costmodels import TransformerCostModel
-    from simbench.histogram import load_histogram
-    from simbench.scenario import SyntheticHistogram
-    from simbench.sim.simulate import simulate
-
-    wmt_like = SyntheticHistogram(synthetic="lognormal", sequences=4_500_000, median_length=27.8, sigma=0.6).build(256)
-    cost_model = TransformerCostModel("bert-large", "cs-2")
-    source = "Cerebras VTS post, 2022"
-    claims = []
-    for histogram, label, plans in ((wmt_like, "WMT-like (87 % padding)", (("vts", 5.0),)),
-                                    (load_histogram("wikipedia_512"), "Wikipedia 512",
-                                     (("vts", 1.2), ("vts-bucketed", 1.4)))):
-        result = simulate(histogram, [plan for plan, _ in plans], [1], cost_model, batch_size=512, steps=20, seed=0)
-        speedups = result.summary.set_index("strategy")["speedup"]
-        claims += [Claim(f"{plan} speed-up, {label}, BERT-large, 24 stages, FIFO 1", source, "", float(speedups[plan]),
-                         published, 10.0) for plan, published in plans]
-    return claims
-
-
-def _mlperf_claims(folder: Path) -> list[Claim]:
-    from simbench.calibrate.logfit import fit_logs
-    from simbench.costmodels.mlperf import read_training_log
-
-    runs = {gpus: read_training_log(folder / name) for gpus, name in MLPERF_LOGS.items()}
-    table = fit_logs([runs[8]], [runs[16], runs[256]]).table.set_index(["gpus", "quantity"])
-    source = "NVIDIA MLPerf v0.7 BERT log, {} GPUs"
-    fit_8 = "the 8-GPU log (un-padded efficiency, noise)"
-    claims = []
-    for gpus, quantity, fitted_on, tolerance in (
-            (8, "median seq/s", "this figure: un-padded efficiency fitted on it", 0),
-            (8, "CV of seq/s", "this figure: un-padded noise fitted on it", 0),
-            (16, "median seq/s", fit_8, 10), (16, "per-GPU scaling", fit_8, 10), (16, "CV of seq/s", fit_8, 20),
-            (256, "median seq/s", "this figure: the a100 preset's padded achieved fractions were chosen on it", 5)):
-        row = table.loc[(gpus, quantity)]
-        claims.append(Claim(f"{quantity}, {gpus} GPUs {row['execution']}", source.format(gpus), fitted_on,
-                            float(row["simbench"]), float(row["measured"]), tolerance))
-    return claims
