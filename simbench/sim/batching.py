@@ -75,25 +75,41 @@ def unpadded_batches(lengths: np.ndarray) -> BatchSet:
 
 
 class PackSampler:
-    """Draws rows of a packing in proportion to their repeats (the packed dataset, shuffled)."""
+    """Draws rows of a packing in proportion to their repeats (the packed dataset, shuffled).
+
+    It reads the packing's flat form only (`pack_lengths`, `pack_starts`): at long context a pack may hold
+    thousands of short sequences beside packs of one long one, and a padded table of the packs would take
+    gigabytes where the packs themselves take megabytes.
+    """
 
     def __init__(self, packing: Packing):
         self.packing = packing
         self.inverse_cdf = InverseCdf(packing.repeats)
         self.depths = packing.depths
-        nonzero = packing.rows > 0
-        # Flattened real lengths of every distinct row, so a drawn row's sequences are a slice.
-        self.flat_lengths = packing.rows[nonzero]
-        self.row_offsets = np.cumsum(self.depths) - self.depths
+        # Real lengths of every distinct pack, one after another, so that a drawn pack's sequences are a slice.
+        self.flat_lengths = packing.pack_lengths
+        self.row_offsets = packing.pack_starts[:-1]
+        # Each pack's longest sequence is its first (packs hold their lengths in descending order); 0 if empty.
+        filled = self.depths > 0
+        self.longest = np.zeros(self.depths.size, dtype=np.int64)
+        self.longest[filled] = self.flat_lengths[self.row_offsets[filled]]
 
     def batches(self, rng: np.random.Generator, steps: int, devices: int, batch_size: int) -> BatchSet:
         """Batches of `steps` x `devices` (step-major), `batch_size` packs each."""
-        return self.batches_of(self.inverse_cdf.sample(rng, steps * devices * batch_size), batch_size)
+        return self.batches_of(self.picks(rng, steps, devices, batch_size), batch_size)
+
+    def picks(self, rng: np.random.Generator, steps: int, devices: int, batch_size: int) -> np.ndarray:
+        """The packs (indices of distinct packs) of `steps` x `devices` batches, `batch_size` consecutive ones each."""
+        return self.inverse_cdf.sample(rng, steps * devices * batch_size)
 
     def batches_of(self, picks: np.ndarray, batch_size: int) -> BatchSet:
         """The batches of given rows of the packing, `batch_size` consecutive picks each."""
         picks = picks.reshape(-1)
-        return self._batch_set(picks, self.packing.slot_lengths[picks].astype(np.int64), batch_size)
+        return self._batch_set(picks, self.row_slots(picks, batch_size), batch_size)
+
+    def row_slots(self, picks: np.ndarray, batch_size: int) -> np.ndarray:
+        """Token slots of each picked row: the pack's own."""
+        return self.packing.slot_lengths[picks].astype(np.int64)
 
     @property
     def item_weights(self) -> np.ndarray:
@@ -101,8 +117,10 @@ class PackSampler:
 
     def item_features(self) -> np.ndarray:
         """Per distinct pack: its real tokens, their squares (attention) and its sequences (packing overhead)."""
-        rows = self.packing.rows.astype(np.float64)
-        return np.column_stack([rows.sum(axis=1), (rows**2).sum(axis=1), self.depths])
+        # Sums of whole numbers below 2^53, exact in int64 and float64 alike.
+        tokens = _per_pack_sums(self.flat_lengths, self.packing.pack_starts)
+        squares = _per_pack_sums(self.flat_lengths**2, self.packing.pack_starts)
+        return np.column_stack([tokens, squares, self.depths]).astype(np.float64)
 
     def _batch_set(self, picks: np.ndarray, row_slots: np.ndarray, batch_size: int) -> BatchSet:
         rows = np.arange(picks.size, dtype=np.int64)
@@ -126,17 +144,31 @@ class SortedBatchSampler(PackSampler):
     """
 
     def __init__(self, packing: Packing):
-        order = np.argsort(-packing.rows[:, 0], kind="stable")
-        sorted_packing = Packing(packing.strategy, packing.max_length, packing.max_depth, packing.rows[order],
-                                 packing.repeats[order], packing.slot_lengths[order])
+        unsorted = PackSampler(packing)
+        order = np.argsort(-unsorted.longest, kind="stable")
+        depths = unsorted.depths[order]
+        starts = np.concatenate([[0], np.cumsum(depths)]).astype(np.int64)
+        # Sequence k of the reordered flat form comes from its pack's old start plus its place in the pack.
+        taken = np.repeat(unsorted.row_offsets[order] - starts[:-1], depths) + np.arange(starts[-1], dtype=np.int64)
+        sorted_packing = Packing(packing.strategy, packing.max_length, packing.max_depth, None, packing.repeats[order],
+                                 packing.slot_lengths[order], pack_lengths=unsorted.flat_lengths[taken],
+                                 pack_starts=starts)
         super().__init__(sorted_packing)
         self.row_ends = np.cumsum(sorted_packing.repeats)
 
-    def batches(self, rng: np.random.Generator, steps: int, devices: int, batch_size: int) -> BatchSet:
+    def picks(self, rng: np.random.Generator, steps: int, devices: int, batch_size: int) -> np.ndarray:
         whole_batches = max(int(self.row_ends[-1]) // batch_size, 1)
         first = rng.integers(0, whole_batches, size=(steps, 1))
         batch_index = (first + np.arange(devices)) % whole_batches
         positions = (batch_index.reshape(-1, 1) * batch_size + np.arange(batch_size)).reshape(-1)
-        picks = np.minimum(np.searchsorted(self.row_ends, positions, side="right"), self.row_ends.size - 1)
-        longest = self.packing.rows[picks, 0].reshape(-1, batch_size).max(axis=1)
-        return self._batch_set(picks, np.repeat(longest, batch_size), batch_size)
+        return np.minimum(np.searchsorted(self.row_ends, positions, side="right"), self.row_ends.size - 1)
+
+    def row_slots(self, picks: np.ndarray, batch_size: int) -> np.ndarray:
+        """Token slots of each picked row: its batch's longest sequence."""
+        return np.repeat(self.longest[picks].reshape(-1, batch_size).max(axis=1), batch_size)
+
+
+def _per_pack_sums(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Sum of `values[starts[i]:starts[i + 1]]` for each pack i (0 for an empty one)."""
+    sums = np.concatenate([[0], np.cumsum(values)])
+    return sums[starts[1:]] - sums[starts[:-1]]

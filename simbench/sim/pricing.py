@@ -11,6 +11,10 @@ import numpy as np
 
 from simbench.costmodels.base import BatchSet, ExecutionMode
 
+# Sequences priced at once. At long context a pack may hold hundreds of short sequences, so a chunk of a
+# million packs could hold a hundred million sequences: pricing it in parts bounds the memory (~0.5 GB).
+SEQUENCES_PER_PART = 1 << 22
+
 
 @dataclass(frozen=True, eq=False)
 class DeviceCosts:
@@ -26,6 +30,9 @@ class DeviceCosts:
     @property
     def total_seconds(self) -> np.ndarray:
         return self.compute_seconds + self.padding_seconds + self.overhead_seconds + self.stall_seconds
+
+    def reshaped(self, steps: int, devices: int) -> DeviceCosts:
+        return DeviceCosts(*(array.reshape(steps, devices) for array in self._arrays()))
 
     def first_devices(self, devices: int) -> DeviceCosts:
         """The costs of devices 0..devices-1: a smaller cluster sees the same batches (common random numbers)."""
@@ -60,3 +67,18 @@ def price_batches(cost_model, batches: BatchSet, mode: ExecutionMode, steps: int
         real_tokens.reshape(shape),
         sequences.astype(np.float64).reshape(shape),
     )
+
+
+def price_packs(cost_model, sampler, picks: np.ndarray, batch_size: int, mode: ExecutionMode, steps: int,
+                devices: int) -> DeviceCosts:
+    """`price_batches` of `sampler.batches_of(picks, batch_size)`, in parts of whole batches holding about
+    SEQUENCES_PER_PART sequences each: every batch is priced on its own, so the costs are the same."""
+    picks = picks.reshape(-1)
+    batch_sequences = sampler.depths[picks].reshape(-1, batch_size).sum(axis=1)
+    part_of = (np.cumsum(batch_sequences) - batch_sequences) // SEQUENCES_PER_PART
+    if part_of.size == 0 or part_of[-1] == 0:
+        return price_batches(cost_model, sampler.batches_of(picks, batch_size), mode, steps, devices)
+    edges = np.concatenate([[0], np.flatnonzero(np.diff(part_of)) + 1, [part_of.size]])
+    parts = [price_batches(cost_model, sampler.batches_of(picks[first * batch_size:last * batch_size], batch_size),
+                           mode, 1, last - first) for first, last in zip(edges[:-1], edges[1:])]
+    return DeviceCosts.concatenate_devices(parts).reshaped(steps, devices)

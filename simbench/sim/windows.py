@@ -14,7 +14,7 @@ import numpy as np
 from simbench.costmodels.base import ExecutionMode
 from simbench.sim.batching import SortedBatchSampler, unpadded_batches
 from simbench.sim.montecarlo import StepAggregates
-from simbench.sim.pricing import DeviceCosts, price_batches
+from simbench.sim.pricing import DeviceCosts, price_batches, price_packs
 
 FIELDS = ("compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds", "real_tokens", "sequences")
 
@@ -36,9 +36,7 @@ class SortedWindows:
         self.run_starts = np.flatnonzero(~continues)
         run_lengths = np.diff(np.append(self.run_starts, self.batches)).astype(np.float64)
         picks = self._rows_at((self.run_starts[:, None] * batch_size + np.arange(batch_size)).reshape(-1))
-        longest = sampler.packing.rows[picks, 0].reshape(-1, batch_size).max(axis=1)
-        costs = price_batches(cost_model, sampler._batch_set(picks, np.repeat(longest, batch_size), batch_size),
-                              ExecutionMode.SORTED, 1, self.run_starts.size)
+        costs = price_packs(cost_model, sampler, picks, batch_size, ExecutionMode.SORTED, 1, self.run_starts.size)
         self.run_totals = costs.total_seconds.ravel()
         self.values = {name: getattr(costs, name).ravel() for name in FIELDS}
         self.values["total_seconds"] = self.run_totals

@@ -15,7 +15,7 @@ from simbench.errors import InputError
 from simbench.sim.batching import PackSampler, SortedBatchSampler
 from simbench.sim.orderstat import ItemSource
 from simbench.sim.plans import BatchSource, ExecutionPlan, PlanKind, PlanType, register_plan
-from simbench.sim.pricing import price_batches
+from simbench.sim.pricing import price_packs
 from simbench.sim.windows import SortedWindows
 from simbench.strategies import STRATEGIES, Strategy
 
@@ -48,8 +48,9 @@ class PackingSource(BatchSource):
 
     def chunk(self, steps, devices):
         largest, settings = devices[-1], self.settings
-        batches = self.sampler.batches(self.rng, steps, largest, settings.batch_size)
-        return {largest: price_batches(settings.cost_model, batches, self.plan.mode, steps, largest)}
+        picks = self.sampler.picks(self.rng, steps, largest, settings.batch_size)
+        return {largest: price_packs(settings.cost_model, self.sampler, picks, settings.batch_size, self.plan.mode,
+                                     steps, largest)}
 
     def items(self):
         return ItemSource(self.sampler.item_weights, self.sampler.item_features(), self.settings.batch_size,
@@ -63,8 +64,8 @@ class PackingSource(BatchSource):
         return {size: windows.aggregates(first, size) for size in devices}
 
     def _price_items(self, items):
-        batches = self.sampler.batches_of(items, self.settings.batch_size)
-        return price_batches(self.settings.cost_model, batches, self.plan.mode, 1, items.shape[0])
+        return price_packs(self.settings.cost_model, self.sampler, items, self.settings.batch_size, self.plan.mode, 1,
+                           items.shape[0])
 
 
 @dataclass(frozen=True)
