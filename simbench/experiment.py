@@ -25,7 +25,7 @@ from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCAL
 from simbench.histogram import LengthHistogram
 from simbench.scenario import Scenario
 from simbench.sim.plans import with_reference
-from simbench.sim.results import BREAKDOWN_COLUMNS
+from simbench.sim.results import BREAKDOWN_COLUMNS, with_per_gpu_columns
 from simbench.sim.simulate import pack_plans, simulate
 from simbench.strategies import get_strategy
 from simbench.strategies.lp_bound import lp_lower_bound
@@ -89,8 +89,7 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                        "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
                        "tokens_per_s_per_gpu"]
-    summary["gpus"] = summary["devices"] * scenario.gpus_per_replica
-    summary["tokens_per_s_per_gpu"] = summary["tokens_per_s"] / summary["gpus"]
+    summary = with_per_gpu_columns(summary, scenario.gpus_per_replica)
     summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "real_tokens_per_device_step"]
     return ExperimentResult(packing=packing, scaling=summary[scaling_columns], breakdown=summary[breakdown_columns],

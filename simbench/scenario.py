@@ -25,7 +25,7 @@ from simbench.errors import InputError, InputErrors, did_you_mean, read_text_fil
 from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.plans import ExecutionPlan, plan_fields, plan_from_fields, plan_type
-from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_max_depth
+from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_gpus_per_replica, check_max_depth
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
 # Synthetic documents split into pieces are counted up to this length in max-lengths; the tail beyond
@@ -240,7 +240,7 @@ class Scenario(_Strict):
         Discriminator(_by_type),
     ] = Field("bert-large", description="model preset name or dimensions")
     hardware: HardwareSpec = HardwareSpec()
-    gpus_per_replica: int = Field(1, ge=1, description="GPUs in one data-parallel device (tensor or context "
+    gpus_per_replica: int = Field(1, description="GPUs in one data-parallel device (tensor or context "
                                   "parallel); `devices` count replicas")
     cost_model: str = Field("transformer", description="what prices a step: a cost model of the registry (`simbench "
                                                        "list`)")
@@ -263,6 +263,14 @@ class Scenario(_Strict):
         except InputError as error:
             raise ValueError(str(error)) from None
         return model
+
+    @field_validator("gpus_per_replica", mode="before")
+    @classmethod
+    def _whole_gpus_per_replica(cls, gpus: Any) -> int:
+        try:
+            return check_gpus_per_replica(gpus)
+        except InputError as error:
+            raise ValueError(str(error).removeprefix("gpus_per_replica ")) from None
 
     @field_validator("cost_model")
     @classmethod

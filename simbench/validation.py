@@ -105,6 +105,13 @@ def check_device_counts(devices: Iterable, name: str = "devices", *, maximum: in
     return sorted({int(count) for count in devices})
 
 
+def check_gpus_per_replica(gpus, name: str = "gpus_per_replica") -> int:
+    """GPUs in one data-parallel device (a tensor- or context-parallel replica): a whole number >= 1.
+    Device counts then count replicas: a replica computes as fast as its GPUs together (less the
+    profile's tensor-parallel efficiency), and each of its GPUs all-reduces its share of the gradients."""
+    return check_whole_number(gpus, name, minimum=1)
+
+
 def check_rows_per_step(devices: int, batch_size: int, plan: str | None = None) -> None:
     """The largest cluster's rows per step (devices x batch_size) must fit in memory, for a `plan`
     that simulates every device."""

@@ -114,3 +114,58 @@ def test_outside_a_terminal_each_finished_stage_is_a_line_and_quiet_silences_the
     packed = RUNNER.invoke(app, ["pack", str(tiny), "-s", "spfhp"]).stderr
     assert packed.startswith("[") and "packed spfhp: " in packed
     assert RUNNER.invoke(app, ["pack", str(tiny), "-s", "spfhp", "-q"]).stderr == ""
+
+
+REPLICA_SCENARIO = """
+name: replicas
+dataset: {histogram: squad_1_1_384}
+model: llama-3.1-70b
+hardware: h100-sxm
+gpus_per_replica: 8
+strategies: [spfhp, unpad]
+devices: [1, 4, 128]
+batch_size: 4
+steps: 10
+seed: 3
+outputs: {lp_bounds: false}
+"""
+
+
+def test_gpus_per_replica_gives_the_figures_of_the_scenario_key(tmp_path):
+    from simbench.experiment import run_experiment
+    from simbench.scenario import parse_scenarios
+
+    (scenario,) = parse_scenarios(REPLICA_SCENARIO, source="replicas.yaml", base_dir=tmp_path)
+    scaling = run_experiment(scenario).scaling.set_index(["strategy", "devices"])
+    result = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "spfhp", "-s", "unpad", "--model", "llama-3.1-70b",
+                                 "--hardware", "h100-sxm", "--gpus-per-replica", "8", "--devices", "1,4,128",
+                                 "--batch-size", "4", "--steps", "10", "--seed", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(records) == len(scaling) == 9
+    for record in records:
+        expected = scaling.loc[(record["strategy"], record["devices"])]
+        assert record["gpus"] == 8 * record["devices"] == expected["gpus"]
+        for column in ("speedup", "tokens_per_s", "tokens_per_s_per_gpu", "step_seconds_mean"):
+            assert record[column] == expected[column], column
+    # A replica of 8 GPUs is faster than one GPU but not 8 times: per-GPU throughput drops.
+    one_gpu = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "spfhp", "--model", "llama-3.1-70b", "--hardware",
+                                  "h100-sxm", "--devices", "1", "--batch-size", "4", "--steps", "10", "--seed", "3",
+                                  "--json"])
+    single = {record["strategy"]: record for record in map(json.loads, one_gpu.stdout.splitlines())}
+    replica = scaling.loc[("spfhp:3", 1)]
+    assert single["spfhp:3"]["tokens_per_s"] < replica["tokens_per_s"] < 8 * single["spfhp:3"]["tokens_per_s"]
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_gpus_per_replica_refuses_what_the_scenario_key_refuses(tmp_path, value):
+    from simbench.scenario import parse_scenarios
+
+    result = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "spfhp", "--gpus-per-replica", str(value),
+                                 "--devices", "1", "--steps", "2"])
+    assert isinstance(result.exception, InputError), result.output
+    assert str(result.exception) == f"--gpus-per-replica must be a whole number >= 1, found {value}"
+    message = f"replicas.yaml:6: gpus_per_replica: must be a whole number >= 1, found {value}"
+    with pytest.raises(InputError, match=message):
+        parse_scenarios(REPLICA_SCENARIO.replace("gpus_per_replica: 8", f"gpus_per_replica: {value}"),
+                        source="replicas.yaml", base_dir=tmp_path)

@@ -53,7 +53,8 @@ def test_deep_packs_at_131072_simulate_without_a_table_and_as_with_one(monkeypat
 
 def test_sorted_batches_from_the_flat_form_equal_those_from_the_table():
     sort = get_strategy("sort")(CHAT_131K, 131072, None)
-    for packing in (sort, Packing.from_packs("ffd", 131072, None, *_flat(get_strategy("ffd")(CHAT_131K, 131072, None)))):
+    ffd = get_strategy("ffd")(CHAT_131K, 131072, None)
+    for packing in (sort, Packing.from_packs("ffd", 131072, None, ffd.pack_lengths, ffd.pack_starts, ffd.repeats)):
         table = Packing.from_rows(packing.strategy, 131072, None, packing.rows, packing.repeats, packing.slot_lengths)
         flat_batches = SortedBatchSampler(packing).batches(np.random.default_rng(5), 6, 3, 4)
         table_batches = SortedBatchSampler(table).batches(np.random.default_rng(5), 6, 3, 4)
@@ -63,10 +64,6 @@ def test_sorted_batches_from_the_flat_form_equal_those_from_the_table():
         sampler = SortedBatchSampler(packing)
         assert np.all(np.diff(sampler.longest) <= 0)
         assert sampler.packing.sequences == packing.sequences
-
-
-def _flat(packing):
-    return packing.pack_lengths, packing.pack_starts, packing.repeats
 
 
 @pytest.mark.parametrize("mode", [ExecutionMode.PADDED, ExecutionMode.PACKED_VARLEN])

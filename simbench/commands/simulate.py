@@ -12,6 +12,7 @@ from simbench.commands.common import (QUIET_HELP, command, parse_counts, print_j
 from simbench.validation import DEFAULT_DEVICES, SIMULATED_ROWS_MAX
 
 TABLE_COLUMNS = ("strategy", "devices", "speed-up", "over", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms", "engine")
+REPLICA_COLUMNS = ("GPUs", "tokens/s per GPU")
 
 
 def simulate(
@@ -24,6 +25,9 @@ def simulate(
                                 help="comma-separated device counts"),
     model: str = typer.Option("bert-large", "--model", help="model preset"),
     hardware: str = typer.Option("a100", "--hardware", help="hardware preset or profile YAML file"),
+    gpus_per_replica: int = typer.Option(1, "--gpus-per-replica",
+                                         help="GPUs in one data-parallel device (tensor or context parallel): "
+                                              "--devices then count replicas, and figures per GPU are added"),
     batch_size: int = typer.Option(32, "--batch-size", help="rows (packs or sequences) per device per step"),
     steps: int = typer.Option(200, "--steps", help="training steps simulated per (strategy, devices)"),
     seed: int = typer.Option(0, "--seed", help="seed of every random draw"),
@@ -40,12 +44,13 @@ def simulate(
     from simbench.histogram import load_histogram
     from simbench.report.summary import overdraw_warning
     from simbench.sim.plans import parse_plans, with_reference
+    from simbench.sim.results import with_per_gpu_columns
     from simbench.sim.simulate import simulate as run_simulation
 
     device_counts = parse_counts(devices, "--devices")
     plans = parse_plans(strategy)
     lengths = load_histogram(histogram)
-    cost_model = TransformerCostModel(model, hardware)
+    cost_model = TransformerCostModel(model, hardware, gpus_per_replica)
     console = Console(stderr=True)
     with progress_bar(console, quiet) as progress:
         task = progress.add_task("simulating", total=len(with_reference(plans)) * len(device_counts))
@@ -55,23 +60,31 @@ def simulate(
     warning = overdraw_warning(result.summary, lengths.sequences)
     if warning:
         say(warning.replace("**", ""))
+    summary = with_per_gpu_columns(result.summary, cost_model.gpus_per_replica)
     if as_json:
-        print_json_lines(result.summary.to_dict("records"))
+        print_json_lines(summary.to_dict("records"))
     else:
+        replicas = cost_model.gpus_per_replica > 1
+        columns = (*TABLE_COLUMNS[:2], *REPLICA_COLUMNS, *TABLE_COLUMNS[2:]) if replicas else TABLE_COLUMNS
         # The table needs ~120 columns; a narrower pipe or terminal would truncate every number.
-        print_table(f"{lengths.name}, {model} on {hardware}: speed-up over the row's reference (padding unless "
-                    "`over` names another) at the same device count",
-                    TABLE_COLUMNS, map(_row, result.summary.itertuples()), left=["strategy", "over", "engine"],
-                    min_width=132, no_wrap=True)
+        print_table(f"{lengths.name}, {model} on {hardware}{_replicas(cost_model.gpus_per_replica)}: speed-up over "
+                    "the row's reference (padding unless `over` names another) at the same device count",
+                    columns, (_row(row, replicas) for row in summary.itertuples()), left=["strategy", "over", "engine"],
+                    min_width=160 if replicas else 132, no_wrap=True)
 
 
-def _row(row) -> list[str]:
+def _replicas(gpus_per_replica: int) -> str:
+    return f", devices of {gpus_per_replica} GPUs each" if gpus_per_replica > 1 else ""
+
+
+def _row(row, replicas: bool) -> list[str]:
     milliseconds = [f"{1e3 * getattr(row, name):.1f}" for name in
                     ("step_seconds_mean", "waiting_seconds", "communication_seconds", "stall_seconds")]
     # VTS is measured against its own padded pipeline, not against padding's tokens per second.
     over = "padding" if row.reference == "none" else row.reference
-    return [row.strategy, str(row.devices), f"{row.speedup:.3f}", over, f"{row.tokens_per_s:,.0f}", *milliseconds,
-            row.engine]
+    per_gpu = [f"{row.gpus:,}", f"{row.tokens_per_s_per_gpu:,.0f}"] if replicas else []
+    return [row.strategy, str(row.devices), *per_gpu, f"{row.speedup:.3f}", over, f"{row.tokens_per_s:,.0f}",
+            *milliseconds, row.engine]
 
 
 def register(app: typer.Typer) -> None:

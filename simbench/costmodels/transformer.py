@@ -19,7 +19,7 @@ from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.costmodels.registry import CostModelType, register_cost_model
 from simbench.errors import InputError
-from simbench.validation import check_device_count, check_whole_number
+from simbench.validation import check_device_count, check_gpus_per_replica, check_whole_number
 
 # Grouped fused attention launches one forward and one backward kernel per length group.
 GROUPED_ATTENTION_KERNELS_PER_GROUP = 2
@@ -59,7 +59,7 @@ class TransformerCostModel:
     def __post_init__(self):
         object.__setattr__(self, "model", get_model(self.model))
         object.__setattr__(self, "hardware", load_hardware(self.hardware))
-        check_device_count(self.gpus_per_replica, "gpus_per_replica", maximum=None)
+        check_gpus_per_replica(self.gpus_per_replica)
 
     @property
     def replica_speed(self) -> float:

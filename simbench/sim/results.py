@@ -117,3 +117,9 @@ def summarize(runs: list[PlanRun]) -> pd.DataFrame:
                "reference", *BREAKDOWN_COLUMNS, "step_seconds_p99", "steps", "packer", "max_depth", "mode"]
     return summary[columns]
 
+
+
+def with_per_gpu_columns(summary: pd.DataFrame, gpus_per_replica: int) -> pd.DataFrame:
+    """The summary with `gpus` (a device is a replica of `gpus_per_replica` GPUs) and `tokens_per_s_per_gpu`."""
+    gpus = summary["devices"] * gpus_per_replica
+    return summary.assign(gpus=gpus, tokens_per_s_per_gpu=summary["tokens_per_s"] / gpus)
