@@ -26,6 +26,14 @@ if TYPE_CHECKING:
 MLPERF_LOGS = {gpus: f"nvidia_v0.7_dgxa100{suffix}_ngc20.06_pytorch_bert_result_0.txt.gz"
                for gpus, suffix in ((8, ""), (16, "_n2"), (256, "_n32"))}
 PACKING_PAPER = "Krell et al. 2021 (arXiv 2107.02027)"
+# An A100 padded phase-2 measurement independent of the MLPerf logs: NVIDIA DeepLearningExamples,
+# PyTorch/LanguageModeling/BERT/README.md at commit 78ec6802 (2021-08-26), table "Pre-training NVIDIA DGX
+# A100 (8x A100 40GB)", pytorch:20.06-py3 container (the MLPerf v0.7 logs' ngc20.06): 8 GPUs, sequence
+# length 512, mixed precision, 620 sequences/s; batch 4096 per GPU over 256 accumulation steps, so 16 rows
+# per micro-step (run_pretraining.py divides the batch by the accumulation steps), every row padded to 512.
+DEEP_LEARNING_EXAMPLES_PHASE2 = dict(
+    sequences_per_s=620.0, gpus=8, per_gpu_batch=16, accumulation_steps=256, max_length=512,
+    source="NVIDIA DeepLearningExamples BERT (PyTorch) README, DGX A100 40GB pre-training phase 2, 8 GPUs")
 
 
 @dataclass(frozen=True)
@@ -170,4 +178,21 @@ def _mlperf_claims(folder: Path) -> list[Claim]:
         row = table.loc[(gpus, quantity)]
         claims.append(Claim(f"{quantity}, {gpus} GPUs {row['execution']}", source.format(gpus), fitted_on,
                             float(row["simbench"]), float(row["measured"]), tolerance))
-    return claims
+    return claims + _independent_padded_claims(runs[256])
+
+
+def _independent_padded_claims(run_256) -> list[Claim]:
+    """The 256-GPU padded log predicted with the a100 rates fitted on another source's padded run."""
+    from simbench.calibrate.logfit import fit_logs
+    from simbench.calibrate.ratefit import PublishedThroughput, fit_padded_rates
+
+    published = PublishedThroughput(**DEEP_LEARNING_EXAMPLES_PHASE2)
+    fit = fit_padded_rates(published, hardware="a100", model="bert-large")
+    predicted = fit_logs([run_256], free=(), hardware=fit.profile).table.set_index("quantity").loc["median seq/s"]
+    fitted_on = (f"the DeepLearningExamples 8-GPU figure: the a100 dense and attention rates scaled by "
+                 f"{fit.rate_scale:.3f} to match it")
+    return [Claim("seq/s, 8 GPUs x 16 padded, phase 2 (DeepLearningExamples)", published.source,
+                  "this figure: the a100 rates scaled to match it", fit.predicted_sequences_per_s,
+                  published.sequences_per_s, 0),
+            Claim("median seq/s, 256 GPUs padded, rates from DeepLearningExamples", "NVIDIA MLPerf v0.7 BERT log, "
+                  "256 GPUs", fitted_on, float(predicted["simbench"]), float(predicted["measured"]), 5)]
