@@ -149,6 +149,13 @@ def test_quick_measure_times_every_strategy_and_packing_beats_padding(tmp_path):
     assert len(table) == 4
     assert (output / "measured_vs_predicted.png").stat().st_size > 0
     assert (output / "profile.yaml").exists()  # calibrated first, since no --profile was given
+    from simbench.costmodels.hardware import load_hardware
+
+    # The un-padded steps' noise goes where simulate and run read it, saying what it was fitted on.
+    profile = load_hardware(output / "profile.yaml")
+    record = profile.calibration["unpadded_noise"]
+    assert profile.unpadded_noise_cv == record["unpadded_noise_cv"] >= 0 and record["steps"] == 3
+    assert "un-padded step noise" in result.stderr
     timings = json.loads((output / "timings.json").read_text())
     assert all(len(batches) == 3 for batches in timings.values())
     steps = pd.read_csv(output / "steps.csv")

@@ -15,6 +15,7 @@ from simbench.calibrate.batches import TorchBatch, batch_for_layout
 from simbench.calibrate.calibration import MIN_ROW_LENGTH, default_unpadded_attention, encoder_shape
 from simbench.calibrate.fit import step_seconds_by_term
 from simbench.calibrate.layout import BatchLayout
+from simbench.calibrate.noisefit import NoiseFit, fit_step_noise
 from simbench.calibrate.timing import StepTiming, build_trainer, load_adjusted, time_batches, uses_cpu_clock
 from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile
@@ -250,6 +251,22 @@ def judge(table: pd.DataFrame, error_target: float = ERROR_TARGET) -> Verdict:
                           "these errors say more about the machine's load than about the cost model. For a clean "
                           "run: stop other jobs on the machine, time on one thread with the CPU clock (--threads 1, "
                           "the default clock), and raise --repeats (5 or more)")
+
+
+def fit_unpadded_noise(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile,
+                       strategy: str = "unpadding") -> NoiseFit | None:
+    """The profile's `unpadded_noise_cv` fitted on the un-padded steps' measured over predicted seconds
+    (None when the strategy was not timed or the profile cannot price it)."""
+    if strategy not in measured.layouts:
+        return None
+    try:
+        predicted = step_seconds_by_term(model, profile, measured.layouts[strategy]).sum(axis=1)
+    except InputError:
+        return None
+    rounds = None if measured.round_seconds is None else measured.round_seconds[strategy]
+    if rounds is not None and rounds.shape[1] < 2:
+        rounds = None
+    return fit_step_noise(measured.seconds[strategy], predicted, rounds)
 
 
 def deepest_calibrated_pack(profile: HardwareProfile) -> int | None:

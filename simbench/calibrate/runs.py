@@ -89,6 +89,7 @@ class MeasureRun:
     title: str  # model, histogram, steps and device, for tables and plots
     folder: Path  # where the run wrote its files
     verdict: object = None  # measure.Verdict: whether the timing noise lets the errors mean anything
+    noise: object = None  # noisefit.NoiseFit of the un-padded steps, written into profile.yaml (None: not fitted)
 
 
 def measure_strategies(source: str, *, output_dir: Path | None = None, model, device: str | None = None,
@@ -107,8 +108,9 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
     import numpy as np
 
     from simbench.calibrate.calibration import CalibrationSettings, fit_calibration, prepare_calibration
-    from simbench.calibrate.measure import (MeasureSettings, compare, deepest_calibrated_pack, judge, measure_steps,
-                                            rescale_histogram, strategy_layouts, time_strategies)
+    from simbench.calibrate.measure import (MeasureSettings, compare, deepest_calibrated_pack, fit_unpadded_noise,
+                                            judge, measure_steps, rescale_histogram, strategy_layouts,
+                                            time_strategies)
     from simbench.costmodels.hardware import load_hardware
     from simbench.report.folder import check_replaceable
 
@@ -162,13 +164,26 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
     table["run_valid"] = verdict.valid
     title = (f"{model.name} encoder, {scaled.name}, {steps} steps x {batch_size} rows, "
              f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
+    noise = fit_unpadded_noise(measured, model, profile)
     _write_measure_folder(output_dir, table, measured, title, _settings_record(settings, source, scaled, profile_path),
-                          calibrated)
-    return MeasureRun(table, title, output_dir, verdict)
+                          _with_fitted_noise(profile, noise, source))
+    return MeasureRun(table, title, output_dir, verdict, noise)
 
 
-def _write_measure_folder(folder: Path, table, measured, title: str, settings: dict, calibrated) -> None:
-    """The six files of a measurement, swapped into place together."""
+def _with_fitted_noise(profile, noise, source: str):
+    """The profile with the un-padded step noise this run fitted, and where it came from."""
+    if noise is None:
+        return profile
+    record = {"fitted_on": f"simbench measure {source}: the un-padded steps' measured over predicted seconds",
+              "steps": noise.steps, "unpadded_noise_cv": noise.cv, "measured_over_predicted_cv": noise.spread_cv,
+              "timing_noise_cv_removed": noise.timing_noise_cv}
+    return profile.model_copy(update={"unpadded_noise_cv": noise.cv,
+                                      "calibration": {**(profile.calibration or {}), "unpadded_noise": record}})
+
+
+def _write_measure_folder(folder: Path, table, measured, title: str, settings: dict, profile) -> None:
+    """The six files of a measurement, swapped into place together; profile.yaml is the profile the run
+    priced with (calibrated or given) carrying the un-padded step noise fitted on its steps."""
     import yaml
 
     from simbench.atomic import atomic_directory
@@ -182,8 +197,7 @@ def _write_measure_folder(folder: Path, table, measured, title: str, settings: d
         plot_measured_vs_predicted(table, staging / "measured_vs_predicted.png", title)
         (staging / "timings.json").write_text(json.dumps(_timings_record(measured), indent=1))
         (staging / "settings.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
-        if calibrated is not None:
-            (staging / "profile.yaml").write_text(profile_to_yaml(calibrated))
+        (staging / "profile.yaml").write_text(profile_to_yaml(profile))
 
 
 def _histogram_and_seed(source: str):

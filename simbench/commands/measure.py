@@ -56,7 +56,12 @@ def measure(
     for row in run.table[run.table["problem"] != ""].itertuples():
         say(f"{row.strategy}: {row.problem}")
     say(run.verdict.message)
-    say(f"wrote {run.folder}/measured_vs_predicted.csv and .png, per-step speed-ups in steps.csv")
+    if run.noise is not None:
+        say(f"un-padded step noise: CV {run.noise.cv:.3f} beyond the priced work, fitted on {run.noise.steps} steps "
+            f"(measured over predicted {run.noise.spread_cv:.3f}, less timing noise {run.noise.timing_noise_cv:.3f}); "
+            f"in profile.yaml as unpadded_noise_cv for simulate and run")
+    say(f"wrote {run.folder}/measured_vs_predicted.csv and .png, per-step speed-ups in steps.csv, "
+        f"the profile with its fitted noise in profile.yaml")
 
 
 def _print_comparison(frame) -> None:
