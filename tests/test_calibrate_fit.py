@@ -17,6 +17,7 @@ TRUE_VALUES = {
     "step_overhead_seconds": 0.01,
     "pack_overhead_fraction": 0.04,
     "pack_overhead_per_depth_fraction": 0.003,
+    "unpad_group_half_saturation_tokens": 60.0,
 }
 BASE = {"name": "test", "source": "synthetic", "unpad_group_boundaries": tuple(range(1, 513))}
 
@@ -31,6 +32,9 @@ def _layouts(rng):
     for sequences in (4, 16, 32):
         layouts.append(BatchLayout.unpadded(rng.integers(1, 129, size=sequences)))
         layouts.append(BatchLayout.unpadded([64] * sequences))
+        # Groups of one short, and of many long, sequences: the group curve's two ends.
+        layouts.append(BatchLayout.unpadded(np.arange(4, 4 + sequences)))
+        layouts.append(BatchLayout.unpadded([120] * sequences))
     return layouts
 
 

@@ -45,6 +45,8 @@ def test_the_mlperf_rows_mark_the_256_gpu_log_as_fitted():
     assert rows.loc["median seq/s, 256 GPUs padded", "kind"] == "fitted"
     assert rows.loc["median seq/s, 16 GPUs un-padded", "kind"] == "predicted"
     assert rows.loc["median seq/s, 16 GPUs un-padded", "reproduces"] == "yes"
+    grouped = rows.loc["median seq/s, 16 GPUs un-padded, priced per length group"]
+    assert grouped["kind"] == "predicted" and grouped["reproduces"] == "yes"
     # Predicted from another source's padded run: the log is used for nothing but the comparison.
     independent = rows.loc["median seq/s, 256 GPUs padded, rates from DeepLearningExamples"]
     assert independent["kind"] == "predicted" and "DeepLearningExamples" in independent["fitted on"]

@@ -7,7 +7,7 @@ The batches are synthetic (uniform random lengths), never drawn from a scenario'
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -88,7 +88,7 @@ def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator,
     A few rows up to `longest` tokens (the model's positions) make attention a large share of the
     step, which pins down its rate; at max_length alone it is too small a share to fit.
     """
-    row_counts = (2, 6) if quick else (4, 16)
+    row_counts = (2, 16) if quick else (4, 16)
     lengths = (max_length // 4, max_length // 2, max_length) if quick else tuple(
         max_length * quarter // 4 for quarter in (1, 2, 3, 4))
     layouts = []
@@ -106,6 +106,13 @@ def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator,
         for groups in sorted({1, max(1, sequences // 4), sequences}):
             layouts.append(BatchLayout.unpadded(rng.permutation(
                 _lengths_in_groups(sequences, groups, centre, max_length))))
+    # Groups of one and of several sequences, short and long: what a group costs beyond its FLOPs
+    # depends on its size, which one centre alone cannot show.
+    for centre in ((max_length // 8, max_length - 8) if quick else (max_length // 8, max_length // 2, max_length - 8)):
+        for per_group in ((1, 4) if quick else (1, 4, 8)):
+            groups = 8 if per_group == 1 else 2
+            layouts.append(BatchLayout.unpadded(rng.permutation(
+                _lengths_in_groups(groups * per_group, groups, centre, max_length))))
     return layouts
 
 
@@ -164,7 +171,22 @@ def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout], t
         "unpad_group_boundaries": _group_boundaries(settings),
         "calibration": record,
     }
-    return fit_profile(settings.model, timed, base)
+    fit = fit_profile(settings.model, timed, base)
+    return replace(fit, profile=fit.profile.model_copy(update={
+        "source": fit.profile.source + _group_curve_provenance(layouts, fit.profile)}))
+
+
+def _group_curve_provenance(layouts: list[BatchLayout], profile) -> str:
+    """Where the un-padded group curve came from: the un-padded batches it was fitted on."""
+    unpadded = [layout for layout in layouts if layout.kind == "unpadded"]
+    if not unpadded:
+        return ""
+    group_sizes = [count for layout in unpadded for count in np.unique(layout.lengths, return_counts=True)[1]]
+    lengths = np.concatenate([layout.lengths for layout in unpadded])
+    return (f"; un-padded length groups reach tokens / (tokens + {profile.unpad_group_half_saturation_tokens:.4g}) "
+            f"of the attention rate, fitted with the other fields on {len(unpadded)} un-padded batches with "
+            f"{min(group_sizes)}-{max(group_sizes)} sequences per group at lengths {lengths.min()}-{lengths.max()} "
+            f"(timings under `calibration`)")
 
 
 def calibration_steps(settings: CalibrationSettings) -> int:

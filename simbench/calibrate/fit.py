@@ -27,6 +27,7 @@ FITTED = (
     ("step_overhead_seconds", 1e-3),
     ("pack_overhead_fraction", 1e-2),
     ("pack_overhead_per_depth_fraction", 1e-3),
+    ("unpad_group_half_saturation_tokens", 1e2),
 )
 
 
@@ -63,6 +64,7 @@ def profile_from_parameters(base: dict, values: dict[str, float]) -> HardwarePro
         step_overhead_seconds=values["step_overhead_seconds"],
         pack_overhead_fraction=values["pack_overhead_fraction"],
         pack_overhead_per_depth_fraction=values["pack_overhead_per_depth_fraction"],
+        unpad_group_half_saturation_tokens=values["unpad_group_half_saturation_tokens"],
     )
 
 

@@ -33,6 +33,7 @@ from simbench.validation import check_whole_number
 FREE_PARAMETERS = {
     "unpadded_flops_fraction": ((0.05, 2.0), 1.0),
     "unpadded_noise_cv": ((0.0, 1.0), 0.1),
+    "unpad_group_half_saturation_tokens": ((0.0, 1e6), 1e3),
     "step_overhead_seconds": ((0.0, 1.0), 1e-2),
 }
 DEFAULT_FREE = ("unpadded_flops_fraction", "unpadded_noise_cv")

@@ -10,6 +10,7 @@ from simbench.commands.common import command, print_json_lines
 from simbench.errors import InputError
 
 FREE_HELP = ("comma-separated profile fields to fit: unpadded_flops_fraction, unpadded_noise_cv, "
+             "unpad_group_half_saturation_tokens (un-padding priced per length group), "
              "step_overhead_seconds (needs logs at two batch sizes); empty: fit nothing, only compare")
 
 

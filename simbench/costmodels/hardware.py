@@ -46,8 +46,13 @@ class HardwareProfile(BaseModel):
     pack_overhead_fraction: float = Field(0.0, ge=0, lt=1, description="packing's share of step time, depth-independent part")
     pack_overhead_per_depth_fraction: float = Field(0.0, ge=0, description="extra share of step time per sequence of max depth")
 
-    # Un-padding: one kernel launch per length group per layer (Baidu's grouped FMHA)
+    # Un-padding: one kernel launch per length group per layer (Baidu's grouped FMHA); a group's attention
+    # kernels reach tokens / (tokens + half saturation) of the attention rate (0: full rate whatever its size),
+    # measured by `simbench calibrate`'s un-padded batches with groups of different sizes and lengths.
     unpad_group_boundaries: tuple[int, ...] = (128, 256, 384, 512)
+    unpad_group_half_saturation_tokens: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                                      description="tokens in one length group at which its "
+                                                      "attention kernels reach half the attention rate")
 
     @field_validator("unpad_group_boundaries")
     @classmethod

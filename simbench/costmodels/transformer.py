@@ -75,7 +75,9 @@ class TransformerCostModel:
         still computes the whole row on dense kernels); the shape of a SORTED batch is taken to
         change every step, since batches are shuffled. PACKED_VARLEN computes the dense layers on
         all slots but attention per sequence. UNPADDED computes real tokens only (at the profile's
-        `unpadded_flops_fraction` of the padded rates), plus one attention kernel per length group present. Padding seconds are the share of the device
+        `unpadded_flops_fraction` of the padded rates), its sequences grouped by the profile's length
+        boundaries: each group present launches its own attention kernels, whose rate falls in small
+        groups (`unpad_group_half_saturation_tokens`; 0, the default, leaves attention at full rate). Padding seconds are the share of the device
         work spent on padding FLOPs, at the same achieved throughput as the real tokens.
         Overhead: kernel launches, the fixed step cost, the optimizer update, the input transfer,
         and for rows holding several sequences packing's share of the step (growing with depth).
@@ -92,8 +94,11 @@ class TransformerCostModel:
                                       + work.padding_attention_flops / hardware.attention_flops_per_s)
         overhead_seconds = self._fixed_overhead_seconds(work, batches.batches)
         if mode is ExecutionMode.UNPADDED:
-            compute_seconds = compute_seconds / hardware.unpadded_flops_fraction
-            overhead_seconds = overhead_seconds + self._grouped_attention_launch_seconds(batches)
+            groups = _length_groups(batches, hardware.unpad_group_boundaries)
+            compute_seconds = (compute_seconds + slowdown * self._small_group_attention_seconds(groups)
+                               ) / hardware.unpadded_flops_fraction
+            launches = groups.present_per_batch * self.model.layers * GROUPED_ATTENTION_KERNELS_PER_GROUP
+            overhead_seconds = overhead_seconds + launches * hardware.kernel_launch_seconds
         else:
             overhead_seconds = overhead_seconds + self._packing_overhead_seconds(
                 batches, compute_seconds + padding_seconds)
@@ -189,14 +194,48 @@ class TransformerCostModel:
         # The share is of the whole step, as the packing paper reports it: overhead = work s / (1 - s).
         return work_seconds * share / (1 - share)
 
-    def _grouped_attention_launch_seconds(self, batches: BatchSet) -> np.ndarray:
-        boundaries = np.asarray(self.hardware.unpad_group_boundaries)
-        groups = boundaries.size + 1  # the last group holds lengths beyond the last boundary
-        group = np.searchsorted(boundaries, batches.sequence_lengths, side="left")
-        sequences_per_group = np.bincount(batches.sequence_batch * groups + group, minlength=batches.batches * groups)
-        groups_present = np.count_nonzero(sequences_per_group.reshape(batches.batches, groups), axis=1)
-        launches = groups_present * self.model.layers * GROUPED_ATTENTION_KERNELS_PER_GROUP
-        return launches * self.hardware.kernel_launch_seconds
+    def _small_group_attention_seconds(self, groups: _LengthGroups) -> np.ndarray:
+        """Attention time lost because each length group's kernels run below the attention rate: a group
+        of t tokens reaches t / (t + h) of it (h: `unpad_group_half_saturation_tokens`), so it costs
+        its FLOPs x h / t on top, at the attention rate. Small groups and short sequences lose most."""
+        half = self.hardware.unpad_group_half_saturation_tokens
+        if half == 0:
+            return np.zeros(groups.batches)
+        lost_flops = self.model.attention_flops_per_token_squared * groups.squares * half / groups.tokens
+        return np.bincount(groups.batch, weights=lost_flops, minlength=groups.batches) / self.hardware.attention_flops_per_s
+
+
+@dataclass(frozen=True)
+class _LengthGroups:
+    """The length groups present in each batch, one entry per (batch, group) that holds a sequence."""
+
+    batches: int
+    batch: np.ndarray  # batch of each present group
+    tokens: np.ndarray  # real tokens in it
+    squares: np.ndarray  # sum of its sequences' squared lengths (attention FLOPs / the per-token-squared factor)
+
+    @property
+    def present_per_batch(self) -> np.ndarray:
+        return np.bincount(self.batch, minlength=self.batches)
+
+
+def _length_groups(batches: BatchSet, boundaries: tuple[int, ...]) -> _LengthGroups:
+    """Group every batch's sequences by the profile's length boundaries (the last group holds lengths
+    beyond the last boundary); only groups present are kept, so thousands of boundaries cost nothing."""
+    group_count = len(boundaries) + 1
+    group = np.searchsorted(np.asarray(boundaries), batches.sequence_lengths, side="left")
+    keys = batches.sequence_batch * group_count + group
+    lengths = batches.sequence_lengths.astype(np.float64)
+    if batches.batches * group_count <= 4 * keys.size + 4096:
+        # Few groups per sequence (the GPU presets' 5): counting every key is cheaper than sorting them.
+        tokens = np.bincount(keys, weights=lengths, minlength=batches.batches * group_count)
+        present = np.flatnonzero(tokens)
+        squares = np.bincount(keys, weights=lengths**2, minlength=batches.batches * group_count)[present]
+        return _LengthGroups(batches.batches, present // group_count, tokens[present], squares)
+    present, of_sequence = np.unique(keys, return_inverse=True)
+    return _LengthGroups(batches.batches, present // group_count,
+                         np.bincount(of_sequence, weights=lengths, minlength=present.size),
+                         np.bincount(of_sequence, weights=lengths**2, minlength=present.size))
 
 
 def _saturation_slowdown(tokens: np.ndarray, half_saturation_tokens: float) -> np.ndarray:

@@ -37,7 +37,7 @@ def markdown(table: pd.DataFrame) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for row in table.to_dict(orient="records"):
         lines.append(f"| {row['quantity']} | {row['source']} | {row['fitted on']} | {_number(row['simbench'])} "
-                     f"| {_number(row['published'])} | {row['error %']:+.2f} % | {row['kind']} | {row['reproduces']} |")
+                     f"| {_number(row['published'])} | {round(row['error %'], 2) or 0.0:+.2f} % | {row['kind']} | {row['reproduces']} |")
     return "\n".join(lines) + "\n"
 
 
