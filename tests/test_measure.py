@@ -22,7 +22,8 @@ from simbench.calibrate import measure  # noqa: E402
 PROFILE = profile_from_parameters(
     {"name": "test", "source": "synthetic", "unpad_group_boundaries": tuple(range(1, 513))},
     {"seconds_per_linear_gflop": 0.02, "seconds_per_attention_gflop": 0.05, "kernel_launch_seconds": 2e-4,
-     "step_overhead_seconds": 0.01, "pack_overhead_fraction": 0.04, "pack_overhead_per_depth_fraction": 0.003})
+     "step_overhead_seconds": 0.01, "pack_overhead_fraction": 0.04, "pack_overhead_per_depth_fraction": 0.003,
+     "unpad_group_half_saturation_tokens": 0.0})
 
 
 def _settings(**changes):
