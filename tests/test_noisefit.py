@@ -32,8 +32,10 @@ def test_steps_priced_exactly_have_no_noise_and_the_scale_of_the_prediction_does
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.floats(0.01, 0.3), st.floats(0.01, 0.2), st.integers(0, 2**16))
+@given(st.floats(0.05, 0.3), st.floats(0.01, 0.1), st.integers(0, 2**16))
 def test_timing_noise_over_the_repeats_is_taken_out(cv, timing_cv, seed):
+    # pi / (2 x rounds) is the large-sample variance of a median: where timing noise dwarfs the steps'
+    # own, its few-percent error at 9 rounds dominates the small difference left, so it is not tried.
     rng = np.random.default_rng(seed)
     measured, predicted = _steps(cv, steps=3000, seed=seed)
     rounds = 9
