@@ -122,35 +122,95 @@ def _round_on_grid(histogram: LengthHistogram, max_length: int, max_depth: int |
                                          minlength=capacity + 1)[1:].astype(np.int64))
     if coarse.sequences == 0:
         return None
-    grid = _round_lp(coarse, capacity, max_depth, lp_lower_bound(coarse, capacity, max_depth))
-    # Every physical pack of the grid packing, slot by slot; slots of one unit size take that
-    # size's real sequences, longest first, so each pack's lengths stay in descending order.
-    of_pack = np.repeat(np.arange(grid.strategies_used), grid.repeats)
-    slots_per_pack = grid.depths[of_pack]
-    slot_pack = np.repeat(np.arange(of_pack.size), slots_per_pack)
-    first_slot = np.repeat(np.cumsum(slots_per_pack) - slots_per_pack, slots_per_pack)
-    slot_units = grid.pack_lengths[np.repeat(grid.pack_starts[of_pack], slots_per_pack)
-                                   + np.arange(slot_pack.size) - first_slot]
-    real = np.empty(slot_units.size, dtype=np.int64)
-    real[np.argsort(-slot_units, kind="stable")] = np.repeat(lengths[long_ones], counts[long_ones])[::-1]
-    details = {"grid_unit_tokens": unit, "rounding_passes": grid.details["rounding_passes"]}
-    if not np.any(counts[~long_ones]):
-        # Nothing left to fill in: the packs as one table, merged by numpy rather than one by one.
-        rows = np.zeros((of_pack.size, grid.depth_used), dtype=np.int64)
-        rows[slot_pack, np.arange(slot_pack.size) - first_slot] = real
-        return Packing.from_rows("optimal", max_length, max_depth, rows, np.ones(of_pack.size, dtype=np.int64),
-                                 details=details)
-    if grid.packs_total > GRID_ROUNDING_MAX_PACKS:
+    coarse_bound = lp_lower_bound(coarse, capacity, max_depth)
+    short_ones = bool(np.any(counts[~long_ones]))
+    # The bound already says whether the grid packs would be too many to fill one by one.
+    if short_ones and coarse_bound.lower_bound_packs > GRID_ROUNDING_MAX_PACKS:
         return None
-    ends = np.cumsum(slots_per_pack)
+    grid = _round_lp(coarse, capacity, max_depth, coarse_bound)
+    if short_ones and grid.packs_total > GRID_ROUNDING_MAX_PACKS:
+        return None
+    filled, depths, repeats = fill_grid_packs(grid, lengths[long_ones][::-1], counts[long_ones][::-1])
+    details = {"grid_unit_tokens": unit, "rounding_passes": grid.details["rounding_passes"]}
+    if not short_ones:
+        rows = np.zeros((depths.size, int(depths.max())), dtype=np.int64)
+        rows[np.arange(depths.size).repeat(depths), _positions_in_packs(depths)] = filled
+        return Packing.from_rows("optimal", max_length, max_depth, rows, repeats, details=details)
     partial: dict[tuple, int] = {}
-    for pack in np.split(real, ends[:-1]):
+    for pack, repeat in zip(np.split(filled, np.cumsum(depths)[:-1]), repeats.tolist()):
         key = tuple(pack.tolist())
-        partial[key] = partial.get(key, 0) + 1
+        partial[key] = partial.get(key, 0) + repeat
     short = np.where(long_ones, 0, counts)
     groups = pack_by_free_space(short, max_length, max_depth, shortest_pack_first=False,
                                 partial_packs=[(count, pack) for pack, count in partial.items()])
     return Packing.from_groups("optimal", max_length, max_depth, groups, details=details)
+
+
+def fill_grid_packs(grid: Packing, real_lengths: np.ndarray, real_counts: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The real packs of a grid packing: its packs laid out copy after copy, their slots taken in
+    order of grid units (largest first, then by pack and slot) by the real lengths, longest first
+    (`real_counts[i]` sequences of `real_lengths[i]`, descending, as many as the grid has slots).
+
+    Consecutive copies of a grid pack get equal real packs until some slot's share of the real
+    lengths crosses from one length to the next, and each of the real lengths' boundaries lies in
+    one (grid pack, unit) group of slots: so the real packs come as at most (grid packs + 2 x
+    distinct lengths) runs of equal packs, computed without a table of every pack or slot.
+    Returns the runs in layout order: their lengths (flat, each descending), depths and repeats.
+    """
+    depths, repeats = grid.depths, grid.repeats
+    slot_units = grid.pack_lengths
+    pack_of_slot = np.arange(depths.size).repeat(depths)
+    # A group: the slots of one unit in one grid pack (adjacent, units being descending).
+    group_head = np.ones(slot_units.size, dtype=bool)
+    group_head[1:] = (slot_units[1:] != slot_units[:-1]) | (pack_of_slot[1:] != pack_of_slot[:-1])
+    group_first = np.flatnonzero(group_head)
+    group_pack = pack_of_slot[group_first]
+    group_size = np.diff(np.append(group_first, slot_units.size))
+    # Copy c of the group's pack takes real lengths group_start + c * group_size onwards.
+    order = np.lexsort((group_pack, -slot_units[group_first]))
+    group_start = np.empty(group_first.size, dtype=np.int64)
+    group_start[order] = _exclusive_cumsum((group_size * repeats[group_pack])[order])
+    # Where a new real length begins, the copy holding it starts a new run, and so does the
+    # next copy when the boundary falls inside a copy rather than at its first slot.
+    boundaries = np.cumsum(real_counts)[:-1]
+    group = order[np.searchsorted(group_start[order], boundaries, side="right") - 1]
+    copy, inside = np.divmod(boundaries - group_start[group], group_size[group])
+    breaks_pack = np.concatenate([np.arange(depths.size), group_pack[group], group_pack[group][inside > 0]])
+    breaks_copy = np.concatenate([np.zeros(depths.size, dtype=np.int64), copy, copy[inside > 0] + 1])
+    keep = breaks_copy < repeats[breaks_pack]
+    run_pack, run_copy = _distinct_pairs(breaks_pack[keep], breaks_copy[keep])
+    run_end = np.append(run_copy[1:], 0)
+    last = np.append(run_pack[1:] != run_pack[:-1], True)
+    run_end[last] = repeats[run_pack[last]]
+    # The first copy of each run, slot by slot.
+    run_depths = depths[run_pack]
+    slot = _positions_in_packs(run_depths) + grid.pack_starts[run_pack].repeat(run_depths)
+    slot_group = np.searchsorted(group_first, slot, side="right") - 1
+    taken = (group_start[slot_group] + run_copy.repeat(run_depths) * group_size[slot_group]
+             + slot - group_first[slot_group])
+    filled = real_lengths[np.searchsorted(np.cumsum(real_counts), taken, side="right")]
+    return filled, run_depths, run_end - run_copy
+
+
+def _distinct_pairs(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (first, second) pairs, sorted by first, then second."""
+    order = np.lexsort((second, first))
+    first, second = first[order], second[order]
+    new = np.ones(first.size, dtype=bool)
+    new[1:] = (first[1:] != first[:-1]) | (second[1:] != second[:-1])
+    return first[new], second[new]
+
+
+def _positions_in_packs(depths: np.ndarray) -> np.ndarray:
+    """0, 1, ..., depth - 1 for each pack, laid end to end."""
+    return np.arange(int(depths.sum())) - np.repeat(np.cumsum(depths) - depths, depths)
+
+
+def _exclusive_cumsum(values: np.ndarray) -> np.ndarray:
+    sums = np.zeros(values.size, dtype=np.int64)
+    np.cumsum(values[:-1], out=sums[1:])
+    return sums
 
 
 def _floor_within(weights: np.ndarray, columns: np.ndarray, residual: np.ndarray) -> np.ndarray:
