@@ -26,6 +26,8 @@ from simbench.validation import check_max_length
 Tokenizer = Callable[[str], int]  # text -> number of tokens
 Progress = Callable[[int], None]  # bytes read so far
 PROGRESS_LINES = 1 << 16
+# .npy lengths read and converted this many at a time (32 MB of 64-bit values).
+NPY_CHUNK_ELEMENTS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -68,17 +70,22 @@ class BuiltHistogram:
 def build_histogram(lengths: np.ndarray, max_length: int, *, truncate: bool, name: str = "histogram") -> BuiltHistogram:
     """Count `lengths` into 1..max_length; longer ones are cut or left out, empty ones left out."""
     max_length = check_max_length(max_length)
-    lengths = np.asarray(lengths, dtype=np.int64)
+    lengths = np.asarray(lengths)
     if lengths.size and lengths.min() < 0:
         # Counted neither as empty nor as too long, they would vanish from the report.
         raise InputError(f"lengths must not be negative; element {int(np.argmin(lengths))} is {int(lengths.min())}")
-    too_long = int(np.count_nonzero(lengths > max_length))
-    empty = int(np.count_nonzero(lengths == 0))
-    kept = np.minimum(lengths, max_length) if truncate else lengths[lengths <= max_length]
-    kept = kept[kept > 0]
-    histogram = LengthHistogram.from_lengths(kept, max_length=max_length, name=name)
-    tokens_beyond = int(np.maximum(lengths - max_length, 0).sum())
-    return BuiltHistogram(histogram, int(lengths.size), too_long, truncate, empty, int(lengths.sum()), tokens_beyond)
+    counts = np.zeros(max_length + 1, dtype=np.int64)
+    too_long = tokens_read = tokens_beyond = 0
+    # A chunk at a time, so that 100M 32-bit lengths never take a 64-bit copy of them all.
+    for start in range(0, lengths.size, NPY_CHUNK_ELEMENTS):
+        chunk = lengths[start:start + NPY_CHUNK_ELEMENTS].astype(np.int64)
+        over = chunk > max_length
+        too_long += int(np.count_nonzero(over))
+        tokens_read += int(chunk.sum())
+        tokens_beyond += int(chunk[over].sum()) - max_length * int(np.count_nonzero(over))
+        counts += np.bincount(np.minimum(chunk, max_length) if truncate else chunk[~over], minlength=max_length + 1)
+    histogram = LengthHistogram(counts[1:], name=name)
+    return BuiltHistogram(histogram, int(lengths.size), too_long, truncate, int(counts[0]), tokens_read, tokens_beyond)
 
 
 def whitespace_tokenizer(text: str) -> int:
@@ -171,17 +178,46 @@ def _read_length_lines(path: Path, progress: Progress) -> np.ndarray:
 
 
 def _read_npy(path: Path) -> np.ndarray:
+    """The lengths of a 1-D integer .npy array, without a widening copy: in the file's own type where
+    it is 32 bits or narrower, else read a chunk at a time into 32 bits where every length fits
+    (100M 64-bit lengths then take 400 MB, never 800 MB beside a second copy)."""
     try:
-        array = np.load(path, allow_pickle=False)
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError) as error:
         raise InputError(f"not a readable .npy array: {error}", source=str(path)) from None
-    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
-        raise InputError(f"expected a 1-D integer array of lengths, found shape {array.shape} of {array.dtype}",
+    if not isinstance(mapped, np.ndarray):
+        raise InputError("expected one .npy array of lengths, found an .npz archive", source=str(path))
+    if mapped.ndim != 1 or not np.issubdtype(mapped.dtype, np.integer):
+        raise InputError(f"expected a 1-D integer array of lengths, found shape {mapped.shape} of {mapped.dtype}",
                          source=str(path))
-    if array.size and array.min() < 0:
-        raise InputError(f"lengths must not be negative; element {int(np.argmin(array))} is {int(array.min())}",
+    dtype, size, offset = mapped.dtype, mapped.size, mapped.offset
+    del mapped  # pages read through a mapping would count as this process's memory until it is closed
+    if np.can_cast(dtype, np.int32):
+        lengths = np.fromfile(path, dtype=dtype, count=size, offset=offset)
+    else:
+        high = _npy_largest(path, dtype, size, offset)
+        if high > np.iinfo(np.int64).max:
+            raise InputError(f"a length of {high:.3g} tokens is no sequence's; expected whole numbers below 2^63",
+                             source=str(path))
+        lengths = np.empty(size, dtype=np.int32 if high <= np.iinfo(np.int32).max else np.int64)
+        for start, chunk in _npy_chunks(path, dtype, size, offset):
+            lengths[start:start + chunk.size] = chunk
+    if lengths.size and lengths.min() < 0:
+        raise InputError(f"lengths must not be negative; element {int(np.argmin(lengths))} is {int(lengths.min())}",
                          source=str(path))
-    return array.astype(np.int64)
+    return lengths
+
+
+def _npy_chunks(path: Path, dtype: np.dtype, size: int, offset: int) -> Iterator[tuple[int, np.ndarray]]:
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        for start in range(0, size, NPY_CHUNK_ELEMENTS):
+            yield start, np.fromfile(handle, dtype=dtype, count=min(NPY_CHUNK_ELEMENTS, size - start))
+
+
+def _npy_largest(path: Path, dtype: np.dtype, size: int, offset: int) -> int:
+    """The largest value (0 for none), read a chunk at a time."""
+    return max((int(chunk.max()) for _, chunk in _npy_chunks(path, dtype, size, offset)), default=0)
 
 
 def _read_jsonl(path: Path, column: str, tokenizer: Tokenizer | None, progress: Progress) -> np.ndarray:

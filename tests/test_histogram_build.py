@@ -56,6 +56,63 @@ def test_jsonl_parquet_and_npy_agree(tmp_path_factory, token_lists):
     np.testing.assert_array_equal(read_lengths(folder / "lengths.npy"), expected)
 
 
+NPY_TYPES = ["<i1", "<u1", "<i2", ">u2", "<i4", "<u4", ">i8", "<i8", "<u8"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(NPY_TYPES), values=st.lists(st.integers(0, 2**40), max_size=30),
+       chunk=st.integers(1, 7))
+def test_npy_lengths_come_back_equal_and_never_wider_than_needed(tmp_path_factory, dtype, values, chunk):
+    from simbench import histogram_build
+
+    dtype = np.dtype(dtype)
+    values = [value % (int(np.iinfo(dtype).max) + 1) for value in values]
+    path = tmp_path_factory.mktemp("npy") / "lengths.npy"
+    np.save(path, np.asarray(values, dtype=dtype))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(histogram_build, "NPY_CHUNK_ELEMENTS", chunk)
+        lengths = read_lengths(path)
+    assert lengths.tolist() == values
+    # The file's own type up to 32 bits; wider files come back in 32 bits where the values fit.
+    needs_64_bits = max(values, default=0) > np.iinfo(np.int32).max
+    assert lengths.itemsize == (dtype.itemsize if np.can_cast(dtype, np.int32) else 8 if needs_64_bits else 4)
+
+
+@pytest.mark.parametrize("array, message", [
+    (np.array([3, -1, 2], dtype=np.int64), "element 1 is -1"),
+    (np.array([3, 2**63 + 5], dtype=np.uint64), r"below 2\^63"),
+    (np.zeros((2, 2), dtype=np.int32), "1-D integer array"),
+    (np.array([1.5]), "1-D integer array"),
+])
+def test_bad_npy_lengths_are_named(tmp_path, array, message):
+    np.save(tmp_path / "lengths.npy", array)
+    with pytest.raises(InputError, match=message):
+        read_lengths(tmp_path / "lengths.npy")
+
+
+def test_an_npz_archive_is_not_taken_for_lengths(tmp_path):
+    path = tmp_path / "lengths.npy"
+    with path.open("wb") as handle:
+        np.savez(handle, lengths=np.arange(3))
+    with pytest.raises(InputError, match="npz archive"):
+        read_lengths(path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(0, 3 * MAX_LENGTH), max_size=60), truncate=st.booleans(),
+       chunk=st.integers(1, 9))
+def test_counting_a_chunk_at_a_time_gives_the_whole_arrays_figures(lengths, truncate, chunk):
+    from simbench import histogram_build
+
+    whole = build_histogram(np.asarray(lengths, dtype=np.int32), MAX_LENGTH, truncate=truncate)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(histogram_build, "NPY_CHUNK_ELEMENTS", chunk)
+        chunked = build_histogram(np.asarray(lengths, dtype=np.int32), MAX_LENGTH, truncate=truncate)
+    np.testing.assert_array_equal(chunked.histogram.counts, whole.histogram.counts)
+    assert (chunked.too_long, chunked.empty, chunked.tokens_read) == (whole.too_long, whole.empty, sum(lengths))
+    assert chunked.tokens_beyond == whole.tokens_beyond == sum(max(length - MAX_LENGTH, 0) for length in lengths)
+
+
 def test_raw_text_counts_whitespace_tokens(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("the quick brown fox\n\njumps  over\n")

@@ -264,9 +264,11 @@ def _validated_lengths(packing: Packing, sequence_lengths) -> tuple[np.ndarray, 
     if lengths.size and (lengths.min() < 1 or lengths.max() > packing.max_length):
         bad = int(np.count_nonzero((lengths < 1) | (lengths > packing.max_length)))
         raise InputError(f"{bad} sequence lengths lie outside 1..{packing.max_length}")
-    if not np.can_cast(lengths.dtype, np.intp):
-        lengths = lengths.astype(np.int64)  # unsigned 64-bit lengths, checked small above
-    dataset = np.bincount(lengths, minlength=packing.max_length + 1)[1:]
+    dataset = np.zeros(packing.max_length + 1, dtype=np.int64)
+    # A chunk at a time: bincount would first copy 32-bit lengths to 64 bits, all of them at once.
+    for start in range(0, lengths.size, SLOTS_PER_CHUNK):
+        dataset += np.bincount(lengths[start:start + SLOTS_PER_CHUNK].astype(np.int64), minlength=dataset.size)
+    dataset = dataset[1:]
     placed = packing.placed_histogram().counts
     if np.any(dataset != placed):
         length = int(np.flatnonzero(dataset != placed)[0]) + 1
