@@ -59,11 +59,18 @@ def pattern_optimum(histogram, max_length, max_depth, integral, bounded):
     return result.fun
 
 
-small_histograms = st.integers(4, 11).flatmap(lambda max_length: st.tuples(
-    st.lists(st.integers(0, 4), min_size=max_length, max_size=max_length),
-    st.just(max_length),
-    st.one_of(st.none(), st.integers(1, 4)),
-))
+def histogram_cases(max_lengths: tuple[int, int], most_per_length: int, deepest: int):
+    """Hypothesis cases (counts, max_length, max_depth): a count for every length up to max_length, and
+    no depth limit or one up to `deepest`."""
+    return st.integers(*max_lengths).flatmap(lambda max_length: st.tuples(
+        st.lists(st.integers(0, most_per_length), min_size=max_length, max_size=max_length),
+        st.just(max_length),
+        st.one_of(st.none(), st.integers(1, deepest)),
+    ))
+
+
+small_histograms = histogram_cases((4, 11), most_per_length=4, deepest=4)
+packable_histograms = histogram_cases((2, 48), most_per_length=6, deepest=5)
 
 
 @settings(max_examples=60, deadline=None)
@@ -222,21 +229,36 @@ def test_bound_command_reports_a_too_short_max_length_as_an_input_error():
     assert "longer than --max-length 100" in str(result.exception)
 
 
-packable_histograms = st.integers(2, 48).flatmap(lambda max_length: st.tuples(
-    st.lists(st.integers(0, 6), min_size=max_length, max_size=max_length),
-    st.just(max_length),
-    st.one_of(st.none(), st.integers(1, 5)),
-))
+# The exact route, and the long-context route forced onto small inputs on three grids (units, fluid units).
+ROUTES = {"exact": None, "grid 2/1": (2, 1), "grid 4/2": (4, 2), "grid 8/2": (8, 2)}
 
 
+@pytest.mark.parametrize("grid", ROUTES.values(), ids=ROUTES.keys())
 @settings(max_examples=40, deadline=None)
-@given(packable_histograms)
-def test_optimal_never_needs_more_packs_than_another_packer(case):
+@given(case=packable_histograms)
+def test_optimal_packs_validly_and_never_needs_more_packs_than_another_packer(grid, case):
     counts, max_length, max_depth = case
     histogram = LengthHistogram.from_counts(counts)
-    best = get_strategy("optimal")(histogram, max_length, max_depth)
-    assert best.packs_total >= lp_lower_bound(histogram, max_length, max_depth).lower_bound_packs
-    for name, strategy in available_strategies().items():
+    with pytest.MonkeyPatch.context() as patch:
+        if grid is not None:
+            patch.setattr(lp_bound, "EXACT_CELLS", -1)  # every histogram takes the long-context route
+            for module in (lp_bound, optimal):
+                patch.setattr(module, "COARSE_UNITS", grid[0])
+                patch.setattr(module, "FLUID_UNITS", grid[1])
+            patch.setattr(optimal, "GRID_ROUNDING_GAP", -1.0)  # round on the grid whatever the heuristics' gap
+        lp_bound.clear_cache()
+        best = get_strategy("optimal")(histogram, max_length, max_depth)
+        bound = lp_bound.lp_lower_bound(histogram, max_length, max_depth)
+        lp_bound.clear_cache()
+    np.testing.assert_array_equal(best.placed_histogram().counts[:histogram.max_length], histogram.counts)
+    assert best.pack_tokens().max(initial=0) <= max_length
+    assert best.depth_used <= (max_depth or max_length)
+    assert (bound.method == "coarse grid") == (grid is not None)
+    assert best.packs_total >= bound.lower_bound_packs
+    # Exact: never beaten by any packer. On a coarse grid the rounding loses to nnlshp at times (6 packs
+    # against 5 on a 4-unit grid at max length 16), so there optimal promises the best of its heuristics.
+    rivals = available_strategies() if grid is None else {name: get_strategy(name) for name in optimal.HEURISTICS}
+    for name, strategy in rivals.items():
         try:
             packing = strategy(histogram, max_length, max_depth)
         except InputError:
@@ -279,29 +301,6 @@ def test_long_histograms_are_bounded_on_a_coarse_grid():
     assert trivial_lower_bound(histogram, 8192) <= bound.lower_bound_packs
     assert bound.lower_bound_packs <= get_strategy("bfd")(histogram, 8192).packs_total
     assert get_strategy("optimal")(histogram, 8192).packs_total <= get_strategy("bfd")(histogram, 8192).packs_total
-
-
-@settings(max_examples=30, deadline=None)
-@given(packable_histograms, st.sampled_from([(2, 1), (4, 2), (8, 2)]))
-def test_on_a_coarse_grid_optimal_stays_valid_and_never_worse(case, grid):
-    counts, max_length, max_depth = case
-    histogram = LengthHistogram.from_counts(counts)
-    units, fluid_units = grid
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(lp_bound, "EXACT_CELLS", -1)  # every histogram takes the long-context route
-        for module in (lp_bound, optimal):
-            patch.setattr(module, "COARSE_UNITS", units)
-            patch.setattr(module, "FLUID_UNITS", fluid_units)
-        patch.setattr(optimal, "GRID_ROUNDING_GAP", -1.0)  # round on the grid whatever the heuristics' gap
-        lp_bound.clear_cache()
-        packing = get_strategy("optimal")(histogram, max_length, max_depth)
-        bound = lp_bound.lp_lower_bound(histogram, max_length, max_depth)
-        lp_bound.clear_cache()
-    np.testing.assert_array_equal(packing.placed_histogram().counts[:histogram.max_length], histogram.counts)
-    assert packing.pack_tokens().max(initial=0) <= max_length
-    assert packing.depth_used <= (max_depth or max_length)
-    assert bound.method == "coarse grid" and packing.packs_total >= bound.lower_bound_packs
-    assert packing.packs_total <= get_strategy("bfd")(histogram, max_length, max_depth).packs_total
 
 
 def test_rounding_long_sequences_on_a_grid_beats_best_fit_where_they_pair_badly():
