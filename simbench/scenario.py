@@ -24,7 +24,7 @@ from simbench.data import bundled_files
 from simbench.errors import InputError, InputErrors, did_you_mean, read_text_file
 from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
-from simbench.sim.plans import ExecutionPlan, plan_fields, plan_from_fields, plan_type
+from simbench.sim.plans import ExecutionPlan, PlanType, plan_fields, plan_from_fields, plan_type
 from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_gpus_per_replica, check_max_depth
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
@@ -42,6 +42,11 @@ def _by_type(value: Any) -> str:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def allowed_keys(cls, data: Any) -> list[str]:
+        """The keys a mapping `data` of this model may hold."""
+        return list(cls.model_fields)
 
 
 class LogNormalComponent(_Strict):
@@ -168,6 +173,9 @@ class HardwareSpec(_Strict):
 
 
 class StrategySpec(_Strict):
+    # Other keys are the plan's own parameters (PlanType.parameters), checked by _plan_parameters.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
     name: str = Field(description="a packer from the registry or a simulator plan (`simbench list`)")
     max_depth: int | Literal["max"] | None = Field(
         None, description="most sequences per pack, or `max` for no limit; default: the plan's own")
@@ -196,6 +204,37 @@ class StrategySpec(_Strict):
             raise ValueError(str(error)) from None
         return name
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _plan_parameters(cls, data: Any, handler) -> StrategySpec:
+        # A key that is not a field must be a parameter the plan declares, valid for its declared type;
+        # the other keys' errors are reported with its own.
+        if not isinstance(data, dict):
+            return handler(data)
+        own = {key: value for key, value in data.items() if key not in cls.model_fields}
+        found = _plan_type_or_none(data.get("name")) if own else None
+        if found is None:
+            return handler(data)
+        shared = {key: value for key, value in data.items() if key not in own}
+        try:
+            checked = found.parameter_model().model_validate(own).model_dump(exclude_unset=True)
+        except ValidationError as own_errors:
+            try:
+                handler(shared)
+            except ValidationError as shared_errors:
+                raise ValidationError.from_exception_data(
+                    cls.__name__, [*shared_errors.errors(), *own_errors.errors()]) from None
+            raise own_errors from None
+        return handler({**shared, **checked})
+
+    @classmethod
+    def allowed_keys(cls, data: Any) -> list[str]:
+        fields = list(cls.model_fields)
+        if isinstance(data, str):
+            data = _fields_or_none(data)
+        found = _plan_type_or_none(data.get("name")) if isinstance(data, dict) else None
+        return fields + [key for key in (found.parameters if found else ()) if key not in fields]
+
     @model_validator(mode="after")
     def _valid_plan(self) -> StrategySpec:
         try:
@@ -209,6 +248,21 @@ class StrategySpec(_Strict):
     def plan(self) -> ExecutionPlan:
         """The simulator's plan, e.g. `spfhp:3`, `packed-varlen:spfhp:4`, `vts-bucketed:window=4`."""
         return plan_from_fields(self.model_dump(exclude={"label"}))
+
+
+def _plan_type_or_none(name: Any) -> PlanType | None:
+    """The plan called `name`; None when there is none (the name's own check reports it)."""
+    try:
+        return plan_type(name) if isinstance(name, str) else None
+    except InputError:
+        return None
+
+
+def _fields_or_none(text: str) -> dict[str, Any] | None:
+    try:
+        return plan_fields(text)
+    except InputError:
+        return None
 
 
 def _short_form(text: str) -> dict[str, Any]:
@@ -406,7 +460,7 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
         found = error.errors()
         # A list's own error (too short once its bad items are left out) only echoes its items' errors.
         paths = [tuple(_path_in_yaml(each["loc"])) for each in found]
-        errors = [InputError(_describe(each), source=source, line=_line_of(root, each["loc"]))
+        errors = [InputError(_describe(each, data), source=source, line=_line_of(root, each["loc"]))
                   for each, path in zip(found, paths)
                   if not any(len(other) > len(path) and other[:len(path)] == path for other in paths)]
         raise InputErrors(sorted(errors, key=lambda each: each.line or 0)) from None
@@ -449,23 +503,25 @@ def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
     return line_node.start_mark.line + 1 if line_node is not None else None
 
 
-def _describe(error: dict) -> str:
+def _describe(error: dict, data: Any) -> str:
     """One line: the dotted key, what is wrong and, where known, the allowed keys or values."""
     path = _path_in_yaml(error["loc"])
     key = ".".join(str(part) for part in path) or "(top level)"
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
-        allowed = _allowed_keys(path[:-1])
+        allowed = _allowed_keys(path[:-1], data)
         return f"unknown key {path[-1]!r};{did_you_mean(path[-1], allowed)} allowed keys here: {', '.join(allowed)}"
     if error["type"] == "missing":
         return f"missing required key {key!r}"
     return f"{key}: {message}"
 
 
-def _allowed_keys(parent: list) -> list[str]:
-    """Field names of the model at `parent` in the schema (list indices and union tags skipped)."""
-    model: type[BaseModel] = Scenario
+def _allowed_keys(parent: list, data: Any) -> list[str]:
+    """Keys of the model at `parent` in the schema (list indices and union tags skipped), for the
+    mapping found there in `data` (a strategy's keys depend on its plan)."""
+    model: type[_Strict] = Scenario
     for part in parent:
+        data = _child(data, part)
         if isinstance(part, int):
             continue
         annotation = model.model_fields[part].annotation
@@ -473,7 +529,13 @@ def _allowed_keys(parent: list) -> list[str]:
         if nested is None:
             break
         model = nested
-    return list(model.model_fields)
+    return model.allowed_keys(data)
+
+
+def _child(data: Any, part: str | int) -> Any:
+    if isinstance(data, dict):
+        return data.get(part)
+    return data[part] if isinstance(data, list) and isinstance(part, int) and part < len(data) else None
 
 
 def _nested_model(annotation: Any) -> type[BaseModel] | None:

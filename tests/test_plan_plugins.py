@@ -4,18 +4,19 @@
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import pytest
+from pydantic import Field
 
 import simbench.registry
 from simbench.costmodels import COST_MODELS, CostModelType, ExecutionMode, StepCosts
 from simbench.costmodels.linear import LinearCostModel
-from simbench.errors import InputError
+from simbench.errors import InputError, InputErrors
 from simbench.experiment import run_experiment
 from simbench.histogram import load_histogram
-from simbench.scenario import Scenario
+from simbench.scenario import Scenario, load_scenario
 from simbench.sim.batching import unpadded_batches
 from simbench.sim.plans import BATCH_SOURCES, PLANS, BatchSource, ExecutionPlan, PlanType, all_plan_names, parse_plan
 from simbench.sim.pricing import price_batches
@@ -44,8 +45,10 @@ class FixedLengthSource(BatchSource):
 
 @dataclass(frozen=True)
 class FixedLengthPlanType(PlanType):
+    parameters = {"length": Annotated[int, Field(ge=1, le=384, description="the one sequence length")]}
+
     def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
-        self.reject_unknown(parameters, ("length",))
+        self.reject_unknown(parameters, tuple(self.parameters))
         length = parameters.get("length", 64)
         name = self.name if "length" not in parameters else f"{self.name}:length={length}"
         return FixedLengthPlan(name, FixedLengthSource.kind, ExecutionMode.UNPADDED, length=length)
@@ -125,3 +128,67 @@ def test_a_broken_plugin_is_named_when_asked_for_and_breaks_nothing_else(monkeyp
     assert parse_plan("unpad").name == "unpad" and COST_MODELS.get("transformer").name == "transformer"
     with pytest.raises(InputError, match=message):
         (PLANS if plugin.group == "simbench.plans" else COST_MODELS).get(plugin.name)
+
+
+
+def scenario_file(tmp_path, strategies: str, name: str = "scenario.yaml"):
+    """A scenario whose strategies start on line 9."""
+    path = tmp_path / name
+    path.write_text("name: plugins\ndataset: {histogram: squad_1_1_384}\ncost_model: flat\ndevices: [1, 2]\n"
+                    "steps: 4\nbatch_size: 4\noutputs: {lp_bounds: false}\nstrategies:\n" + strategies)
+    return path
+
+
+def test_a_plugin_plans_own_parameter_is_a_scenario_key(monkeypatch, tmp_path):
+    use_plugins(monkeypatch, PLAN_PLUGIN, COST_MODEL_PLUGIN)
+    scenario = load_scenario(scenario_file(tmp_path, "  - unpad\n  - name: fixed-length\n    length: 100\n"))
+    spec = scenario.strategies[1]
+    assert spec.label == "fixed-length:length=100" and spec.plan() == parse_plan("fixed-length:length=100")
+    # The resolved scenario keeps the key, so a report's resolved.yaml reruns the same plan.
+    resolved = tmp_path / "resolved.yaml"
+    resolved.write_text(scenario.to_yaml())
+    assert load_scenario(resolved) == scenario
+    scaling = run_experiment(scenario).scaling.set_index(["strategy", "devices"])
+    # The flat cost model prices every step alike: tokens per second count the plan's 100-token sequences.
+    assert scaling.loc[("fixed-length:length=100", 1), "tokens_per_s"] == pytest.approx(4 * 100 / FlatCostModel.seconds)
+
+
+BUILTIN_KEYS = "name, max_depth, packer, stages, window, label"
+# The same mistake made with a built-in plan's key (vts: stages) and with the plug-in's own (length).
+SAME_MISTAKES = [
+    ("stagse: 4", f"unknown key 'stagse'; did you mean 'stages'? allowed keys here: {BUILTIN_KEYS}",
+     "lenght: 100", f"unknown key 'lenght'; did you mean 'length'? allowed keys here: {BUILTIN_KEYS}, length"),
+    ("stages: 0", "strategies.0.stages: Input should be greater than or equal to 1",
+     "length: 0", "strategies.0.length: Input should be greater than or equal to 1"),
+    ("stages: four", "strategies.0.stages: Input should be a valid integer",
+     "length: four", "strategies.0.length: Input should be a valid integer"),
+]
+
+
+@pytest.mark.parametrize("builtin_key, builtin_message, plugin_key, plugin_message", SAME_MISTAKES)
+def test_a_plugin_parameter_is_checked_like_a_builtin_one(monkeypatch, tmp_path, builtin_key, builtin_message,
+                                                          plugin_key, plugin_message):
+    use_plugins(monkeypatch, PLAN_PLUGIN, COST_MODEL_PLUGIN)
+    for name, key, message in (("vts", builtin_key, builtin_message), ("fixed-length", plugin_key, plugin_message)):
+        path = scenario_file(tmp_path, f"  - name: {name}\n    {key}\n")
+        with pytest.raises(InputError) as caught:
+            load_scenario(path)
+        assert str(caught.value).startswith(f"{path}:10: {message}")  # the file, the key's line, the key
+
+
+def test_every_error_of_a_plugin_strategy_is_listed_at_once(monkeypatch, tmp_path):
+    use_plugins(monkeypatch, PLAN_PLUGIN, COST_MODEL_PLUGIN)
+    path = scenario_file(tmp_path, "  - name: fixed-length\n    length: 0\n    stages: 0\n"
+                                   "  - {name: unpad, length: 100}\n  - fixed-length:length=999\n")
+    with pytest.raises(InputErrors) as caught:
+        load_scenario(path)
+    assert [(error.line, error.message) for error in caught.value.errors] == [
+        (10, "strategies.0.length: Input should be greater than or equal to 1"),
+        (11, "strategies.0.stages: Input should be greater than or equal to 1"),
+        # A plug-in's key belongs to its plan alone.
+        (12, f"unknown key 'length'; allowed keys here: {BUILTIN_KEYS}"),
+        (13, "strategies.2.length: Input should be less than or equal to 384"),
+    ]
+    with pytest.raises(InputError, match=r"^strategy 'fixed-length': length: Input should be greater than or equal to 1, "
+                                         r"found 0$"):
+        parse_plan("fixed-length:length=0")

@@ -17,7 +17,8 @@ def list_everything() -> None:
     _section("Packers and batchers (registry)", ["name", "description"],
              [(name, strategy.description) for name, strategy in available_strategies().items()])
     _section("Simulator plans", ["name", "description"],
-             [(name, plan.description) for name, plan in PLANS.items()])
+             [(name, plan.description + (f"; own keys: {', '.join(plan.parameters)}" if plan.parameters else ""))
+              for name, plan in PLANS.items()])
     _section("Cost models", ["name", "description"],
              [(name, cost_model.description) for name, cost_model in COST_MODELS.items()])
     _section("Bundled histograms", ["name", "file"], [(name, str(path)) for name, path in bundled_histograms().items()])

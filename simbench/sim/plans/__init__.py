@@ -14,6 +14,7 @@ named in BUILTIN_PLAN_MODULES; nothing else branches on a plan's kind.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -184,15 +185,41 @@ class BatchSource:
 
 @dataclass(frozen=True)
 class PlanType:
-    """A registered plan: its name, what it does, how it reads its parameters, and its batch source."""
+    """A registered plan: its name, what it does, how it reads its parameters, and its batch source.
+
+    Every scenario strategy may carry the built-ins' keys (`max_depth`, `packer`, `stages`, `window`);
+    a plan's other parameters are declared in `parameters`, key -> a type pydantic validates, e.g.
+    `{"length": Annotated[int, Field(ge=1, description="...")]}`. Scenarios then take them as keys and
+    check them like their own (file, line, did-you-mean), and `build` receives them checked in any form.
+    """
 
     name: str
     description: str
     source: type[BatchSource]
+    parameters: ClassVar[Mapping[str, Any]] = {}
 
     def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
         """The plan with these parameters (the mapping form: `max_depth`, `packer`, `stages`, `window`)."""
         raise NotImplementedError
+
+    def parameter_model(self) -> type:
+        """The declared parameters as a pydantic model: each optional (None: the plan's default), no others."""
+        return _parameter_model(type(self))
+
+    def check_parameters(self, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        """`parameters` with the declared ones validated; an InputError names the first bad one."""
+        from pydantic import ValidationError
+
+        declared = {key: value for key, value in parameters.items() if key in self.parameters}
+        if not declared:
+            return dict(parameters)
+        try:
+            checked = self.parameter_model().model_validate(declared)
+        except ValidationError as error:
+            first = error.errors()[0]
+            raise InputError(f"strategy {self.name!r}: {first['loc'][0]}: {first['msg']}, "
+                             f"found {first['input']!r}") from None
+        return {**parameters, **checked.model_dump(exclude_unset=True)}
 
     def reject_unknown(self, parameters: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
         unknown = [f"{key}={value}" for key, value in parameters.items() if key not in allowed]
@@ -201,6 +228,15 @@ class PlanType:
         if unknown:
             raise InputError(f"strategy {self.name!r}: unknown parameter {unknown[0]!r} "
                              f"(allowed: {', '.join(allowed)})")
+
+
+@functools.cache
+def _parameter_model(plan_class: type[PlanType]) -> type:
+    from pydantic import ConfigDict, create_model
+
+    fields = {key: (annotation | None, None) for key, annotation in plan_class.parameters.items()}
+    return create_model(f"{plan_class.__name__}Parameters", __config__=ConfigDict(extra="forbid", frozen=True),
+                        **fields)
 
 
 def _register_source(name: str, plan_type: PlanType) -> None:
@@ -251,7 +287,8 @@ def plan_fields(text: str) -> dict[str, Any]:
 def plan_from_fields(fields: Mapping[str, Any]) -> ExecutionPlan:
     """The plan a mapping describes: `name` and the plan's parameters (None: the plan's default)."""
     parameters = {key: value for key, value in fields.items() if key != "name" and value is not None}
-    return plan_type(fields["name"]).build(parameters)
+    found = plan_type(fields["name"])
+    return found.build(found.check_parameters(parameters))
 
 
 def parse_plan(text: str) -> ExecutionPlan:
