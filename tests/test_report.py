@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -251,10 +252,37 @@ def test_packing_plot_zooms_near_full_and_shows_the_lp_bound_only_where_computed
     timings = pd.DataFrame({"strategy": ["none", "spfhp:3"], "solve_seconds": [0.001, 0.01]})
     figure = plots.packing_figure(packing, timings, real_tokens=25_600, max_length=512)
     assert figure.axes[0].get_xscale() == "logit"
-    assert figure.axes[0].get_legend() is None  # no bound computed: nothing to explain
+    legend = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert legend == ["efficiency (value beside it)"]  # no bound computed: no bound to explain
     plots.plt.close(figure)
     figure = plots.packing_figure(packing.assign(lower_bound_packs=[50, 50]), timings, 25_600, 512)
-    assert [text.get_text() for text in figure.axes[0].get_legend().get_texts()] == ["LP bound at the same depth"]
+    legend = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert legend == ["efficiency (value beside it)", "LP bound at the same depth"]
+    plots.plt.close(figure)
+
+
+def test_packing_plot_prints_each_efficiency_by_its_dot_and_clear_of_the_bound():
+    # Dots near the left end, the middle and the right end of the axis, with bounds on, near and far from them.
+    efficiency = np.array([0.41, 0.78, 0.9, 0.99808, 0.99884, 0.999999])
+    bound = np.array([0.41, 0.9999, 0.95, 0.9982, 0.99884, 0.999999])
+    full_packs = 1_000_000  # the real tokens fill this many packs
+    packs = np.round(full_packs / efficiency)
+    packing = pd.DataFrame({"label": [f"s{row}" for row in range(6)], "strategy": "x", "efficiency": efficiency,
+                            "packs": packs, "tokens": packs * 512, "lower_bound_packs": np.round(full_packs / bound)})
+    timings = pd.DataFrame({"strategy": packing["label"], "solve_seconds": 0.01})
+    figure = plots.packing_figure(packing, timings, real_tokens=full_packs * 512, max_length=512)
+    axis = figure.axes[0]
+    figure.canvas.draw()
+    labels = [text for text in axis.texts if text.get_text().replace(".", "").isdigit()]
+    assert [label.get_text() for label in labels] == [f"{100 * value:.3f}" for value in efficiency]
+    markers = axis.collections[-1].get_segments()  # the LP bound, one vertical segment per row
+    assert len(markers) == len(labels)
+    for row, (label, marker) in enumerate(zip(labels, markers)):
+        assert label.xy == (pytest.approx(min(efficiency[row], plots.EFFICIENCY_SHOWN_MAX)), row)  # at its dot
+        box = label.get_window_extent()
+        marker_x = axis.transData.transform(marker[0])[0]
+        assert not box.x0 - 1 <= marker_x <= box.x1 + 1, label.get_text()  # never over the bound's marker
+        assert axis.get_window_extent().x0 <= box.x0  # inside the axis
     plots.plt.close(figure)
 
 

@@ -40,6 +40,8 @@ FAMILY_ORDER = ["padding", "sorting", "packing", "un-padding", "VTS"]
 HISTOGRAM_BINS = 256  # enough to see the shape, few enough to read a bar at 128k tokens
 # The packing plot's logit axis: from a half-empty pack to one padding token in a million.
 EFFICIENCY_SHOWN_MIN, EFFICIENCY_SHOWN_MAX = 0.4, 1 - 1e-6
+# A dot this far across the efficiency axis has room on its left for its figure ("99.949" at 7 points).
+LABEL_ROOM_FRACTION = 0.15
 _METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
 
 
@@ -120,26 +122,21 @@ def packing_figure(packing: pd.DataFrame, timings: pd.DataFrame, real_tokens: in
     positions = np.arange(len(labels))
     efficiency = packing["efficiency"].clip(EFFICIENCY_SHOWN_MIN, EFFICIENCY_SHOWN_MAX).to_numpy()
     left.hlines(positions, EFFICIENCY_SHOWN_MIN, efficiency, color=sns.color_palette()[0], linewidth=2, alpha=0.5)
-    left.scatter(efficiency, positions, color=sns.color_palette()[0], zorder=3)
+    left.scatter(efficiency, positions, color=sns.color_palette()[0], zorder=3, label="efficiency (value beside it)")
     bound = real_tokens / (packing["lower_bound_packs"].astype(float) * max_length)
     # A bound on packs bounds the efficiency of fixed-shape packs only (not of sorted batches).
     bound = bound.where(packing["tokens"] == packing["packs"] * max_length)
-    for position, value, shown, limit in zip(positions, packing["efficiency"], efficiency, bound.fillna(0.0)):
-        # Right of the dot and of its bound, unless that is the axis's end (one padding token in a million).
-        anchor = min(max(shown, limit), EFFICIENCY_SHOWN_MAX)
-        right_side = anchor < 0.9999
-        left.annotate(f"{100 * value:.3f}", (anchor, position), xytext=(6 if right_side else -6, 0),
-                      textcoords="offset points", ha="left" if right_side else "right", va="center", fontsize=7)
     if bound.notna().any():
         rows = bound.notna().to_numpy()
         left.vlines(bound[rows].clip(upper=EFFICIENCY_SHOWN_MAX), positions[rows] - 0.4, positions[rows] + 0.4,
                     color="black", linewidth=2, zorder=4, label="LP bound at the same depth")
-        left.legend(fontsize=8, loc="upper right", framealpha=0.9)  # in the headroom above the first row
     left.set_xscale("logit")
     ticks = [tick for tick in (0.5, 0.9, 0.99, 0.999, 0.9999, 0.99999) if tick <= EFFICIENCY_SHOWN_MAX]
     left.set_xticks(ticks, [f"{100 * tick:g}" for tick in ticks])
     left.xaxis.set_minor_formatter(NullFormatter())
     left.set_xlim(min(EFFICIENCY_SHOWN_MIN, efficiency.min() * 0.98), EFFICIENCY_SHOWN_MAX)
+    _label_dots(left, efficiency, packing["efficiency"], positions)
+    left.legend(fontsize=8, loc="upper right", framealpha=0.9)  # in the headroom above the first row
     left.set_yticks(positions, labels)
     left.set_ylim(len(labels) - 0.5, -1.6)
     left.set_xlabel("efficiency: real tokens / token slots (%, logit scale)")
@@ -151,6 +148,20 @@ def packing_figure(packing: pd.DataFrame, timings: pd.DataFrame, real_tokens: in
     right.set_xlabel("solve time (s, log scale)")
     figure.suptitle("Packing efficiency and solve time")
     return figure
+
+
+def _label_dots(axis, shown: np.ndarray, values: pd.Series, positions: np.ndarray) -> None:
+    """Each efficiency printed against its own dot, on the stem to its left: a strategy's LP bound is never
+    below its efficiency, so the bound's marker is never there to be mistaken for what the figure says.
+    A dot too near the left end for its figure gets it on the right, on a white ground."""
+    start, end = (np.log(limit / (1 - limit)) for limit in axis.get_xlim())
+    fractions = (np.log(shown / (1 - shown)) - start) / (end - start)  # where each dot is across the logit axis
+    for position, value, fraction in zip(positions, values, fractions):
+        on_left = fraction > LABEL_ROOM_FRACTION
+        axis.annotate(f"{100 * value:.3f}", (shown[position], position), xytext=(-7 if on_left else 7, 0),
+                      textcoords="offset points", ha="right" if on_left else "left", va="center", fontsize=7,
+                      zorder=5, bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none",
+                                      "alpha": 0.85})
 
 
 def plan_family(label: str) -> str:
