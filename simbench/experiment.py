@@ -55,9 +55,10 @@ class ExperimentResult:
 
 
 def progress_total(scenario: Scenario) -> int:
-    """Units of work `run_experiment` reports: one per simulated (plan, devices), one per LP bound."""
+    """Units of work `run_experiment` reports, per plan: its packing, one per simulated device count, its LP
+    bound and its straggler fit (a plan without one of them counts it done when the others are)."""
     plans = with_reference([spec.plan() for spec in scenario.strategies])
-    return len(plans) * len(scenario.devices) + len(plans)
+    return len(plans) * (len(scenario.devices) + 3)
 
 
 def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
@@ -74,7 +75,8 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                                                             scenario.gpus_per_replica)
     plans = [spec.plan() for spec in scenario.strategies]
     labels = {plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}
-    packings = pack_plans(histogram, plans, batch_size=scenario.batch_size, seed=scenario.seed, packings=packings)
+    packings = pack_plans(histogram, plans, batch_size=scenario.batch_size, seed=scenario.seed, packings=packings,
+                          progress=progress)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = simulate(histogram, plans, list(scenario.devices), cost_model, batch_size=scenario.batch_size,
                       steps=scenario.steps, seed=scenario.seed, progress=progress, packings=packings, stage=stage)
@@ -83,9 +85,10 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                                        stage or (lambda text: None))
     plans_by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(plans)}
     latency, gumbel, extrapolation = _straggler_tables(result.latency_samples, labels, plans_by_label, summary,
-                                                       scenario.batch_size)
+                                                       scenario.batch_size, progress)
     timeline = _timelines(result.vts_timeline, labels)
-    progress(len(plans_by_label) - len(packing))  # plans without a packing had no bound to compute
+    # Plans without a packing had no bound to compute, plans without samples no fit.
+    progress(2 * len(plans_by_label) - len(packing) - len(result.latency_samples))
     scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                        "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
                        "tokens_per_s_per_gpu"]
@@ -141,7 +144,8 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
 
 
 def _straggler_tables(latency_samples: dict[str, np.ndarray], labels: dict[str, str], plans_by_label: dict,
-                      summary: pd.DataFrame, batch_size: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+                      summary: pd.DataFrame, batch_size: int,
+                      progress: Progress) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Per-device speed-up samples of plans whose step time depends on the batch's content, their
     Gumbel fits, and the expected speed-up of n devices (the slowest sets the pace) next to the simulation's."""
     padded_seconds = float(np.mean(latency_samples["none"]))
@@ -149,21 +153,20 @@ def _straggler_tables(latency_samples: dict[str, np.ndarray], labels: dict[str, 
     device_counts = sorted(summary["devices"].unique())
     for name, samples in latency_samples.items():
         label = labels.get(name, name)
-        plan = plans_by_label[label]
         # Only plans whose steps compare one to one with padding's get a fit (see BatchSource.fits_stragglers):
         # sorted batching's step times, for one, are two-humped (a shape change or not).
-        if not plan.source.fits_stragglers or np.std(samples) <= CONSTANT_SPREAD * np.mean(samples):
-            continue
-        speedups = padded_seconds / samples
-        fit = fit_gumbel(speedups)
-        latency_rows.append(pd.DataFrame({"strategy": label, "step_seconds": samples[:LATENCY_ROWS_KEPT],
-                                          "speedup": speedups[:LATENCY_ROWS_KEPT]}))
-        fit_rows.append({"strategy": label, "location": fit.location, "scale": fit.scale,
-                         "samples": samples.size, "padded_step_seconds": padded_seconds, "batch_size": batch_size})
-        simulated = summary[summary["strategy"] == label].set_index("devices")["speedup"]
-        extrapolation_rows += [{"strategy": label, "devices": devices,
-                                "expected_speedup": expected_min_speedup(fit.location, fit.scale, int(devices)),
-                                "simulated_speedup": simulated.get(devices, np.nan)} for devices in device_counts]
+        if plans_by_label[label].source.fits_stragglers and np.std(samples) > CONSTANT_SPREAD * np.mean(samples):
+            speedups = padded_seconds / samples
+            fit = fit_gumbel(speedups)
+            latency_rows.append(pd.DataFrame({"strategy": label, "step_seconds": samples[:LATENCY_ROWS_KEPT],
+                                              "speedup": speedups[:LATENCY_ROWS_KEPT]}))
+            fit_rows.append({"strategy": label, "location": fit.location, "scale": fit.scale, "samples": samples.size,
+                             "padded_step_seconds": padded_seconds, "batch_size": batch_size})
+            simulated = summary[summary["strategy"] == label].set_index("devices")["speedup"]
+            extrapolation_rows += [{"strategy": label, "devices": devices,
+                                    "expected_speedup": expected_min_speedup(fit.location, fit.scale, int(devices)),
+                                    "simulated_speedup": simulated.get(devices, np.nan)} for devices in device_counts]
+        progress(1)
     if fit_rows:
         paper = extrapolate_cluster_speedups(PAPER_LOCATION, PAPER_SCALE, PAPER_DEVICES, tuple(device_counts))
         extrapolation_rows += [{"strategy": PAPER_FIT_LABEL, "devices": row.devices,

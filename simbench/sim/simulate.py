@@ -11,8 +11,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -49,7 +51,8 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
              stage: Callable[[str], None] | None = None) -> SimulationResult:
     """Simulate every plan (plus padding, the reference) on every cluster size in `devices`.
 
-    `progress(1)` is called after each (plan, devices) is done: len(with_reference(plans)) * len(devices) calls.
+    `progress(units)` hears of work as it is done, in whole units that add up to len(with_reference(plans)) *
+    len(devices): one per (plan, devices), told in parts as batches are priced and each cluster is timed.
     `packings` (by plan name, e.g. a previous result's `.packings`) are reused instead of packing again.
     `stage(text)` hears of each stage as it finishes (a packing made, a group of cluster sizes simulated).
     """
@@ -61,6 +64,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine)
     packings = dict(packings or {})
     stage = stage or (lambda text: None)
+    tell = _Progress(progress)
     runs: list[PlanRun] = []
     latency_samples: dict[str, np.ndarray] = {}
     timelines: dict[str, pd.DataFrame] = {}
@@ -70,7 +74,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
             stage(f"packed {plan.name}: {packing.packs_total:,} packs in {packing.seconds:.2f} s")
         if packing is not None:
             packings[plan.name] = packing
-        plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, settings, progress, stage)
+        plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, settings, tell, stage)
         runs.extend(plan_runs)
         if samples is not None:
             latency_samples[plan.name] = samples
@@ -84,16 +88,19 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
 
 
 def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, batch_size: int, seed: int,
-               packings: dict[str, Packing] | None = None) -> dict[str, Packing]:
+               packings: dict[str, Packing] | None = None,
+               progress: Callable[[int], None] | None = None) -> dict[str, Packing]:
     """The packings `simulate` would make for these plans (padding's included), by plan name, reusing
     `packings` given: made ahead and passed as `simulate(packings=...)`, they can be bounded elsewhere
-    while the simulation runs."""
+    while the simulation runs. `progress(1)` is told as each plan has its packing (or needs none)."""
     settings = SimulationSettings(histogram, None, batch_size, 1, seed, "auto")
     given, packings = dict(packings or {}), {}
     for plan in _with_reference(plans):
         packing = given.get(plan.name) or _packing(plan, settings, {**given, **packings})
         if packing is not None:
             packings[plan.name] = packing
+        if progress is not None:
+            progress(1)
     return packings
 
 
@@ -125,8 +132,33 @@ def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[s
                                           PackOptions(seed=settings.seed, batch_size=settings.batch_size))
 
 
+class _Progress:
+    """Shares of the work told as they are done, passed on in whole units: each cluster size of a plan is a
+    unit, shared between pricing its group's batches and timing it, so a plan moves the bar as it runs."""
+
+    def __init__(self, progress: Callable[[int], None] | None):
+        self.progress = progress
+        self.done, self.told = Fraction(0), 0
+
+    def __call__(self, share: Fraction) -> None:
+        self.done += share
+        whole = math.floor(self.done)
+        if whole > self.told:
+            if self.progress is not None:
+                self.progress(whole - self.told)
+            self.told = whole
+
+    def priced(self, sizes: list[int], passes: int = 1) -> None:
+        """One of `passes` over a group's batches (chunks of steps, a pool of draws) is done."""
+        self(Fraction(len(sizes), passes + 1))
+
+    def timed(self, passes: int = 1) -> None:
+        """One cluster size of a group priced in `passes` is timed: its unit is complete."""
+        self(Fraction(1, passes + 1))
+
+
 def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[int], settings: SimulationSettings,
-                   progress, stage: Callable[[str], None]):
+                   tell: _Progress, stage: Callable[[str], None]):
     """Small clusters simulate every device, on batches drawn once for all of them (so plans drawing the
     same sequences stay paired). Larger ones draw their slowest device directly when devices are
     independent, price their distinct batches when the plan can list them (sorted batching, padding
@@ -134,14 +166,15 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
     small, large = _split_by_size(devices, settings)
     runs, latency, timeline = [], None, None
     if small:
-        runs, latency, timeline = _simulate_devices(plan, packing, small, settings, purpose=0)
+        runs, latency, timeline = _simulate_devices(plan, packing, small, settings, tell, purpose=0)
         stage(f"simulated {plan.name} on {_counts(small)} devices")
     if large and plan.independent_devices:
         noiseless, noise_cv = _without_step_noise(settings, plan)
         source = plan.source(plan, packing, noiseless)
         pool = build_pool(replace(source.items(), noise_cv=noise_cv), source.generator(2), large[-1])
         by_size = slowest_of(pool, large, settings.steps, source.generator(3))
-        runs += [_run(source, size, by_size[size], None, engine="order-statistics") for size in large]
+        tell.priced(large)
+        runs += [_run(source, size, by_size[size], None, tell, engine="order-statistics") for size in large]
         stage(f"simulated {plan.name} on {_counts(large)} devices (slowest device drawn directly)")
         latency = pool.plain_totals[:LATENCY_SAMPLES_MAX]
         timeline = timeline if timeline is not None else source.timeline()
@@ -149,18 +182,17 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
         source = plan.source(plan, packing, settings, purpose=4)
         by_size = source.distinct_batches(large)
         if by_size is not None:
-            runs += [_run(source, size, by_size[size], None) for size in large]
+            tell.priced(large)
+            runs += [_run(source, size, by_size[size], None, tell) for size in large]
             stage(f"simulated {plan.name} on {_counts(large)} devices (distinct batches priced)")
         else:
-            large_runs, large_latency, large_timeline = _simulate_devices(plan, packing, large, settings, purpose=4)
+            large_runs, large_latency, large_timeline = _simulate_devices(plan, packing, large, settings, tell,
+                                                                          purpose=4)
             stage(f"simulated {plan.name} on {_counts(large)} devices")
             runs += large_runs
             latency = latency if latency is not None else large_latency
             timeline = timeline if timeline is not None else large_timeline
     runs.sort(key=lambda run: run.devices)
-    if progress is not None:
-        for _ in runs:
-            progress(1)
     return runs, latency, timeline
 
 
@@ -187,7 +219,7 @@ def _split_by_size(devices: list[int], settings: SimulationSettings) -> tuple[li
 
 
 def _simulate_devices(plan: ExecutionPlan, packing: Packing | None, devices: list[int], settings: SimulationSettings,
-                      purpose: int):
+                      tell: _Progress, purpose: int):
     """Draw and price the plan's batches chunk by chunk, keep per-step aggregates, then time every cluster."""
     largest = devices[-1]
     check_rows_per_step(largest, settings.batch_size, plan.name)
@@ -197,6 +229,7 @@ def _simulate_devices(plan: ExecutionPlan, packing: Packing | None, devices: lis
     aggregate_chunks: dict[int, list[StepAggregates]] = {size: [] for size in devices}
     simpy_chunks: dict[int, list[DeviceCosts]] = {size: [] for size in simpy_sizes}
     samples: list[np.ndarray] = []
+    chunks = -(-settings.steps // chunk_steps)
     for first_step in range(0, settings.steps, chunk_steps):
         by_size = source.chunk(min(chunk_steps, settings.steps - first_step), devices)
         for size, costs in by_size.items():
@@ -207,8 +240,9 @@ def _simulate_devices(plan: ExecutionPlan, packing: Packing | None, devices: lis
             simpy_chunks[size].append(by_size.get(size, by_size[largest]).first_devices(size))
         if source.shares_draws and sum(map(np.size, samples)) < LATENCY_SAMPLES_MAX:
             samples.append(by_size[largest].total_seconds.ravel())
-    runs = [_run(source, size, StepAggregates.concatenate(aggregate_chunks[size]), simpy_chunks.get(size))
-            for size in devices]
+        tell.priced(devices, chunks)
+    runs = [_run(source, size, StepAggregates.concatenate(aggregate_chunks[size]), simpy_chunks.get(size), tell,
+                 passes=chunks) for size in devices]
     latency = np.concatenate(samples)[:LATENCY_SAMPLES_MAX] if samples else None
     return runs, latency, source.timeline()
 
@@ -222,7 +256,7 @@ def _use_simpy(plan: ExecutionPlan, devices: int, settings: SimulationSettings) 
 
 
 def _run(source: BatchSource, devices: int, aggregates: StepAggregates, simpy_costs: list[DeviceCosts] | None,
-         engine: str = "vectorized") -> PlanRun:
+         tell: _Progress, engine: str = "vectorized", passes: int = 1) -> PlanRun:
     plan = source.plan
     allreduce_seconds = float(source.settings.cost_model.allreduce_seconds(devices))
     timing = source.timing(devices, allreduce_seconds, simpy=simpy_costs is not None)
@@ -233,4 +267,5 @@ def _run(source: BatchSource, devices: int, aggregates: StepAggregates, simpy_co
     else:
         timeline = step_timeline(aggregates.slowest_device_seconds, aggregates.mean_device_seconds,
                                  allreduce_seconds, timing.prepare_seconds, plan.exchange, engine)
+    tell.timed(passes)
     return PlanRun(plan, devices, aggregates, timeline, timing.allgather_seconds, timing.reference_step_seconds)
