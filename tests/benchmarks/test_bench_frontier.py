@@ -1,5 +1,6 @@
 """Frontier-scale clusters: un-padding on 2**20 devices from the command line (target 2 s, import included),
-and every strategy of wiki512 on 1, 2, 4, ..., 2**20 devices (21 cluster sizes, target 30 s and 1 GiB).
+every strategy of wiki512 on 1, 2, 4, ..., 2**20 devices (21 cluster sizes, target 30 s and 1 GiB), and
+bucketed VTS, whose devices are coupled, on 2**20 devices (seconds, bounded memory).
 
 Peak memory is what tracemalloc sees allocated during the sweep (the packings, made before, excluded).
 """
@@ -11,6 +12,7 @@ import tracemalloc
 import pytest
 
 from simbench.costmodels import TransformerCostModel
+from simbench.histogram import load_histogram
 from simbench.scenario import load_scenario
 from simbench.sim.simulate import simulate
 
@@ -55,4 +57,22 @@ def test_every_wiki512_strategy_on_1_to_2_20_devices(benchmark, wiki512):
     result = benchmark.pedantic(sweep_measuring_memory, rounds=1, iterations=1)
     benchmark.extra_info.update(target_seconds=30.0, peak_mebibytes=max(peaks) / 2**20, steps=scenario.steps)
     assert len(result.summary) == len(plans) * len(DEVICE_COUNTS)  # padding is one of the scenario's plans
+    assert max(peaks) < GIBIBYTE
+
+
+def test_vts_bucketed_on_2_20_devices(benchmark):
+    histogram, cost_model = load_histogram("wikipedia_512"), TransformerCostModel("bert-large", "a100")
+    peaks = []
+
+    def simulate_measuring_memory():
+        tracemalloc.start()
+        try:
+            return simulate(histogram, ["vts-bucketed"], [2**20], cost_model, batch_size=32, steps=200, seed=0)
+        finally:
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+
+    result = benchmark.pedantic(simulate_measuring_memory, rounds=1, iterations=1)
+    benchmark.extra_info.update(peak_mebibytes=max(peaks) / 2**20, steps=200)
+    assert result.summary.set_index("strategy").loc["vts-bucketed", "devices"] == 2**20
     assert max(peaks) < GIBIBYTE

@@ -2,8 +2,9 @@
 
 Targets at 131,072 and 10M sequences: spfhp/lpfhp/ffd/bfd < 5 s and < 2 GB each, the bound < 30 s,
 `optimal` within 0.5 % of its bound in < 60 s; every strategy finishes or refuses (InputError naming
-one that works) in under 1 s; at 8,192 `pack --strategy all` < 60 s in total. The short mode packs
-100,000 sequences; SIMBENCH_BENCH_FULL=1 packs the full 10M (and records peak memory).
+one that works) in under 1 s; at 8,192 `pack --strategy all` < 60 s in total; deep packs at 131,072
+simulate on 1 to 2**20 devices without a padded table. The short mode packs 100,000 sequences;
+SIMBENCH_BENCH_FULL=1 packs the full 10M (and records peak memory).
 """
 
 import functools
@@ -97,3 +98,25 @@ def test_pack_all_at_8192(benchmark, tmp_path):
     result = benchmark.pedantic(pack_all, rounds=1, iterations=1)
     assert result.exit_code == 0, result.output
     benchmark.extra_info["target_seconds"] = 60.0
+
+
+@pytest.mark.parametrize("plan", ["ffd", "packed-varlen:ffd"])
+def test_simulate_deep_packs_at_131072(benchmark, plan):
+    from simbench.costmodels.transformer import TransformerCostModel
+    from simbench.sim.simulate import simulate
+
+    histogram = histogram_for(131072)
+    cost_model = TransformerCostModel("llama-3.1-8b", "h100-sxm")
+    packings = simulate(histogram, [plan], [1], cost_model, batch_size=1, steps=1, seed=0).packings
+
+    def simulate_deep_packs():
+        return simulate(histogram, [plan], [1, 8, 64, 1024, 2**20], cost_model, batch_size=1, steps=200, seed=0,
+                        packings=packings)
+
+    result = benchmark.pedantic(simulate_deep_packs, rounds=1, iterations=1)
+    packing = packings[plan]
+    benchmark.extra_info.update(depth_used=packing.depth_used, distinct_packs=packing.strategies_used,
+                                padded_table_gib=8 * packing.depth_used * packing.strategies_used / 2**30)
+    if FULL:
+        benchmark.extra_info["peak_gib"] = peak_bytes(simulate_deep_packs) / 2**30
+    assert (result.summary.query("strategy != 'none'")["speedup"] > 1).all()

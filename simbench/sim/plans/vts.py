@@ -13,6 +13,7 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.sim import vts
 from simbench.sim.plans import ExecutionPlan, PlanKind, PlanType, StepTiming, register_plan
 from simbench.sim.plans.unpadded import SequenceSource
+from simbench.sim.vts_bucketed import bucketed_vts_aggregates
 from simbench.validation import check_whole_number
 
 DEFAULT_VTS_STAGES = 0  # from the model: its layers, grouped as the hardware profile says
@@ -55,6 +56,17 @@ class VtsSource(SequenceSource):
         if self.simpy_devices:
             self.simpy_lengths.append(lengths[:, :self.simpy_devices])
         return {devices[-1]: vts.price_vts(cost_model, lengths, plan.stages)}
+
+    def distinct_batches(self, devices):
+        """Bucketed batches repeat across devices (a global batch dealt out): each step priced from its distinct
+        ones, so a cluster of 2^20 devices costs about what one of a few thousand does."""
+        if not self.plan.bucket_window:
+            return None
+        settings = self.settings
+        probabilities = settings.histogram.counts / settings.histogram.counts.sum()
+        return {size: bucketed_vts_aggregates(probabilities, settings.histogram.lengths, size, settings.batch_size,
+                                              self.plan.bucket_window, settings.steps, settings.cost_model,
+                                              self.plan.stages, self.rng) for size in devices}
 
     def timing(self, devices, allreduce_seconds, simpy):
         settings, stages = self.settings, self.plan.stages
