@@ -67,3 +67,17 @@ def test_a_million_devices_are_priced_from_distinct_batches():
     trace = result.traces.query("strategy == 'vts-bucketed'")
     assert np.all(trace["sequences"] == 2**20 * 32)
     assert np.all(trace["slowest_device_seconds"] >= trace["mean_device_seconds"])
+
+
+def test_each_cluster_size_buckets_its_own_global_batch():
+    """8 devices simulated beside 512 train on their own draws bucketed, not on the first 8 devices of the
+    512-device bucketing (which hold the shortest samples of every band): their tokens are the dataset's mean."""
+    steps, devices, batch_size = 400, 8, 8
+    result = simulate(SQUAD, ["vts-bucketed"], [devices, 512], COST_MODEL, batch_size=batch_size, steps=steps,
+                      seed=0, engine="vectorized")
+    tokens = result.traces.query(f"strategy == 'vts-bucketed' and devices == {devices}")["real_tokens"].to_numpy()
+    lengths, counts = SQUAD.lengths, SQUAD.counts
+    mean = np.average(lengths, weights=counts)
+    spread = np.sqrt(np.average((lengths - mean) ** 2, weights=counts))
+    per_step = devices * batch_size
+    assert abs(tokens.mean() - per_step * mean) < 4 * spread * np.sqrt(per_step / steps)

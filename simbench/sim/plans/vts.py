@@ -29,7 +29,8 @@ class VtsSource(SequenceSource):
         super().__init__(plan, packing, settings, purpose, simpy_devices)
         self.shuffle_rng = self.generator(purpose + 1)
         self.first_timeline = None
-        self.simpy_lengths: list[np.ndarray] = []  # SimPy runs each device's pipeline from the lengths
+        # SimPy runs each device's pipeline from the lengths: per cluster size when bucketed (else under 0).
+        self.simpy_lengths: dict[int, list[np.ndarray]] = {}
 
     @staticmethod
     def simpy_events_per_device_step(plan: ExecutionPlan, cost_model, batch_size: int) -> int:
@@ -46,16 +47,31 @@ class VtsSource(SequenceSource):
         window = self.plan.bucket_window
         return max(1, steps // window) * window if window else steps
 
+    @property
+    def shares_draws(self):
+        # Bucketing deals each cluster's own global batch: a smaller cluster's devices do not hold what the first
+        # devices of a larger one hold (those get the shortest samples of every band).
+        return not self.plan.bucket_window
+
     def chunk(self, steps, devices):
         plan, cost_model = self.plan, self.settings.cost_model
         lengths = self.draw(steps, devices[-1])
-        if plan.bucket_window:
-            lengths = vts.bucket_by_length(lengths, plan.bucket_window, self.shuffle_rng)
+        if not plan.bucket_window:
+            self._keep(0, lengths)
+            return {devices[-1]: vts.price_vts(cost_model, lengths, plan.stages)}
+        by_size = {}
+        for size in sorted(devices, reverse=True):  # the largest first: its shuffles as when it runs alone
+            bucketed = vts.bucket_by_length(lengths[:, :size], plan.bucket_window, self.shuffle_rng)
+            self._keep(size, bucketed)
+            by_size[size] = vts.price_vts(cost_model, bucketed, plan.stages)
+        return by_size
+
+    def _keep(self, size: int, lengths: np.ndarray) -> None:
+        """The lengths the timeline and SimPy need (SimPy: up to its largest cluster)."""
         if self.first_timeline is None:
             self.first_timeline = self._timeline_of(lengths[0, 0])
-        if self.simpy_devices:
-            self.simpy_lengths.append(lengths[:, :self.simpy_devices])
-        return {devices[-1]: vts.price_vts(cost_model, lengths, plan.stages)}
+        if self.simpy_devices and size <= self.simpy_devices:
+            self.simpy_lengths.setdefault(size, []).append(lengths[:, :self.simpy_devices])
 
     def distinct_batches(self, devices):
         """Bucketed batches repeat across devices (a global batch dealt out): each step priced from its distinct
@@ -72,7 +88,7 @@ class VtsSource(SequenceSource):
         settings, stages = self.settings, self.plan.stages
         stage_seconds = None
         if simpy:
-            lengths = np.concatenate(self.simpy_lengths)[:, :devices]
+            lengths = np.concatenate(self.simpy_lengths[devices if self.plan.bucket_window else 0])[:, :devices]
             stage_seconds = vts.stage_seconds(settings.cost_model, lengths, stages)
         padded = vts.padded_pipeline_seconds(settings.cost_model, settings.histogram.max_length, settings.batch_size,
                                              stages)
