@@ -35,13 +35,17 @@ def bucketed_vts_aggregates(probabilities: np.ndarray, lengths: np.ndarray, devi
     slowest = np.full(steps, -np.inf)
     pending: list[tuple[int, np.ndarray, np.ndarray]] = []
     pending_pipelines = 0
+    # A step may hold thousands of distinct batches (many lengths, many devices): it is priced in parts too.
+    batches_per_part = max(1, PIPELINES_PER_PART // PERMUTATIONS_PER_BATCH)
     for step, batches, devices_each in _distinct_batches(probabilities, lengths, devices, batch_size, window, steps,
                                                          rng):
-        pending.append((step, batches, devices_each))
-        pending_pipelines += int(np.minimum(devices_each, PERMUTATIONS_PER_BATCH).sum())
-        if pending_pipelines >= PIPELINES_PER_PART:
-            _price(pending, cost_model, stages, rng, slowest, sums)
-            pending, pending_pipelines = [], 0
+        for first in range(0, devices_each.size, batches_per_part):
+            part = slice(first, first + batches_per_part)
+            pending.append((step, batches[part], devices_each[part]))
+            pending_pipelines += int(np.minimum(devices_each[part], PERMUTATIONS_PER_BATCH).sum())
+            if pending_pipelines >= PIPELINES_PER_PART:
+                _price(pending, cost_model, stages, rng, slowest, sums)
+                pending, pending_pipelines = [], 0
     if pending:
         _price(pending, cost_model, stages, rng, slowest, sums)
     return StepAggregates(slowest, sums["total_seconds"] / devices, *(sums[name] / devices for name in FIELDS[:4]),
