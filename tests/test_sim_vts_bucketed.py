@@ -67,6 +67,8 @@ def test_a_million_devices_are_priced_from_distinct_batches():
     trace = result.traces.query("strategy == 'vts-bucketed'")
     assert np.all(trace["sequences"] == 2**20 * 32)
     assert np.all(trace["slowest_device_seconds"] >= trace["mean_device_seconds"])
+    again = simulate(SQUAD, ["vts-bucketed"], [2**20], COST_MODEL, batch_size=32, steps=8, seed=0)
+    assert again.summary.equals(result.summary)  # the same seed, the same figures
 
 
 def test_each_cluster_size_buckets_its_own_global_batch():
