@@ -120,9 +120,49 @@ def test_bad_fits_are_input_errors(samples, side):
         fit_gumbel(samples, side=side)
 
 
+def _expected_min_by_adaptive_quadrature(location, scale, devices):
+    """E[min] = low + integral from low of (1 - P_n(s)) ds, by scipy's adaptive quad (the reference)."""
+    low, high = location - 8 * scale, location + 60 * scale
+    survival = lambda s: np.exp(devices * stats.gumbel_r.logsf(s, location, scale))  # noqa: E731
+    area, _ = integrate.quad(survival, low, high, points=[median_min_of_n(location, scale, devices)], limit=200,
+                             epsabs=1e-12, epsrel=1e-10)
+    return low + area
+
+
+@pytest.mark.parametrize("location, scale", [(1.941, 0.318), (1.0, 0.01), (5.0, 2.0), (0.9, 0.05)])
+def test_expected_minimum_agrees_with_adaptive_quadrature_from_1_to_2_to_the_20_devices(location, scale):
+    devices = np.array([*(2 ** np.arange(21)), 3, 5, 7, 1000, 999_999])
+    together = expected_min_speedup(location, scale, devices)
+    reference = [_expected_min_by_adaptive_quadrature(location, scale, int(count)) for count in devices]
+    assert together == pytest.approx(reference, rel=1e-12)
+    assert [expected_min_speedup(location, scale, int(count)) for count in devices] == pytest.approx(together,
+                                                                                                      rel=1e-15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(-5, 5), st.floats(0.01, 3))
+def test_expected_minimum_of_one_and_two_devices_in_closed_form(location, scale):
+    # One device: the Gumbel's mean. Two: min + max = X1 + X2, and the max of two is Gumbel(mu + beta ln 2).
+    mean = location + np.euler_gamma * scale
+    assert expected_min_speedup(location, scale, 1) == pytest.approx(mean, rel=1e-13, abs=1e-13)
+    assert expected_min_speedup(location, scale, 2) == pytest.approx(mean - scale * np.log(2), rel=1e-13, abs=1e-13)
+
+
+def test_expected_minimum_matches_a_40_digit_integral_up_to_10_to_the_18_devices():
+    mpmath = pytest.importorskip("mpmath")
+    for devices in (1, 7, 2**10, 2**20, 2**30, 10**12, 10**18):
+        with mpmath.workdps(40):
+            n = mpmath.mpf(devices)
+            quantile = lambda p, n=n: -mpmath.log(-mpmath.log(-mpmath.expm1(mpmath.log1p(-p) / n)))  # noqa: E731
+            exact = float(mpmath.quad(quantile, [0, 0.5, 1]))
+        assert expected_min_speedup(0.0, 1.0, devices) == pytest.approx(exact, abs=1e-14)
+
+
 def test_bad_device_counts_are_input_errors():
     with pytest.raises(InputError):
         expected_min_speedup(1.9, 0.3, 0)
+    with pytest.raises(InputError):
+        expected_min_speedup(1.9, 0.3, np.array([8, 0]))
     with pytest.raises(InputError):
         single_device_from_cluster(1.6, -0.1, 8)
 
