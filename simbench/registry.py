@@ -50,10 +50,10 @@ class Registry(Generic[Item]):
         if self.on_add is not None:
             self.on_add(name, item)
 
-    def find(self, name: str) -> Item | None:
-        """The item called `name`, loading only the plug-in of that name if no built-in has it."""
+    def find(self, name: str, *, plugins: bool = True) -> Item | None:
+        """The item called `name`, loading only the plug-in of that name if no built-in has it (and `plugins`)."""
         self._load_builtins()
-        if name not in self.entries:
+        if plugins and name not in self.entries:
             self._load_plugins(only=name)
         return self.entries.get(name)
 

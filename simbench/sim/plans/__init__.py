@@ -259,14 +259,17 @@ def plan_type(name: str) -> PlanType:
     """The registered plan called `name`, or the packing plan of the packer called `name`."""
     from simbench.sim.plans.packed import PackerPlan
 
-    found = PLANS.find(name)
-    if found is not None:
-        return found
-    strategy = STRATEGIES.find(name)
-    if strategy is None:
-        raise InputError(f"unknown strategy {name!r};{did_you_mean(name, all_plan_names())} "
-                         f"known strategies: {', '.join(all_plan_names())}")
-    return PackerPlan.of(strategy)
+    # Built-in plans and packers first: a plug-in never shadows a built-in name, and a built-in is found
+    # without scanning every installed distribution's entry points (~20 ms, for each plan of each scenario).
+    for plugins in (False, True):
+        found = PLANS.find(name, plugins=plugins)
+        if found is not None:
+            return found
+        strategy = STRATEGIES.find(name, plugins=plugins)
+        if strategy is not None:
+            return PackerPlan.of(strategy)
+    raise InputError(f"unknown strategy {name!r};{did_you_mean(name, all_plan_names())} "
+                     f"known strategies: {', '.join(all_plan_names())}")
 
 
 def plan_fields(text: str) -> dict[str, Any]:
