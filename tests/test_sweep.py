@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from simbench import sweep as sweeps
@@ -73,6 +75,44 @@ def test_dask_on_two_workers_gives_the_serial_results(sweep_file, tmp_path):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
         sweeps.run_sweep(sweep, tmp_path / "dask", scheduler=cluster.scheduler_address)
     pd.testing.assert_frame_equal(sweeps.read_results(tmp_path / "serial"), sweeps.read_results(tmp_path / "dask"))
+
+
+def test_a_local_cluster_of_two_worker_processes_gives_the_serial_parquet_files(sweep_file, tmp_path):
+    sweep = sweeps.load_sweep(sweep_file)
+    sweeps.run_sweep(sweep, tmp_path / "serial", workers=0)
+    sweeps.run_sweep(sweep, tmp_path / "dask", workers=2)
+    files = sorted(path.name for path in (tmp_path / "serial" / sweeps.RESULTS).iterdir())
+    assert files == sorted(path.name for path in (tmp_path / "dask" / sweeps.RESULTS).iterdir()) and len(files) == 4
+    for name in files:
+        assert (tmp_path / "serial" / sweeps.RESULTS / name).read_bytes() == \
+            (tmp_path / "dask" / sweeps.RESULTS / name).read_bytes()
+
+
+def test_a_task_that_fails_whole_records_each_of_its_cells_and_the_sweep_goes_on(sweep_file, tmp_path, monkeypatch):
+    from distributed import LocalCluster
+
+    real = sweeps.run_cells
+
+    def lost(cells, packings):
+        if any(cell.index == 2 for cell in cells):
+            raise RuntimeError("worker lost")
+        return real(cells, packings)
+
+    monkeypatch.setattr(sweeps, "run_cells", lost)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", scheduler=cluster.scheduler_address)
+    failures = sweeps.read_failures(tmp_path / "out")
+    assert [failure["cell"] for failure in failures] == [2] and "worker lost" in failures[0]["error"]
+    assert sorted(sweeps.read_results(tmp_path / "out")["cell"].unique()) == [0, 1, 3]
+
+
+@given(st.integers(0, 3000), st.integers(1, 64))
+def test_batches_hold_every_cell_once_in_order_and_shrink_towards_the_end(cells, slots):
+    batches = sweeps._batches(list(range(cells)), slots)
+    assert [cell for batch in batches for cell in batch] == list(range(cells))
+    sizes = [len(batch) for batch in batches]
+    assert all(size >= 1 for size in sizes) and sizes == sorted(sizes, reverse=True)
+    assert not sizes or sizes[-1] == 1 and sizes[0] <= max(1, cells // (4 * slots))
 
 
 def test_a_failing_cell_is_recorded_and_resume_runs_only_what_is_missing(sweep_file, tmp_path, monkeypatch):

@@ -32,14 +32,43 @@ def test_ten_thousand_cell_plan(benchmark, tmp_path):
     benchmark.extra_info["target_seconds"] = 5
 
 
-def test_parallel_efficiency_on_two_workers(benchmark, tmp_path):
+def _tree_cpu_seconds() -> float:
+    """CPU seconds of this process and every process under it (the local cluster's workers)."""
+    import psutil
+
+    me = psutil.Process()
+    own = me.cpu_times()
+    seconds = own.user + own.system + own.children_user + own.children_system
+    for child in me.children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:  # gone between listing and reading
+            continue
+        seconds += times.user + times.system
+    return seconds
+
+
+def test_parallel_efficiency_on_two_workers(benchmark, tmp_path, monkeypatch):
+    import distributed
+
     sweep = sweeps.load_sweep(Path(str(bundled_file("scenarios", "sweeps/context-vs-scale.yaml"))))
     if not FULL:
         sweep = sweeps.Sweep(sweep.name, sweep.axes, sweep.cells[::25][:8] + sweep.cells[100::25][:8],
                              sweep.report_axes, sweep.source)
-    start = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    cpu, start = _tree_cpu_seconds(), time.perf_counter()
     sweeps.run_sweep(sweep, tmp_path / "serial", workers=0)
-    serial = time.perf_counter() - start
+    serial, serial_cpu = time.perf_counter() - start, _tree_cpu_seconds() - cpu
+
+    # The workers' CPU is read just before the cluster closes, while they are still there to ask.
+    at_close = {}
+    close = distributed.Client.close
+
+    def close_after_reading_cpu(client, *args, **kwargs):
+        at_close["cpu"] = _tree_cpu_seconds()
+        return close(client, *args, **kwargs)
+
+    monkeypatch.setattr(distributed.Client, "close", close_after_reading_cpu)
 
     def on_two_workers():
         folder = tmp_path / f"dask-{time.perf_counter_ns()}"
@@ -47,7 +76,10 @@ def test_parallel_efficiency_on_two_workers(benchmark, tmp_path):
         sweeps.run_sweep(sweep, folder, workers=2)
         return time.perf_counter() - begin
 
+    cpu = _tree_cpu_seconds()
     parallel = benchmark.pedantic(on_two_workers, rounds=1, iterations=1)
     benchmark.extra_info.update({"cells": len(sweep.cells), "serial_seconds": serial, "parallel_seconds": parallel,
-                                 "efficiency": serial / (2 * parallel), "target_efficiency": 0.85})
-    assert parallel > 0
+                                 "serial_cpu_seconds": serial_cpu, "parallel_cpu_seconds": at_close["cpu"] - cpu,
+                                 "efficiency": serial / (2 * parallel), "target_efficiency": 0.85,
+                                 "load_before": load_before, "load_after": os.getloadavg()[0]})
+    assert parallel > 0 and at_close["cpu"] > cpu
