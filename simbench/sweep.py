@@ -35,6 +35,7 @@ from simbench.validation import check_device_counts
 from simbench.yamlfile import load_yaml_documents
 
 SWEEP_KEYS = ("name", "base", "axes", "cells", "report")
+BUNDLED_FOLDER = "scenarios/sweeps"
 CELLS_MAX = 100_000
 RESULTS = "results"  # Parquet dataset: one file per finished cell
 FAILURES = "failures"  # one JSON file per failed cell: its error
@@ -71,8 +72,24 @@ class Sweep:
         return rows / ROWS_PER_SECOND / max(workers, 1)
 
 
+def bundled_sweeps() -> dict:
+    """The sweeps that ship with simbench, by name (`simbench sweep NAME` runs one)."""
+    from simbench.data import bundled_files
+
+    return bundled_files(BUNDLED_FOLDER, ".yaml")
+
+
 def load_sweep(path: str | Path) -> Sweep:
-    """Read and validate a sweep file: every cell is checked as a scenario, errors name file and line."""
+    """Read and validate a sweep file, or a bundled sweep by name: every cell is checked as a scenario,
+    errors name file and line."""
+    bundled = bundled_sweeps()
+    if str(path) in bundled:
+        from importlib import resources
+
+        with resources.as_file(bundled[str(path)]) as bundled_path:
+            return load_sweep(bundled_path)
+    if not Path(path).exists():
+        raise InputError(f"no such sweep file or bundled sweep (bundled: {', '.join(bundled)})", source=str(path))
     source = str(path)
     documents = load_yaml_documents(read_text_file(path, "sweep"), source)
     if len(documents) != 1 or not isinstance(documents[0][1], dict):

@@ -154,8 +154,16 @@ def test_the_command_writes_results_summary_and_heatmap(sweep_file, tmp_path):
     assert (tmp_path / "out" / "winners.png").stat().st_size > 0
 
 
-def test_the_bundled_sweep_has_two_hundred_valid_cells():
-    from simbench.data import bundled_file
-
-    sweep = sweeps.load_sweep(Path(str(bundled_file("scenarios", "sweeps/context-vs-scale.yaml"))))
+def test_the_bundled_sweep_has_two_hundred_valid_cells_and_runs_by_name():
+    sweep = sweeps.load_sweep("context-vs-scale")
     assert len(sweep.cells) == 200 and sweep.report_axes == ("devices", "dataset.max_length")
+    assert sweep.name == "context-vs-scale" and "context-vs-scale" in sweeps.bundled_sweeps()
+    listing = CliRunner().invoke(app, ["list"])
+    assert "Bundled sweeps (simbench sweep NAME)" in listing.output and "context-vs-scale" in listing.output
+
+
+def test_an_unknown_sweep_name_is_one_line_naming_the_bundled_ones(tmp_path):
+    result = CliRunner().invoke(app, ["sweep", "context-vs-scael", "--dry-run"])
+    assert result.exit_code != 0 and isinstance(result.exception, InputError)
+    assert "no such sweep file or bundled sweep (bundled: context-vs-scale)" in str(result.exception)
+    assert "context-vs-scael" in str(result.exception)

@@ -25,6 +25,8 @@ def list_everything() -> None:
     _section("Bundled scenarios (simbench run NAME)", ["name", "file"],
              # bundled_files, not scenario.py: its pydantic models cost more start-up time than the rest of `list`
              [(name, str(path)) for name, path in bundled_files("scenarios", ".yaml").items()])
+    _section("Bundled sweeps (simbench sweep NAME)", ["name", "file"],
+             [(name, str(path)) for name, path in bundled_files("scenarios/sweeps", ".yaml").items()])
     _section("Model presets", ["name", "layers", "hidden", "heads", "ffn"],
              [(name, *map(str, (model.layers, model.hidden, model.heads, model.ffn)))
               for name, model in MODEL_PRESETS.items()])

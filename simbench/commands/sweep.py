@@ -12,7 +12,7 @@ REPORTS_DIR = Path("sweeps")
 
 
 def sweep(
-    sweep_path: Path = typer.Argument(..., metavar="SWEEP", help="sweep YAML: a base scenario and axes"),
+    sweep_path: Path = typer.Argument(..., metavar="SWEEP", help="sweep YAML (a base scenario and axes), or a bundled sweep's name (simbench list)"),
     out: Path = typer.Option(None, "--out", help="results folder; default: sweeps/<sweep name>"),
     workers: int = typer.Option(None, "--workers", min=0,
                                 help="local Dask workers (default: one per core); 0 runs the cells here, in turn"),

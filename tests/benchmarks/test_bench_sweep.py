@@ -7,12 +7,9 @@ the short run times a 16-cell sweep both ways instead.
 
 import os
 import time
-from pathlib import Path
-
 import pytest
 
 from simbench import sweep as sweeps
-from simbench.data import bundled_file
 
 FULL = os.environ.get("SIMBENCH_BENCH_FULL") == "1"
 PLAN = """name: plan
@@ -51,7 +48,7 @@ def _tree_cpu_seconds() -> float:
 def test_parallel_efficiency_on_two_workers(benchmark, tmp_path, monkeypatch):
     import distributed
 
-    sweep = sweeps.load_sweep(Path(str(bundled_file("scenarios", "sweeps/context-vs-scale.yaml"))))
+    sweep = sweeps.load_sweep("context-vs-scale")
     if not FULL:
         sweep = sweeps.Sweep(sweep.name, sweep.axes, sweep.cells[::25][:8] + sweep.cells[100::25][:8],
                              sweep.report_axes, sweep.source)
