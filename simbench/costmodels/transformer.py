@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -207,16 +208,39 @@ class TransformerCostModel:
 
 @dataclass(frozen=True)
 class _LengthGroups:
-    """The length groups present in each batch, one entry per (batch, group) that holds a sequence."""
+    """The length groups present in each batch: `present` holds one key (batch x groups + group) per
+    (batch, group) that holds a sequence, `keys` each sequence's key."""
 
     batches: int
-    batch: np.ndarray  # batch of each present group
-    tokens: np.ndarray  # real tokens in it
-    squares: np.ndarray  # sum of its sequences' squared lengths (attention FLOPs / the per-token-squared factor)
+    group_count: int
+    present: np.ndarray
+    keys: np.ndarray
+    lengths: np.ndarray  # each sequence's length
+
+    @property
+    def batch(self) -> np.ndarray:
+        return self.present // self.group_count
 
     @property
     def present_per_batch(self) -> np.ndarray:
         return np.bincount(self.batch, minlength=self.batches)
+
+    @cached_property
+    def _of_sequence(self) -> np.ndarray:
+        # Only the group curve needs each sequence's group; launches need only which groups exist.
+        return np.searchsorted(self.present, self.keys)
+
+    def _per_group(self, sequence_values: np.ndarray) -> np.ndarray:
+        return np.bincount(self._of_sequence, weights=sequence_values, minlength=self.present.size)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self._per_group(self.lengths)
+
+    @property
+    def squares(self) -> np.ndarray:
+        """Sum of each group's squared lengths: its attention FLOPs over the per-token-squared factor."""
+        return self._per_group(self.lengths**2)
 
 
 def _length_groups(batches: BatchSet, boundaries: tuple[int, ...]) -> _LengthGroups:
@@ -225,17 +249,12 @@ def _length_groups(batches: BatchSet, boundaries: tuple[int, ...]) -> _LengthGro
     group_count = len(boundaries) + 1
     group = np.searchsorted(np.asarray(boundaries), batches.sequence_lengths, side="left")
     keys = batches.sequence_batch * group_count + group
-    lengths = batches.sequence_lengths.astype(np.float64)
     if batches.batches * group_count <= 4 * keys.size + 4096:
         # Few groups per sequence (the GPU presets' 5): counting every key is cheaper than sorting them.
-        tokens = np.bincount(keys, weights=lengths, minlength=batches.batches * group_count)
-        present = np.flatnonzero(tokens)
-        squares = np.bincount(keys, weights=lengths**2, minlength=batches.batches * group_count)[present]
-        return _LengthGroups(batches.batches, present // group_count, tokens[present], squares)
-    present, of_sequence = np.unique(keys, return_inverse=True)
-    return _LengthGroups(batches.batches, present // group_count,
-                         np.bincount(of_sequence, weights=lengths, minlength=present.size),
-                         np.bincount(of_sequence, weights=lengths**2, minlength=present.size))
+        present = np.flatnonzero(np.bincount(keys, minlength=batches.batches * group_count))
+    else:
+        present = np.unique(keys)
+    return _LengthGroups(batches.batches, group_count, present, keys, batches.sequence_lengths.astype(np.float64))
 
 
 def _saturation_slowdown(tokens: np.ndarray, half_saturation_tokens: float) -> np.ndarray:
