@@ -64,3 +64,14 @@ def test_groups_present_match_a_plain_count(lengths_per_batch, boundaries):
     # Five groups are counted densely, 513 through the keys present: both must agree with the count.
     assert sorted(zip(groups.batch.tolist(), groups.tokens.tolist(), groups.squares.tolist())) == sorted(
         (batch, tokens, squares) for (batch, _), (tokens, squares) in expected.items())
+
+
+def test_the_simulator_prices_un_padded_plans_with_the_curve_and_leaves_the_others():
+    import simbench
+
+    curved = _model(3000.0).hardware
+    runs = {name: simbench.simulate("squad_1_1_384", ["spfhp:3", "unpad"], [1, 8], hardware=hardware, steps=20)
+            .summary.set_index(["strategy", "devices"])["speedup"]
+            for name, hardware in (("flat", "a100"), ("curved", curved))}
+    assert (runs["curved"].loc["unpad"] < runs["flat"].loc["unpad"]).all()
+    assert runs["curved"].loc["spfhp:3"].tolist() == runs["flat"].loc["spfhp:3"].tolist()
