@@ -48,9 +48,10 @@ def test_the_mlperf_rows_mark_the_256_gpu_log_as_fitted():
     grouped = rows.loc["median seq/s, 16 GPUs un-padded, priced per length group"]
     assert grouped["kind"] == "predicted" and grouped["reproduces"] == "yes"
     # Predicted from another source's padded run: the log is used for nothing but the comparison.
-    independent = rows.loc["median seq/s, 256 GPUs padded, rates from DeepLearningExamples"]
-    assert independent["kind"] == "predicted" and "DeepLearningExamples" in independent["fitted on"]
-    assert rows.loc["seq/s, 8 GPUs x 16 padded, phase 2 (DeepLearningExamples)", "kind"] == "fitted"
+    for framework in ("PyTorch", "TensorFlow"):
+        independent = rows.loc[f"median seq/s, 256 GPUs padded, rates from DeepLearningExamples {framework}"]
+        assert independent["kind"] == "predicted" and f"DeepLearningExamples {framework}" in independent["fitted on"]
+        assert rows.loc[f"seq/s, 8 GPUs x 16 padded, phase 2 (DeepLearningExamples {framework})", "kind"] == "fitted"
 
 
 def test_a_summary_says_what_its_preset_was_fitted_on():
