@@ -286,6 +286,21 @@ def test_packing_plot_prints_each_efficiency_by_its_dot_and_clear_of_the_bound()
     plots.plt.close(figure)
 
 
+def test_timeline_labels_a_deep_pipeline_without_stage_numbers_touching():
+    stages, samples = 24, 6
+    rows = [{"strategy": "vts", "sample": sample, "stage": stage, "enter_seconds": sample + stage,
+             "finish_seconds": sample + stage + 0.8, "leave_seconds": sample + stage + 1.0, "length": 100,
+             "blocked_seconds": 0.2} for sample in range(samples) for stage in range(stages)]
+    figure = plots.timeline_figure(pd.DataFrame(rows))
+    figure.canvas.draw()
+    axis = figure.axes[0]
+    labels = [label for label in axis.get_yticklabels() if label.get_text()]
+    assert labels[0].get_text() == "0" and len(labels) <= plots.STAGE_LABELS_MAX
+    boxes = sorted((label.get_window_extent() for label in labels), key=lambda box: box.y0)
+    assert all(lower.y1 <= upper.y0 for lower, upper in zip(boxes, boxes[1:]))  # no two numbers overlap
+    plots.plt.close(figure)
+
+
 def test_breakdown_panels_share_one_scale_and_leave_out_parts_that_are_always_zero():
     breakdown = pd.DataFrame({"strategy": ["none", "unpad"] * 2, "devices": [1, 1, 64, 64],
                               "compute_seconds": [0.1, 0.1, 0.1, 0.1], "padding_seconds": [0.1, 0.0, 0.1, 0.0],

@@ -35,6 +35,8 @@ matplotlib.rcParams["svg.hashsalt"] = "simbench"
 matplotlib.rcParams["svg.fonttype"] = "path"
 # Samples of a VTS batch drawn in the timeline: enough to see stalls, few enough to tell them apart.
 TIMELINE_SAMPLES_SHOWN = 48
+# Stage numbers one panel of the timeline can label without their text touching (24 stages did).
+STAGE_LABELS_MAX = 8
 # Families of strategies in the order the scaling plot's legend lists them (a plug-in plan's family follows).
 FAMILY_ORDER = ["padding", "sorting", "packing", "un-padding", "VTS"]
 HISTOGRAM_BINS = 256  # enough to see the shape, few enough to read a bar at 128k tokens
@@ -282,7 +284,8 @@ def timeline_figure(timeline: pd.DataFrame) -> Figure:
             axis.broken_barh(list(zip(blocked["finish_seconds"], blocked["blocked_seconds"])), (stage - 0.4, 0.8),
                              facecolors="none", edgecolor="black", hatch="///", linewidth=0.3)
         stages = sorted(rows["stage"].unique())
-        axis.set_yticks(stages, [str(stage) for stage in stages])
+        labelled = stages[::-(-len(stages) // STAGE_LABELS_MAX)]
+        axis.set_yticks(labelled, [str(stage) for stage in labelled])
         axis.invert_yaxis()
         axis.set_ylabel("stage")
         busy = (rows["leave_seconds"] - rows["enter_seconds"]).sum()

@@ -2,9 +2,13 @@
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
+// Twenty colours that stay apart (CIELAB distance at least 27 between any two) and dark enough to read as a
+// line on white: the ten usual ones, then ten picked to lie farthest from all before them. Lines past the
+// twentieth are dashed.
 const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-  "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d",
-  "#31a354", "#756bb1", "#636363"];
+  "#bcbd22", "#17becf", "#4b5a0f", "#a5004b", "#c3a569", "#ff8787", "#5aa578", "#964b00", "#1e87ff",
+  "#870078", "#0f5a4b", "#d2961e"];
+const LEGEND_ROW = 18, LEGEND_NAME_MAX = 24;  // a legend name longer than this is cut, whole on hover
 
 function element(name, attributes, parent) {
   const node = document.createElementNS(SVG, name);
@@ -23,7 +27,8 @@ function niceTicks(low, high, count) {
 }
 
 function drawChart(container, chart) {
-  const width = 860, height = 420, left = 64, right = 200, top = 16, bottom = 48;
+  const width = 860, left = 64, right = 200, top = 16, bottom = 48;
+  const height = Math.max(420, top + 8 + chart.lines.length * LEGEND_ROW);  // the legend never runs off
   const svg = element("svg", {viewBox: `0 0 ${width} ${height}`, role: "img"}, container);
   const all = chart.lines.flatMap((line) => line.points);
   if (chart.reference) all.push([NaN, chart.reference.value]);
@@ -60,17 +65,21 @@ function drawChart(container, chart) {
   }
   chart.lines.forEach((line, index) => {
     const colour = COLOURS[index % COLOURS.length];
+    const dashes = index < COLOURS.length ? "none" : "6 3";
     const group = element("g", {class: "series", "data-name": line.name}, svg);
     element("polyline", {points: line.points.map((p) => `${px(p[0])},${py(p[1])}`).join(" "), stroke: colour,
-      fill: "none", "stroke-width": 2}, group);
+      fill: "none", "stroke-width": 2, "stroke-dasharray": dashes}, group);
     for (const [x, y] of line.points) {
       const dot = element("circle", {cx: px(x), cy: py(y), r: 3.5, fill: colour}, group);
       element("title", {}, dot).textContent = `${line.name}: ${chart.x_label} ${x}, ${chart.y_label} ${y.toPrecision(5)}`;
     }
-    const entry = element("g", {class: "legend", transform: `translate(${width - right + 12},${top + 8 + index * 18})`}, svg);
-    element("rect", {width: 12, height: 12, fill: colour}, entry);
-    element("text", {x: 18, y: 10}, entry).textContent = line.name;
-    element("title", {}, entry).textContent = "click to hide or show";
+    const entry = element("g", {class: "legend",
+      transform: `translate(${width - right + 12},${top + 8 + index * LEGEND_ROW})`}, svg);
+    element("line", {x1: 0, x2: 14, y1: 6, y2: 6, stroke: colour, "stroke-width": 4, "stroke-dasharray": dashes},
+      entry);
+    const shown = line.name.length > LEGEND_NAME_MAX ? `${line.name.slice(0, LEGEND_NAME_MAX - 1)}…` : line.name;
+    element("text", {x: 20, y: 10}, entry).textContent = shown;
+    element("title", {}, entry).textContent = `${line.name}: click to hide or show`;
     entry.addEventListener("click", () => {
       const hidden = group.classList.toggle("hidden");
       entry.classList.toggle("off", hidden);
