@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -38,6 +40,16 @@ _SHORT, _FULL = "short form", "full form"
 
 def _by_type(value: Any) -> str:
     return _SHORT if isinstance(value, str) else _FULL
+
+
+@contextmanager
+def _reported_at_key() -> Iterator[None]:
+    """In a validator: the library's InputError as the ValueError pydantic reports at the key being
+    validated, with its file and line."""
+    try:
+        yield
+    except InputError as error:
+        raise ValueError(str(error)) from None
 
 
 class _Strict(BaseModel):
@@ -134,10 +146,8 @@ class DatasetSpec(_Strict):
     @model_validator(mode="after")
     def _loadable(self) -> DatasetSpec:
         # Loaded here so that a histogram longer than max_length, or an empty one, names this line.
-        try:
+        with _reported_at_key():
             histogram = self.load()
-        except InputError as error:
-            raise ValueError(str(error)) from None
         if histogram.sequences == 0:
             raise ValueError(f"histogram {histogram.name} holds no sequences: nothing to train on")
         return self
@@ -166,10 +176,8 @@ class HardwareSpec(_Strict):
         return self
 
     def load(self) -> HardwareProfile:
-        try:
+        with _reported_at_key():
             return load_hardware(self.profile, self.overrides)
-        except InputError as error:
-            raise ValueError(str(error)) from None
 
 
 class StrategySpec(_Strict):
@@ -198,10 +206,8 @@ class StrategySpec(_Strict):
     @field_validator("name")
     @classmethod
     def _known_name(cls, name: str) -> str:
-        try:
+        with _reported_at_key():
             plan_type(name)
-        except InputError as error:
-            raise ValueError(str(error)) from None
         return name
 
     @model_validator(mode="wrap")
@@ -231,16 +237,14 @@ class StrategySpec(_Strict):
     def allowed_keys(cls, data: Any) -> list[str]:
         fields = list(cls.model_fields)
         if isinstance(data, str):
-            data = _fields_or_none(data)
+            data = _or_none(plan_fields, data)
         found = _plan_type_or_none(data.get("name")) if isinstance(data, dict) else None
         return fields + [key for key in (found.parameters if found else ()) if key not in fields]
 
     @model_validator(mode="after")
     def _valid_plan(self) -> StrategySpec:
-        try:
+        with _reported_at_key():
             plan = self.plan()
-        except InputError as error:
-            raise ValueError(str(error)) from None
         if self.label is None:
             object.__setattr__(self, "label", plan.name)
         return self
@@ -252,24 +256,19 @@ class StrategySpec(_Strict):
 
 def _plan_type_or_none(name: Any) -> PlanType | None:
     """The plan called `name`; None when there is none (the name's own check reports it)."""
-    try:
-        return plan_type(name) if isinstance(name, str) else None
-    except InputError:
-        return None
+    return _or_none(plan_type, name) if isinstance(name, str) else None
 
 
-def _fields_or_none(text: str) -> dict[str, Any] | None:
+def _or_none(read: Callable[[str], Any], text: str) -> Any:
     try:
-        return plan_fields(text)
+        return read(text)
     except InputError:
         return None
 
 
 def _short_form(text: str) -> dict[str, Any]:
-    try:
+    with _reported_at_key():
         return plan_fields(text)
-    except InputError as error:
-        raise ValueError(str(error)) from None
 
 
 class OutputsSpec(_Strict):
@@ -312,10 +311,8 @@ class Scenario(_Strict):
     @field_validator("model")
     @classmethod
     def _known_model(cls, model: str | dict[str, int | bool | str]) -> str | dict[str, int | bool | str]:
-        try:
+        with _reported_at_key():
             get_model(model)
-        except InputError as error:
-            raise ValueError(str(error)) from None
         return model
 
     @field_validator("gpus_per_replica", mode="before")
@@ -329,10 +326,8 @@ class Scenario(_Strict):
     @field_validator("cost_model")
     @classmethod
     def _known_cost_model(cls, name: str) -> str:
-        try:
+        with _reported_at_key():
             COST_MODELS.get(name)
-        except InputError as error:
-            raise ValueError(str(error)) from None
         return name
 
     @field_validator("hardware", mode="before")
