@@ -24,11 +24,14 @@ from simbench.errors import InputError
 # Far beyond any scenario or hardware profile (a few hundred values), far below what hangs a validator.
 MAX_EXPANDED_NODES = 100_000
 MAX_DEPTH = 100
+_TOO_MANY_VALUES = (f"the YAML holds more than {MAX_EXPANDED_NODES:,} values (counting each use of an alias, "
+                    "&name / *name, in full), far more than any scenario needs")
 
 
 def load_yaml_documents(text: str, source: str) -> list[tuple[yaml.Node, Any]]:
     """Each document's node tree (for line numbers) and its data; YAML syntax errors, runaway aliases
     and deep nesting are InputErrors naming the file and line."""
+    _check_node_count(text, source)
     try:
         roots = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as error:
@@ -54,6 +57,22 @@ def load_yaml_documents(text: str, source: str) -> list[tuple[yaml.Node, Any]]:
     return documents
 
 
+def _check_node_count(text: str, source: str) -> None:
+    """Refuse a file with more values than the limit before composing it: composing a megabyte of YAML in
+    Python takes tens of seconds, counting its first events with libyaml a fraction of one. Expanded
+    aliases are counted later; here each value counts once, so nothing under the limit is refused."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    values = 0
+    try:
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+                values += 1
+                if values > MAX_EXPANDED_NODES:
+                    raise InputError(_TOO_MANY_VALUES, source=source, line=event.start_mark.line + 1)
+    except yaml.YAMLError:
+        return  # composing the file below names the syntax error with its line
+
+
 def _check_bounded(root: yaml.Node, source: str) -> None:
     """Count values as the data will hold them (an alias counts its whole target again) and the depth,
     each node visited once (iteratively: no recursion limit to hit)."""
@@ -71,9 +90,7 @@ def _check_bounded(root: yaml.Node, source: str) -> None:
             expanded[key] = 1 + sum(expanded[id(child)] for child in children)
             depth[key] = 1 + max((depth[id(child)] for child in children), default=0)
             if expanded[key] > MAX_EXPANDED_NODES:
-                raise InputError(f"the YAML holds more than {MAX_EXPANDED_NODES:,} values (counting each use of an "
-                                 f"alias, &name / *name, in full), far more than any scenario needs", source=source,
-                                 line=node.start_mark.line + 1)
+                raise InputError(_TOO_MANY_VALUES, source=source, line=node.start_mark.line + 1)
             if depth[key] > MAX_DEPTH:
                 raise InputError(f"the YAML is nested more than {MAX_DEPTH} levels deep", source=source,
                                  line=node.start_mark.line + 1)
