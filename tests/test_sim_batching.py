@@ -25,6 +25,8 @@ def test_inverse_cdf_equals_searchsorted_on_the_same_uniforms(weights, seed):
     assert np.array_equal(picks, expected)
     assert np.all(np.array(weights)[picks] > 0)
     assert np.array_equal(draw_in_proportion(np.array(weights), np.random.default_rng(seed), (500,)), picks)
+    # Fewer draws than weights: the same picks without the table.
+    assert np.array_equal(draw_in_proportion(np.array(weights), np.random.default_rng(seed), (1,)), picks[:1])
 
 
 def test_packs_are_drawn_in_proportion_to_their_repeats():

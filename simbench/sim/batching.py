@@ -41,9 +41,13 @@ class InverseCdf:
 
 
 def draw_in_proportion(weights: np.ndarray, rng: np.random.Generator, shape) -> np.ndarray:
-    """Indices drawn in proportion to `weights`, as `InverseCdf(weights).sample` draws them but without its
-    table: cheaper for a few hundred thousand draws from millions of weights."""
-    cdf = np.cumsum(np.asarray(weights, dtype=np.float64))
+    """Indices drawn in proportion to `weights`, as `InverseCdf(weights).sample` draws them; without its table
+    unless there are at least twice as many draws as weights: a few hundred thousand draws from millions of
+    weights are cheaper without, 131,072 from 4,000-16,000 weights (a pool's plain draws) 4-6x faster with."""
+    weights = np.asarray(weights, dtype=np.float64)
+    if 2 * weights.size <= np.prod(shape):
+        return InverseCdf(weights).sample(rng, shape)
+    cdf = np.cumsum(weights)
     cdf /= cdf[-1]
     cdf[-1] = np.inf
     return np.searchsorted(cdf, rng.random(shape).reshape(-1), side="right").reshape(shape)
