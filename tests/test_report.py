@@ -286,6 +286,27 @@ def test_packing_plot_prints_each_efficiency_by_its_dot_and_clear_of_the_bound()
     plots.plt.close(figure)
 
 
+@pytest.mark.parametrize("truncated_share", [0.0, 0.25])
+def test_histogram_cuts_a_truncation_spike_and_prints_it_clear_of_the_legend(truncated_share):
+    from simbench.histogram import LengthHistogram
+
+    counts = np.bincount(np.random.default_rng(0).integers(1, 512, 100_000), minlength=513)[1:]
+    counts[-1] += int(truncated_share * counts.sum())  # sequences truncated to the max length
+    figure = plots.histogram_figure(LengthHistogram.from_counts(counts))
+    figure.canvas.draw()
+    shares = figure.axes[0]
+    notes = [text for text in shares.texts if text.get_text().startswith("last bin")]
+    tokens = counts * np.arange(1, 513)
+    last_bin_tokens = 100 * tokens[-2:].sum() / tokens.sum()  # 256 bins of 2 lengths
+    if truncated_share:
+        assert shares.get_ylim()[1] < last_bin_tokens / 10  # the rest of the histogram is not flattened
+        assert len(notes) == 1 and f"{last_bin_tokens:.1f} % of tokens" in notes[0].get_text()
+        assert not notes[0].get_window_extent().overlaps(shares.get_legend().get_window_extent())
+    else:
+        assert not notes and shares.get_ylim()[1] >= last_bin_tokens
+    plots.plt.close(figure)
+
+
 def test_timeline_labels_a_deep_pipeline_without_stage_numbers_touching():
     stages, samples = 24, 6
     rows = [{"strategy": "vts", "sample": sample, "stage": stage, "enter_seconds": sample + stage,
