@@ -295,7 +295,7 @@ def test_histogram_cuts_a_truncation_spike_and_prints_it_clear_of_the_legend(tru
     figure = plots.histogram_figure(LengthHistogram.from_counts(counts))
     figure.canvas.draw()
     shares = figure.axes[0]
-    notes = [text for text in shares.texts if text.get_text().startswith("last bin")]
+    notes = [text for text in shares.texts if text.get_text().startswith("last bin (511-512 tokens)")]
     tokens = counts * np.arange(1, 513)
     last_bin_tokens = 100 * tokens[-2:].sum() / tokens.sum()  # 256 bins of 2 lengths
     if truncated_share:

@@ -98,7 +98,7 @@ def histogram_figure(histogram: LengthHistogram) -> Figure:
         shares.stairs(100 * binned, edges + 0.5, color=color, label=f"share of {label}")
         cumulative.plot(lengths, 100 * np.cumsum(weights) / total, color=color, label=f"{label} up to this length")
         last_bins.append((label, 100 * binned[-1], 100 * binned[:-1].max(initial=0.0)))
-    _clip_truncation_spike(shares, last_bins)
+    _clip_truncation_spike(shares, last_bins, f"{edges[-2] + 1:,}-{edges[-1]:,}")
     width = histogram.max_length / bins
     shares.set_xlim(0, histogram.max_length * 1.01)
     shares.set_xlabel(f"sequence length (tokens), bins of {width:.3g}")
@@ -121,9 +121,9 @@ def histogram_figure(histogram: LengthHistogram) -> Figure:
     return figure
 
 
-def _clip_truncation_spike(axis, last_bins: list[tuple[str, float, float]]) -> None:
+def _clip_truncation_spike(axis, last_bins: list[tuple[str, float, float]], lengths: str) -> None:
     """Sequences truncated to the max length pile up in the last bin (47 % of Wikipedia's tokens): when it
-    towers over the rest, cut the axis above the rest and print the last bin's shares at its top instead."""
+    towers over the rest, cut the axis above the rest and print the last bin's shares at its top."""
     rest = max(highest for _, _, highest in last_bins)
     spike = max(last for _, last, _ in last_bins)
     if rest <= 0 or spike <= SPIKE_CLIP_RATIO * rest:
@@ -132,7 +132,7 @@ def _clip_truncation_spike(axis, last_bins: list[tuple[str, float, float]]) -> N
     axis.set_ylim(0, top)
     shares = "\n".join(f"{last:.1f} % of {label}" for label, last, _ in last_bins)
     # Top right, beside the cut bar and clear of the legend (upper centre).
-    axis.annotate(f"last bin, off the scale:\n{shares}", (1, 1), xycoords="axes fraction", xytext=(-10, -6),
+    axis.annotate(f"last bin ({lengths} tokens):\n{shares}", (1, 1), xycoords="axes fraction", xytext=(-10, -6),
                   textcoords="offset points", ha="right", va="top", fontsize=8,
                   bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
 
@@ -249,7 +249,8 @@ def scaling_figure(scaling: pd.DataFrame, title: str = "", theoretical_speedup: 
 
 
 def _name_line_ends(axis, ends: list[tuple[float, str, tuple]], devices: int) -> None:
-    """Names at the right ends of lines, nudged apart so that two lines ending close stay readable."""
+    """Names at the right ends of lines, nudged apart so that two lines ending close stay readable, on a
+    white ground where they cross the ceiling or a faded line."""
     low, high = min(end[0] for end in ends), max(end[0] for end in ends)
     gap = 0.045 * max(high - min(low, 1.0), 0.1)  # about one line of 8-point text on a 5-inch plot
     placed = []
@@ -257,7 +258,8 @@ def _name_line_ends(axis, ends: list[tuple[float, str, tuple]], devices: int) ->
         y = max(speedup, placed[-1] + gap) if placed else speedup
         placed.append(y)
         axis.annotate(name, (devices, speedup), xytext=(devices * 1.12, y), textcoords="data", va="center",
-                      fontsize=8, color=color)
+                      fontsize=8, color=color, zorder=5, bbox={"boxstyle": "round,pad=0.1", "facecolor": "white",
+                                                               "edgecolor": "none", "alpha": 0.8})
 
 
 def gumbel_figure(latency: pd.DataFrame, fit: pd.DataFrame, extrapolation: pd.DataFrame) -> Figure:
