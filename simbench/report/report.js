@@ -60,8 +60,6 @@ function drawChart(container, chart) {
   if (chart.reference) {
     const y = py(chart.reference.value);
     element("line", {x1: left, x2: width - right, y1: y, y2: y, class: "reference"}, svg);
-    element("text", {x: width - right - 4, y: y - 4, "text-anchor": "end", class: "reference-label"}, svg)
-      .textContent = `${chart.reference.label} ${chart.reference.value.toFixed(3)}`;
   }
   chart.lines.forEach((line, index) => {
     const colour = COLOURS[index % COLOURS.length];
@@ -85,6 +83,10 @@ function drawChart(container, chart) {
       entry.classList.toggle("off", hidden);
     });
   });
+  if (chart.reference) {  // after the lines, so that its white outline keeps it readable over them
+    element("text", {x: width - right - 4, y: py(chart.reference.value) - 4, "text-anchor": "end",
+      class: "reference-label"}, svg).textContent = `${chart.reference.label} ${chart.reference.value.toFixed(3)}`;
+  }
 }
 
 function sortable(table) {
