@@ -1,6 +1,6 @@
 """Frontier-scale clusters: un-padding on 2**20 devices from the command line (target 2 s, import included),
 every strategy of wiki512 on 1, 2, 4, ..., 2**20 devices (21 cluster sizes, target 30 s and 1 GiB), and
-bucketed VTS, whose devices are coupled, on 2**20 devices (seconds, bounded memory).
+bucketed VTS and group-by-length, whose devices are coupled, on 2**20 devices (seconds, bounded memory).
 
 Peak memory is what tracemalloc sees allocated during the sweep (the packings, made before, excluded).
 """
@@ -75,4 +75,23 @@ def test_vts_bucketed_on_2_20_devices(benchmark):
     result = benchmark.pedantic(simulate_measuring_memory, rounds=1, iterations=1)
     benchmark.extra_info.update(peak_mebibytes=max(peaks) / 2**20, steps=200)
     assert result.summary.set_index("strategy").loc["vts-bucketed", "devices"] == 2**20
+    assert max(peaks) < GIBIBYTE
+
+
+def test_group_by_length_on_2_20_devices(benchmark):
+    """Length-grouped batches are dealt from sorted megabatches, so devices are coupled: priced per megabatch."""
+    histogram, cost_model = load_histogram("wikipedia_512"), TransformerCostModel("bert-large", "a100")
+    peaks = []
+
+    def simulate_measuring_memory():
+        tracemalloc.start()
+        try:
+            return simulate(histogram, ["group-by-length"], [2**20], cost_model, batch_size=32, steps=200, seed=0)
+        finally:
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+
+    result = benchmark.pedantic(simulate_measuring_memory, rounds=1, iterations=1)
+    benchmark.extra_info.update(peak_mebibytes=max(peaks) / 2**20, steps=200)
+    assert result.summary.set_index("strategy").loc["group-by-length", "devices"] == 2**20
     assert max(peaks) < GIBIBYTE

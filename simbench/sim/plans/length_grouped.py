@@ -18,7 +18,8 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.sim.length_batching import BudgetBatchDraws, LengthGroupedStream
 from simbench.sim.orderstat import ItemSource
 from simbench.sim.plans import BatchSource, ExecutionPlan, PlanType, register_plan
-from simbench.strategies.group_by_length import sequences_per_batch
+from simbench.sim.megabatches import MegabatchSteps
+from simbench.strategies.group_by_length import megabatch_sequences, sequences_per_batch
 from simbench.strategies.token_budget import token_budget_batches
 
 
@@ -82,12 +83,24 @@ class LengthGroupedSource(BatchSource):
     def chunk(self, steps, devices):
         return {size: self._stream(size).priced(self.settings.cost_model, steps, size) for size in devices}
 
+    def distinct_batches(self, devices):
+        """Large clusters priced per megabatch (`megabatches`): seconds at a million devices, not minutes."""
+        settings = self.settings
+        megabatch = megabatch_sequences(settings.histogram.sequences, self.batch_sequences)
+        steps = MegabatchSteps(settings.histogram, self.batch_sequences, megabatch, settings.cost_model,
+                               self.generator(self.purpose + 1))
+        return {size: steps.aggregates(size, settings.steps, self._rng(size)) for size in devices}
+
     def _stream(self, devices: int) -> LengthGroupedStream:
         if devices not in self.streams:
-            stream = zlib.crc32(self.random_stream(self.plan).encode())
-            rng = np.random.default_rng([self.settings.seed, stream, self.purpose, devices])
-            self.streams[devices] = LengthGroupedStream(self.settings.histogram, self.batch_sequences, rng)
+            self.streams[devices] = LengthGroupedStream(self.settings.histogram, self.batch_sequences,
+                                                        self._rng(devices))
         return self.streams[devices]
+
+    def _rng(self, devices: int) -> np.random.Generator:
+        """Each cluster size's own stream, so that a size simulated alone draws what it draws among others."""
+        stream = zlib.crc32(self.random_stream(self.plan).encode())
+        return np.random.default_rng([self.settings.seed, stream, self.purpose, devices])
 
 
 @dataclass(frozen=True)
