@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simbench.errors import InputError
 from simbench.strategies import packing as packing_module
@@ -46,3 +48,18 @@ def test_replace_changes_metadata_and_shares_the_packs():
         packing.replace(repeats=[1, 1, 1])
     with pytest.raises(AttributeError):
         packing.strategy = "changed"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5), st.lists(st.integers(1, 9), min_size=1, max_size=6)), max_size=12),
+       st.integers(1, 8))
+def test_placed_counts_and_pack_tokens_in_chunks_match_the_expanded_packs(groups, chunk_slots):
+    packing = Packing.from_groups("demo", 60, None, groups)
+    expanded = [length for count, pack in groups for _ in range(count) for length in pack]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(packing_module, "PLACED_CHUNK_SLOTS", chunk_slots)
+        placed = packing.placed_histogram().counts
+    np.testing.assert_array_equal(placed, np.bincount(expanded, minlength=61)[1:])
+    sums = [int(packing.pack_lengths[start:end].sum()) for start, end in zip(packing.pack_starts[:-1],
+                                                                               packing.pack_starts[1:])]
+    assert packing.pack_tokens().tolist() == sums

@@ -46,14 +46,18 @@ def assign(
             chunks = iter_assigned_packs(packing, lengths, rng)
     except InputError as error:
         raise InputError(f"{error} (histogram {histogram_name})", source=str(lengths_path)) from None
+    done = (f"{packing.packs_total} packs of {packing.sequences} sequences "
+            f"({strategy}, efficiency {100 * packing.efficiency:.3f} %): wrote {output}")
+    # The chunks hold what they need: the lengths and the packs' contents (at 100M sequences,
+    # 0.4 and up to 0.8 GB) may go while they stream.
+    del lengths, packing
     with writing_to(output), atomic_file(output) as temporary:
         if output.suffix == ".npy":
             with temporary.open("wb") as handle:
                 np.save(handle, assignment)
         else:
             _write_parquet(chunks, temporary)
-    say(f"{packing.packs_total} packs of {packing.sequences} sequences "
-        f"({strategy}, efficiency {100 * packing.efficiency:.3f} %): wrote {output}")
+    say(done)
 
 
 def _write_parquet(chunks, path: Path) -> None:
@@ -65,7 +69,9 @@ def _write_parquet(chunks, path: Path) -> None:
     for chunk in chunks:
         indices = pa.LargeListArray.from_arrays(pa.array(chunk.pack_offsets), pa.array(chunk.sequence_indices))
         table = pa.table({"sequence_indices": indices})
-        writer = writer or pq.ParquetWriter(path, table.schema)
+        # Without dictionary pages: indices of shuffled sequences seldom repeat, and trying costs
+        # three times the writing (measured at 20M indices: 1.7 s against 0.5 s CPU).
+        writer = writer or pq.ParquetWriter(path, table.schema, use_dictionary=False)
         writer.write_table(table)
     if writer is None:
         pq.write_table(pa.table({"sequence_indices": pa.array([], pa.large_list(pa.int32()))}), path)

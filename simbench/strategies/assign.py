@@ -106,39 +106,48 @@ def iter_assigned_packs(packing: Packing, sequence_lengths, rng: np.random.Gener
         raise InputError(f"{packing.packs_total:,} packs are too many to assign (at most {MAX_PACKS_PER_DRAW - 1:,})")
     index_type = _index_type(lengths.size)
     by_length = _sequences_by_length(lengths, counts, packing.max_length, index_type, rng)
-    return _chunks(packing, by_length, counts, rng, slots_per_chunk)
-
-
-def _chunks(packing: Packing, by_length: np.ndarray, counts: np.ndarray, rng: np.random.Generator,
-            slots_per_chunk: int) -> Iterator[AssignedPacks]:
-    depths = packing.depths
-    repeats = packing.repeats
-    # Slot j of distinct pack r is "pair" first_pair[r] + j; copy c of the pack takes sequence
-    # by_length[pair_start[pair] + c] there.
-    first_pair = packing.pack_starts[:-1]
-    pair_start = _pair_starts(packing, counts, by_length.dtype)
-    left = repeats.copy()
-    handed_out = np.zeros_like(repeats)
     # Drawing a chunk's mix of distinct packs costs a pass over them, so a chunk has at least as
     # many packs as there are distinct ones.
-    packs_per_chunk = max(len(repeats), slots_per_chunk * packing.packs_total // max(packing.sequences, 1), 1)
-    packs_left = packing.packs_total
+    packs_per_chunk = max(packing.strategies_used,
+                          slots_per_chunk * packing.packs_total // max(packing.sequences, 1), 1)
+    # The chunks need neither the lengths nor the packs' contents: a caller that lets go of them
+    # frees their memory while the chunks stream.
+    return _chunks(packing.pack_starts, packing.repeats, _pair_starts(packing, counts, index_type), by_length, rng,
+                   packs_per_chunk, slots_per_chunk)
+
+
+def _chunks(pack_starts: np.ndarray, repeats: np.ndarray, pair_start: np.ndarray, by_length: np.ndarray,
+            rng: np.random.Generator, packs_per_chunk: int, slots_per_chunk: int) -> Iterator[AssignedPacks]:
+    depths = np.diff(pack_starts)
+    # Slot j of distinct pack r is "pair" first_pair[r] + j; copy c of the pack takes sequence
+    # by_length[pair_start[pair] + c] there.
+    first_pair = pack_starts[:-1]
+    left = repeats.copy()
+    handed_out = np.zeros_like(repeats)
+    packs_left = int(repeats.sum())
     while packs_left:
         size = min(packs_per_chunk, packs_left)
         drawn = left.copy() if size == packs_left else rng.multivariate_hypergeometric(left, size)
         left -= drawn
         packs_left -= size
         present = np.flatnonzero(drawn)
-        copy = np.arange(size, dtype=np.int64) + np.repeat(handed_out[present] - _exclusive_cumsum(drawn[present]),
-                                                          drawn[present])
-        handed_out += drawn
+        copies_drawn = drawn[present]
         # One shuffle moves (distinct pack, copy) together: both fit in 32 bits (packs < 10**9).
-        pack = np.repeat(present << 32, drawn[present]) | copy
+        # Each pack's first value less its place, repeated, plus every place: built in place,
+        # as a draw may hold every pack (every pack of `greedy` is distinct).
+        pack = present << 32
+        pack += handed_out[present]
+        pack -= _exclusive_cumsum(copies_drawn)
+        pack = np.repeat(pack, copies_drawn)
+        del present, copies_drawn
+        pack += np.arange(size, dtype=np.int64)
+        handed_out += drawn
         rng.shuffle(pack)
-        rows, copies = pack >> 32, pack & 0xFFFFFFFF
-        # A draw has a pack per distinct pack at least (every pack of `greedy` is distinct): fill
-        # it a chunk of slots at a time.
-        slot_ends = np.cumsum(depths[rows])
+        rows = pack >> 32
+        copies = np.bitwise_and(pack, 0xFFFFFFFF, out=pack)
+        # Fill the draw a chunk of slots at a time.
+        slot_ends = depths[rows]
+        np.cumsum(slot_ends, out=slot_ends)
         cuts = np.searchsorted(slot_ends, np.arange(slots_per_chunk, slot_ends[-1], slots_per_chunk), side="right")
         for piece_rows, piece_copies in zip(np.split(rows, cuts), np.split(copies, cuts)):
             if piece_rows.size:

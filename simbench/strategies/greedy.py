@@ -25,6 +25,29 @@ MAX_REPAIR_ROUNDS = 4
 # Positions whose next pack start is searched together (see next_pack_starts).
 WINDOW_SEQUENCES = 1 << 16
 SHUFFLE_BLOCK_SEQUENCES = 1 << 16
+# Positions whose pack starts are found together (see pack_starts): a window's arrays take tens of
+# MB, where those of 100M positions at once took 900 MB.
+CHAIN_WINDOW_SEQUENCES = 1 << 20
+
+
+def pack_starts(lengths: np.ndarray, max_length: int, max_depth: int | None) -> np.ndarray:
+    """Where each pack of next fit over `lengths` (in this order) starts, a window of positions at a time.
+
+    The chain of pack starts enters each window where it left the previous one; a pack holds at
+    most `reach` sequences, so a window's next-pack starts need only that many lengths past it.
+    """
+    reach = max_length if max_depth is None else min(max_depth, max_length)
+    window = max(CHAIN_WINDOW_SEQUENCES, 4 * reach)
+    found = []
+    entry = 0
+    while entry < lengths.size:
+        size = min(window, lengths.size - entry)
+        following = next_pack_starts(lengths[entry:entry + size + reach], max_length, max_depth)[:size]
+        # Past the window is all one to the chain inside it: the window's end.
+        starts = np.flatnonzero(mark_pack_starts(np.append(np.minimum(following, size), size)))
+        found.append(starts + entry)
+        entry += int(following[starts[-1]])
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
 def next_pack_starts(lengths: np.ndarray, max_length: int, max_depth: int | None) -> np.ndarray:
@@ -156,36 +179,69 @@ def shuffled_lengths(histogram, rng: np.random.Generator) -> np.ndarray:
     return shuffled
 
 
-def distinct_packs(lengths: np.ndarray, starts: np.ndarray, max_length: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows (lengths descending, zero-padded) and repeats of the distinct packs.
+def distinct_packs(lengths: np.ndarray, starts: np.ndarray, max_length: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct packs in the flat form (lengths descending, pack by pack), their depths and repeats.
 
-    Packs are grouped by depth; each pack's sorted lengths are bit-packed into one exact integer
-    key, so counting distinct packs is a bincount or a hash-table pass rather than a row sort.
+    Packs are grouped by depth, shallowest first; each pack's sorted lengths are bit-packed into
+    exact integer keys, so counting distinct packs is a bincount, a hash-table pass or a sort of
+    keys rather than of rows.
     """
     depths = np.diff(starts, append=lengths.size)
     bits = int(max_length).bit_length()
-    per_depth = []
-    for depth in np.flatnonzero(np.bincount(depths)):
-        first = starts[depths == depth]
-        if depth == 1:
-            members = [lengths[first]]
-        elif depth == 2:
-            one, other = lengths[first], lengths[first + 1]
-            members = [np.maximum(one, other), np.minimum(one, other)]
-        else:
-            members = list(-np.sort(-lengths[first[:, None] + np.arange(depth)].astype(np.int64), axis=1).T)
+    # A radix sort where the depths fit 16 bits (every greedy pack below 65,536 tokens).
+    by_depth = starts[np.argsort(depths.astype(np.uint16) if depths.max(initial=0) < 2**16 else depths, kind="stable")]
+    pieces, pack_depths, repeats = [], [], []
+    first = 0
+    for depth, packs in enumerate(np.bincount(depths)):
+        if not packs:
+            continue
+        members = lengths[by_depth[first:first + packs, None] + np.arange(depth)]
+        first += packs
+        members.sort(axis=1)
+        members = members[:, ::-1]  # longest first
         if depth * bits <= 62:
-            per_depth.append(count_packed_rows(members, bits))
+            rows, counts = count_packed_rows(list(members.T), bits)
         else:
-            per_depth.append(np.unique(np.column_stack(members), axis=0, return_counts=True))
-    width = max((rows.shape[1] for rows, _ in per_depth), default=1)
-    all_rows = np.zeros((sum(rows.shape[0] for rows, _ in per_depth), width), dtype=np.int64)
-    filled = 0
-    for rows, _ in per_depth:
-        all_rows[filled:filled + rows.shape[0], :rows.shape[1]] = rows
-        filled += rows.shape[0]
-    repeats = np.concatenate([repeats for _, repeats in per_depth]) if per_depth else np.zeros(0, dtype=np.int64)
-    return all_rows, repeats
+            rows, counts = sorted_distinct_rows(members, bits)
+        pieces.append(rows.ravel())
+        pack_depths.append(np.full(counts.size, depth, dtype=np.int64))
+        repeats.append(counts)
+    if not pieces:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(pieces, dtype=np.int64), np.concatenate(pack_depths), np.concatenate(repeats)
+
+
+def sorted_distinct_rows(rows: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows in lexicographic order and their counts, for rows too wide for one key.
+
+    Each row becomes a few exact keys of `bits` bits per column; the rows are sorted by the first
+    key alone, and only runs that tie on it (rare: it holds the longest lengths) by all of them.
+    """
+    per_key = 62 // bits
+    keys = []
+    for first in range(0, rows.shape[1], per_key):
+        key = np.zeros(rows.shape[0], dtype=np.int64)
+        for column in rows.T[first:first + per_key]:
+            key <<= bits
+            key |= column
+        keys.append(key)
+    order = np.argsort(keys[0])
+    leading = keys[0][order]
+    ties = np.zeros(order.size, dtype=bool)
+    ties[1:] = leading[1:] == leading[:-1]
+    ties[:-1] |= ties[1:]
+    tied = np.flatnonzero(ties)
+    if tied.size:
+        # Each tied run keeps its places; sorting them all by every key, first key first, orders each run.
+        subset = order[tied]
+        order[tied] = subset[np.lexsort([key[subset] for key in reversed(keys)])]
+    same = np.ones(max(order.size - 1, 0), dtype=bool)
+    for key in keys:
+        sorted_key = key[order]
+        same &= sorted_key[1:] == sorted_key[:-1]
+    heads = np.flatnonzero(np.concatenate([[True], ~same]))
+    return rows[order[heads]], np.diff(np.append(heads, order.size))
 
 
 def count_packed_rows(columns: list[np.ndarray], bits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -211,7 +267,6 @@ def count_packed_rows(columns: list[np.ndarray], bits: int) -> tuple[np.ndarray,
 @register("greedy", "next-fit over the dataset shuffled with --seed (the paper's GREEDY)")
 def pack_greedy(histogram, max_length, max_depth, options) -> Packing:
     lengths = shuffled_lengths(histogram, np.random.default_rng(options.seed))
-    starts = np.flatnonzero(mark_pack_starts(next_pack_starts(lengths, max_length, max_depth)))
-    rows, repeats = distinct_packs(lengths, starts, max_length)
-    slots = np.full(rows.shape[0], max_length, dtype=np.int64)
-    return Packing("greedy", max_length, max_depth, rows, repeats, slots)
+    pack_lengths, depths, repeats = distinct_packs(lengths, pack_starts(lengths, max_length, max_depth), max_length)
+    return Packing.from_packs("greedy", max_length, max_depth, pack_lengths, np.concatenate([[0], np.cumsum(depths)]),
+                              repeats)

@@ -35,6 +35,8 @@ class PackOptions:
 # packs of thousands of short sequences beside packs of one long one, and the padded table of
 # 120k distinct packs x 7,000 slots would take 7 GB where the packs themselves take 30 MB.
 DENSE_ROWS_LIMIT_BYTES = 1 << 30
+# Sequence slots counted at once by `placed_histogram`.
+PLACED_CHUNK_SLOTS = 1 << 20
 
 
 class Packing:
@@ -174,8 +176,13 @@ class Packing:
         """Real tokens in each distinct pack."""
         if "rows" in self.__dict__:
             return self.rows.sum(axis=1)
-        sums = np.concatenate([[0], np.cumsum(self.pack_lengths)])
-        return sums[self.pack_starts[1:]] - sums[self.pack_starts[:-1]]
+        # Sums pack by pack: running sums of every length would take two more arrays of them all.
+        starts = self.pack_starts
+        tokens = np.zeros(starts.size - 1, dtype=np.int64)
+        filled = starts[:-1] < starts[1:]
+        if filled.any():
+            tokens[filled] = np.add.reduceat(self.pack_lengths, starts[:-1][filled])
+        return tokens
 
     @property
     def packs_total(self) -> int:
@@ -216,9 +223,16 @@ class Packing:
 
     def placed_histogram(self) -> LengthHistogram:
         """How many sequences of each length the packing placed (must equal the input's)."""
-        weights = np.repeat(self.repeats, self.depths)
-        counts = np.bincount(self.pack_lengths, weights=weights, minlength=self.max_length + 1)
-        return LengthHistogram(np.rint(counts[1:self.max_length + 1]).astype(np.int64))
+        counts = np.zeros(self.max_length + 1, dtype=np.int64)
+        starts = self.pack_starts
+        # A chunk of packs at a time: a weight per sequence slot would take 16 bytes a slot at once.
+        step = max(1, PLACED_CHUNK_SLOTS * self.strategies_used // max(int(starts[-1]), 1))
+        for first in range(0, self.strategies_used, step):
+            last = min(first + step, self.strategies_used)
+            weights = np.repeat(self.repeats[first:last], np.diff(starts[first:last + 1]))
+            placed = np.bincount(self.pack_lengths[starts[first]:starts[last]], weights=weights, minlength=counts.size)
+            counts += placed[:counts.size].round().astype(np.int64)  # a length past max_length is not counted
+        return LengthHistogram(counts[1:])
 
     def metrics(self, lower_bound_packs: float | None = None) -> dict:
         """The paper's metrics, with the key names of the `simbench pack --json` contract."""
