@@ -172,12 +172,13 @@ class HardwareSpec(_Strict):
 
     @model_validator(mode="after")
     def _loadable(self) -> HardwareSpec:
-        self.load()
+        with _reported_at_key():
+            self.load()
         return self
 
     def load(self) -> HardwareProfile:
-        with _reported_at_key():
-            return load_hardware(self.profile, self.overrides)
+        """The profile with its overrides; an InputError naming the profile and field when it is not valid."""
+        return load_hardware(self.profile, self.overrides)
 
 
 class StrategySpec(_Strict):
