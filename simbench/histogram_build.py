@@ -42,16 +42,6 @@ class BuiltHistogram:
     tokens_read: int = 0
     tokens_beyond: int = 0  # tokens past max_length in the too-long sequences: what truncation cuts
 
-    @property
-    def too_long_share(self) -> float:
-        """Share of the sequences read that are over the max length."""
-        return self.too_long / self.sequences_read if self.sequences_read else 0.0
-
-    @property
-    def tokens_beyond_share(self) -> float:
-        """Share of the tokens read that lie past the max length."""
-        return self.tokens_beyond / self.tokens_read if self.tokens_read else 0.0
-
     def describe(self) -> str:
         """What was counted and what was left out or cut, for the user."""
         lines = [f"{self.sequences_read} sequences read; {self.histogram.sequences} in the histogram "
@@ -60,11 +50,17 @@ class BuiltHistogram:
         if self.too_long:
             fate = "truncated to max length" if self.truncated else "left out (pass --truncate to keep them, cut)"
             lines.append(f"{self.too_long} sequences longer than {self.histogram.max_length} tokens: {fate}; "
-                         f"over-length share {100 * self.too_long_share:.2f} % of the sequences, "
-                         f"{100 * self.tokens_beyond_share:.2f} % of the tokens lie past {self.histogram.max_length}")
+                         f"over-length share {_percent(self.too_long, self.sequences_read)} % of the sequences, "
+                         f"{_percent(self.tokens_beyond, self.tokens_read)} % of the tokens lie past "
+                         f"{self.histogram.max_length}")
         if self.empty:
             lines.append(f"{self.empty} empty sequences (0 tokens): left out")
         return "\n".join(lines)
+
+
+def _percent(part: int, whole: int) -> str:
+    """`part` as a percentage of `whole` (0 of nothing), to two decimals."""
+    return f"{100 * part / whole if whole else 0.0:.2f}"
 
 
 def build_histogram(lengths: np.ndarray, max_length: int, *, truncate: bool, name: str = "histogram") -> BuiltHistogram:

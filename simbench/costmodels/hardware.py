@@ -99,6 +99,9 @@ class HardwareProfile(BaseModel):
 # straight line through them, 4.296 % + 0.01525 % x depth, misses none by more than 0.063 pp.
 PAPER_PACK_OVERHEAD_FRACTION = 0.04296
 PAPER_PACK_OVERHEAD_PER_DEPTH_FRACTION = 0.0001525
+# The GPU and CS-2 presets assume the IPU's measured overhead: the paper has no other.
+PAPER_PACK_OVERHEAD = {"pack_overhead_fraction": PAPER_PACK_OVERHEAD_FRACTION,
+                       "pack_overhead_per_depth_fraction": PAPER_PACK_OVERHEAD_PER_DEPTH_FRACTION}
 
 A100_PEAK_FLOPS_PER_S = 312e12  # datasheet: bf16/fp16 dense tensor-core peak
 IPU_M2000_PEAK_FLOPS_PER_S = 4 * 250e12  # datasheet: 4 x GC200 at 250 TFLOP/s fp16 each
@@ -215,8 +218,7 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
         optimizer_seconds_per_parameter=36 / 1555e9,
         shape_change_seconds=1e-3,  # kernel selection and allocator churn for a new shape (eager mode)
         host_to_device_bytes_per_s=25e9,  # PCIe gen4 x16, achieved
-        pack_overhead_fraction=PAPER_PACK_OVERHEAD_FRACTION,
-        pack_overhead_per_depth_fraction=PAPER_PACK_OVERHEAD_PER_DEPTH_FRACTION,
+        **PAPER_PACK_OVERHEAD,
         allreduce_latency_seconds=10e-6,
         allreduce_bytes_per_s=0.9 * 200e9 / 8,
         devices_per_node=8,
@@ -241,8 +243,7 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
         optimizer_seconds_per_parameter=36 / (4 * 47.5e12),  # 47.5 TB/s in-processor memory per IPU
         shape_change_seconds=60.0,
         host_to_device_bytes_per_s=12.5e9,
-        pack_overhead_fraction=PAPER_PACK_OVERHEAD_FRACTION,
-        pack_overhead_per_depth_fraction=PAPER_PACK_OVERHEAD_PER_DEPTH_FRACTION,
+        **PAPER_PACK_OVERHEAD,
         allreduce_latency_seconds=5e-6,
         allreduce_bytes_per_s=25e9,
         gradient_bytes_per_parameter=2.0,
@@ -260,8 +261,7 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
         attention_flops_per_s=0.10 * CS2_PEAK_FLOPS_PER_S,
         step_overhead_seconds=1e-3,
         host_to_device_bytes_per_s=150e9,
-        pack_overhead_fraction=PAPER_PACK_OVERHEAD_FRACTION,
-        pack_overhead_per_depth_fraction=PAPER_PACK_OVERHEAD_PER_DEPTH_FRACTION,
+        **PAPER_PACK_OVERHEAD,
         allreduce_latency_seconds=10e-6,
         allreduce_bytes_per_s=150e9,
         gradient_bytes_per_parameter=2.0,

@@ -60,38 +60,22 @@ def test_every_wiki512_strategy_on_1_to_2_20_devices(benchmark, wiki512):
     assert max(peaks) < GIBIBYTE
 
 
-def test_vts_bucketed_on_2_20_devices(benchmark):
+# vts-bucketed simulates every device; length-grouped batches are dealt from sorted megabatches, so their
+# devices are coupled and priced per megabatch: neither takes the order-statistics shortcut.
+@pytest.mark.parametrize("strategy", ["vts-bucketed", "group-by-length"])
+def test_a_coupled_plan_on_2_20_devices(benchmark, strategy):
     histogram, cost_model = load_histogram("wikipedia_512"), TransformerCostModel("bert-large", "a100")
     peaks = []
 
     def simulate_measuring_memory():
         tracemalloc.start()
         try:
-            return simulate(histogram, ["vts-bucketed"], [2**20], cost_model, batch_size=32, steps=200, seed=0)
+            return simulate(histogram, [strategy], [2**20], cost_model, batch_size=32, steps=200, seed=0)
         finally:
             peaks.append(tracemalloc.get_traced_memory()[1])
             tracemalloc.stop()
 
     result = benchmark.pedantic(simulate_measuring_memory, rounds=1, iterations=1)
     benchmark.extra_info.update(peak_mebibytes=max(peaks) / 2**20, steps=200)
-    assert result.summary.set_index("strategy").loc["vts-bucketed", "devices"] == 2**20
-    assert max(peaks) < GIBIBYTE
-
-
-def test_group_by_length_on_2_20_devices(benchmark):
-    """Length-grouped batches are dealt from sorted megabatches, so devices are coupled: priced per megabatch."""
-    histogram, cost_model = load_histogram("wikipedia_512"), TransformerCostModel("bert-large", "a100")
-    peaks = []
-
-    def simulate_measuring_memory():
-        tracemalloc.start()
-        try:
-            return simulate(histogram, ["group-by-length"], [2**20], cost_model, batch_size=32, steps=200, seed=0)
-        finally:
-            peaks.append(tracemalloc.get_traced_memory()[1])
-            tracemalloc.stop()
-
-    result = benchmark.pedantic(simulate_measuring_memory, rounds=1, iterations=1)
-    benchmark.extra_info.update(peak_mebibytes=max(peaks) / 2**20, steps=200)
-    assert result.summary.set_index("strategy").loc["group-by-length", "devices"] == 2**20
+    assert result.summary.set_index("strategy").loc[strategy, "devices"] == 2**20
     assert max(peaks) < GIBIBYTE
