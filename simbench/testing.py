@@ -94,41 +94,49 @@ def check_invariants_on_random_histograms(strategy: Strategy, max_examples: int 
 
 
 def check_packing(strategy: Strategy, packing: Packing, problem: PackingProblem) -> None:
-    """The rules every packing of `problem` keeps, whatever the strategy."""
-    rows, repeats, slots = packing.rows, packing.repeats, packing.slot_lengths
+    """The rules every packing of `problem` keeps, whatever the strategy (read in the flat form, which every
+    packing has: a dense table of deep packs at long context may not fit in memory)."""
+    lengths, starts, repeats, slots = packing.pack_lengths, packing.pack_starts, packing.repeats, packing.slot_lengths
     histogram = problem.histogram
 
     def require(holds: bool, rule: str, found: str) -> None:
         _require(holds, strategy, rule, problem, found)
 
-    require(rows.ndim == 2 and rows.shape[0] == repeats.size == slots.size, "one repeat count and one slot length "
-            "per pack row", f"rows of shape {rows.shape}, {repeats.size} repeats, {slots.size} slot lengths")
+    def pack(index: int) -> list[int]:
+        return lengths[starts[index]:starts[index + 1]].tolist()
+
+    require(starts.size == repeats.size + 1 == slots.size + 1 and starts[0] == 0 and starts[-1] == lengths.size
+            and bool(np.all(np.diff(starts) >= 0)), "one repeat count and one slot length per pack",
+            f"{starts.size - 1} packs, {repeats.size} repeats, {slots.size} slot lengths")
     require(bool(np.all(repeats > 0)), "every listed pack is used", f"repeat counts {sorted(set(repeats.tolist()))}")
-    ascending = np.flatnonzero(np.any(np.diff(rows, axis=1) > 0, axis=1))
-    require(ascending.size == 0, "rows hold lengths in descending order",
-            f"row {rows[ascending[0]].tolist()}" if ascending.size else "")
-    distinct = np.unique(np.column_stack([rows, slots]), axis=0).shape[0]
-    require(distinct == rows.shape[0], "rows are distinct", f"{rows.shape[0]} rows, {distinct} distinct")
+    depths = np.diff(starts)
+    pack_of = np.repeat(np.arange(depths.size), depths)
+    rising = np.flatnonzero((np.diff(lengths) > 0) & (pack_of[1:] == pack_of[:-1]))
+    require(rising.size == 0, "packs hold lengths in descending order",
+            f"pack {pack(pack_of[rising[0]])}" if rising.size else "")
+    repeated = _repeated_pack(packing)
+    require(repeated is None, "packs are distinct", f"pack {pack(repeated)} listed twice" if repeated is not None
+            else "")
     placed = packing.placed_histogram().counts
     wrong = np.flatnonzero(placed != histogram.counts)
     require(wrong.size == 0, "every sequence placed exactly once",
             f"{placed[wrong[0]]} sequences of length {wrong[0] + 1} placed where the histogram has "
             f"{histogram.counts[wrong[0]]}" if wrong.size else "")
-    over = np.flatnonzero(rows.sum(axis=1) > slots)
+    pack_tokens = packing.pack_tokens()
+    over = np.flatnonzero(pack_tokens > slots)
     require(over.size == 0, "no pack holds more tokens than its slots",
-            f"pack {rows[over[0]].tolist()} in {slots[over[0]]} slots" if over.size else "")
+            f"pack {pack(over[0])} in {slots[over[0]]} slots" if over.size else "")
     require(bool(np.all(slots <= problem.max_length)), "no pack longer than max_length",
             f"a pack of {int(slots.max(initial=0))} slots")
     if problem.max_depth is not None:
-        deep = np.flatnonzero(np.count_nonzero(rows, axis=1) > problem.max_depth)
-        require(deep.size == 0, "no pack deeper than max_depth",
-                f"pack {rows[deep[0]].tolist()}" if deep.size else "")
+        deep = np.flatnonzero(depths > problem.max_depth)
+        require(deep.size == 0, "no pack deeper than max_depth", f"pack {pack(deep[0])}" if deep.size else "")
     metrics = packing.metrics()
     tokens = int(repeats @ slots)
-    real = int(repeats @ rows.sum(axis=1))
+    real = int(repeats @ pack_tokens)
     expected = {"sequences": histogram.sequences, "packs": int(repeats.sum()), "tokens": tokens,
-                "padding_tokens": tokens - real, "strategies_used": rows.shape[0],
-                "depth_used": int(np.count_nonzero(rows, axis=1).max()) if rows.size else 0}
+                "padding_tokens": tokens - real, "strategies_used": repeats.size,
+                "depth_used": int(depths.max(initial=0))}
     require(real == histogram.real_tokens, "the packs hold every real token",
             f"{real} real tokens where the histogram has {histogram.real_tokens}")
     for key, value in expected.items():
@@ -172,8 +180,7 @@ def check_trailing_empty_lengths_change_nothing(strategy: Strategy) -> None:
     exact = PackingProblem(LengthHistogram.from_counts(counts), 30, 3, options)
     padded = PackingProblem(LengthHistogram.from_counts(np.r_[counts, np.zeros(20, dtype=int)]), 30, 3, options)
     exact_packing, padded_packing = _pack(strategy, exact), _pack(strategy, padded)
-    same = (np.array_equal(exact_packing.rows, padded_packing.rows)
-            and np.array_equal(exact_packing.repeats, padded_packing.repeats))
+    same = _same_packs(exact_packing, padded_packing, slots=False)
     _require(same, strategy, "empty lengths beyond max_length change nothing", padded,
              "other packs than for the same histogram without its empty tail")
 
@@ -184,9 +191,9 @@ def check_depth_beyond_max_length(strategy: Strategy) -> None:
     huge = PackingProblem(histogram, 8, 10**9, PackOptions())
     packing = _pack(strategy, huge)
     as_deep = _pack(strategy, PackingProblem(histogram, 8, 8, PackOptions()))
-    _require(packing.packs_total == as_deep.packs_total and packing.rows.shape[1] <= 8, strategy,
+    _require(packing.packs_total == as_deep.packs_total and packing.depth_used <= 8, strategy,
              "a depth beyond max_length acts as max_length", huge,
-             f"{packing.packs_total} packs of width {packing.rows.shape[1]}, "
+             f"{packing.packs_total} packs up to {packing.depth_used} deep, "
              f"{as_deep.packs_total} packs at max_depth 8")
 
 
@@ -214,9 +221,27 @@ def _require(holds: bool, strategy: Strategy, rule: str, problem: PackingProblem
                                    f"input: {problem}")
 
 
-def _same_packs(first: Packing, second: Packing) -> bool:
-    return (np.array_equal(first.rows, second.rows) and np.array_equal(first.repeats, second.repeats)
-            and np.array_equal(first.slot_lengths, second.slot_lengths))
+def _same_packs(first: Packing, second: Packing, slots: bool = True) -> bool:
+    return (np.array_equal(first.pack_lengths, second.pack_lengths)
+            and np.array_equal(first.pack_starts, second.pack_starts)
+            and np.array_equal(first.repeats, second.repeats)
+            and (not slots or np.array_equal(first.slot_lengths, second.slot_lengths)))
+
+
+def _repeated_pack(packing: Packing) -> int | None:
+    """A pack listed twice (same lengths and slots), if any: only packs alike in depth, slots and tokens
+    are compared length by length."""
+    depths, tokens = np.diff(packing.pack_starts), packing.pack_tokens()
+    keys = np.column_stack([depths, packing.slot_lengths, tokens])
+    _, group, sizes = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    seen: set[tuple] = set()
+    for index in np.flatnonzero(sizes[group.ravel()] > 1):
+        content = (int(packing.slot_lengths[index]),
+                   *packing.pack_lengths[packing.pack_starts[index]:packing.pack_starts[index + 1]].tolist())
+        if content in seen:
+            return int(index)
+        seen.add(content)
+    return None
 
 
 def packing_problems():

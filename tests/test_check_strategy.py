@@ -94,3 +94,27 @@ def test_without_hypothesis_the_error_says_what_to_install(monkeypatch):
 def test_only_strategies_are_accepted():
     with pytest.raises(TypeError, match="takes a strategy name, a Strategy or a pack function; found int"):
         check_strategy(3)
+
+
+def test_the_checks_read_packs_in_the_flat_form_only(monkeypatch):
+    """A dense table of deep packs may not fit in memory (it is refused above a limit): set to 0 here, any
+    use of it fails, and a correct packer still passes."""
+    from simbench.strategies import get_strategy, packing
+
+    monkeypatch.setattr(packing, "DENSE_ROWS_LIMIT_BYTES", 0)
+    check_invariants_on_random_histograms(get_strategy("ffd"), max_examples=10)
+
+
+@pytest.mark.parametrize("pack_lengths, pack_starts, rule", [
+    ([3, 1, 3, 1], [0, 2, 4], r"packs are distinct; found pack \[3, 1\] listed twice"),
+    ([1, 3, 2, 1], [0, 2, 4], r"packs hold lengths in descending order; found pack \[1, 3\]"),
+], ids=["repeated", "ascending"])
+def test_flat_packs_that_break_a_rule_are_named(pack_lengths, pack_starts, rule):
+    from simbench.histogram import LengthHistogram
+    from simbench.strategies import PackOptions
+    from simbench.testing import PackingProblem, check_packing
+
+    problem = PackingProblem(LengthHistogram.from_counts([2, 1, 1, 0]), 4, None, PackOptions())
+    broken = Packing.from_packs("broken", 4, None, pack_lengths, pack_starts, [1, 1])
+    with pytest.raises(StrategyCheckFailure, match=f"broke the rule: {rule}"):
+        check_packing(ALONE, broken, problem)
