@@ -60,6 +60,18 @@ def test_every_strategy_gets_steps_batches_of_batch_size_rows_from_the_histogram
     assert packed_efficiency > 0.9 > padded_efficiency
 
 
+def test_packed_batches_come_from_the_flat_packs_without_a_dense_table(monkeypatch):
+    """Deep packs at long context may not fit in one table (refused above a limit; 0 here, so any use fails)."""
+    from simbench.strategies import packing
+
+    monkeypatch.setattr(packing, "DENSE_ROWS_LIMIT_BYTES", 0)
+    histogram = measure.rescale_histogram(load_histogram("wikipedia_512"), 128)
+    layouts = measure.strategy_layouts(histogram, _settings(), np.random.default_rng(0))["lpfhp"]
+    rows = [row for layout in layouts for row in layout.rows]
+    assert all(list(row) == sorted(row, reverse=True) and 0 < sum(row) <= 128 and min(row) > 0 for row in rows)
+    assert max(len(row) for row in rows) > 1
+
+
 def test_compare_reports_zero_error_when_the_cost_model_is_exact_and_scales_with_measured_time():
     histogram = measure.rescale_histogram(load_histogram("wikipedia_512"), 128)
     model = get_model("tiny")

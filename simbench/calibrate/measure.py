@@ -92,11 +92,14 @@ def _packed_layouts(histogram: LengthHistogram, settings: MeasureSettings,
     pool = histogram.sample_lengths(packs_needed * max(2, int(np.ceil(histogram.theoretical_speedup)) + 1), rng)
     pool_histogram = LengthHistogram.from_lengths(pool, settings.max_length, name=histogram.name)
     packing = get_strategy("lpfhp")(pool_histogram, settings.max_length, settings.max_depth)
-    packs = np.repeat(packing.rows, packing.repeats, axis=0)
+    # Each pack by its index into the flat form: a dense table of deep packs may not fit in memory.
+    packs = np.repeat(np.arange(packing.strategies_used), packing.repeats)
     if len(packs) < packs_needed:
         raise InputError(f"lpfhp made {len(packs)} packs, fewer than the {packs_needed} needed")
-    chosen = packs[rng.permutation(len(packs))[:packs_needed]].reshape(settings.steps, settings.batch_size, -1)
-    return [BatchLayout.packed([row[row > 0] for row in batch], settings.max_length) for batch in chosen]
+    chosen = packs[rng.permutation(len(packs))[:packs_needed]].reshape(settings.steps, settings.batch_size)
+    lengths, starts = packing.pack_lengths, packing.pack_starts
+    return [BatchLayout.packed([lengths[starts[pack]:starts[pack + 1]] for pack in batch], settings.max_length)
+            for batch in chosen]
 
 
 @dataclass(frozen=True)
