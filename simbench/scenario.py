@@ -26,7 +26,8 @@ from simbench.data import bundled_files
 from simbench.errors import InputError, InputErrors, did_you_mean, read_text_file
 from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
-from simbench.sim.plans import ExecutionPlan, PlanType, plan_fields, plan_from_fields, plan_type
+from simbench.sim.plans import (ExecutionPlan, PlanType, packing_refusals, plan_fields, plan_from_fields,
+                                plan_type)
 from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_gpus_per_replica, check_max_depth
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
@@ -451,7 +452,7 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
         data["seed"] = seed
     _resolve_paths(data, base_dir)
     try:
-        return Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
     except ValidationError as error:
         found = error.errors()
         # A list's own error (too short once its bad items are left out) only echoes its items' errors.
@@ -460,6 +461,43 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
                   for each, path in zip(found, paths)
                   if not any(len(other) > len(path) and other[:len(path)] == path for other in paths)]
         raise InputErrors(sorted(errors, key=lambda each: each.line or 0)) from None
+    refused = _packings_refused(scenario, root, source)
+    if refused:
+        raise InputErrors(refused)
+    return scenario
+
+
+def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
+    """Each strategy whose packer refuses the scenario's max length and depth, at its line and key, so
+    that `validate` reports it and `run` stops before any work."""
+    plans = [spec.plan() for spec in scenario.strategies]
+    if not any(plan.source.packing_request(plan) for plan in plans):
+        return []
+    max_length = scenario.dataset.max_length or scenario.dataset.load().max_length
+    refused = []
+    for index, error in packing_refusals(plans, max_length):
+        # At the strategy's `max_depth` where it is written, else at the strategy (`nnlshp`, `nnlshp:3`).
+        key = ("strategies", index, "max_depth")
+        if not _written(root, key):
+            key = key[:-1]
+        refused.append(InputError(f"{'.'.join(map(str, key))} ({plans[index].name}): {error.message}",
+                                  source=source, line=_line_of(root, key)))
+    return refused
+
+
+def _written(root: yaml.Node, path: tuple) -> bool:
+    """Whether the YAML holds a node at `path` (mapping keys and list indices)."""
+    node = root
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            node = next((value for key, value in node.value if key.value == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            return False
+        if node is None:
+            return False
+    return True
 
 
 def _resolve_paths(data: dict, base_dir: Path) -> None:

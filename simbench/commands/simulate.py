@@ -88,4 +88,5 @@ def _row(row, replicas: bool) -> list[str]:
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(command(simulate))
+    # A packer's depth is written in the strategy's name here, not given as an option.
+    app.command()(command(simulate, max_depth="--strategy NAME:DEPTH with a DEPTH of"))

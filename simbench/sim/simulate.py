@@ -26,7 +26,8 @@ from simbench.histogram import LengthHistogram
 from simbench.sim.engine import run_simpy
 from simbench.sim.montecarlo import StepAggregates, aggregate_by_cluster_size, step_timeline
 from simbench.sim.orderstat import build_pool, slowest_of
-from simbench.sim.plans import BatchSource, ExecutionPlan, SimulationSettings, parse_plans, with_reference
+from simbench.sim.plans import (BatchSource, ExecutionPlan, SimulationSettings, packing_refusals, parse_plans,
+                                 with_reference)
 from simbench.sim.pricing import DeviceCosts
 from simbench.sim.results import PlanRun, SimulationResult, summarize
 from simbench.strategies import get_strategy
@@ -58,6 +59,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     """
     plans = _with_reference(plans)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
+    _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
     # Every plan draws steps x batch rows for each device it simulates one by one (at most PER_DEVICE_MAX).
     check_simulation_work(len(plans) * steps * batch_size * min(devices[-1], PER_DEVICE_MAX), max_rows)
     cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
@@ -119,6 +121,14 @@ def _validate(histogram, devices, batch_size, steps, seed, engine) -> list[int]:
     check_seed(seed)
     devices = check_device_counts(devices)
     return devices
+
+
+def _check_packing_limits(plans: list[ExecutionPlan], max_length: int) -> None:
+    """Refuse a packer's size limit before anything is packed or simulated."""
+    refused = packing_refusals(plans, max_length)
+    if refused:
+        index, error = refused[0]
+        raise InputError(f"strategy {plans[index].name}: {error.message}", parameter=error.parameter)
 
 
 def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[str, Packing]) -> Packing | None:

@@ -37,6 +37,9 @@ class Strategy:
     description: str
     pack_function: PackFunction
     uses_depth: bool = True
+    # (max_length, max_depth) -> None, raising an InputError about `max_depth` or `max_length` for a size
+    # the packer refuses; cheap, so that a scenario is refused when it is read rather than when it runs.
+    check_limits: Callable[[int, "int | None"], None] | None = None
 
     def __call__(self, histogram: LengthHistogram, max_length: int | None = None,
                  max_depth: int | None = None, options: PackOptions | None = None) -> Packing:
@@ -61,11 +64,12 @@ STRATEGIES: Registry[Strategy] = Registry(
     module_of=lambda strategy: strategy.pack_function.__module__)
 
 
-def register(name: str, description: str, uses_depth: bool = True) -> Callable[[PackFunction], PackFunction]:
-    """Decorator registering a pack function under `name`."""
+def register(name: str, description: str, uses_depth: bool = True,
+             check_limits: Callable[[int, int | None], None] | None = None) -> Callable[[PackFunction], PackFunction]:
+    """Decorator registering a pack function under `name` (see `Strategy.check_limits`)."""
 
     def decorate(function: PackFunction) -> PackFunction:
-        STRATEGIES.register(name, Strategy(name, description, function, uses_depth))
+        STRATEGIES.register(name, Strategy(name, description, function, uses_depth, check_limits))
         return function
 
     return decorate

@@ -10,6 +10,8 @@ Fits how often to use each mix of lengths that fills a pack exactly, then repair
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from simbench.errors import InputError
@@ -57,7 +59,12 @@ def exact_fill_strategies(max_length: int, depth: int) -> np.ndarray:
 
 
 def count_exact_fill_strategies(max_length: int, depth: int) -> int:
-    """How many strategies `exact_fill_strategies` would list, without listing them.
+    """How many strategies `exact_fill_strategies` would list, without listing them."""
+    return list(strategy_counts_by_depth(max_length, depth))[-1] if depth > 0 else 1
+
+
+def strategy_counts_by_depth(max_length: int, depth: int) -> Iterator[int]:
+    """`count_exact_fill_strategies` at depths 1, 2, ..., `depth`, each from the one before.
 
     Partitions of n into at most k parts: ways[k][n] = ways[k-1][n] + ways[k][n-k].
     """
@@ -65,7 +72,7 @@ def count_exact_fill_strategies(max_length: int, depth: int) -> int:
     for parts in range(1, depth + 1):
         for total in range(parts, max_length + 1):
             ways[total] += ways[total - parts]
-    return ways[max_length]
+        yield ways[max_length]
 
 
 def nonnegative_least_squares(matrix: sparse.csc_matrix, target: np.ndarray) -> np.ndarray:
@@ -200,6 +207,36 @@ def remove_surplus(strategies: np.ndarray, repeats: np.ndarray, surplus: np.ndar
     return np.array(rows, dtype=np.int64).reshape(-1, strategies.shape[1]), np.array(counts, dtype=np.int64)
 
 
+def _fitted_depth(max_length: int, max_depth: int | None) -> int:
+    # Every sequence takes a token, so no pack holds more than max_length of them; a larger depth
+    # would only lengthen the enumeration and widen the rows for nothing.
+    return min(PAPER_DEPTH if max_depth is None else max_depth, max_length)
+
+
+def _fits(strategy_count: int, max_length: int) -> bool:
+    return strategy_count <= MAX_STRATEGIES and strategy_count * max_length <= MAX_FIT_CELLS
+
+
+def check_fit_size(max_length: int, max_depth: int | None) -> None:
+    """Refuse, before any work, a fit too large to solve: an InputError about `max_depth` that names the
+    largest depth that fits at this length and packers that work there."""
+    depth = _fitted_depth(max_length, max_depth)
+    # The counts grow with the depth: the first depth that does not fit ends the count, before its
+    # numbers grow huge. Depth 1 (one strategy: a pack of max_length) always fits.
+    for deepest, strategy_count in enumerate(strategy_counts_by_depth(max_length, depth)):
+        if not _fits(strategy_count, max_length):
+            break
+    else:
+        return
+    at_least = "" if deepest + 1 == depth else "at least "
+    # Depth 1 packs nothing: not worth suggesting.
+    shallower = f"max_depth {deepest} or less, or " if deepest > 1 else ""
+    raise InputError(f"nnlshp at depth {depth} and max length {max_length:,} would fit {at_least}{strategy_count:,} "
+                     f"strategies to {max_length:,} lengths (limits {MAX_STRATEGIES:,} strategies, "
+                     f"{MAX_FIT_CELLS:,} cells); use {shallower}a packer that works at this length such as lpfhp, "
+                     "spfhp or optimal", parameter="max_depth")
+
+
 def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | None,
                        leftovers: str = "spfhp") -> tuple[np.ndarray, np.ndarray, dict]:
     """Rows and repeats of an NNLSHP packing, and the first pass's statistics.
@@ -208,17 +245,10 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
     them with `spfhp` at the same depth, first into the room that removed surplus sequences
     left in the fitted packs; "single" gives each its own pack, as the paper does.
     """
-    # Every sequence takes a token, so no pack holds more than max_length of them; a larger depth
-    # would only lengthen the enumeration and widen the rows for nothing.
-    depth = min(PAPER_DEPTH if max_depth is None else max_depth, max_length)
+    check_fit_size(max_length, max_depth)
+    depth = _fitted_depth(max_length, max_depth)
     histogram = np.zeros(max_length, dtype=np.int64)
     histogram[:min(counts.size, max_length)] = counts[:max_length]  # lengths beyond are empty
-    strategy_count = count_exact_fill_strategies(max_length, depth)
-    if strategy_count > MAX_STRATEGIES or strategy_count * max_length > MAX_FIT_CELLS:
-        raise InputError(f"nnlshp at depth {depth} and max length {max_length} would fit "
-                         f"{strategy_count:,} strategies to {max_length:,} lengths (limits {MAX_STRATEGIES:,} "
-                         f"strategies, {MAX_FIT_CELLS:,} cells); use a smaller --max-depth or another "
-                         "strategy such as spfhp or optimal")
     strategies = exact_fill_strategies(max_length, depth)
     weights = np.ones(max_length)
     weights[:SHORT_LENGTH] = SHORT_LENGTH_WEIGHT
@@ -250,8 +280,9 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
     return np.vstack([rows, extra_rows]), np.concatenate([repeats, extra_repeats]), details
 
 
-@register("nnlshp", "non-negative least-squares histogram packing (depth 3 unless --max-depth)")
+@register("nnlshp", "non-negative least-squares histogram packing (depth 3 unless --max-depth)",
+          check_limits=check_fit_size)
 def pack_nnlshp(histogram, max_length, max_depth, options) -> Packing:
     rows, repeats, details = pack_nnlshp_counts(histogram.counts, max_length, max_depth)
-    depth = min(PAPER_DEPTH if max_depth is None else max_depth, max_length)
+    depth = _fitted_depth(max_length, max_depth)
     return Packing.from_rows("nnlshp", max_length, depth, rows, repeats, details=details)

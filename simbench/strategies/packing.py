@@ -157,9 +157,10 @@ class Packing:
         width = max(int(depths.max(initial=0)), 1)
         size_bytes = 8 * width * depths.size
         if size_bytes > DENSE_ROWS_LIMIT_BYTES:
+            # max_depth, not its option: commands call it --max-depth, scenarios by their own key.
             raise InputError(f"{self.strategy}'s {depths.size:,} distinct packs hold up to {width:,} sequences: as one "
                              f"table they would take {size_bytes / 2**30:.1f} GiB; use the flat form "
-                             "(pack_lengths, pack_starts) or a smaller --max-depth")
+                             "(pack_lengths, pack_starts) or a smaller max_depth", parameter="max_depth")
         rows = np.zeros((depths.size, width), dtype=np.int64)
         row_of = np.repeat(np.arange(depths.size), depths)
         rows[row_of, np.arange(self.pack_lengths.size) - self.pack_starts[row_of]] = self.pack_lengths

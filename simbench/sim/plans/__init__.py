@@ -308,6 +308,22 @@ def parse_plans(texts: list[str]) -> list[ExecutionPlan]:
     return list({plan.name: plan for plan in plans}.values())
 
 
+def packing_refusals(plans: list[ExecutionPlan], max_length: int) -> list[tuple[int, InputError]]:
+    """(index, error) for each plan whose packer refuses this max length and depth (nnlshp's fit at 8k),
+    found without packing, so that a run stops before any work rather than partway through."""
+    refused = []
+    for index, plan in enumerate(plans):
+        request = plan.source.packing_request(plan)
+        strategy = STRATEGIES.find(request[0]) if request else None
+        if strategy is None or strategy.check_limits is None:
+            continue
+        try:
+            strategy.check_limits(max_length, request[1])
+        except InputError as error:
+            refused.append((index, error))
+    return refused
+
+
 def all_plan_names() -> list[str]:
     """Every packer, then every other plan (plug-ins listed by their entry points' names)."""
     return list(dict.fromkeys([*STRATEGIES.names(), *PLANS.names()]))
