@@ -8,6 +8,7 @@ from scipy import stats
 
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.histogram import LengthHistogram, load_histogram
+from simbench.sim import megabatches
 from simbench.sim.megabatches import stratified_tops, top_order_statistics
 from simbench.sim.montecarlo import aggregate_by_cluster_size
 from simbench.sim.plans import SimulationSettings, parse_plan
@@ -72,9 +73,13 @@ def test_below_a_megabatch_of_devices_every_batch_is_the_per_device_paths(device
         assert np.allclose(getattr(per_megabatch, name), getattr(per_device, name), rtol=1e-12), name
 
 
+@pytest.mark.parametrize("shared", ["drawn", "from the pool"])
 @pytest.mark.parametrize("devices", [128, 700])
-def test_megabatches_give_the_per_device_throughput_within_sampling_error(devices):
-    """Five seeds of each path: tokens per second and mean step within 4 standard errors (plus 0.1 %)."""
+def test_megabatches_give_the_per_device_throughput_within_sampling_error(devices, shared, monkeypatch):
+    """Five seeds of each path: tokens per second and mean step within 4 standard errors (plus 0.1 %),
+    with the megabatches that steps share drawn afresh or (long batches, many steps) taken from the pool."""
+    if shared == "from the pool":
+        monkeypatch.setattr(megabatches, "SHARED_SEQUENCES_MAX", 0)
     figures = {engine: np.array([simulate(SQUAD, ["group-by-length"], [devices], COST_MODEL, batch_size=8,
                                           steps=40, seed=seed, engine=engine).summary
                                  .set_index("strategy").loc["group-by-length", ["tokens_per_s", "step_seconds_mean"]]

@@ -36,6 +36,8 @@ DEEPEST_TAIL_PER_MEGABATCH = 0.01
 # Whole megabatches in the pool of sums (fewer for large ones), and drawn per step to give its sum a spread.
 POOL_MEGABATCHES = 1024
 MEGABATCHES_DRAWN = 32
+# Sequences of shared megabatches drawn afresh per cluster size; beyond, they are taken from the pool.
+SHARED_SEQUENCES_MAX = 1 << 23
 
 
 class MegabatchSteps:
@@ -49,7 +51,10 @@ class MegabatchSteps:
         self.batches_per_megabatch = megabatch_sequences // batch_sequences
         self.first_batches = self._first_batch_pool(histogram, rng)
         megabatches = int(np.clip(POOL_SEQUENCES // megabatch_sequences, MEGABATCHES_DRAWN, POOL_MEGABATCHES))
-        self.megabatch_sums = self._megabatch_sums(self._draw_megabatches(rng, megabatches))  # (megabatches, fields)
+        drawn = self._draw_megabatches(rng, megabatches).reshape(-1, batch_sequences)
+        # (megabatches, batches per megabatch, fields): each pool megabatch's batches in their sorted order.
+        self.pool_batches = _field_values(self._price(drawn)).reshape(megabatches, self.batches_per_megabatch, -1)
+        self.megabatch_sums = self.pool_batches.sum(axis=1)
         self.mean_sums = self.megabatch_sums.mean(axis=0)
         # Known exactly: the dataset's mean length times the megabatch's sequences.
         real_tokens = FIELDS.index("real_tokens")
@@ -91,7 +96,8 @@ class MegabatchSteps:
     def _shared_parts(self, first: np.ndarray, end: np.ndarray,
                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Slowest batch and sums over the batches each step holds of megabatches it does not hold whole
-        (shared with a neighbouring step, or longer than the step): those megabatches drawn and priced whole."""
+        (shared with a neighbouring step, or longer than the step): those megabatches drawn and priced whole,
+        or where that would pass SHARED_SEQUENCES_MAX sequences (long batches, many steps), taken from the pool."""
         per_megabatch = self.batches_per_megabatch
         # Each step's batch range cut at megabatch boundaries: a head, whole megabatches, a tail.
         head_end = np.minimum(-(-first // per_megabatch) * per_megabatch, end)
@@ -107,8 +113,11 @@ class MegabatchSteps:
             return slowest, sums
         megabatch_of = starts // per_megabatch
         drawn, index = np.unique(megabatch_of, return_inverse=True)  # a shared megabatch is one draw
-        costs = self._price(self._draw_megabatches(rng, drawn.size).reshape(-1, self.batch_sequences))
-        values = _field_values(costs)  # (batches, fields), megabatch after megabatch
+        if drawn.size * self.megabatch <= SHARED_SEQUENCES_MAX:
+            batches = self._draw_megabatches(rng, drawn.size).reshape(-1, self.batch_sequences)
+            values = _field_values(self._price(batches))  # (batches, fields), megabatch after megabatch
+        else:
+            values = self.pool_batches[rng.integers(0, self.pool_batches.shape[0], drawn.size)].reshape(-1, len(FIELDS))
         batch_first = index * per_megabatch + starts % per_megabatch
         batch_stop = batch_first + (stops - starts)
         cumulative = np.vstack([np.zeros(len(FIELDS)), np.cumsum(values, axis=0)])
@@ -122,10 +131,6 @@ class MegabatchSteps:
         """`count` megabatches as the stream draws them: (count, megabatch) lengths, each sorted longest first."""
         drawn = self.sampler.lengths_of(rng, (count, self.megabatch))
         return -np.sort(-drawn, axis=1)
-
-    def _megabatch_sums(self, megabatches: np.ndarray) -> np.ndarray:
-        values = _field_values(self._price(megabatches.reshape(-1, self.batch_sequences)))
-        return values.reshape(megabatches.shape[0], self.batches_per_megabatch, len(FIELDS)).sum(axis=1)
 
     def _first_batch_pool(self, histogram: LengthHistogram, rng: np.random.Generator) -> DevicePool:
         """First batches of megabatches (their B longest of m draws), deep enough into the tail for the
