@@ -105,6 +105,14 @@ def test_a_plan_plugin_is_listed_parsed_and_simulated(monkeypatch):
         parse_plan("fixed-length:depth=3")
 
 
+def test_a_plan_plugin_that_simulates_every_device_is_refused_up_front_on_a_million_devices(monkeypatch):
+    """Its source neither draws devices independently nor lists distinct batches: every device is drawn, so
+    2^20 devices x 2 rows x 1,000 steps count in full (padding, the reference, takes the shortcut: 64 devices)."""
+    use_plugins(monkeypatch, PLAN_PLUGIN)
+    with pytest.raises(InputError, match=r"about 2.1e\+09 sequences or packs, more than the 5e\+08 allowed"):
+        simulate(SQUAD, ["fixed-length"], [2**20], LinearCostModel(1e-6), batch_size=2, steps=1000, seed=0)
+
+
 def test_a_cost_model_plugin_prices_a_scenario_with_a_plugin_plan(monkeypatch):
     use_plugins(monkeypatch, PLAN_PLUGIN, COST_MODEL_PLUGIN)
     scenario = Scenario(name="plugins", dataset={"histogram": "squad_1_1_384"}, cost_model="flat",

@@ -60,8 +60,9 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     plans = _with_reference(plans)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
     _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
-    # Every plan draws steps x batch rows for each device it simulates one by one (at most PER_DEVICE_MAX).
-    check_simulation_work(len(plans) * steps * batch_size * min(devices[-1], PER_DEVICE_MAX), max_rows)
+    # Every plan draws steps x batch rows for each device it simulates one by one.
+    check_simulation_work(sum(steps * batch_size * _devices_one_by_one(plan, devices[-1], engine) for plan in plans),
+                          max_rows)
     cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
     settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine)
     packings = dict(packings or {})
@@ -129,6 +130,13 @@ def _check_packing_limits(plans: list[ExecutionPlan], max_length: int) -> None:
     if refused:
         index, error = refused[0]
         raise InputError(f"strategy {plans[index].name}: {error.message}", parameter=error.parameter)
+
+
+def _devices_one_by_one(plan: ExecutionPlan, largest: int, engine: str) -> int:
+    """Devices whose batches a plan draws one by one: up to PER_DEVICE_MAX where larger clusters take a
+    shortcut (independent devices, or a source that prices their distinct batches), else all of them."""
+    shortcut = plan.independent_devices or plan.source.distinct_batches is not BatchSource.distinct_batches
+    return min(largest, PER_DEVICE_MAX) if shortcut and engine not in ("simpy", "vectorized") else largest
 
 
 def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[str, Packing]) -> Packing | None:
