@@ -3,8 +3,8 @@
 Targets at 131,072 and 10M sequences: spfhp/lpfhp/ffd/bfd < 5 s and < 2 GB each, the bound < 30 s,
 `optimal` within 0.5 % of its bound in < 60 s; every strategy finishes or refuses (InputError naming
 one that works) in under 1 s; at 8,192 `pack --strategy all` < 60 s in total; deep packs at 131,072
-simulate on 1 to 2**20 devices without a padded table. The short mode packs 100,000 sequences;
-SIMBENCH_BENCH_FULL=1 packs the full 10M (and records peak memory).
+simulate on 1 to 2**20 devices without a padded table, and length-grouped batches in seconds. The short
+mode packs 100,000 sequences; SIMBENCH_BENCH_FULL=1 packs the full 10M (and records peak memory).
 """
 
 import functools
@@ -120,3 +120,23 @@ def test_simulate_deep_packs_at_131072(benchmark, plan):
     if FULL:
         benchmark.extra_info["peak_gib"] = peak_bytes(simulate_deep_packs) / 2**30
     assert (result.summary.query("strategy != 'none'")["speedup"] > 1).all()
+
+
+@pytest.mark.parametrize("plan", ["group-by-length", "token-budget"])
+def test_simulate_length_grouped_batches_at_131072(benchmark, plan):
+    """Batches of whole sequences padded to their longest, up to 2**20 devices: group-by-length's devices are
+    coupled (dealt from sorted megabatches) and priced per megabatch, token-budget's drawn independently."""
+    from simbench.costmodels.transformer import TransformerCostModel
+    from simbench.sim.simulate import simulate
+
+    histogram = histogram_for(131072)
+    cost_model = TransformerCostModel("llama-3.1-8b", "h100-sxm")
+
+    def simulate_length_grouped():
+        return simulate(histogram, [plan], [1, 8, 64, 1024, 2**20], cost_model, batch_size=1, steps=200, seed=0)
+
+    result = benchmark.pedantic(simulate_length_grouped, rounds=1, iterations=1)
+    if FULL:
+        benchmark.extra_info["peak_gib"] = peak_bytes(simulate_length_grouped) / 2**30
+    rows = result.summary.set_index(["strategy", "devices"])
+    assert rows.loc[(plan, 2**20), "steps"] == 200 and rows.loc[(plan, 2**20), "tokens_per_s"] > 0
