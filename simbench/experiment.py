@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from simbench.costmodels import COST_MODELS, get_model
+from simbench.costmodels.ideal import ideal_speedup
 from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     extrapolate_cluster_speedups, fit_gumbel
 from simbench.histogram import LengthHistogram
@@ -45,7 +46,7 @@ class ExperimentResult:
     """Everything a scenario's run measured, as tables (a report writes one CSV per field)."""
 
     packing: pd.DataFrame  # one row per packer plan: Packing.metrics() plus its LP bound
-    scaling: pd.DataFrame  # one row per (strategy, devices): speed-up, tokens/s, sequences/s, step time
+    scaling: pd.DataFrame  # one row per (strategy, devices): speed-up, tokens/s, sequences/s, step time, ideal
     breakdown: pd.DataFrame  # one row per (strategy, devices): mean seconds per step by cause
     latency: pd.DataFrame  # per-(step, device) speed-up samples of content-dependent plans
     gumbel: pd.DataFrame  # per strategy: Gumbel location and scale fitted to `latency`
@@ -91,8 +92,11 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     progress(2 * len(plans_by_label) - len(packing) - len(result.latency_samples))
     scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                        "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
-                       "tokens_per_s_per_gpu"]
+                       "tokens_per_s_per_gpu", "ideal_speedup"]
     summary = with_per_gpu_columns(summary, scenario.gpus_per_replica)
+    # The most any strategy can gain over padding (None: the cost model cannot say); not over other baselines.
+    ideal = ideal_speedup(cost_model, histogram, scenario.batch_size)
+    summary["ideal_speedup"] = np.where(summary["reference"] == "none", np.nan if ideal is None else ideal, np.nan)
     summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "real_tokens_per_device_step"]
     return ExperimentResult(packing=packing, scaling=summary[scaling_columns], breakdown=summary[breakdown_columns],

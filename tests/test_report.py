@@ -232,17 +232,17 @@ def test_every_strategy_of_the_scaling_plot_falls_in_its_family(label, family):
     assert plots.plan_family(label) == family
 
 
-def test_scaling_plot_names_only_the_best_of_each_family_and_draws_the_ceiling():
+def test_scaling_plot_names_only_the_best_of_each_family_and_draws_the_dashed_line():
     scaling = scaling_table([("none", 1, 1.0), ("spfhp:2", 1, 1.5), ("spfhp:3", 1, 1.8), ("greedy", 1, 1.6),
                              ("unpad", 1, 1.9), ("none", 8, 1.0), ("spfhp:2", 8, 1.5), ("spfhp:3", 8, 1.8),
                              ("greedy", 8, 1.6), ("unpad", 8, 1.4)])
-    figure = plots.scaling_figure(scaling, "wikipedia_512, bert-large on a100", theoretical_speedup=2.0)
+    figure = plots.scaling_figure(scaling, "wikipedia_512, bert-large on a100", dashed=(2.0, "ideal"))
     axis = figure.axes[0]
     legend = [text.get_text() for text in axis.get_legend().get_texts()]
     assert legend == ["padding: none", "packing: 2 more", "packing: spfhp:3", "un-padding: unpad",
-                      "no padding at all: 2.000x"]
+                      "ideal: 2.000x"]
     assert "wikipedia_512, bert-large on a100" in axis.get_title()
-    assert axis.get_ylim()[1] > 2.0  # the ceiling is inside the frame
+    assert axis.get_ylim()[1] > 2.0  # the dashed line is inside the frame
     plots.plt.close(figure)
 
 

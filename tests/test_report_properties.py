@@ -53,6 +53,12 @@ def test_no_report_holds_an_impossible_number(drawn):
     for row in record["scaling"]:
         assert math.isfinite(row["tokens_per_s"]) and row["tokens_per_s"] > 0, row
     assert 1.0 <= record["dataset"]["theoretical_speedup"] < math.inf
+    # The ideal is a ceiling: no strategy gains more over padding than every sequence alone at full rate.
+    ideal = record["dataset"]["ideal_speedup"]
+    assert 1.0 <= ideal < math.inf
+    for row in record["scaling"]:
+        if row["reference"] == "none":
+            assert row["speedup"] <= ideal * (1 + 1e-12), row
     for row in record["packing"]:
         assert 0 < row["efficiency"] <= 1.0, row
         if row["lower_bound_packs"] is not None:

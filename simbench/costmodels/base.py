@@ -60,7 +60,12 @@ class StepCosts:
 
 
 class CostModel(Protocol):
-    """Prices batches on one device, and the communication between devices."""
+    """Prices batches on one device, and the communication between devices.
+
+    Optionally `ideal_sequence_seconds(lengths)`: the least device time of each sequence alone (no padding,
+    no fixed cost); with it, reports draw the ideal speed-up (simbench.costmodels.ideal), else the ratio of
+    padded slots to real tokens.
+    """
 
     def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
         """Per-batch device time for a forward + backward + optimizer step."""

@@ -41,6 +41,9 @@ class LinearCostModel:
     def allreduce_seconds(self, devices: int) -> float:
         return 2 * (devices - 1) * self.allreduce_latency_seconds
 
+    def ideal_sequence_seconds(self, sequence_lengths: np.ndarray) -> np.ndarray:
+        return self.seconds_per_token * np.asarray(sequence_lengths, dtype=np.float64)
+
     def vts_stage_seconds(self, sequence_lengths: np.ndarray, stages: int) -> np.ndarray:
         return self.vts_fixed_seconds + self.vts_seconds_per_token * np.asarray(sequence_lengths, dtype=np.float64)
 

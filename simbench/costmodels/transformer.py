@@ -143,6 +143,15 @@ class TransformerCostModel:
                           + model.attention_flops_per_token_squared * lengths**2 / hardware.attention_flops_per_s)
         return hardware.vts_stage_fixed_seconds + sample_seconds
 
+    def ideal_sequence_seconds(self, sequence_lengths: np.ndarray) -> np.ndarray:
+        """The least device time of each sequence: its own FLOPs at the full dense and attention rates, no
+        padding, fixed cost or small-kernel slowdown (un-padded kernels at their fraction if it beats 1)."""
+        lengths = np.asarray(sequence_lengths, dtype=np.float64)
+        model, hardware = self.model, self.hardware
+        seconds = (model.linear_flops_per_token * lengths / hardware.linear_flops_per_s
+                   + model.attention_flops_per_token_squared * lengths**2 / hardware.attention_flops_per_s)
+        return seconds / (self.replica_speed * max(1.0, hardware.unpadded_flops_fraction))
+
     def vts_pipeline_stages(self) -> int:
         """Stages of the model's VTS pipeline: its layers, `vts_layers_per_stage` to a stage."""
         return -(-self.model.layers // self.hardware.vts_layers_per_stage)

@@ -30,7 +30,7 @@ from simbench.errors import InputError
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report import html
-from simbench.report.summary import summary_markdown, summary_record
+from simbench.report.summary import speedup_reference, summary_markdown, summary_record
 from simbench.report.tables import read_tables, write_tables
 from simbench.workers import ReportWorkers
 from simbench.atomic import atomic_directory, check_owned_folder, resolve_output_folder
@@ -66,14 +66,14 @@ def report_charts(histogram: LengthHistogram, tables: ExperimentResult) -> list[
     length histogram in at most `HISTOGRAM_BINS` bins by sequences and by tokens."""
     charts = []
     reference = tables.scaling.get("reference", pd.Series("none", index=tables.scaling.index))
+    line, line_label = speedup_reference(histogram, tables.scaling)
     for name in dict.fromkeys(reference):
         over = "padding" if name == "none" else name
         charts.append(html.line_chart(
             f"Speed-up over {over} (real tokens per second) against devices: click a name to hide or show it",
             tables.scaling[reference == name], "devices", "speedup", "strategy", x_label="devices",
             y_label=f"speed-up over {over}", log2_x=True,
-            reference=histogram.theoretical_speedup if name == "none" else None,
-            reference_label="no padding at all"))
+            reference=line if name == "none" else None, reference_label=line_label))
     bins = min(HISTOGRAM_BINS, histogram.max_length)
     edges = np.linspace(0, histogram.max_length, bins + 1).round().astype(int)
     lengths = np.arange(1, histogram.max_length + 1)
@@ -139,7 +139,8 @@ def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tab
     arguments = {
         "histogram": (histogram,),
         "packing": (tables.packing, tables.timings, histogram.real_tokens, histogram.max_length),
-        "scaling": (tables.scaling, _setting(scenario, histogram), histogram.theoretical_speedup),
+        "scaling": (tables.scaling, _setting(scenario, histogram),
+                    speedup_reference(histogram, tables.scaling)),
         "gumbel": (tables.latency, tables.gumbel, tables.extrapolation),
         "timeline": (tables.timeline,),
         "breakdown": (tables.breakdown,),

@@ -117,7 +117,7 @@ def histogram_figure(histogram: LengthHistogram) -> Figure:
     # The figures go in the title, where they cannot hide a peak of the histogram.
     figure.suptitle(f"{histogram.name}: {histogram.sequences:,} sequences, max length {histogram.max_length:,}; "
                     f"padding at max length {100 * (1 - histogram.efficiency):.1f} %, "
-                    f"theoretical speed-up without padding {histogram.theoretical_speedup:.3f}x", fontsize=11)
+                    f"padded slots / real tokens {histogram.theoretical_speedup:.3f}x", fontsize=11)
     return figure
 
 
@@ -202,10 +202,10 @@ def plan_family(label: str) -> str:
     return {PlanKind.UNPAD: "un-padding", PlanKind.VTS: "VTS"}.get(plan.kind, str(plan.kind))
 
 
-def scaling_figure(scaling: pd.DataFrame, title: str = "", theoretical_speedup: float | None = None) -> Figure:
+def scaling_figure(scaling: pd.DataFrame, title: str = "", dashed: tuple[float, str] | None = None) -> Figure:
     """Realized speed-up versus device count (paper's Figure 5), one colour per family of strategies: its
-    best (highest mean speed-up) drawn bold and named, the rest faded, and the speed-up of removing all
-    padding as a dashed ceiling. `title` names the dataset, model and hardware."""
+    best (highest mean speed-up) drawn bold and named, the rest faded, and `dashed` (speed-up, name:
+    the ideal, simbench.report.summary.speedup_reference) dashed. `title` names the dataset, model and hardware."""
     figure, (axis,) = _figure(width=10.0, height=5.0)
     scaling = scaling.assign(family=[plan_family(label) for label in scaling["strategy"]])
     if "reference" not in scaling:
@@ -229,17 +229,17 @@ def scaling_figure(scaling: pd.DataFrame, title: str = "", theoretical_speedup: 
                   linestyle=style, label=f"{family}: {best}{over}", zorder=3)
         ends.append((line["speedup"].iloc[-1], best, colors[family]))
     _name_line_ends(axis, ends, scaling["devices"].max())
-    if theoretical_speedup is not None:
-        axis.axhline(theoretical_speedup, color="black", linewidth=1.2, linestyle="--",
-                     label=f"no padding at all: {theoretical_speedup:.3f}x")
+    line = dashed[0] if dashed is not None else 0.0
+    if dashed is not None:
+        axis.axhline(line, color="black", linewidth=1.2, linestyle="--", label=f"{dashed[1]}: {line:.3f}x")
     axis.set_xscale("log", base=2)
     devices = sorted(scaling["devices"].unique())
     axis.set_xticks(devices, [str(count) for count in devices])
     axis.minorticks_off()
     axis.set_xlim(devices[0] / 1.3, devices[-1] * 2.5)  # room for the names at the right end
     axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
-    top = max(scaling["speedup"].max(), theoretical_speedup or 0.0)
-    axis.set_ylim(top=1.0 + (top - 1.0) * 1.06 if top > 1.0 else None)  # keep the ceiling off the frame
+    top = max(scaling["speedup"].max(), line)
+    axis.set_ylim(top=1.0 + (top - 1.0) * 1.06 if top > 1.0 else None)  # keep the dashed line off the frame
     axis.set_xlabel("devices (data parallel)")
     axis.set_ylabel("speed-up over padding (same devices)")
     axis.set_title(f"Realized speed-up versus cluster size{': ' + title if title else ''}", fontsize=11)

@@ -85,7 +85,7 @@ function drawChart(container, chart) {
   });
   if (chart.reference) {  // after the lines, so that its white outline keeps it readable over them
     element("text", {x: width - right - 4, y: py(chart.reference.value) - 4, "text-anchor": "end",
-      class: "reference-label"}, svg).textContent = `${chart.reference.label} ${chart.reference.value.toFixed(3)}`;
+      class: "reference-label"}, svg).textContent = `${chart.reference.label}: ${chart.reference.value.toFixed(3)}x`;
   }
 }
 

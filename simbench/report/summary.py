@@ -26,13 +26,29 @@ from simbench.sim.results import BREAKDOWN_COLUMNS
 
 # A drop in speed-up from the smallest to the largest cluster worth a sentence in the headline.
 SIGNIFICANT_LOSS = 0.05
+IDEAL_LABEL = "ideal: every sequence alone at full rate"
+# Drawn only where the cost model cannot price a sequence alone.
+SLOT_RATIO_LABEL = "padded slots / real tokens (not a ceiling: attention grows faster than tokens)"
+
+
+def speedup_reference(histogram: LengthHistogram, scaling: pd.DataFrame) -> tuple[float, str]:
+    """The dashed line over the speed-ups over padding, and its name: the cost model's ideal speed-up
+    (simbench.costmodels.ideal) where the run computed it, else the ratio of padded slots to real tokens."""
+    ideal = ideal_of(scaling)
+    return (ideal, IDEAL_LABEL) if ideal is not None else (histogram.theoretical_speedup, SLOT_RATIO_LABEL)
+
+
+def ideal_of(scaling: pd.DataFrame) -> float | None:
+    """The run's ideal speed-up over padding; None where its cost model could not say (or an older report)."""
+    ideal = scaling["ideal_speedup"].dropna() if "ideal_speedup" in scaling else pd.Series(dtype=float)
+    return None if ideal.empty else float(ideal.iloc[0])
 
 
 def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> str:
     sections = [
         f"# {scenario.name}" + (f": {scenario.description.strip()}" if scenario.description.strip() else ""),
         _headline(tables.scaling),
-        _setup(scenario, histogram),
+        _setup(scenario, histogram, tables.scaling),
         overdraw_warning(tables.scaling, histogram.sequences),
         "## Winner at each scale\n\n" + "\n\n".join(
             ("" if reference == "none" else f"Over {reference}:\n\n") + _winners_table(rows)
@@ -122,12 +138,15 @@ def _biggest_loss(scaling: pd.DataFrame, smallest: int, largest: int) -> str:
             f"to {by_size.loc[name, largest]:.3f}x on {_devices(largest)} ({100 * loss.iloc[0]:.1f} % less).")
 
 
-def _setup(scenario: Scenario, histogram: LengthHistogram) -> str:
+def _setup(scenario: Scenario, histogram: LengthHistogram, scaling: pd.DataFrame) -> str:
     model = scenario.model if isinstance(scenario.model, str) else "custom: " + ", ".join(
         f"{key}={value}" for key, value in scenario.model.items())
+    ideal = ideal_of(scaling)
+    ceiling = "" if ideal is None else (f"; no strategy can pass {ideal:.3f}x over padding (every sequence alone at "
+                                        "full rate, no padding, fixed cost or stragglers)")
     return (f"Dataset `{histogram.name}`: {histogram.sequences:,} sequences, max length {histogram.max_length}, "
-            f"{100 * (1 - histogram.efficiency):.1f} % padding, theoretical speed-up without padding "
-            f"{histogram.theoretical_speedup:.3f}x. Model `{model}` on hardware `{scenario.hardware.profile}`"
+            f"{100 * (1 - histogram.efficiency):.1f} % padding, padded slots / real tokens "
+            f"{histogram.theoretical_speedup:.3f}x{ceiling}. Model `{model}` on hardware `{scenario.hardware.profile}`"
             f"{_overridden(scenario.hardware.overrides)}{_replicas(scenario.gpus_per_replica)}; "
             f"batch size {scenario.batch_size} per device, {scenario.steps} steps per strategy and device count, "
             f"seed {scenario.seed}.")
@@ -243,7 +262,8 @@ def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: Exper
         "scenario": scenario.name,
         "dataset": {"name": histogram.name, "sequences": int(histogram.sequences), "max_length": histogram.max_length,
                     "padding_fraction": 1 - histogram.efficiency,
-                    "theoretical_speedup": histogram.theoretical_speedup},
+                    "theoretical_speedup": histogram.theoretical_speedup,
+                    "ideal_speedup": ideal_of(tables.scaling)},
         "model": scenario.model if isinstance(scenario.model, str) else "custom",
         "hardware": scenario.hardware.profile,
         "hardware_overrides": scenario.hardware.overrides,
