@@ -322,6 +322,25 @@ def test_timeline_labels_a_deep_pipeline_without_stage_numbers_touching():
     plots.plt.close(figure)
 
 
+def test_timeline_panels_share_one_time_scale_set_by_the_quickest_pipeline():
+    stages, samples = 4, 60
+
+    def pipeline(name, seconds_per_sample):
+        return [{"strategy": name, "sample": sample, "stage": stage,
+                 "enter_seconds": (sample + stage) * seconds_per_sample,
+                 "finish_seconds": (sample + stage + 0.8) * seconds_per_sample,
+                 "leave_seconds": (sample + stage + 1.0) * seconds_per_sample, "length": 100,
+                 "blocked_seconds": 0.2 * seconds_per_sample} for sample in range(samples) for stage in range(stages)]
+
+    figure = plots.timeline_figure(pd.DataFrame(pipeline("vts", 0.1) + pipeline("vts-bucketed", 0.01)))
+    slow, quick = figure.axes
+    # The last of the quick pipeline's first samples leaves its last stage at (shown - 1 + stages) x 0.01 s.
+    window = (plots.TIMELINE_SAMPLES_SHOWN - 1 + stages) * 0.01
+    assert slow.get_xlim() == quick.get_xlim() == pytest.approx((0.0, window))
+    assert "48 of 60 samples" not in slow.get_title() and "of 60 samples start in this window" in slow.get_title()
+    plots.plt.close(figure)
+
+
 def test_breakdown_panels_share_one_scale_and_leave_out_parts_that_are_always_zero():
     breakdown = pd.DataFrame({"strategy": ["none", "unpad"] * 2, "devices": [1, 1, 64, 64],
                               "compute_seconds": [0.1, 0.1, 0.1, 0.1], "padding_seconds": [0.1, 0.0, 0.1, 0.0],

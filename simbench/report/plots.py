@@ -293,12 +293,15 @@ def gumbel_figure(latency: pd.DataFrame, fit: pd.DataFrame, extrapolation: pd.Da
 
 def timeline_figure(timeline: pd.DataFrame) -> Figure:
     """VTS pipelines, one batch each: every sample's time in every stage, hatched where a finished
-    sample is blocked because the next stage still holds a longer one."""
+    sample is blocked because the next stage still holds a longer one. Every panel spans the same
+    window of time, so that their samples' widths compare."""
     groups = list(timeline.groupby("strategy", sort=False))
-    figure, axes = _figure(width=10.0, height=1.2 + 2.2 * len(groups), rows=len(groups))
+    # The quickest pipeline's first samples set the window: a slower one shows fewer samples in it.
+    window_seconds = min(rows.loc[rows["sample"] < TIMELINE_SAMPLES_SHOWN, "leave_seconds"].max() for _, rows in groups)
+    figure, axes = _figure(width=10.0, height=1.2 + 2.2 * len(groups), rows=len(groups), sharex=True)
     colors = sns.color_palette("husl", 8)
     for axis, (label, rows) in zip(axes, groups):
-        shown = rows[rows["sample"] < TIMELINE_SAMPLES_SHOWN]
+        shown = rows[rows["enter_seconds"] < window_seconds]
         for stage, in_stage in shown.groupby("stage"):
             busy = list(zip(in_stage["enter_seconds"], in_stage["finish_seconds"] - in_stage["enter_seconds"]))
             axis.broken_barh(busy, (stage - 0.4, 0.8), edgecolor="white", linewidth=0.3,
@@ -313,11 +316,18 @@ def timeline_figure(timeline: pd.DataFrame) -> Figure:
         axis.set_ylabel("stage")
         busy = (rows["leave_seconds"] - rows["enter_seconds"]).sum()
         samples = rows["sample"].nunique()
-        axis.set_title(f"{label}: first {min(samples, TIMELINE_SAMPLES_SHOWN)} of {samples} samples; over the whole "
-                       f"batch, blocked {100 * rows['blocked_seconds'].sum() / busy:.1f} % of stage time", fontsize=10)
+        axis.set_title(f"{label}: {shown['sample'].nunique()} of {samples} samples start in this window; over the "
+                       f"whole batch, blocked {100 * rows['blocked_seconds'].sum() / busy:.1f} % of stage time",
+                       fontsize=10)
+    axes[-1].set_xlim(0.0, window_seconds)
     axes[-1].set_xlabel("time (s)")
-    figure.suptitle("VTS pipeline timeline (hatched: a finished sample waits for the next stage)")
+    figure.suptitle(f"VTS pipeline timelines on one time scale: the first {_seconds_text(window_seconds)} of a batch\n"
+                    "(hatched: a finished sample waits for the next stage)")
     return figure
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{1e3 * seconds:.3g} ms"
 
 
 def breakdown_figure(breakdown: pd.DataFrame) -> Figure:
