@@ -1,5 +1,7 @@
 """group-by-length on large clusters priced per megabatch, held to closed forms and to the per-device path."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -106,3 +108,17 @@ def test_a_million_devices_hold_every_sequence_of_their_batches():
     # Mean tokens per sequence within 1 % of the dataset's: the sums are the megabatches' and exact in mean.
     mean_length = SQUAD.real_tokens / SQUAD.sequences
     assert aggregates.real_tokens.sum() / aggregates.sequences.sum() == pytest.approx(mean_length, rel=0.01)
+
+
+def test_the_work_estimate_counts_the_sequences_of_a_length_grouped_batch():
+    """A device draws as many sequences as fill batch_size x max_length slots at the mean length, not
+    batch_size rows: the up-front estimate counts them (padding, the reference, draws batch_size rows)."""
+    from simbench.errors import InputError
+    from simbench.strategies.group_by_length import sequences_per_batch
+
+    steps, devices = 5, 64
+    rows = steps * devices * (sequences_per_batch(SQUAD, 8, SQUAD.max_length) + 8)
+    with pytest.raises(InputError, match=re.escape(f"about {rows:.2g} sequences or packs")):
+        simulate(SQUAD, ["group-by-length"], [devices], COST_MODEL, batch_size=8, steps=steps, seed=0,
+                 max_rows=rows - 1)
+    simulate(SQUAD, ["group-by-length"], [devices], COST_MODEL, batch_size=8, steps=steps, seed=0, max_rows=rows)

@@ -28,13 +28,16 @@ FIELDS = ("total_seconds", "compute_seconds", "padding_seconds", "overhead_secon
 # Sequences priced in one call, and at most in each pool: bounds memory and time whatever the batch.
 SEQUENCES_PER_CALL = 1 << 20
 POOL_SEQUENCES = 1 << 22
-# First batches drawn per tail stratum (fewer for long batches), each stratum LEVEL_RATIO deeper than the
-# last, down to where the largest cluster's U^(1/q) reaches in 1 % of its steps.
+# First batches drawn per tail stratum (down to a sixteenth for long batches), each stratum LEVEL_RATIO
+# deeper than the last, down to where the largest cluster's U^(1/q) reaches in 1 % of its steps.
 FIRST_BATCHES_PER_STRATUM = 2048
+FIRST_BATCHES_PER_STRATUM_MIN = 128
 LEVEL_RATIO = 1 / 16
 DEEPEST_TAIL_PER_MEGABATCH = 0.01
-# Whole megabatches in the pool of sums (fewer for large ones), and drawn per step to give its sum a spread.
+# Whole megabatches in the pool of sums (down to a few for large ones: their sums vary little), and drawn
+# per step to give its sum a spread.
 POOL_MEGABATCHES = 1024
+POOL_MEGABATCHES_MIN = 4
 MEGABATCHES_DRAWN = 32
 # Sequences of shared megabatches drawn afresh per cluster size; beyond, they are taken from the pool.
 SHARED_SEQUENCES_MAX = 1 << 23
@@ -50,7 +53,7 @@ class MegabatchSteps:
         self.batch_sequences, self.megabatch = batch_sequences, megabatch_sequences
         self.batches_per_megabatch = megabatch_sequences // batch_sequences
         self.first_batches = self._first_batch_pool(histogram, rng)
-        megabatches = int(np.clip(POOL_SEQUENCES // megabatch_sequences, MEGABATCHES_DRAWN, POOL_MEGABATCHES))
+        megabatches = int(np.clip(POOL_SEQUENCES // megabatch_sequences, POOL_MEGABATCHES_MIN, POOL_MEGABATCHES))
         drawn = self._draw_megabatches(rng, megabatches).reshape(-1, batch_sequences)
         # (megabatches, batches per megabatch, fields): each pool megabatch's batches in their sorted order.
         self.pool_batches = _field_values(self._price(drawn)).reshape(megabatches, self.batches_per_megabatch, -1)
@@ -137,7 +140,8 @@ class MegabatchSteps:
         largest cluster: DEVICES_MAX devices hold about DEVICES_MAX / G whole megabatches a step."""
         whole = DEVICES_MAX // self.batches_per_megabatch + 1
         strata = stratum_edges(DEEPEST_TAIL_PER_MEGABATCH / whole).size - 1
-        per_stratum = max(64, min(FIRST_BATCHES_PER_STRATUM, POOL_SEQUENCES // (strata * self.batch_sequences)))
+        per_stratum = max(FIRST_BATCHES_PER_STRATUM_MIN,
+                          min(FIRST_BATCHES_PER_STRATUM, POOL_SEQUENCES // (strata * self.batch_sequences)))
         above_top, log_weights = stratified_tops(DEEPEST_TAIL_PER_MEGABATCH / whole, per_stratum, rng)
         batches = top_order_statistics(histogram, self.megabatch, self.batch_sequences, above_top, rng)
         return DevicePool.from_draws(self._price(batches), log_weights, 0)

@@ -60,9 +60,9 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     plans = _with_reference(plans)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
     _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
-    # Every plan draws steps x batch rows for each device it simulates one by one.
-    check_simulation_work(sum(steps * batch_size * _devices_one_by_one(plan, devices[-1], engine) for plan in plans),
-                          max_rows)
+    # Every plan draws its rows (sequences or packs) each step for each device it simulates one by one.
+    check_simulation_work(sum(steps * plan.source.rows_per_device_step(plan, histogram, batch_size)
+                              * _devices_one_by_one(plan, devices[-1], engine) for plan in plans), max_rows)
     cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
     settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine)
     packings = dict(packings or {})

@@ -145,6 +145,11 @@ class BatchSource:
         return 3
 
     @staticmethod
+    def rows_per_device_step(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int) -> int:
+        """Sequences or packs a device draws each step, for the simulation's work estimate."""
+        return batch_size
+
+    @staticmethod
     def independent_devices(plan: ExecutionPlan) -> bool:
         """Whether each device draws its batch on its own (then `items` describes one device's draw)."""
         return False

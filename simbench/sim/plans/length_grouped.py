@@ -76,6 +76,10 @@ class LengthGroupedSource(BatchSource):
     def random_stream(plan: ExecutionPlan) -> str:
         return plan.name
 
+    @staticmethod
+    def rows_per_device_step(plan: ExecutionPlan, histogram, batch_size: int) -> int:
+        return sequences_per_batch(histogram, batch_size, histogram.max_length)
+
     @property
     def shares_draws(self) -> bool:
         return False  # a device's batch depends on how many devices share its megabatch
