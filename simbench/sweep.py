@@ -260,8 +260,15 @@ class CellOutcome:
 
 
 def run_cells(cells: list[SweepCell], packings: dict[str, Any]) -> list[CellOutcome]:
-    """Several cells in turn (one Dask task): fewer, larger tasks keep the scheduler's share small."""
-    return [_outcome(cell, packings) for cell in cells]
+    """Several cells in turn (one Dask task): fewer, larger tasks keep the scheduler's share small.
+
+    A worker is one core: its linear algebra runs on one thread. Dask's spawned workers get that from
+    their environment; forked ones inherit this process's thread pool, whose threads would contend with
+    the other workers for the same cores."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        return [_outcome(cell, packings) for cell in cells]
 
 
 def _outcome(cell: SweepCell, packings: dict[str, Any]) -> CellOutcome:
