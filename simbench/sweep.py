@@ -41,9 +41,9 @@ RESULTS = "results"  # Parquet dataset: one file per finished cell
 FAILURES = "failures"  # one JSON file per failed cell: its error
 # The dry run's estimate, an order of magnitude: rows drawn and priced per second and worker, and the
 # fixed cost of a cell (running the experiment, fits, writing): the bundled 200-cell context-vs-scale
-# sweep took 27 s serially on this project's quiet 2-core machine, about 0.14 s a cell.
+# sweep took 16.4 s serially on one core of this project's 2-core machine, about 0.08 s a cell.
 ROWS_PER_SECOND = 3e6
-CELL_OVERHEAD_SECONDS = 0.14
+CELL_OVERHEAD_SECONDS = 0.08
 
 
 @dataclass(frozen=True)
@@ -260,15 +260,18 @@ class CellOutcome:
 
 
 def run_cells(cells: list[SweepCell], packings: dict[str, Any]) -> list[CellOutcome]:
-    """Several cells in turn (one Dask task): fewer, larger tasks keep the scheduler's share small.
+    """Several cells in turn (one Dask task): fewer, larger tasks keep the scheduler's share small."""
+    with _on_one_thread():
+        return [_outcome(cell, packings) for cell in cells]
 
-    A worker is one core: its linear algebra runs on one thread. Dask's spawned workers get that from
-    their environment; forked ones inherit this process's thread pool, whose threads would contend with
-    the other workers for the same cores."""
+
+def _on_one_thread():
+    """Cells run their linear algebra on one thread, here and on every worker: a least-squares fit's last
+    bits depend on how many threads shared it, and a worker is one core (forked workers would otherwise
+    inherit this process's thread pool, whose threads contend with the other workers for the same cores)."""
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=1):
-        return [_outcome(cell, packings) for cell in cells]
+    return threadpool_limits(limits=1)
 
 
 def _outcome(cell: SweepCell, packings: dict[str, Any]) -> CellOutcome:
@@ -323,8 +326,9 @@ def run_sweep(sweep: Sweep, out: Path, *, workers: int | None = None, scheduler:
     address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if workers == 0 and address is None:
         packed = {key: run_packing(job) for key, job in jobs.items()}
-        for cell in todo:
-            finished(cell, _outcome(cell, packed))
+        with _on_one_thread():
+            for cell in todo:
+                finished(cell, _outcome(cell, packed))
         return out
     _run_on_dask(todo, jobs, finished, workers, address)
     return out

@@ -9,7 +9,6 @@ import os
 import time
 
 import pytest
-from threadpoolctl import threadpool_limits
 
 from simbench import sweep as sweeps
 
@@ -58,17 +57,9 @@ def test_parallel_efficiency_on_two_workers(benchmark, tmp_path, monkeypatch):
     sweeps.run_sweep(sweeps.Sweep(sweep.name, sweep.axes, sweep.cells[:1], sweep.report_axes, sweep.source),
                      tmp_path / "warm-up", workers=0)
     load_before = os.getloadavg()[0]
-
-    def serially(folder: str) -> tuple[float, float]:
-        cpu, start = _tree_cpu_seconds(), time.perf_counter()
-        sweeps.run_sweep(sweep, tmp_path / folder, workers=0)
-        return time.perf_counter() - start, _tree_cpu_seconds() - cpu
-
-    # The baseline is one core's work: linear algebra on one thread, as in each worker. With numpy's
-    # default thread pool the serial run also spreads its least-squares fits over both cores.
-    with threadpool_limits(limits=1):
-        serial, serial_cpu = serially("serial")
-    threaded, threaded_cpu = serially("serial-threaded")
+    cpu, start = _tree_cpu_seconds(), time.perf_counter()
+    sweeps.run_sweep(sweep, tmp_path / "serial", workers=0)
+    serial, serial_cpu = time.perf_counter() - start, _tree_cpu_seconds() - cpu
 
     # The workers' CPU is read just before the cluster closes, while they are still there to ask.
     at_close = {}
@@ -90,7 +81,6 @@ def test_parallel_efficiency_on_two_workers(benchmark, tmp_path, monkeypatch):
     parallel = benchmark.pedantic(on_two_workers, rounds=1, iterations=1)
     benchmark.extra_info.update({"cells": len(sweep.cells), "serial_seconds": serial, "parallel_seconds": parallel,
                                  "serial_cpu_seconds": serial_cpu, "parallel_cpu_seconds": at_close["cpu"] - cpu,
-                                 "serial_threaded_seconds": threaded, "serial_threaded_cpu_seconds": threaded_cpu,
                                  "efficiency": serial / (2 * parallel), "target_efficiency": 0.85,
                                  "load_before": load_before, "load_after": os.getloadavg()[0]})
     assert parallel > 0 and at_close["cpu"] > cpu
