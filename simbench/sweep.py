@@ -369,8 +369,9 @@ def _local_cluster(workers: int | None):
     import dask
     from distributed import LocalCluster
 
-    # Dask's default MALLOC_TRIM_THRESHOLD_ for worker processes fixes glibc's mmap threshold at 128 KiB:
-    # every array a cell allocates is then mapped and zeroed afresh, which doubled a cell's CPU time.
+    # Dask sets MALLOC_TRIM_THRESHOLD_ for the workers it spawns, in this process's environment too, so
+    # every process spawned from here later inherits it: it fixes glibc's mmap threshold at 128 KiB, every
+    # array a cell allocates is then mapped and zeroed afresh, and a spawned worker's cell took twice the CPU.
     settings = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
                 # Leave the cores to the cells: no sampling profiler in the workers, and the event loops'
                 # health checks less often (together 0.08 s of CPU per second idle, 0.02 without).
