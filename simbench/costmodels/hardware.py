@@ -147,6 +147,12 @@ ADAMW_BYTES_PER_PARAMETER = 32
 LLM_PACK_OVERHEAD_FRACTION = 0.005
 
 
+def _achieved_rates(peak_flops_per_s: float, *, linear_fraction: float, attention_fraction: float) -> dict:
+    """The dense layers' and attention's FLOP/s as the shares of a datasheet peak that a preset chooses."""
+    return {"linear_flops_per_s": linear_fraction * peak_flops_per_s,
+            "attention_flops_per_s": attention_fraction * peak_flops_per_s}
+
+
 def _llm_gpu(name: str, source: str, peak_flops_per_s: float, hbm_bytes_per_s: float, link_bytes_per_s: float,
              *, linear_fraction: float = LLM_LINEAR_FRACTION, attention_fraction: float = LLM_ATTENTION_FRACTION,
              ring_fraction: float = LLM_RING_FRACTION,
@@ -155,8 +161,7 @@ def _llm_gpu(name: str, source: str, peak_flops_per_s: float, hbm_bytes_per_s: f
     return HardwareProfile(
         name=name,
         source=source,
-        linear_flops_per_s=linear_fraction * peak_flops_per_s,
-        attention_flops_per_s=attention_fraction * peak_flops_per_s,
+        **_achieved_rates(peak_flops_per_s, linear_fraction=linear_fraction, attention_fraction=attention_fraction),
         half_saturation_tokens=512.0,  # chosen: twice the a100's, a larger device needs more rows per GEMM
         kernel_launch_seconds=4e-6,
         kernels_per_layer=40,
@@ -209,8 +214,7 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
             "across nodes; LAMB reads and writes ~36 bytes per parameter at HBM speed; packing overhead "
             "assumed equal to the IPU's measured one (the paper has no GPU figure)."
         ),
-        linear_flops_per_s=0.36 * A100_PEAK_FLOPS_PER_S,
-        attention_flops_per_s=0.25 * A100_PEAK_FLOPS_PER_S,
+        **_achieved_rates(A100_PEAK_FLOPS_PER_S, linear_fraction=0.36, attention_fraction=0.25),
         half_saturation_tokens=256.0,
         kernel_launch_seconds=4e-6,
         kernels_per_layer=40,  # after MLPerf-style fusion, forward + backward
@@ -236,8 +240,7 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
             "BERT-large), a graph recompile of 60 s per new input shape (static graphs), a flat 25 GB/s "
             "all-reduce ring between M2000s (faster IPU-Links inside a POD are not modelled)."
         ),
-        linear_flops_per_s=0.22 * IPU_M2000_PEAK_FLOPS_PER_S,
-        attention_flops_per_s=0.15 * IPU_M2000_PEAK_FLOPS_PER_S,
+        **_achieved_rates(IPU_M2000_PEAK_FLOPS_PER_S, linear_fraction=0.22, attention_fraction=0.15),
         half_saturation_tokens=64.0,
         step_overhead_seconds=5e-3,
         optimizer_seconds_per_parameter=36 / (4 * 47.5e12),  # 47.5 TB/s in-processor memory per IPU
@@ -257,8 +260,7 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
             "no cost for a new shape; packing overhead assumed equal to the IPU's measured one. "
             "All chosen, not measured."
         ),
-        linear_flops_per_s=0.20 * CS2_PEAK_FLOPS_PER_S,
-        attention_flops_per_s=0.10 * CS2_PEAK_FLOPS_PER_S,
+        **_achieved_rates(CS2_PEAK_FLOPS_PER_S, linear_fraction=0.20, attention_fraction=0.10),
         step_overhead_seconds=1e-3,
         host_to_device_bytes_per_s=150e9,
         **PAPER_PACK_OVERHEAD,
