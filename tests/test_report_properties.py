@@ -14,7 +14,7 @@ from simbench.report.summary import summary_markdown, summary_record
 from simbench.scenario import Scenario
 
 FAST_STRATEGIES = ["sort", "greedy", "spfhp", "lpfhp", "ffd", "bfd", "optimal", "nnlshp", "unpad",
-                   "unpad-exchange", "vts"]
+                   "unpad-exchange", "vts", "token-budget", "group-by-length", "packed-varlen"]
 NEGATIVE_NUMBER = re.compile(r"(?<![\w.-])-\d")
 
 
