@@ -122,13 +122,13 @@ def _chunks(pack_starts: np.ndarray, repeats: np.ndarray, pair_start: np.ndarray
     # Slot j of distinct pack r is "pair" first_pair[r] + j; copy c of the pack takes sequence
     # by_length[pair_start[pair] + c] there.
     first_pair = pack_starts[:-1]
-    left = repeats.copy()
-    handed_out = np.zeros_like(repeats)
+    left = repeats
+    handed_out = np.zeros(repeats.size, dtype=np.int64)  # untouched until a second draw
     packs_left = int(repeats.sum())
     while packs_left:
         size = min(packs_per_chunk, packs_left)
-        drawn = left.copy() if size == packs_left else rng.multivariate_hypergeometric(left, size)
-        left -= drawn
+        # The last draw (for `greedy`, whose packs are nearly all distinct, the only one) takes what is left.
+        drawn = left if size == packs_left else rng.multivariate_hypergeometric(left, size)
         packs_left -= size
         present = np.flatnonzero(drawn)
         copies_drawn = drawn[present]
@@ -141,7 +141,9 @@ def _chunks(pack_starts: np.ndarray, repeats: np.ndarray, pair_start: np.ndarray
         pack = np.repeat(pack, copies_drawn)
         del present, copies_drawn
         pack += np.arange(size, dtype=np.int64)
-        handed_out += drawn
+        if packs_left:
+            left = left - drawn  # a new array: the packing's repeats stay as they are
+            handed_out += drawn
         rng.shuffle(pack)
         rows = pack >> 32
         copies = np.bitwise_and(pack, 0xFFFFFFFF, out=pack)

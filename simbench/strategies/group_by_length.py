@@ -49,8 +49,8 @@ def sort_megabatches(shuffled: np.ndarray, batch_sequences: int) -> np.ndarray:
     place (HF does so that running out of memory happens at once)."""
     size = megabatch_sequences(shuffled.size, batch_sequences)
     whole = shuffled.size // size * size
-    ordered = np.concatenate([-np.sort(-shuffled[:whole].reshape(-1, size), axis=1).reshape(-1),
-                              -np.sort(-shuffled[whole:])])
+    ordered = np.concatenate([np.sort(shuffled[:whole].reshape(-1, size), axis=1)[:, ::-1].reshape(-1),
+                              np.sort(shuffled[whole:])[::-1]])
     if ordered.size:
         longest_first = int(np.argmax(ordered[::size])) * size
         ordered[[0, longest_first]] = ordered[[longest_first, 0]]
@@ -69,17 +69,26 @@ def padded_lengths(ordered_lengths: np.ndarray, batch_sequences: int) -> np.ndar
           uses_depth=False)
 def pack_group_by_length(histogram, max_length, max_depth, options) -> Packing:
     batch_sequences = sequences_per_batch(histogram, options.batch_size, max_length)
-    dtype = np.int32 if max_length < np.iinfo(np.int32).max else np.int64
+    # The shuffle's swaps depend on the number of sequences alone: 16-bit lengths come out in the
+    # same order as wider ones, in less memory (100M sequences: 200 MB, not 400).
+    dtype = np.uint16 if max_length < 2**16 else np.int32 if max_length < np.iinfo(np.int32).max else np.int64
     lengths = np.repeat(histogram.lengths.astype(dtype), histogram.counts)
     ordered = length_grouped_order(lengths, batch_sequences, np.random.default_rng(options.seed))
+    del lengths
     slots = padded_lengths(ordered, batch_sequences)
-    pair_keys = ordered.astype(np.int64) * (max_length + 1) + slots
-    if (max_length + 1) ** 2 <= DENSE_PAIR_TABLE_MAX:
+    dense = (max_length + 1) ** 2 <= DENSE_PAIR_TABLE_MAX
+    # Keys to sort in 32 bits where they fit (max length < 46,340): np.unique sorts them 3.5 times
+    # faster. bincount takes 64-bit keys (it would copy narrower ones).
+    key_type = np.int32 if not dense and (max_length + 1) ** 2 <= np.iinfo(np.int32).max else np.int64
+    pair_keys = ordered.astype(key_type) * (max_length + 1) + slots
+    del ordered, slots
+    if dense:
         counts = np.bincount(pair_keys, minlength=(max_length + 1) ** 2)
         keys = np.flatnonzero(counts)
         counts = counts[keys]
     else:
         keys, counts = np.unique(pair_keys, return_counts=True)
+        keys = keys.astype(np.int64)
     # Keys are distinct and one sequence per row: the packing as is, without from_rows' merge of millions of rows.
     return Packing("group-by-length", max_length, 1, (keys // (max_length + 1))[:, None], counts.astype(np.int64),
                    keys % (max_length + 1))
