@@ -60,7 +60,8 @@ def exact_fill_strategies(max_length: int, depth: int) -> np.ndarray:
 
 def count_exact_fill_strategies(max_length: int, depth: int) -> int:
     """How many strategies `exact_fill_strategies` would list, without listing them."""
-    return list(strategy_counts_by_depth(max_length, depth))[-1] if depth > 0 else 1
+    counts = list(strategy_counts_by_depth(max_length, depth))
+    return counts[-1] if counts else int(max_length == 0)  # no parts: only the empty sum
 
 
 def strategy_counts_by_depth(max_length: int, depth: int) -> Iterator[int]:
