@@ -115,3 +115,26 @@ def test_a_chat_scenario_at_131072_runs_on_packs_without_a_table(monkeypatch):
     scaling = result.scaling
     assert set(scaling["strategy"]) == {"none", "ffd", "packed-varlen:ffd", "lpfhp:max"}
     assert np.isfinite(scaling["speedup"]).all() and (scaling.query("strategy != 'none'")["speedup"] > 1).all()
+
+
+def test_padding_exchange_counts_its_distinct_batches_and_refuses_too_many_before_any_work(monkeypatch):
+    """A dealt step holds up to one batch per length present: at batch 32 on 2**20 devices that is millions
+    of sequences a step, so the work estimate refuses 200 steps before anything is drawn or priced."""
+    from simbench.errors import InputError
+    from simbench.sim.plans import unpadded
+
+    class Priced(Exception):
+        """Raised where the exchange would start pricing: the estimate let the simulation through."""
+
+    def pricing(*arguments, **keywords):
+        raise Priced
+
+    monkeypatch.setattr(unpadded, "exchange_aggregates", pricing)
+    lengths_present = int(np.count_nonzero(CHAT_131K.counts))
+    # Padding (the reference) and the plan draw 64 devices one by one; the plan deals 2**20 besides.
+    rows = 200 * 32 * (64 + 64 + lengths_present)
+    for plan in ("unpad-exchange", "unpad-exchange-overlap"):
+        with pytest.raises(InputError, match="would draw and price about"):
+            simulate(CHAT_131K, [plan], [1, 2**20], COST_MODEL, batch_size=32, steps=200, seed=0, max_rows=rows - 1)
+        with pytest.raises(Priced):
+            simulate(CHAT_131K, [plan], [1, 2**20], COST_MODEL, batch_size=32, steps=200, seed=0, max_rows=rows)

@@ -77,3 +77,25 @@ def test_coupled_plans_run_on_2_20_devices_and_agree_with_every_device_simulated
     assert set(huge.index) == {"none", *plans} and (huge["speedup"] > 0).all()
     # The exchange sorts the global batch on the host (n log n): on a million devices that outweighs the step.
     assert huge.loc["unpad-exchange", "overhead_seconds"] > huge.loc["unpad-exchange", "compute_seconds"]
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_exchange_priced_in_parts_equals_every_step_priced_at_once(batch_size):
+    """Parts as small as one step each, or a few steps, give the very same aggregates as one call."""
+    from simbench.costmodels.transformer import TransformerCostModel
+    from simbench.sim.windows import exchange_aggregates
+
+    squad = load_histogram("squad_1_1_384")
+    probabilities = squad.counts / squad.counts.sum()
+    cost_model = TransformerCostModel("bert-large", "h100-sxm")
+
+    def aggregates(sequences_per_part):
+        return exchange_aggregates(probabilities, squad.lengths, 512, batch_size, 30, cost_model,
+                                   np.random.default_rng(7), sequences_per_part=sequences_per_part)
+
+    at_once = aggregates(10**9)
+    for sequences_per_part in (1, 1000):
+        in_parts = aggregates(sequences_per_part)
+        for name in FIELDS:
+            assert np.array_equal(getattr(in_parts, name), getattr(at_once, name)), (sequences_per_part, name)
+    assert at_once.slowest_device_seconds.shape == (30,)

@@ -262,7 +262,9 @@ def _length_groups(batches: BatchSet, boundaries: tuple[int, ...]) -> _LengthGro
         # Few groups per sequence (the GPU presets' 5): counting every key is cheaper than sorting them.
         present = np.flatnonzero(np.bincount(keys, minlength=batches.batches * group_count))
     else:
-        present = np.unique(keys)
+        # Sorting and dropping repeats is many times faster than np.unique's hashing on millions of keys.
+        ordered = np.sort(keys)
+        present = ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])]
     return _LengthGroups(batches.batches, group_count, present, keys, batches.sequence_lengths.astype(np.float64))
 
 

@@ -60,9 +60,13 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     plans = _with_reference(plans)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
     _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
-    # Every plan draws its rows (sequences or packs) each step for each device it simulates one by one.
-    check_simulation_work(sum(steps * plan.source.rows_per_device_step(plan, histogram, batch_size)
-                              * _devices_one_by_one(plan, devices[-1], engine) for plan in plans), max_rows)
+    # Every plan draws its rows (sequences or packs) each step for each device it simulates one by one,
+    # and prices the distinct batches of the larger clusters where it lists them.
+    large = _split_by_size(devices, engine)[1]
+    check_simulation_work(sum(steps * (plan.source.rows_per_device_step(plan, histogram, batch_size)
+                                       * _devices_one_by_one(plan, devices[-1], engine)
+                                       + plan.source.distinct_rows_per_step(plan, histogram, batch_size, large))
+                              for plan in plans), max_rows)
     cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
     settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine)
     packings = dict(packings or {})
@@ -181,7 +185,7 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
     same sequences stay paired). Larger ones draw their slowest device directly when devices are
     independent, price their distinct batches when the plan can list them (sorted batching, padding
     exchange), or else simulate every device on batches of their own."""
-    small, large = _split_by_size(devices, settings)
+    small, large = _split_by_size(devices, settings.engine)
     runs, latency, timeline = [], None, None
     if small:
         runs, latency, timeline = _simulate_devices(plan, packing, small, settings, tell, purpose=0)
@@ -227,11 +231,11 @@ def _without_step_noise(settings: SimulationSettings, plan: ExecutionPlan) -> tu
     return replace(settings, cost_model=settings.cost_model.cost_model), noise_cv
 
 
-def _split_by_size(devices: list[int], settings: SimulationSettings) -> tuple[list[int], list[int]]:
+def _split_by_size(devices: list[int], engine: str) -> tuple[list[int], list[int]]:
     """Cluster sizes whose every device is simulated whatever the plan, and the larger ones."""
-    if settings.engine in ("simpy", "vectorized"):
+    if engine in ("simpy", "vectorized"):
         return devices, []
-    if settings.engine == "order-statistics":
+    if engine == "order-statistics":
         return [], devices
     return [size for size in devices if size <= PER_DEVICE_MAX], [size for size in devices if size > PER_DEVICE_MAX]
 

@@ -150,6 +150,13 @@ class BatchSource:
         return batch_size
 
     @staticmethod
+    def distinct_rows_per_step(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int,
+                               devices: list[int]) -> int:
+        """Sequences or packs a step prices for the cluster sizes `devices` that `distinct_batches` prices
+        (beyond those drawn one by one), for the simulation's work estimate."""
+        return 0
+
+    @staticmethod
     def independent_devices(plan: ExecutionPlan) -> bool:
         """Whether each device draws its batch on its own (then `items` describes one device's draw)."""
         return False

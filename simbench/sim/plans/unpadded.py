@@ -58,6 +58,14 @@ class UnpadSource(SequenceSource):
     def independent_devices(plan: ExecutionPlan) -> bool:
         return plan.exchange is Exchange.NONE  # the exchange deals one global batch
 
+    @staticmethod
+    def distinct_rows_per_step(plan, histogram, batch_size, devices):
+        if plan.exchange is Exchange.NONE:
+            return 0
+        # A dealt step changes batch only where a length boundary falls: at most one batch per length present.
+        lengths_present = int(np.count_nonzero(histogram.counts))
+        return batch_size * sum(min(size, lengths_present) for size in devices)
+
     def price_items(self, items):
         return price_batches(self.settings.cost_model, unpadded_batches(self.sampler.lengths[items]), self.plan.mode,
                              1, items.shape[0])
