@@ -60,8 +60,8 @@ def test_every_wiki512_strategy_on_1_to_2_20_devices(benchmark, wiki512):
     assert max(peaks) < GIBIBYTE
 
 
-# vts-bucketed simulates every device; length-grouped batches are dealt from sorted megabatches, so their
-# devices are coupled and priced per megabatch: neither takes the order-statistics shortcut.
+# vts-bucketed prices each step's distinct batches; length-grouped batches are dealt from sorted megabatches, so
+# their devices are coupled and priced per megabatch: neither takes the order-statistics shortcut.
 @pytest.mark.parametrize("strategy", ["vts-bucketed", "group-by-length"])
 def test_a_coupled_plan_on_2_20_devices(benchmark, strategy):
     histogram, cost_model = load_histogram("wikipedia_512"), TransformerCostModel("bert-large", "a100")

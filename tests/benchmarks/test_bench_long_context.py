@@ -3,8 +3,9 @@
 Targets at 131,072 and 10M sequences: spfhp/lpfhp/ffd/bfd < 5 s and < 2 GB each, the bound < 30 s,
 `optimal` within 0.5 % of its bound in < 60 s; every strategy finishes or refuses (InputError naming
 one that works) in under 1 s; at 8,192 `pack --strategy all` < 60 s in total; deep packs at 131,072
-simulate on 1 to 2**20 devices without a padded table, and length-grouped batches in seconds. The short
-mode packs 100,000 sequences; SIMBENCH_BENCH_FULL=1 packs the full 10M (and records peak memory).
+simulate on 1 to 2**20 devices without a padded table, and length-grouped batches and padding exchange
+(batch 1) in seconds, under 1 GB. The short mode packs 100,000 sequences; SIMBENCH_BENCH_FULL=1 packs
+the full 10M (and records peak memory).
 """
 
 import functools
@@ -140,3 +141,25 @@ def test_simulate_length_grouped_batches_at_131072(benchmark, plan):
         benchmark.extra_info["peak_gib"] = peak_bytes(simulate_length_grouped) / 2**30
     rows = result.summary.set_index(["strategy", "devices"])
     assert rows.loc[(plan, 2**20), "steps"] == 200 and rows.loc[(plan, 2**20), "tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("plan", ["unpad-exchange", "unpad-exchange-overlap"])
+def test_simulate_padding_exchange_at_131072(benchmark, plan):
+    """Un-padding with padding exchange, batch 1, up to 2**20 devices: each cluster size's steps dealt from the
+    sorted global batch and priced by their distinct batches, in parts of about 4M sequences (target: a few
+    seconds, < 1 GB). Batch 32 there would price ~8e8 sequences: the work estimate refuses it (tested)."""
+    from simbench.costmodels.transformer import TransformerCostModel
+    from simbench.sim.simulate import simulate
+
+    histogram = histogram_for(131072)
+    cost_model = TransformerCostModel("llama-3.1-8b", "h100-sxm")
+
+    def simulate_exchange():
+        return simulate(histogram, [plan], [1, 8, 64, 1024, 2**20], cost_model, batch_size=1, steps=200, seed=0)
+
+    result = benchmark.pedantic(simulate_exchange, rounds=1, iterations=1)
+    benchmark.extra_info["target_seconds"] = 5.0
+    if FULL:
+        benchmark.extra_info["peak_gib"] = peak_bytes(simulate_exchange) / 2**30
+    rows = result.summary.set_index(["strategy", "devices"])
+    assert rows.loc[(plan, 2**20), "steps"] == 200 and rows.loc[(plan, 2**20), "speedup"] > 0
