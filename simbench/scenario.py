@@ -28,7 +28,8 @@ from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.plans import (ExecutionPlan, PlanType, packing_refusals, plan_fields, plan_from_fields,
                                 plan_type)
-from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_gpus_per_replica, check_max_depth
+from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_gpus_per_replica, check_max_depth, \
+    check_simulation_work
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
 # Synthetic documents split into pieces are counted up to this length in max-lengths; the tail beyond
@@ -464,7 +465,38 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
     refused = _packings_refused(scenario, root, source)
     if refused:
         raise InputErrors(refused)
+    _check_simulation_work(scenario, root, source)
     return scenario
+
+
+def _check_simulation_work(scenario: Scenario, root: yaml.Node, source: str) -> None:
+    """The simulation's work estimated from the scenario alone, so that `validate` refuses what `run` would
+    only refuse after reading it (and names the scenario's keys, not simulate's options)."""
+    from simbench.sim.simulate import simulation_rows
+
+    rows = simulation_rows([spec.plan() for spec in scenario.strategies], _histogram_for_checks(scenario.dataset),
+                           list(scenario.devices), scenario.batch_size, scenario.steps)
+    try:
+        check_simulation_work(rows, raising="simulate the largest sizes alone with `simbench simulate --max-rows`")
+    except InputError as error:
+        raise InputError(error.message, source=source, line=_line_of(root, ("steps",))) from None
+
+
+def _histogram_for_checks(dataset: DatasetSpec) -> LengthHistogram:
+    """The dataset's histogram for the checks above, which only read it: a sweep's thousands of cells share
+    a few datasets, and building a synthetic one at 131,072 tokens takes ~15 ms."""
+    histogram = dataset.histogram
+    stamp = None if isinstance(histogram, SyntheticHistogram) or histogram in bundled_histograms() \
+        else Path(histogram).stat().st_mtime_ns  # a file edited between two loads is read again
+    key = (dataset.model_dump_json(), stamp)
+    if key not in _HISTOGRAMS_FOR_CHECKS:
+        if len(_HISTOGRAMS_FOR_CHECKS) >= 16:
+            _HISTOGRAMS_FOR_CHECKS.clear()
+        _HISTOGRAMS_FOR_CHECKS[key] = dataset.load()
+    return _HISTOGRAMS_FOR_CHECKS[key]
+
+
+_HISTOGRAMS_FOR_CHECKS: dict[tuple[str, int | None], LengthHistogram] = {}
 
 
 def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
@@ -473,7 +505,7 @@ def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[
     plans = [spec.plan() for spec in scenario.strategies]
     if not any(plan.source.packing_request(plan) for plan in plans):
         return []
-    max_length = scenario.dataset.max_length or scenario.dataset.load().max_length
+    max_length = scenario.dataset.max_length or _histogram_for_checks(scenario.dataset).max_length
     refused = []
     for index, error in packing_refusals(plans, max_length):
         # At the strategy's `max_depth` where it is written, else at the strategy (`nnlshp`, `nnlshp:3`).

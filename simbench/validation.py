@@ -122,15 +122,16 @@ def check_rows_per_step(devices: int, batch_size: int, plan: str | None = None) 
                          f"at most {ROWS_PER_STEP_MAX:,} fit in memory", parameter="batch_size")
 
 
-def check_simulation_work(rows: int, max_rows: int = SIMULATED_ROWS_MAX) -> None:
-    """Refuse, before any work, a simulation that would draw and price more than `max_rows` rows."""
+def check_simulation_work(rows: int, max_rows: int = SIMULATED_ROWS_MAX,
+                          raising: str = "raise the limit (max_rows; `simbench simulate --max-rows`)") -> None:
+    """Refuse, before any work, a simulation that would draw and price more than `max_rows` rows;
+    `raising` says how the caller's user can allow more."""
     check_whole_number(max_rows, "max_rows", minimum=1)
     if rows > max_rows:
         raise InputError(f"this simulation would draw and price about {rows:.2g} sequences or packs, more than the "
                          f"{max_rows:.0e} allowed (about a minute on two cores per 1e8): lower steps (a few hundred "
-                         f"give speed-ups within 1 %), batch_size or the strategies, or raise the limit (max_rows; "
-                         f"`simbench simulate --max-rows`)",
-                         parameter="steps")
+                         f"give speed-ups within 1 %), batch_size, the device counts or the strategies, or "
+                         f"{raising}", parameter="steps")
 
 
 def check_choice(value, name: str, choices: Iterable[str]) -> str:

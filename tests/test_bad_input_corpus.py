@@ -170,6 +170,8 @@ CASES = [
     # More options and files
     ("yaml-million-devices", {"s.yaml": SCENARIO.replace("devices: [1]", "devices: [" + ", ".join(["1"] * 1_000_000)
                                                          + "]")}, VALIDATE, "holds more than 100,000 values"),
+    ("yaml-simulation-too-large", {"s.yaml": SCENARIO.replace("steps: 2", "steps: 10000000")}, VALIDATE,
+     "s.yaml:5: this simulation would draw and price about"),
     ("yaml-no-strategies", {"s.yaml": SCENARIO.replace("[unpad]", "[]")}, VALIDATE, "s.yaml:3"),
     ("simulate-steps-zero", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--steps", "0"],
      "--steps"),

@@ -60,13 +60,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     plans = _with_reference(plans)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
     _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
-    # Every plan draws its rows (sequences or packs) each step for each device it simulates one by one,
-    # and prices the distinct batches of the larger clusters where it lists them.
-    large = _split_by_size(devices, engine)[1]
-    check_simulation_work(sum(steps * (plan.source.rows_per_device_step(plan, histogram, batch_size)
-                                       * _devices_one_by_one(plan, devices[-1], engine)
-                                       + plan.source.distinct_rows_per_step(plan, histogram, batch_size, large))
-                              for plan in plans), max_rows)
+    check_simulation_work(simulation_rows(plans, histogram, devices, batch_size, steps, engine), max_rows)
     cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
     settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine)
     packings = dict(packings or {})
@@ -109,6 +103,19 @@ def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, 
         if progress is not None:
             progress(1)
     return packings
+
+
+def simulation_rows(plans: list[ExecutionPlan | str], histogram: LengthHistogram, devices: list[int],
+                    batch_size: int, steps: int, engine: str = "auto") -> int:
+    """The rows (sequences or packs) a simulation would draw and price, padding's included: its work,
+    known before any is done."""
+    # Every plan draws its rows each step for each device it simulates one by one, and prices the
+    # distinct batches of the larger clusters where it lists them.
+    large = _split_by_size(sorted(devices), engine)[1]
+    return sum(steps * (plan.source.rows_per_device_step(plan, histogram, batch_size)
+                        * _devices_one_by_one(plan, max(devices), engine)
+                        + plan.source.distinct_rows_per_step(plan, histogram, batch_size, large))
+               for plan in _with_reference(plans))
 
 
 def _with_reference(plans: list[ExecutionPlan | str]) -> list[ExecutionPlan]:
