@@ -156,6 +156,19 @@ class DatasetSpec(_Strict):
 
     def load(self) -> LengthHistogram:
         """The histogram, padded with empty lengths up to max_length."""
+        if isinstance(self.histogram, str) and self.histogram not in bundled_histograms():
+            return self._build()  # a file may change between two loads
+        # Synthetic and bundled histograms depend on the spec alone and are immutable: validation, its
+        # checks and the run (and a sweep's cells) share one, built once (a synthetic one at 131,072
+        # tokens takes ~15 ms).
+        key = self.model_dump_json()
+        if key not in _BUILT_HISTOGRAMS:
+            if len(_BUILT_HISTOGRAMS) >= 16:
+                _BUILT_HISTOGRAMS.clear()
+            _BUILT_HISTOGRAMS[key] = self._build()
+        return _BUILT_HISTOGRAMS[key]
+
+    def _build(self) -> LengthHistogram:
         if isinstance(self.histogram, SyntheticHistogram):
             return self.histogram.build(self.max_length)
         histogram = load_histogram(self.histogram)
@@ -166,6 +179,9 @@ class DatasetSpec(_Strict):
         counts = np.zeros(max_length, dtype=np.int64)
         counts[:histogram.longest] = histogram.counts[:histogram.longest]
         return LengthHistogram(counts, name=histogram.name)
+
+
+_BUILT_HISTOGRAMS: dict[str, LengthHistogram] = {}
 
 
 class HardwareSpec(_Strict):
@@ -474,29 +490,12 @@ def _check_simulation_work(scenario: Scenario, root: yaml.Node, source: str) -> 
     only refuse after reading it (and names the scenario's keys, not simulate's options)."""
     from simbench.sim.simulate import simulation_rows
 
-    rows = simulation_rows([spec.plan() for spec in scenario.strategies], _histogram_for_checks(scenario.dataset),
+    rows = simulation_rows([spec.plan() for spec in scenario.strategies], scenario.dataset.load(),
                            list(scenario.devices), scenario.batch_size, scenario.steps)
     try:
         check_simulation_work(rows, raising="simulate the largest sizes alone with `simbench simulate --max-rows`")
     except InputError as error:
         raise InputError(error.message, source=source, line=_line_of(root, ("steps",))) from None
-
-
-def _histogram_for_checks(dataset: DatasetSpec) -> LengthHistogram:
-    """The dataset's histogram for the checks above, which only read it: a sweep's thousands of cells share
-    a few datasets, and building a synthetic one at 131,072 tokens takes ~15 ms."""
-    histogram = dataset.histogram
-    stamp = None if isinstance(histogram, SyntheticHistogram) or histogram in bundled_histograms() \
-        else Path(histogram).stat().st_mtime_ns  # a file edited between two loads is read again
-    key = (dataset.model_dump_json(), stamp)
-    if key not in _HISTOGRAMS_FOR_CHECKS:
-        if len(_HISTOGRAMS_FOR_CHECKS) >= 16:
-            _HISTOGRAMS_FOR_CHECKS.clear()
-        _HISTOGRAMS_FOR_CHECKS[key] = dataset.load()
-    return _HISTOGRAMS_FOR_CHECKS[key]
-
-
-_HISTOGRAMS_FOR_CHECKS: dict[tuple[str, int | None], LengthHistogram] = {}
 
 
 def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
@@ -505,7 +504,7 @@ def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[
     plans = [spec.plan() for spec in scenario.strategies]
     if not any(plan.source.packing_request(plan) for plan in plans):
         return []
-    max_length = scenario.dataset.max_length or _histogram_for_checks(scenario.dataset).max_length
+    max_length = scenario.dataset.max_length or scenario.dataset.load().max_length
     refused = []
     for index, error in packing_refusals(plans, max_length):
         # At the strategy's `max_depth` where it is written, else at the strategy (`nnlshp`, `nnlshp:3`).

@@ -19,7 +19,7 @@ from simbench.histogram import LengthHistogram
 from simbench.sim.batching import SequenceSampler
 from simbench.sim.length_batching import padded_batches
 from simbench.sim.montecarlo import StepAggregates
-from simbench.sim.orderstat import DevicePool
+from simbench.sim.orderstat import DEEPEST_TAIL_PER_SLOWEST_OF, LEVEL_RATIO, DevicePool
 from simbench.sim.pricing import DeviceCosts, price_batches
 from simbench.validation import DEVICES_MAX
 
@@ -32,8 +32,6 @@ POOL_SEQUENCES = 1 << 22
 # deeper than the last, down to where the largest cluster's U^(1/q) reaches in 1 % of its steps.
 FIRST_BATCHES_PER_STRATUM = 2048
 FIRST_BATCHES_PER_STRATUM_MIN = 128
-LEVEL_RATIO = 1 / 16
-DEEPEST_TAIL_PER_MEGABATCH = 0.01
 # Whole megabatches in the pool of sums (down to a few for large ones: their sums vary little), and drawn
 # per step to give its sum a spread.
 POOL_MEGABATCHES = 1024
@@ -139,10 +137,10 @@ class MegabatchSteps:
         """First batches of megabatches (their B longest of m draws), deep enough into the tail for the
         largest cluster: DEVICES_MAX devices hold about DEVICES_MAX / G whole megabatches a step."""
         whole = DEVICES_MAX // self.batches_per_megabatch + 1
-        strata = stratum_edges(DEEPEST_TAIL_PER_MEGABATCH / whole).size - 1
+        strata = stratum_edges(DEEPEST_TAIL_PER_SLOWEST_OF / whole).size - 1
         per_stratum = max(FIRST_BATCHES_PER_STRATUM_MIN,
                           min(FIRST_BATCHES_PER_STRATUM, POOL_SEQUENCES // (strata * self.batch_sequences)))
-        above_top, log_weights = stratified_tops(DEEPEST_TAIL_PER_MEGABATCH / whole, per_stratum, rng)
+        above_top, log_weights = stratified_tops(DEEPEST_TAIL_PER_SLOWEST_OF / whole, per_stratum, rng)
         batches = top_order_statistics(histogram, self.megabatch, self.batch_sequences, above_top, rng)
         return DevicePool.from_draws(self._price(batches), log_weights, 0)
 

@@ -27,9 +27,10 @@ PLAIN_DRAWS = 1 << 14
 TILTED_DRAWS = 1 << 12
 # The plain pool alone resolves F down to about this many of its draws above a level.
 PLAIN_TAIL_DRAWS = 16
-# A step of n devices needs F down to a tail level of about 1/(100 n) (its U^(1/n) reaches 1 - 0.01/n
-# in 1 % of steps); each tilt reaches this much deeper than the last, well inside the last one's draws.
-DEEPEST_TAIL_PER_DEVICE = 0.01
+# A step that takes the slowest of n (devices here, megabatches in megabatches.py) needs F down to a tail
+# level of about 1/(100 n) (its U^(1/n) reaches 1 - 0.01/n in 1 % of steps); each tilt or stratum reaches
+# this much deeper than the last, well inside the last one's draws.
+DEEPEST_TAIL_PER_SLOWEST_OF = 0.01
 LEVEL_RATIO = 1 / 16
 # Distinct scores a tilt is solved on (bins of them beyond that many items).
 SCORE_LEVELS = 4096
@@ -115,7 +116,7 @@ def build_pool(source: ItemSource, rng: np.random.Generator, largest_devices: in
     if scores is None:
         return DevicePool.from_draws(plain_costs, np.zeros(PLAIN_DRAWS), PLAIN_DRAWS)
     costs, device_scores, tilts, sizes = [plain_costs], [scores.of(plain_items, plain_noise)], [], [PLAIN_DRAWS]
-    level, deepest = PLAIN_TAIL_DRAWS / PLAIN_DRAWS, DEEPEST_TAIL_PER_DEVICE / largest_devices
+    level, deepest = PLAIN_TAIL_DRAWS / PLAIN_DRAWS, DEEPEST_TAIL_PER_SLOWEST_OF / largest_devices
     while level > deepest:
         level = max(level * LEVEL_RATIO, deepest)
         drawn = np.concatenate(device_scores)
