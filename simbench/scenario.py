@@ -481,11 +481,11 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
     refused = _packings_refused(scenario, root, source)
     if refused:
         raise InputErrors(refused)
-    _check_simulation_work(scenario, root, source)
+    check_scenario_work(scenario, root, source)
     return scenario
 
 
-def _check_simulation_work(scenario: Scenario, root: yaml.Node, source: str) -> None:
+def check_scenario_work(scenario: Scenario, root: yaml.Node, source: str) -> None:
     """The simulation's work estimated from the scenario alone, so that `validate` refuses what `run` would
     only refuse after reading it (and names the scenario's keys, not simulate's options)."""
     from simbench.sim.simulate import simulation_rows

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from simbench.errors import InputError, read_text_file
-from simbench.scenario import Scenario, scenario_from_mapping
+from simbench.scenario import Scenario, check_scenario_work, scenario_from_mapping
 from simbench.validation import check_device_counts
 from simbench.yamlfile import load_yaml_documents
 
@@ -126,7 +126,7 @@ def load_sweep(path: str | Path) -> Sweep:
     for index, values in enumerate(combos + explicit):
         mapping = _cell_mapping(base, values, f"{name}-{index:05d}")
         # Cells that differ only in name and device counts validate once (a 10,000-cell plan stays fast):
-        # device counts are checked on their own, as nothing else in a scenario depends on them.
+        # device counts are checked on their own, with the simulation work they set.
         fingerprint = json.dumps({**mapping, "name": "", "devices": None}, sort_keys=True, default=str)
         try:
             known = validated.get(fingerprint)
@@ -136,6 +136,7 @@ def load_sweep(path: str | Path) -> Sweep:
             else:
                 devices = check_device_counts(mapping.get("devices", known.devices))
                 scenario = known.model_copy(update={"name": mapping["name"], "devices": tuple(devices)})
+                check_scenario_work(scenario, base_node, source)
         except InputError as error:
             where = ", ".join(f"{key}={value}" for key, value in values.items())
             raise InputError(f"cell {index} ({where}): {error.message}", source=source,

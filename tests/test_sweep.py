@@ -46,6 +46,8 @@ def test_cells_are_the_product_of_the_axes_each_a_valid_scenario(sweep_file):
     (SWEEP + "colour: red\n", r"small.yaml:10: unknown key 'colour'"),
     (SWEEP.replace("[bert-base, bert-large]", "[bert-base, gpt-9]"), r"cell 2 \(model=gpt-9, devices=1\)"),
     (SWEEP.replace("devices: [1, 8]", "devices: [1, 0]"), r"cell 1 \(model=bert-base, devices=0\)"),
+    (SWEEP.replace("steps: 4", "steps: 1000000").replace("devices: [1, 8]", "devices: [1, 64]"),
+     r"cell 1 \(model=bert-base, devices=64\): this simulation would draw and price"),
     (SWEEP.replace("{x: devices, y: model}", "{x: devices, y: colour}"), "names two swept keys"),
     (SWEEP.replace("model: [bert-base, bert-large]", "model: []"), "non-empty lists"),
 ])
