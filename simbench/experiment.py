@@ -65,11 +65,12 @@ def progress_total(scenario: Scenario) -> int:
 def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                    progress: Progress | None = None, packings: dict[str, Packing] | None = None,
                    stage: Callable[[str], None] | None = None,
-                   workers: ReportWorkers | None = None) -> ExperimentResult:
+                   workers: ReportWorkers | None = None, stragglers: bool = True) -> ExperimentResult:
     """Run `scenario` (on `histogram`, its dataset's by default); `progress(units)` counts up to
     `progress_total(scenario)`. `packings` already made of this histogram (a sweep shares them between
     cells) are used instead of packing again. `stage(text)` hears of each stage as it finishes;
-    `workers` compute the LP bounds while this process simulates."""
+    `workers` compute the LP bounds while this process simulates. `stragglers=False` skips the Gumbel
+    fits of the step times (latency, gumbel and extrapolation come back empty): a sweep cell reports none."""
     histogram = histogram if histogram is not None else scenario.dataset.load()
     progress = progress or (lambda units: None)
     cost_model = COST_MODELS.get(scenario.cost_model).build(get_model(scenario.model), scenario.hardware.load(),
@@ -85,11 +86,12 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     packing, timings = _packing_tables(result.packings, labels, histogram, bounds, progress,
                                        stage or (lambda text: None))
     plans_by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(plans)}
-    latency, gumbel, extrapolation = _straggler_tables(result.latency_samples, labels, plans_by_label, summary,
+    samples = result.latency_samples if stragglers else {}
+    latency, gumbel, extrapolation = _straggler_tables(samples, labels, plans_by_label, summary,
                                                        scenario.batch_size, progress)
     timeline = _timelines(result.vts_timeline, labels)
     # Plans without a packing had no bound to compute, plans without samples no fit.
-    progress(2 * len(plans_by_label) - len(packing) - len(result.latency_samples))
+    progress(2 * len(plans_by_label) - len(packing) - len(samples))
     scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                        "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
                        "tokens_per_s_per_gpu", "ideal_speedup"]
@@ -152,7 +154,7 @@ def _straggler_tables(latency_samples: dict[str, np.ndarray], labels: dict[str, 
                       progress: Progress) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Per-device speed-up samples of plans whose step time depends on the batch's content, their
     Gumbel fits, and the expected speed-up of n devices (the slowest sets the pace) next to the simulation's."""
-    padded_seconds = float(np.mean(latency_samples["none"]))
+    padded_seconds = float(np.mean(latency_samples["none"])) if latency_samples else np.nan  # none: nothing to fit
     latency_rows, fit_rows, extrapolation_rows = [], [], []
     device_counts = sorted(summary["devices"].unique())
     for name, samples in latency_samples.items():

@@ -43,7 +43,8 @@ def test_simulate_tells_whole_units_within_each_strategy(monkeypatch, rows_per_c
         assert max(units) < len(devices)
 
 
-def test_a_run_tells_its_announced_total_and_moves_while_packing(monkeypatch):
+@pytest.mark.parametrize("stragglers", [True, False])
+def test_a_run_tells_its_announced_total_and_moves_while_packing(monkeypatch, stragglers):
     scenario = Scenario(name="progress", dataset={"histogram": "squad_1_1_384"}, devices=[1, 2, 256], steps=4,
                         batch_size=4, strategies=["greedy", "spfhp:2", "unpad", "sort"])
     events, progress, stage = recorder()
@@ -53,6 +54,6 @@ def test_a_run_tells_its_announced_total_and_moves_while_packing(monkeypatch):
         return simulate(*arguments, **options)
 
     monkeypatch.setattr(experiment, "simulate", simulate_after_packing)
-    run_experiment(scenario, progress=progress, stage=stage)
+    run_experiment(scenario, progress=progress, stage=stage, stragglers=stragglers)  # a sweep cell fits none
     assert sum(value for kind, value in events if kind == "progress") == progress_total(scenario)
     assert events.index(("simulate", None)) == 5  # one unit per plan packed (padding's too) before simulating

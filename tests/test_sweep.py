@@ -169,3 +169,16 @@ def test_an_unknown_sweep_name_is_one_line_naming_the_bundled_ones(tmp_path):
     assert result.exit_code != 0 and isinstance(result.exception, InputError)
     assert "no such sweep file or bundled sweep (bundled: context-vs-scale)" in str(result.exception)
     assert "context-vs-scael" in str(result.exception)
+
+
+def test_a_cell_skips_the_gumbel_fits_and_reports_what_the_full_run_reports(sweep_file):
+    from simbench.experiment import run_experiment
+
+    scenario = sweeps.load_sweep(sweep_file).cells[1].scenario
+    full = run_experiment(scenario)
+    cell = run_experiment(scenario, stragglers=False)
+    assert not full.gumbel.empty and not full.extrapolation.empty and not full.latency.empty
+    assert cell.gumbel.empty and cell.extrapolation.empty and cell.latency.empty
+    for table in ("scaling", "breakdown", "timeline"):
+        pd.testing.assert_frame_equal(getattr(cell, table), getattr(full, table))
+    pd.testing.assert_frame_equal(cell.packing, full.packing)
