@@ -43,6 +43,17 @@ INDEPENDENT_PADDED_RUNS = {
                               "phase 2, 8 GPUs"),
 }
 
+# The same MLPerf v0.7 BERT code and 20.06 container on V100s (mlcommons/training_results_v0.7 at commit c6640611,
+# NVIDIA/results/<system>/bert/result_0.txt, the run number the A100 logs use): simbench's log reader's median of
+# the per-step seq/s after step 50 and its coefficient of variation. Like the A100 runs, NVIDIA ran un-padded on
+# one node (DGX-2H, 16 V100s, --unpad, 27 per GPU) and padded at scale (32 DGX-2H, 512 V100s, 18 per GPU).
+V100_MLPERF_RUNS = {
+    "un-padded": dict(source="NVIDIA MLPerf v0.7 BERT log, DGX-2H, 16 V100 (dgx2h_ngc20.06_pytorch, result_0)",
+                      gpus=16, per_gpu_batch=27, unpadded=True, median_sequences_per_s=1089.81, cv=0.0802),
+    "padded": dict(source="NVIDIA MLPerf v0.7 BERT log, 32 DGX-2H, 512 V100 (dgx2h_n32_ngc20.06_pytorch, result_0)",
+                   gpus=512, per_gpu_batch=18, unpadded=False, median_sequences_per_s=25717.44, cv=0.0480),
+}
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -186,7 +197,8 @@ def _mlperf_claims(folder: Path) -> list[Claim]:
         row = table.loc[(gpus, quantity)]
         claims.append(Claim(f"{quantity}, {gpus} GPUs {row['execution']}", source.format(gpus), fitted_on,
                             float(row["simbench"]), float(row["measured"]), tolerance))
-    return claims + _group_curve_claims(runs[8], runs[16]) + _independent_padded_claims(runs[256])
+    return (claims + _group_curve_claims(runs[8], runs[16]) + _independent_padded_claims(runs[256])
+            + _cross_generation_claims(runs[8], runs[256]))
 
 
 def _group_curve_claims(run_8, run_16) -> list[Claim]:
@@ -228,3 +240,29 @@ def _independent_padded_claims(run_256) -> list[Claim]:
                          "NVIDIA MLPerf v0.7 BERT log, 256 GPUs", fitted_on, float(predicted["simbench"]),
                          float(predicted["measured"]), 5)]
     return claims
+
+
+def _cross_generation_claims(run_8, run_256) -> list[Claim]:
+    """The 256-GPU padded log predicted from the 8-GPU un-padded one, with un-padding's efficiency over
+    padding carried from the same code's V100 runs: fitted there, where NVIDIA ran both modes, with the
+    v100-dgx2h preset's compute rates fitted too; then the a100 rates fitted on the 8-GPU log alone."""
+    from simbench.calibrate.logfit import PublishedRunStatistics, fit_logs
+    from simbench.costmodels.hardware import load_hardware
+
+    v100_runs = {mode: PublishedRunStatistics(**run) for mode, run in V100_MLPERF_RUNS.items()}
+    v100 = fit_logs(list(v100_runs.values()), hardware="v100-dgx2h",
+                    free=("compute_rate_scale", "unpadded_flops_fraction", "unpadded_noise_cv"))
+    fraction = v100.fitted["unpadded_flops_fraction"]
+    a100 = fit_logs([run_8], [run_256], hardware=load_hardware("a100", {"unpadded_flops_fraction": fraction}),
+                    free=("compute_rate_scale", "unpadded_noise_cv"))
+    v100_table = v100.table.set_index(["gpus", "quantity"])
+    claims = [Claim(f"median seq/s, {run['gpus']} V100 {mode}", run["source"],
+                    "this figure: the v100-dgx2h rates, un-padded efficiency and noise fitted on both V100 runs",
+                    float(v100_table.loc[(run["gpus"], "median seq/s"), "simbench"]), run["median_sequences_per_s"], 0)
+              for mode, run in V100_MLPERF_RUNS.items()]
+    predicted = a100.table.set_index(["gpus", "quantity"]).loc[(256, "median seq/s")]
+    fitted_on = (f"the 8-GPU un-padded log (a100 rates x {a100.fitted['compute_rate_scale']:.3f}, noise) with the "
+                 f"V100 runs' un-padded efficiency ({fraction:.3f} of padded FLOP/s)")
+    return claims + [Claim("median seq/s, 256 GPUs padded, un-padded efficiency carried from V100",
+                           "NVIDIA MLPerf v0.7 BERT log, 256 GPUs", fitted_on, float(predicted["simbench"]),
+                           float(predicted["measured"]), 5)]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from simbench.calibrate.logfit import LogSimulation, fit_logs, measured_statistics
+from simbench.calibrate.logfit import LogSimulation, PublishedRunStatistics, fit_logs, measured_statistics
 from simbench.cli import app
 from simbench.costmodels import BatchSet, ExecutionMode, TransformerCostModel, load_hardware
 from simbench.costmodels.mlperf import MlperfRun, parse_step_csv, read_training_log
@@ -103,6 +103,47 @@ def test_a_fit_recovers_the_parameters_a_log_was_made_with_and_predicts_another_
     assert abs(predicted.loc["CV of seq/s", "error_percent"]) < 25
     assert result.profile.unpadded_flops_fraction == result.fitted["unpadded_flops_fraction"]
     assert "fit-logs on a.csv, b.csv" in result.profile.source
+
+
+def test_a_compute_rate_scale_fitted_on_published_statistics_recovers_the_one_they_were_made_with(tmp_path):
+    """Two runs known only by median and CV (as a paper gives them), one padded and one un-padded, made
+    with rates 1.6 x the preset's: the scale, the un-padded fraction and the noise come back; the padded
+    run's per-GPU scaling is fitted with the medians, not a prediction."""
+    truth = load_hardware("a100", {"unpadded_flops_fraction": 0.7, "unpadded_noise_cv": 0.08,
+                                   "linear_flops_per_s": 1.6 * load_hardware("a100").linear_flops_per_s,
+                                   "attention_flops_per_s": 1.6 * load_hardware("a100").attention_flops_per_s})
+    made = []
+    for name, gpus, batch, unpadded in (("un-padded", 8, 16, True), ("padded", 64, 12, False)):
+        log = fit_logs([read_training_log(synthetic_log(tmp_path / f"{name}.csv", gpus, batch, unpadded))],
+                       free=(), hardware=truth, after_step=0, steps=300, seed=7).table.set_index("quantity")
+        made.append(PublishedRunStatistics(name, gpus, batch, unpadded, float(log.loc["median seq/s", "simbench"]),
+                                           float(log.loc["CV of seq/s", "simbench"])))
+    result = fit_logs(made, free=("compute_rate_scale", "unpadded_flops_fraction", "unpadded_noise_cv"),
+                      steps=300, seed=8)
+    assert result.fitted["compute_rate_scale"] == pytest.approx(1.6, rel=0.02)
+    assert result.fitted["unpadded_flops_fraction"] == pytest.approx(0.7, rel=0.05)
+    assert result.fitted["unpadded_noise_cv"] == pytest.approx(0.08, rel=0.25)
+    assert result.profile.linear_flops_per_s == pytest.approx(1.6 * load_hardware("a100").linear_flops_per_s, rel=0.02)
+    table = result.table.set_index(["log", "quantity"])
+    assert table.loc[("padded", "per-GPU scaling"), "role"] == "fitted"
+    assert table.loc[("padded", "CV of seq/s"), "role"] == "predicted"  # padded steps' spread is not fitted
+    assert np.isnan(table.loc[("padded", "CV of seq/s"), "error_percent"])  # identical steps: no relative error
+    with pytest.raises(InputError, match="median throughput must be positive"):
+        PublishedRunStatistics("paper", 8, 16, True, 0.0, 0.1)
+
+
+def test_set_holds_a_profile_field_and_a_bad_setting_is_an_input_error(tmp_path):
+    fit_log = synthetic_log(tmp_path / "fit.csv", gpus=2, batch=8, steps=40)
+    held = CliRunner().invoke(app, ["fit-logs", str(fit_log), "--after-step", "0", "--steps", "40", "--json",
+                                    "--set", "unpadded_flops_fraction=0.7", "--fit", "unpadded_noise_cv"])
+    assert held.exit_code == 0, held.output
+    median = next(json.loads(line) for line in held.stdout.splitlines() if "median" in line)
+    assert abs(median["error_percent"]) < 3  # the held fraction is the log's own
+    for setting, message in (("unpadded_flops_fraction=fast", "--set takes FIELD=VALUE with a number"),
+                             ("unpadded_flops_fraction=-1", "unpadded_flops_fraction"), ("speed=2", "speed")):
+        result = CliRunner().invoke(app, ["fit-logs", str(fit_log), "--after-step", "0", "--set", setting])
+        # An InputError: the command line prints it as one line and exits with status 2.
+        assert isinstance(result.exception, InputError) and message in str(result.exception)
 
 
 def test_fitting_nothing_only_compares(tmp_path):

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from simbench.costmodels.base import BatchSet, ExecutionMode
-from simbench.costmodels.hardware import HardwareProfile, load_hardware
+from simbench.costmodels.hardware import HardwareProfile, load_hardware, scale_compute_rates
 from simbench.costmodels.mlperf import MlperfRun
 from simbench.costmodels.noise import step_noise_factors
 from simbench.costmodels.transformer import TransformerCostModel
@@ -30,7 +30,10 @@ from simbench.histogram import LengthHistogram, load_histogram
 from simbench.validation import check_whole_number
 
 # Each free parameter: bounds, and the scale that makes it about 1 in the solver's coordinates.
+# All but COMPUTE_RATE_SCALE are profile fields; it multiplies the dense and attention FLOP/s together.
+COMPUTE_RATE_SCALE = "compute_rate_scale"
 FREE_PARAMETERS = {
+    COMPUTE_RATE_SCALE: ((1e-3, 1e3), 1.0),
     "unpadded_flops_fraction": ((0.05, 2.0), 1.0),
     "unpadded_noise_cv": ((0.0, 1.0), 0.1),
     "unpad_group_half_saturation_tokens": ((0.0, 1e6), 1e3),
@@ -55,8 +58,33 @@ class LogStatistics:
         return LogStatistics(float(np.median(values)), round(float(values.std() / values.mean()), 12))
 
 
-def measured_statistics(run: MlperfRun, after_step: int = DEFAULT_AFTER_STEP) -> LogStatistics:
-    """The log's statistics over the steps after warm-up."""
+@dataclass(frozen=True)
+class PublishedRunStatistics:
+    """A run known only by its published statistics (no per-step log at hand): the setup a log would
+    give, and the median and CV of its per-step throughput after warm-up. Fits and predicts like a log."""
+
+    source: str
+    gpus: int
+    per_gpu_batch: int
+    unpadded: bool
+    median_sequences_per_s: float
+    cv: float
+
+    def __post_init__(self):
+        for name in ("gpus", "per_gpu_batch"):
+            check_whole_number(getattr(self, name), name, minimum=1)
+        if not (self.median_sequences_per_s > 0 and self.cv >= 0):
+            raise InputError(f"a run's median throughput must be positive and its CV not negative, found "
+                             f"{self.median_sequences_per_s} and {self.cv}", source=self.source)
+
+
+TrainingRun = MlperfRun | PublishedRunStatistics
+
+
+def measured_statistics(run: TrainingRun, after_step: int = DEFAULT_AFTER_STEP) -> LogStatistics:
+    """The log's statistics over the steps after warm-up (a published run's as published)."""
+    if isinstance(run, PublishedRunStatistics):
+        return LogStatistics(run.median_sequences_per_s, run.cv)
     values = run.steps_after(after_step)["sequences_per_s"].to_numpy()
     if values.size < 3:
         raise InputError(f"only {values.size} steps after step {after_step}; need at least 3 "
@@ -67,7 +95,7 @@ def measured_statistics(run: MlperfRun, after_step: int = DEFAULT_AFTER_STEP) ->
 class LogSimulation:
     """One log's run, drawn once: the same batches and noise draws for every profile tried."""
 
-    def __init__(self, run: MlperfRun, histogram: LengthHistogram, steps: int, rng: np.random.Generator):
+    def __init__(self, run: TrainingRun, histogram: LengthHistogram, steps: int, rng: np.random.Generator):
         if run.per_gpu_batch < 1:
             raise InputError("the log does not say the per-GPU batch size (no --train_batch_size, no "
                              "global_batch_size event)", source=run.source)
@@ -104,7 +132,7 @@ class LogFit:
     table: pd.DataFrame
 
 
-def fit_logs(fit_on: Sequence[MlperfRun], predict: Sequence[MlperfRun] = (), *, hardware="a100",
+def fit_logs(fit_on: Sequence[TrainingRun], predict: Sequence[TrainingRun] = (), *, hardware="a100",
              model="bert-large", histogram="wikipedia_512", free: Sequence[str] = DEFAULT_FREE,
              after_step: int = DEFAULT_AFTER_STEP, steps: int = DEFAULT_SIMULATED_STEPS, seed: int = 0) -> LogFit:
     """Fit `free` profile fields on the `fit_on` logs' medians (and spreads, when noise is free), then
@@ -123,7 +151,7 @@ def fit_logs(fit_on: Sequence[MlperfRun], predict: Sequence[MlperfRun] = (), *, 
     scales = np.array([FREE_PARAMETERS[name][1] for name in free])
 
     def profile_at(x: np.ndarray) -> HardwareProfile:
-        return base.model_copy(update=dict(zip(free, (x * scales).tolist())))
+        return _profile_with(base, dict(zip(free, (x * scales).tolist())))
 
     def residuals(x: np.ndarray) -> np.ndarray:
         cost_model = TransformerCostModel(model, profile_at(x))
@@ -136,9 +164,7 @@ def fit_logs(fit_on: Sequence[MlperfRun], predict: Sequence[MlperfRun] = (), *, 
         return np.array(errors)
 
     if free:
-        # Start noise inside its range: at zero the spread's derivative in the noise is zero too.
-        start = np.array([getattr(base, name) or (0.5 * scale if name == "unpadded_noise_cv" else 0.0)
-                          for name, scale in zip(free, scales)]) / scales
+        start = np.array([_start_value(base, name, scale) for name, scale in zip(free, scales)]) / scales
         lower = np.array([FREE_PARAMETERS[name][0][0] for name in free]) / scales
         upper = np.array([FREE_PARAMETERS[name][0][1] for name in free]) / scales
         # A coarse difference step: the slowest device's time has kinks that a tiny step would see.
@@ -147,8 +173,9 @@ def fit_logs(fit_on: Sequence[MlperfRun], predict: Sequence[MlperfRun] = (), *, 
     else:
         fitted = {}
     names = ", ".join(Path(run.source).name for run in fit_on)
-    profile = base.model_copy(update={**fitted, "source": f"{base.source} Fitted by simbench fit-logs on {names}: "
-                                      + ", ".join(f"{key} = {value:.4g}" for key, value in fitted.items())})
+    profile = _profile_with(base, fitted).model_copy(update={
+        "source": f"{base.source} Fitted by simbench fit-logs on {names}: "
+                  + ", ".join(f"{key} = {value:.4g}" for key, value in fitted.items())})
     cost_model = TransformerCostModel(model, profile)
     predict_cases = [(run, measured_statistics(run, after_step), LogSimulation(run, lengths, steps, rng))
                      for run in predict]
@@ -164,14 +191,29 @@ def fit_logs(fit_on: Sequence[MlperfRun], predict: Sequence[MlperfRun] = (), *, 
     return LogFit(profile, fitted, pd.DataFrame(rows))
 
 
-def _fitted_quantities(run: MlperfRun, fit_on: Sequence[MlperfRun], free: tuple[str, ...]) -> set[str]:
-    """The quantities of `run` the fit matched: medians of every fitted log, spreads of un-padded ones."""
+def _profile_with(base: HardwareProfile, values: dict[str, float]) -> HardwareProfile:
+    """`base` with the free parameters' values: profile fields set, the compute rate scale applied."""
+    fields = dict(values)
+    return scale_compute_rates(base, fields.pop(COMPUTE_RATE_SCALE, 1.0)).model_copy(update=fields)
+
+
+def _start_value(base: HardwareProfile, name: str, scale: float) -> float:
+    if name == COMPUTE_RATE_SCALE:
+        return 1.0
+    # Noise starts inside its range: at zero the spread's derivative in the noise is zero too.
+    return getattr(base, name) or (0.5 * scale if name == "unpadded_noise_cv" else 0.0)
+
+
+def _fitted_quantities(run: TrainingRun, fit_on: Sequence[TrainingRun], free: tuple[str, ...]) -> set[str]:
+    """The quantities of `run` the fit matched: medians of every fitted log (so their per-GPU scaling over
+    the first fitted log too), spreads of un-padded ones."""
     if not free or not any(run is fitted for fitted in fit_on):
         return set()
-    return {"median seq/s"} | ({"CV of seq/s"} if run.unpadded and "unpadded_noise_cv" in free else set())
+    return ({"median seq/s", "per-GPU scaling"}
+            | ({"CV of seq/s"} if run.unpadded and "unpadded_noise_cv" in free else set()))
 
 
-def _checked_free(free: Sequence[str], fit_on: Sequence[MlperfRun]) -> tuple[str, ...]:
+def _checked_free(free: Sequence[str], fit_on: Sequence[TrainingRun]) -> tuple[str, ...]:
     free = tuple(dict.fromkeys(free))
     unknown = [name for name in free if name not in FREE_PARAMETERS]
     if unknown:
@@ -184,7 +226,7 @@ def _checked_free(free: Sequence[str], fit_on: Sequence[MlperfRun]) -> tuple[str
     return free
 
 
-def _rows(run: MlperfRun, simulated: LogStatistics, measured: LogStatistics, reference) -> list[dict]:
+def _rows(run: TrainingRun, simulated: LogStatistics, measured: LogStatistics, reference) -> list[dict]:
     setup = {"log": Path(run.source).name, "gpus": run.gpus, "per_gpu_batch": run.per_gpu_batch,
              "execution": "un-padded" if run.unpadded else "padded"}
     reference_simulated, reference_measured, reference_gpus = reference
@@ -197,5 +239,7 @@ def _rows(run: MlperfRun, simulated: LogStatistics, measured: LogStatistics, ref
     if reference_simulated is not simulated:
         quantities.append(("per-GPU scaling", per_gpu_scaling(simulated, reference_simulated),
                            per_gpu_scaling(measured, reference_measured)))
+    # A log of identical steps has a spread of 0, against which no relative error exists.
     return [{**setup, "quantity": quantity, "simbench": value, "measured": truth,
-             "error_percent": 100 * (value / truth - 1)} for quantity, value, truth in quantities]
+             "error_percent": 100 * (value / truth - 1) if truth else float("nan")}
+            for quantity, value, truth in quantities]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simbench.costmodels.base import BatchSet, ExecutionMode
-from simbench.costmodels.hardware import HardwareProfile, load_hardware
+from simbench.costmodels.hardware import HardwareProfile, load_hardware, scale_compute_rates
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
 from simbench.validation import check_whole_number
@@ -80,12 +80,8 @@ def fit_padded_rates(run: PublishedThroughput, *, hardware="a100", model="bert-l
 
     base = load_hardware(hardware)
 
-    def profile_at(scale: float) -> HardwareProfile:
-        return base.model_copy(update={"linear_flops_per_s": base.linear_flops_per_s * scale,
-                                       "attention_flops_per_s": base.attention_flops_per_s * scale})
-
     def excess(log_scale: float) -> float:
-        cost_model = TransformerCostModel(model, profile_at(float(np.exp(log_scale))))
+        cost_model = TransformerCostModel(model, scale_compute_rates(base, float(np.exp(log_scale))))
         return np.log(padded_sequences_per_s(run, cost_model) / run.sequences_per_s)
 
     low, high = np.log(1e-3), np.log(1e3)
@@ -93,7 +89,7 @@ def fit_padded_rates(run: PublishedThroughput, *, hardware="a100", model="bert-l
         raise InputError(f"no compute rate puts simbench at {run.sequences_per_s:g} seq/s: its fixed costs alone "
                          "set the pace", source=run.source)
     scale = float(np.exp(brentq(excess, low, high, xtol=1e-12)))
-    fitted = profile_at(scale)
+    fitted = scale_compute_rates(base, scale)
     fitted = fitted.model_copy(update={"source": f"{base.source} Dense and attention FLOP/s scaled by {scale:.4f}, "
                                                  f"fitted on {run.source}"})
     return RateFit(fitted, scale, padded_sequences_per_s(run, TransformerCostModel(model, fitted)))

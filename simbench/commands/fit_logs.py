@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
@@ -11,7 +12,10 @@ from simbench.errors import InputError
 
 FREE_HELP = ("comma-separated profile fields to fit: unpadded_flops_fraction, unpadded_noise_cv, "
              "unpad_group_half_saturation_tokens (un-padding priced per length group), "
-             "step_overhead_seconds (needs logs at two batch sizes); empty: fit nothing, only compare")
+             "step_overhead_seconds (needs logs at two batch sizes), compute_rate_scale (one factor on the "
+             "dense and attention FLOP/s); empty: fit nothing, only compare")
+SET_HELP = ("hold a profile field at a value, FIELD=VALUE (repeatable), e.g. unpadded_flops_fraction=0.84 "
+            "fitted on another GPU's logs")
 
 
 def fit_logs(
@@ -19,6 +23,7 @@ def fit_logs(
                                       "(.txt or .txt.gz) or per-step CSVs (gpus, per_gpu_batch, unpadded, seq/s)"),
     predict: list[Path] = typer.Option([], "--predict", help="a log to predict without fitting on it (repeatable)"),
     hardware: str = typer.Option("a100", "--hardware", help="hardware preset or profile YAML to start from"),
+    settings: list[str] = typer.Option([], "--set", help=SET_HELP),
     model: str = typer.Option("bert-large", "--model", help="model preset the logs trained"),
     histogram: str = typer.Option("wikipedia_512", "--histogram", help="length histogram of the logs' dataset"),
     free: str = typer.Option("unpadded_flops_fraction,unpadded_noise_cv", "--fit", help=FREE_HELP),
@@ -34,14 +39,14 @@ def fit_logs(
 
     from simbench.atomic import atomic_file
     from simbench.calibrate.logfit import fit_logs as fit
-    from simbench.costmodels.hardware import profile_to_yaml
+    from simbench.costmodels.hardware import load_hardware, profile_to_yaml
     from simbench.costmodels.mlperf import read_training_log
 
     if output is not None and output.is_dir():
         raise InputError("the output is a folder; give a .yaml file name", source=str(output))
     names = tuple(name.strip() for name in free.split(",") if name.strip())
     result = fit([read_training_log(path) for path in logs], [read_training_log(path) for path in predict],
-                 hardware=hardware, model=model, histogram=histogram, free=names, after_step=after_step,
+                 hardware=load_hardware(hardware, _field_values(settings)), model=model, histogram=histogram, free=names, after_step=after_step,
                  steps=steps, seed=seed)
     if output is not None:
         with atomic_file(output) as temporary:
@@ -57,10 +62,22 @@ def fit_logs(
     table = Table("run", "quantity", "role", "simbench", "log", "error %")
     for row in result.table.itertuples():
         table.add_row(_run_label(row), row.quantity, row.role, f"{row.simbench:.4g}", f"{row.measured:.4g}",
-                      f"{row.error_percent:+.1f}")
+                      "" if math.isnan(row.error_percent) else f"{row.error_percent:+.1f}")
     console.print(table)
     if output is not None:
         Console(stderr=True).print(f"wrote {output}", highlight=False)
+
+
+def _field_values(settings: list[str]) -> dict[str, float]:
+    """`--set FIELD=VALUE` options as profile overrides (the profile's own validation checks each field)."""
+    values = {}
+    for setting in settings:
+        field, _, text = setting.partition("=")
+        try:
+            values[field.strip()] = float(text)
+        except ValueError:
+            raise InputError(f"--set takes FIELD=VALUE with a number, found {setting!r}") from None
+    return values
 
 
 def _run_label(row) -> str:

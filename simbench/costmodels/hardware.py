@@ -104,6 +104,13 @@ PAPER_PACK_OVERHEAD = {"pack_overhead_fraction": PAPER_PACK_OVERHEAD_FRACTION,
                        "pack_overhead_per_depth_fraction": PAPER_PACK_OVERHEAD_PER_DEPTH_FRACTION}
 
 A100_PEAK_FLOPS_PER_S = 312e12  # datasheet: bf16/fp16 dense tensor-core peak
+# NVIDIA DGX-2H datasheet: 16 Tesla V100 SXM3 32 GB at 450 W, 2.1 PFLOP/s of fp16 tensor performance in all;
+# NVSwitch gives each GPU its six NVLink 2 links (300 GB/s, both directions); eight 100 Gb/s EDR InfiniBand
+# ports for the cluster network, so two GPUs share one. V100 datasheet: 900 GB/s HBM2.
+V100_DGX2H_PEAK_FLOPS_PER_S = 2.1e15 / 16
+V100_HBM_BYTES_PER_S = 900e9
+V100_DGX2H_NVLINK_BYTES_PER_S = 150e9  # per direction
+V100_DGX2H_NIC_BYTES_PER_S = 8 * 100e9 / 8 / 16  # per GPU
 IPU_M2000_PEAK_FLOPS_PER_S = 4 * 250e12  # datasheet: 4 x GC200 at 250 TFLOP/s fp16 each
 CS2_PEAK_FLOPS_PER_S = 7.5e15  # no vendor FLOP/s figure exists for the WSE-2: an assumed order of magnitude
 
@@ -145,6 +152,13 @@ ADAMW_BYTES_PER_PARAMETER = 32
 # Decoder LMs take a per-token loss over every position, so packing adds only cu_seqlens and position ids:
 # assumed 0.5 % of the step at any depth (the paper's 4.3 % was BERT's per-sequence MLM/NSP unpacking on the IPU).
 LLM_PACK_OVERHEAD_FRACTION = 0.005
+
+
+def scale_compute_rates(profile: HardwareProfile, scale: float) -> HardwareProfile:
+    """The profile with its dense and attention FLOP/s both multiplied by `scale` (their ratio kept):
+    the one factor fitted when a measured throughput sets a device's speed."""
+    return profile.model_copy(update={"linear_flops_per_s": profile.linear_flops_per_s * scale,
+                                      "attention_flops_per_s": profile.attention_flops_per_s * scale})
 
 
 def _achieved_rates(peak_flops_per_s: float, *, linear_fraction: float, attention_fraction: float) -> dict:
@@ -268,6 +282,32 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
         allreduce_bytes_per_s=150e9,
         gradient_bytes_per_parameter=2.0,
         vts_stage_fixed_seconds=1e-6,
+    ),
+    "v100-dgx2h": HardwareProfile(
+        name="v100-dgx2h",
+        source=(
+            "DGX-2H datasheet: 16 V100 SXM3 32 GB at 450 W, 2.1 PFLOP/s fp16 tensor in all (131 TFLOP/s per GPU), "
+            "NVSwitch with 300 GB/s of NVLink per GPU (both directions), 8 x 100 Gb/s EDR InfiniBand per node "
+            "(6.25 GB/s per GPU); V100 datasheet: 900 GB/s HBM2. Chosen as for the a100 preset, not measured: "
+            "36 % of peak on the dense layers and 25 % on attention, NCCL rings at 80 % of the NVLink and 90 % "
+            "of the InfiniBand line rate, LAMB at ~36 bytes per parameter of HBM traffic, kernel costs and "
+            "packing overhead as a100's. `simbench fit-logs` can fit its compute rates on a log."
+        ),
+        **_achieved_rates(V100_DGX2H_PEAK_FLOPS_PER_S, linear_fraction=0.36, attention_fraction=0.25),
+        half_saturation_tokens=256.0,
+        kernel_launch_seconds=4e-6,
+        kernels_per_layer=40,
+        step_overhead_seconds=1e-3,
+        optimizer_seconds_per_parameter=36 / V100_HBM_BYTES_PER_S,
+        shape_change_seconds=1e-3,
+        host_to_device_bytes_per_s=12e9,  # PCIe gen3 x16, achieved
+        **PAPER_PACK_OVERHEAD,
+        allreduce_latency_seconds=10e-6,
+        allreduce_bytes_per_s=0.9 * V100_DGX2H_NIC_BYTES_PER_S,
+        devices_per_node=16,
+        intra_node_latency_seconds=5e-6,
+        intra_node_bytes_per_s=0.8 * V100_DGX2H_NVLINK_BYTES_PER_S,
+        gradient_bytes_per_parameter=2.0,  # fp16 gradients, as in MLPerf BERT
     ),
     "h100-sxm": _measured_llm_gpu(
         "h100-sxm", "H100 SXM",
