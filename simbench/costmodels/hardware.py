@@ -224,7 +224,9 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
             "(both directions), HDR InfiniBand 200 Gb/s per GPU in a DGX A100. Chosen, not measured: "
             "36 % of peak on the dense layers and 25 % on attention's small per-head matmuls, which puts "
             "padded BERT-large at batch 20 on 256 GPUs within ~5 % of NVIDIA's MLPerf v0.7 log "
-            "(~94.5 seq/s per GPU); NCCL ring bandwidth 240 GB/s in a node, 22.5 GB/s (90 % of HDR) "
+            "(~94.5 seq/s per GPU; fitted instead on the 8-GPU un-padded log, with un-padding's efficiency "
+            "carried from the same code's V100 runs, the rates come out 0.4 % lower: README, \"Fitted on some "
+            "logs\"); NCCL ring bandwidth 240 GB/s in a node, 22.5 GB/s (90 % of HDR) "
             "across nodes; LAMB reads and writes ~36 bytes per parameter at HBM speed; packing overhead "
             "assumed equal to the IPU's measured one (the paper has no GPU figure)."
         ),
