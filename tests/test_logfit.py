@@ -166,6 +166,10 @@ def test_parameters_a_log_cannot_tell_apart_are_refused(tmp_path):
         fit_logs([unpadded], free=("linear_flops_per_s",))
     with pytest.raises(InputError, match="only 0 steps after step 50"):
         measured_statistics(unpadded)
+    huge = PublishedRunStatistics("2,048 GPUs", 2048, 32, True, 3e5, 0.1)
+    with pytest.raises(InputError, match="would draw 6.6e\\+07 sequences") as error:
+        fit_logs([huge])  # refused before drawing anything
+    assert error.value.parameter == "steps"
 
 
 def test_command_prints_json_rows_and_writes_the_fitted_profile(tmp_path):

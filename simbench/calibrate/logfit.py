@@ -42,6 +42,10 @@ FREE_PARAMETERS = {
 DEFAULT_FREE = ("unpadded_flops_fraction", "unpadded_noise_cv")
 DEFAULT_AFTER_STEP = 50  # MLPerf's first steps include compilation and cache warm-up
 DEFAULT_SIMULATED_STEPS = 1000  # medians within about 0.5 % from seed to seed
+# Sequences drawn for all logs together: a fit prices them 20-60 times, about a second per 1e7 each on two
+# cores (the 16- and 512-GPU V100 runs at 1,000 steps draw 9.6e6 and fit in 9 s); 10^5 steps of the 256-GPU
+# log would have drawn 5e8 sequences and run out of memory.
+FIT_SIMULATED_SEQUENCES_MAX = 30_000_000
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,11 @@ def fit_logs(fit_on: Sequence[TrainingRun], predict: Sequence[TrainingRun] = (),
     if not fit_on:
         raise InputError("give at least one log to fit on")
     check_whole_number(steps, "steps", minimum=10)
+    sequences = steps * sum(run.gpus * run.per_gpu_batch for run in (*fit_on, *predict))
+    if sequences > FIT_SIMULATED_SEQUENCES_MAX:
+        raise InputError(f"steps = {steps:,} would draw {sequences:.2g} sequences for these logs (steps x GPUs x "
+                         f"per-GPU batch, summed over the logs), more than the {FIT_SIMULATED_SEQUENCES_MAX:.0e} a fit "
+                         "may price; lower it (1,000 give medians within about 0.5 %)", parameter="steps")
     free = _checked_free(free, fit_on)
     base = load_hardware(hardware)
     lengths = histogram if isinstance(histogram, LengthHistogram) else load_histogram(histogram)
