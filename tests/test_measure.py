@@ -40,6 +40,16 @@ def test_rescaling_keeps_every_sequence_and_scales_lengths_proportionally():
     assert measure.rescale_histogram(scaled, 128) is scaled
 
 
+def test_timings_that_would_run_for_hours_are_refused_before_any_work():
+    assert _settings(steps=16, repeats=3).steps == 16
+    for changes in ({"steps": 10**8}, {"repeats": 10**8}, {"batch_size": 10**8}, {"steps": 5000}):
+        with pytest.raises(InputError, match="training FLOPs, more than the 1e\\+14") as error:
+            _settings(**changes)
+        assert error.value.parameter == "steps"
+    # A GPU is allowed a thousand times the work.
+    assert _settings(steps=5000, device="cuda").steps == 5000
+
+
 def test_every_strategy_gets_steps_batches_of_batch_size_rows_from_the_histogram():
     histogram = measure.rescale_histogram(load_histogram("wikipedia_512"), 128)
     settings = _settings()

@@ -17,7 +17,7 @@ FITTED_PRESETS = {
             "measurement instead, simbench misses that log by 23-29 %, while speed-ups over padding move by at most 2 %: "
             "spfhp:3, unpad and sort on Wikipedia at 1 to 2048 devices; with rates fitted on the 8-GPU un-padded log "
             "and un-padding's efficiency carried from the same code's V100 runs, they come out 0.4 % lower and "
-            "predict that log at -2.1 %)",
+            "predict that log 2.1 % low)",
     "ipu-m2000": "its packing overhead is a line fitted to the packing paper's Table 1 overheads",
 }
 
