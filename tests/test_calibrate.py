@@ -71,6 +71,15 @@ def test_bad_options_are_input_errors(tmp_path, arguments, message):
     assert message in str(result.exception)
 
 
+def test_a_calibration_that_would_run_for_hours_is_refused_before_any_batch_is_built(tmp_path):
+    pytest.importorskip("torch")
+    result = runner.invoke(app, ["calibrate", "--model", "bert-large", "--max-length", "512", "--device", "cpu",
+                                 "-o", str(tmp_path / "p.yaml")])
+    assert isinstance(result.exception, InputError), result.output
+    assert "training FLOPs, more than the 1e+14 a timing run on cpu may take" in str(result.exception)
+    assert not (tmp_path / "p.yaml").exists()
+
+
 def test_cuda_is_refused_clearly_when_torch_sees_no_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

@@ -77,6 +77,13 @@ def test_encoders_and_too_few_lengths_are_refused():
         calibrate_decoder(TINY, lengths=(32, 64, 100_000), device="cpu")
 
 
+def test_a_slice_that_would_run_for_hours_is_refused_before_it_is_built():
+    # 2 layers of llama-3.1-8b at 1k-128k tokens: about 2e16 training FLOPs, days on a CPU.
+    with pytest.raises(InputError, match="about 2.0e\\+16 training FLOPs, more than the 1e\\+14") as error:
+        calibrate_decoder(MODEL_PRESETS["llama-3.1-8b"], device="cpu")
+    assert "--layers" in str(error.value)
+
+
 PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 MEASURED = {"h100-sxm": "decoder-h100-sxm.json", "h200": "decoder-h200.json"}
 

@@ -16,8 +16,8 @@ from simbench.calibrate.batches import TorchBatch, batch_for_layout
 from simbench.calibrate.encoder import EncoderShape
 from simbench.calibrate.fit import ProfileFit, TimedLayout, fit_profile
 from simbench.calibrate.layout import BatchLayout
-from simbench.calibrate.timing import (StepTiming, build_trainer, device_description, load_adjusted, time_batches,
-                                       training_precision, uses_cpu_clock)
+from simbench.calibrate.timing import (StepTiming, build_trainer, check_timed_work, device_description, load_adjusted,
+                                       time_batches, training_precision, uses_cpu_clock)
 from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
 from simbench.validation import check_seed, check_whole_number
@@ -121,6 +121,11 @@ def prepare_calibration(settings: CalibrationSettings) -> tuple[list[BatchLayout
     rng = np.random.default_rng(settings.seed)
     vocabulary = settings.encoder_shape().vocabulary
     layouts = calibration_layouts(settings.max_length, settings.quick, rng, settings.model.max_positions)
+    flops = (settings.warmup + settings.repeats) * sum(settings.model.training_flops(layout.row_slots)
+                                                       for layout in layouts)
+    check_timed_work(flops, settings.device, f"calibrating {settings.model.name} on rows of {settings.max_length:,} "
+                     f"tokens ({len(layouts)} batches, {settings.warmup + settings.repeats} times each)",
+                     "use --quick, a smaller --model, a shorter --max-length, or a GPU")
     return layouts, [batch_for_layout(layout, vocabulary, rng, settings.attention) for layout in layouts]
 
 

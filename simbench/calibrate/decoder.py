@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from simbench.calibrate.timing import check_timed_work
 from simbench.costmodels.hardware import HardwareProfile
 from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
@@ -205,6 +206,11 @@ def time_decoder_slice(model: ModelSpec, layers: int, lengths: Sequence[int], de
     if len(lengths) < 3:
         raise InputError(f"need at least 3 lengths within the model's {model.max_positions:,} positions to fit two "
                          f"rates and hold one out, found {lengths}")
+    rows = {length: max(1, tokens_per_step // length) for length in lengths}
+    # Causal rows at every length, and a packed row at the long ones: counted as if both ran at every length.
+    flops = 2 * (warmup + repeats) * sum(rows[length] * sum(slice_flops(model, layers, [length])) for length in lengths)
+    check_timed_work(flops, device, f"timing {layers} layers of {model.name} at lengths {lengths[0]:,}-{lengths[-1]:,}",
+                     "time fewer --layers, shorter --lengths or fewer --repeats, or use a GPU")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     dtype = _precision(device)
@@ -231,7 +237,7 @@ def time_decoder_slice(model: ModelSpec, layers: int, lengths: Sequence[int], de
         low, median, high = np.percentile(samples, [25, 50, 75])
         return SliceTiming(kind, tuple(everything), float(median), float((high - low) / median), linear, attention)
 
-    causal = tuple(time_rows("causal", [[length]] * max(1, tokens_per_step // length)) for length in lengths)
+    causal = tuple(time_rows("causal", [[length]] * rows[length]) for length in lengths)
     packed = ()
     if varlen_attention_available(device):
         packed = tuple(time_rows("packed", [_documents(length, rng)]) for length in lengths

@@ -16,7 +16,8 @@ from simbench.calibrate.calibration import MIN_ROW_LENGTH, default_unpadded_atte
 from simbench.calibrate.fit import step_seconds_by_term
 from simbench.calibrate.layout import BatchLayout
 from simbench.calibrate.noisefit import NoiseFit, fit_step_noise
-from simbench.calibrate.timing import StepTiming, build_trainer, load_adjusted, time_batches, uses_cpu_clock
+from simbench.calibrate.timing import (StepTiming, build_trainer, check_timed_work, load_adjusted, time_batches,
+                                       uses_cpu_clock)
 from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile
 from simbench.costmodels.model import ModelSpec
@@ -28,10 +29,6 @@ from simbench.validation import check_seed, check_whole_number
 STRATEGIES = ("padding", "sort", "lpfhp", "unpadding")
 BASELINE = "padding"
 ERROR_TARGET = 0.10  # largest |predicted / measured speed-up - 1| a strategy may show
-# Training FLOPs the timed steps may take, rows counted full: about 10 minutes at the ~1.5e11 FLOP/s the
-# `tiny` encoder reaches on this project's CPU, and at ~1e14 on a GPU. The defaults take 1.4e12 (`tiny`,
-# rows of 128; about 8 s); `--steps 100000000` would have run for months.
-TIMED_FLOPS_MAX = {"cpu": 1e14, "cuda": 1e17}
 
 
 @dataclass(frozen=True)
@@ -62,12 +59,9 @@ class MeasureSettings:
         """Refuse, before building anything, timings that would take longer than a measurement should."""
         timed_batches = len(STRATEGIES) * self.steps * (self.repeats + 1)  # + 1: the warm-up and load rounds
         flops = timed_batches * self.batch_size * float(self.model.training_flops([self.max_length]))
-        limit = TIMED_FLOPS_MAX["cpu" if self.device == "cpu" else "cuda"]
-        if flops > limit:
-            raise InputError(f"timing {len(STRATEGIES)} strategies x {self.steps:,} steps x {self.repeats:,} repeats of "
-                             f"{self.batch_size:,} rows of {self.max_length:,} tokens would take about {flops:.1e} "
-                             f"training FLOPs, more than the {limit:.0e} a measurement on {self.device} may take "
-                             "(about 10 minutes); lower the steps, repeats, batch size or row length", parameter="steps")
+        check_timed_work(flops, self.device, f"timing {len(STRATEGIES)} strategies x {self.steps:,} steps x "
+                         f"{self.repeats:,} repeats of {self.batch_size:,} rows of {self.max_length:,} tokens",
+                         "lower the steps, repeats, batch size or row length", parameter="steps")
 
     @property
     def cpu_clock(self) -> bool:

@@ -17,6 +17,23 @@ import torch
 
 from simbench.calibrate.batches import TorchBatch
 from simbench.calibrate.encoder import Encoder, EncoderShape, training_loss
+from simbench.errors import InputError
+
+# Training FLOPs one timing run (calibrate, calibrate-decoder, measure) may take: about 10 minutes at the
+# ~1.5e11 FLOP/s the `tiny` encoder reaches on this project's 2-core CPU, and on a GPU at ~1.5e14 (a few times
+# below the H100's measured dense rate, for slower GPUs and small kernels). Checked before any work: BERT-large
+# calibrated on a CPU, or 80 layers of a 70B decoder, would have run for hours or run out of memory.
+TIMED_FLOPS_MAX = {"cpu": 1e14, "cuda": 1e17}
+
+
+def check_timed_work(flops: float, device: str | torch.device, what: str, remedy: str,
+                     parameter: str | None = None) -> None:
+    """Refuse a timing run whose training FLOPs exceed what a run on the device may take."""
+    kind = "cpu" if str(device).startswith("cpu") else "cuda"
+    limit = TIMED_FLOPS_MAX[kind]
+    if flops > limit:
+        raise InputError(f"{what} would take about {flops:.1e} training FLOPs, more than the {limit:.0e} a timing run "
+                         f"on {kind} may take (about 10 minutes); {remedy}", parameter=parameter)
 
 
 @dataclass(frozen=True)
