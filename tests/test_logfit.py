@@ -146,6 +146,21 @@ def test_set_holds_a_profile_field_and_a_bad_setting_is_an_input_error(tmp_path)
         assert isinstance(result.exception, InputError) and message in str(result.exception)
 
 
+def test_a_fit_that_cannot_reach_its_log_says_so(tmp_path):
+    """Un-padded steps spread by 0.1 %: the batches' content alone spreads simbench's far more, so no
+    noise can match the log's spread (and the least-squares compromise leaves the median off too)."""
+    path = tmp_path / "steady.csv"
+    path.write_text("gpus,per_gpu_batch,unpadded,seq/s\n" + "".join(f"8,32,true,{1000 * (1 + 0.001 * (-1) ** step)}\n"
+                                                                     for step in range(200)))
+    result = fit_logs([read_training_log(path)], after_step=0, steps=200)
+    unmatched = result.unmatched.set_index("quantity")["error_percent"]
+    assert unmatched["CV of seq/s"] > 100
+    assert set(result.table["role"]) == {"fitted"} and len(result.table) == 2
+    command = CliRunner().invoke(app, ["fit-logs", str(path), "--after-step", "0", "--steps", "200"])
+    assert command.exit_code == 0 and "warning: the fit did not match" in command.stderr
+    assert "8 x 32 un-padded CV of seq/s" in command.stderr
+
+
 def test_fitting_nothing_only_compares(tmp_path):
     run = read_training_log(synthetic_log(tmp_path / "a.csv", gpus=2, batch=8, steps=60))
     result = fit_logs([run], free=(), steps=60)

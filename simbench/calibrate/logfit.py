@@ -42,6 +42,7 @@ FREE_PARAMETERS = {
 DEFAULT_FREE = ("unpadded_flops_fraction", "unpadded_noise_cv")
 DEFAULT_AFTER_STEP = 50  # MLPerf's first steps include compilation and cache warm-up
 DEFAULT_SIMULATED_STEPS = 1000  # medians within about 0.5 % from seed to seed
+MATCH_PERCENT = 1.0  # a fitted quantity further from its log than this was not matched (the solver gets within 0.01 %)
 # Sequences drawn for all logs together: a fit prices them 20-60 times, about a second per 1e7 each on two
 # cores (the 16- and 512-GPU V100 runs at 1,000 steps draw 9.6e6 and fit in 9 s); 10^5 steps of the 256-GPU
 # log would have drawn 5e8 sequences and run out of memory.
@@ -126,14 +127,22 @@ class LogSimulation:
 class LogFit:
     """A fitted profile and, for every log, simbench's statistics against the measured ones.
 
-    `table` has one row per (log, quantity): `role` is "fitted" for the quantities the fit matched
-    and "predicted" for all others; `per-GPU scaling` is a log's per-GPU throughput over the first
-    fitted log's.
+    `table` has one row per (log, quantity): `role` is "fitted" for the quantities the fit was to
+    match and "predicted" for all others; `per-GPU scaling` is a log's per-GPU throughput over the
+    first fitted log's.
     """
 
     profile: HardwareProfile
     fitted: dict[str, float]
     table: pd.DataFrame
+
+    @property
+    def unmatched(self) -> pd.DataFrame:
+        """Fitted quantities the fit could not bring within MATCH_PERCENT of the log: the free fields
+        cannot reach it (batches whose content alone spreads steps more than the log's, fixed costs
+        that bound the throughput, more logs than fields)."""
+        fitted = self.table[self.table["role"] == "fitted"]
+        return fitted[~(fitted["error_percent"].abs() <= MATCH_PERCENT)]
 
 
 def fit_logs(fit_on: Sequence[TrainingRun], predict: Sequence[TrainingRun] = (), *, hardware="a100",

@@ -51,6 +51,13 @@ def fit_logs(
     if output is not None:
         with atomic_file(output) as temporary:
             temporary.write_text(profile_to_yaml(result.profile))
+    if not result.unmatched.empty:
+        misses = "; ".join(f"{_run_label(row)} {row.quantity} {row.error_percent:+.1f} %"
+                           for row in result.unmatched.itertuples())
+        Console(stderr=True).print(f"warning: the fit did not match every log it was fitted on ({misses}): the fitted "
+                                   "fields cannot reach them (batch content alone may spread steps more than the "
+                                   "log does, fixed costs may bound the throughput); fit other fields or check the "
+                                   "logs' setup", highlight=False, soft_wrap=True)
     if as_json:
         print_json_lines(result.table.to_dict(orient="records"))
         return
