@@ -58,6 +58,11 @@ def test_the_mlperf_rows_mark_the_256_gpu_log_as_fitted():
     assert carried["kind"] == "predicted" and carried["reproduces"] == "yes"
     assert "8-GPU un-padded log" in carried["fitted on"] and "256" not in carried["fitted on"]
     assert (rows.loc[["median seq/s, 16 V100 un-padded", "median seq/s, 512 V100 padded"], "kind"] == "fitted").all()
+    # The un-padded A100 logs with nothing fitted on any A100 un-padded run: 8 GPUs +1.3 %, CV -5.9 %.
+    for gpus in (8, 16):
+        for quantity in ("median seq/s", "CV of seq/s"):
+            row = rows.loc[f"{quantity}, {gpus} GPUs un-padded, un-padding carried from V100"]
+            assert row["kind"] == "predicted" and row["reproduces"] == "yes", (gpus, quantity)
 
 
 def test_a_summary_says_what_its_preset_was_fitted_on():
