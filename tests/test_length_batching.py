@@ -171,3 +171,23 @@ def test_token_budget_gives_the_same_cluster_speed_with_either_engine():
                         seed=1, engine=engine).summary.set_index("strategy").loc["token-budget", "speedup"]
                for engine in ("vectorized", "order-statistics")]
     assert results[0] == pytest.approx(results[1], rel=0.02)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 300), min_size=1, max_size=2_000),
+       st.sampled_from([300, 8_192, 70_000]),  # pairs counted in a table, in 32-bit and in 64-bit keys
+       st.integers(1, 8), st.integers(0, 2**32 - 1))
+def test_group_by_length_packs_the_samplers_order_in_pairs_of_length_and_padded_length(lengths, max_length,
+                                                                                       batch_size, seed):
+    from simbench.strategies.group_by_length import length_grouped_order
+
+    histogram = LengthHistogram.from_lengths(np.array(lengths), max_length)
+    options = PackOptions(batch_size=batch_size, seed=seed)
+    packing = get_strategy("group-by-length")(histogram, max_length, None, options)
+    batch_sequences = sequences_per_batch(histogram, batch_size, max_length)
+    ordered = length_grouped_order(np.repeat(histogram.lengths, histogram.counts), batch_sequences,
+                                   np.random.default_rng(seed))
+    pairs, counts = np.unique(np.column_stack([ordered, padded_lengths(ordered, batch_sequences)]), axis=0,
+                              return_counts=True)
+    assert np.array_equal(packing.pack_lengths, pairs[:, 0]) and np.array_equal(packing.slot_lengths, pairs[:, 1])
+    assert np.array_equal(packing.repeats, counts)

@@ -19,6 +19,7 @@ from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.costmodels.registry import CostModelType, register_cost_model
+from simbench.distinct import sorted_distinct
 from simbench.errors import InputError
 from simbench.validation import check_device_count, check_gpus_per_replica, check_whole_number
 
@@ -262,9 +263,7 @@ def _length_groups(batches: BatchSet, boundaries: tuple[int, ...]) -> _LengthGro
         # Few groups per sequence (the GPU presets' 5): counting every key is cheaper than sorting them.
         present = np.flatnonzero(np.bincount(keys, minlength=batches.batches * group_count))
     else:
-        # Sorting and dropping repeats is many times faster than np.unique's hashing on millions of keys.
-        ordered = np.sort(keys)
-        present = ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])]
+        present = sorted_distinct(keys)
     return _LengthGroups(batches.batches, group_count, present, keys, batches.sequence_lengths.astype(np.float64))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from simbench.costmodels.base import ExecutionMode
+from simbench.distinct import sorted_distinct
 from simbench.sim.batching import SortedBatchSampler, unpadded_batches
 from simbench.sim.montecarlo import StepAggregates
 from simbench.sim.pricing import SEQUENCES_PER_PART, DeviceCosts, price_batches, price_packs
@@ -117,15 +118,9 @@ def dealt_batches(counts: np.ndarray, lengths: np.ndarray, devices: int, batch_s
     and how many consecutive devices hold each: np.repeat(batches, devices_each, axis=0) is every device's."""
     ends = np.cumsum(counts)
     # Device i holds the items at i + k devices: it changes batch where a length boundary falls.
-    offsets = _sorted_distinct(np.concatenate([[0], ends[:-1] % devices]))
+    offsets = sorted_distinct(np.concatenate([[0], ends[:-1] % devices]))
     positions = offsets[:, None] + devices * np.arange(batch_size)
     return lengths[np.searchsorted(ends, positions, side="right")], np.diff(np.append(offsets, devices))
-
-
-def _sorted_distinct(values: np.ndarray) -> np.ndarray:
-    """np.unique(values), by sorting: several times faster than its hashing on a hundred thousand values."""
-    ordered = np.sort(values)
-    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])]
 
 
 def exchange_aggregates(probabilities: np.ndarray, lengths: np.ndarray, devices: int, batch_size: int,

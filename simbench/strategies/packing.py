@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simbench.distinct import merged_rows
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.validation import check_seed, check_whole_number
@@ -130,8 +131,7 @@ class Packing:
         width = int(np.count_nonzero(rows, axis=1).max()) if rows.size else 1
         rows = rows[:, :max(width, 1)]
         keys = np.column_stack([rows, slots])
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-        merged = np.bincount(inverse.ravel(), weights=repeats, minlength=len(unique)).astype(np.int64)
+        unique, merged = merged_rows(keys, repeats)
         return cls(strategy, max_length, max_depth, unique[:, :-1].copy(), merged, unique[:, -1].copy(),
                    seconds, details or {})
 
