@@ -237,8 +237,7 @@ def run_cell(cell: SweepCell, packings: dict[str, Any]):
     rows = result.scaling.copy()
     bounds = {(packing.strategy, packing.max_depth): bound for packing, bound in packings.values()}
     if not result.packing.empty:
-        packs = result.packing.set_index("label")["packs_total"] if "packs_total" in result.packing else None
-        rows["packs"] = rows["strategy"].map(packs) if packs is not None else pd.NA
+        rows["packs"] = rows["strategy"].map(result.packing.set_index("label")["packs"])
     rows["lp_bound_packs"] = [bounds.get((packer, None if pd.isna(depth) else int(depth)))
                               if isinstance(packer, str) else None
                               for packer, depth in zip(rows["packer"], rows["max_depth"])]

@@ -182,3 +182,14 @@ def test_a_cell_skips_the_gumbel_fits_and_reports_what_the_full_run_reports(swee
     for table in ("scaling", "breakdown", "timeline"):
         pd.testing.assert_frame_equal(getattr(cell, table), getattr(full, table))
     pd.testing.assert_frame_equal(cell.packing, full.packing)
+
+
+def test_a_cells_rows_carry_the_packs_its_packers_made(sweep_file):
+    from simbench.experiment import run_experiment
+
+    cell = sweeps.load_sweep(sweep_file).cells[0]
+    rows = sweeps.run_cell(cell, {})  # no shared packings: the cell makes its own
+    packed = run_experiment(cell.scenario).packing.set_index("label")["packs"]
+    by_strategy = rows.drop_duplicates("strategy").set_index("strategy")["packs"]
+    assert by_strategy["spfhp:3"] == packed["spfhp:3"] > 0
+    assert pd.isna(by_strategy["unpad"])  # un-padding makes no packs
