@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from simbench.costmodels.base import ExecutionMode
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report.validation_table import provenance_note
@@ -58,7 +59,9 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         + _reference_note(tables.scaling),
         _breakdown_section(tables.breakdown),
         _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling),
-        provenance_note(scenario.hardware.profile, scenario.hardware.overrides),
+        provenance_note(scenario.hardware.profile, scenario.hardware.overrides,
+                        unpadded=bool(tables.scaling.get("mode", pd.Series(dtype=str)).eq(
+                            ExecutionMode.UNPADDED.value).any())),
         _files_section(),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"

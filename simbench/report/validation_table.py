@@ -22,11 +22,22 @@ FITTED_PRESETS = {
 }
 
 
-def provenance_note(hardware: str, overrides: dict | None = None) -> str:
-    """A summary's statement of what is predicted and what was fitted, for a run on `hardware`."""
+def provenance_note(hardware: str, overrides: dict | None = None, unpadded: bool = False) -> str:
+    """A summary's statement of what is predicted and what was fitted, for a run on `hardware`; with
+    `unpadded` (the run has un-padded strategies), what its un-padded kernels are assumed to reach."""
+    from simbench.costmodels.hardware import load_hardware
+
     parts = ["Every speed-up and time above is predicted: nothing in simbench was tuned to it."]
     if hardware in FITTED_PRESETS:
         parts.append(f"The `{hardware}` profile is partly fitted: {FITTED_PRESETS[hardware]}.")
+    if unpadded:
+        profile = load_hardware(hardware, overrides)
+        parts.append(f"Un-padded kernels are priced at {profile.unpadded_flops_fraction:.3g} times the padded kernels' "
+                     f"FLOP/s, with per-device step noise of CV {profile.unpadded_noise_cv:.3g} beyond the batches' "
+                     "content; NVIDIA's 2020 MLPerf un-padding code reached 0.84 with CV 0.10 (fitted on its V100 "
+                     "runs, predicting its A100 runs' medians within 2.3 %), newer fused kernels more: set "
+                     "`unpadded_flops_fraction` and `unpadded_noise_cv` (or a `simbench fit-logs` profile) for the "
+                     "implementation you run.")
     if overrides:
         parts.append("Profile fields the scenario sets (its choice, not simbench's): " + ", ".join(
             f"{key} = {value}" for key, value in sorted(overrides.items())) + ".")
