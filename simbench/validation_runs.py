@@ -251,8 +251,7 @@ def _cross_generation_claims(runs: dict) -> list[Claim]:
     from simbench.calibrate.logfit import PublishedRunStatistics, fit_logs
     from simbench.costmodels.hardware import load_hardware
 
-    v100_runs = {mode: PublishedRunStatistics(**run) for mode, run in V100_MLPERF_RUNS.items()}
-    v100 = fit_logs(list(v100_runs.values()), hardware="v100-dgx2h",
+    v100 = fit_logs([PublishedRunStatistics(**run) for run in V100_MLPERF_RUNS.values()], hardware="v100-dgx2h",
                     free=("compute_rate_scale", "unpadded_flops_fraction", "unpadded_noise_cv"))
     fraction, noise = v100.fitted["unpadded_flops_fraction"], v100.fitted["unpadded_noise_cv"]
     v100_table = v100.table.set_index(["gpus", "quantity"])
@@ -260,8 +259,8 @@ def _cross_generation_claims(runs: dict) -> list[Claim]:
                     "this figure: the v100-dgx2h rates, un-padded efficiency and noise fitted on both V100 runs",
                     float(v100_table.loc[(run["gpus"], "median seq/s"), "simbench"]), run["median_sequences_per_s"], 0)
               for mode, run in V100_MLPERF_RUNS.items()]
-    carried = fit_logs([runs[8], runs[16]], free=(), hardware=load_hardware(
-        "a100", {"unpadded_flops_fraction": fraction, "unpadded_noise_cv": noise})).table.set_index(["gpus", "quantity"])
+    carried_profile = load_hardware("a100", {"unpadded_flops_fraction": fraction, "unpadded_noise_cv": noise})
+    carried = fit_logs([runs[8], runs[16]], free=(), hardware=carried_profile).table.set_index(["gpus", "quantity"])
     from_v100 = (f"the V100 runs (un-padded efficiency {fraction:.3f} of padded FLOP/s, noise CV {noise:.3f}) and "
                  "the a100 padded rates (chosen on the 256-GPU log)")
     for gpus, quantity, tolerance in ((8, "median seq/s", 10), (8, "CV of seq/s", 20), (16, "median seq/s", 10),

@@ -45,8 +45,9 @@ def fit_logs(
     if output is not None and output.is_dir():
         raise InputError("the output is a folder; give a .yaml file name", source=str(output))
     names = tuple(name.strip() for name in free.split(",") if name.strip())
+    profile = load_hardware(hardware, _field_values(settings))
     result = fit([read_training_log(path) for path in logs], [read_training_log(path) for path in predict],
-                 hardware=load_hardware(hardware, _field_values(settings)), model=model, histogram=histogram, free=names, after_step=after_step,
+                 hardware=profile, model=model, histogram=histogram, free=names, after_step=after_step,
                  steps=steps, seed=seed)
     if output is not None:
         with atomic_file(output) as temporary:
