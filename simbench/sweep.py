@@ -380,8 +380,7 @@ def _local_cluster(workers: int | None):
     if sys.platform == "linux":
         # Forked workers start with what this process imported (the cell's modules, below) instead of each
         # importing them again: 2.3 s of CPU to start two spawned workers, 0.1 s forked.
-        import scipy.stats  # noqa: F401 - the cell's straggler fits
-        import simbench.experiment  # noqa: F401
+        import simbench.experiment  # noqa: F401 - cells fit no Gumbels, so scipy.stats is not needed
         settings["distributed.worker.multiprocessing-method"] = "fork"
     with dask.config.set(settings):
         return LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
