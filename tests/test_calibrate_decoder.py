@@ -86,6 +86,9 @@ def test_a_slice_that_would_run_for_hours_is_refused_before_it_is_built():
 
 PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 MEASURED = {"h100-sxm": "decoder-h100-sxm.json", "h200": "decoder-h200.json"}
+# The h200 preset's rates are fitted on the H200 timing grid instead (tests/test_gridfit.py), which also
+# predicts decoder-h200.json's timings; the h100-sxm preset keeps the rates measured on its own GPU.
+RATES_FROM_STORED = ("h100-sxm",)
 
 
 def stored(preset: str) -> list[dict]:
@@ -103,7 +106,7 @@ def test_stored_gpu_calibrations_refit_to_their_rates_and_predict_the_held_out_l
         assert all(abs(row["error"]) < 0.02 for row in calibration.errors() if row["fitted"])
 
 
-@pytest.mark.parametrize("preset", sorted(MEASURED))
+@pytest.mark.parametrize("preset", RATES_FROM_STORED)
 def test_the_gpu_presets_use_the_measured_llama_8b_rates(preset):
     record = next(record for record in stored(preset) if record["model"] == "llama-3.1-8b")
     profile = HARDWARE_PRESETS[preset]

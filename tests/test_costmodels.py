@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from simbench.costmodels import (
     HARDWARE_PRESETS, BatchSet, ExecutionMode, TransformerCostModel, get_model, load_hardware, profile_to_yaml,
 )
+from simbench.costmodels.hardware import ideal_kernels
 from simbench.costmodels.gumbel import fit_gumbel
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
@@ -23,7 +24,7 @@ PLAIN = dict(linear_flops_per_s=1e12, attention_flops_per_s=5e11, half_saturatio
 
 
 def plain_cost_model(model="tiny", **overrides) -> TransformerCostModel:
-    return TransformerCostModel(model, load_hardware("a100", {**PLAIN, **overrides}))
+    return TransformerCostModel(model, load_hardware("a100-ideal", {**PLAIN, **overrides}))
 
 
 def batch_set(batches_of_rows, slot=None) -> BatchSet:
@@ -119,7 +120,7 @@ def test_bad_profile_errors_name_file_and_key(tmp_path):
     path.write_text("name: [x\n")
     with pytest.raises(InputError, match=r"profile\.yaml:2: not valid YAML"):
         load_hardware(path)
-    with pytest.raises(InputError, match="presets: a100, ipu-m2000, cs-2"):
+    with pytest.raises(InputError, match="presets: a100, a100-ideal, ipu-m2000, cs-2"):
         load_hardware(tmp_path / "missing.yaml")
     path.write_text("name: x\nsource: y\nlinear_flops_per_s: 1e9\n")
     with pytest.raises(InputError, match="`attention_flops_per_s`: required field is missing"):
@@ -208,12 +209,15 @@ def test_padded_packing_costs_padding_times_packs_over_sequences():
 @given(st.lists(st.lists(st.integers(1, 512), min_size=1, max_size=12), min_size=1, max_size=6),
        st.sampled_from(sorted(HARDWARE_PRESETS)))
 def test_padding_is_never_cheaper_than_unpadding(batches, preset):
+    """With kernels as fast as padded ones: measured un-padding kernels (a100's 0.836, Hopper's varlen attention)
+    can lose to padding on a batch with little of it, which is what the measured presets are for."""
     padded = batch_set([[[length] for length in lengths] for lengths in batches], slot=512)
     sorted_rows = BatchSet(padded.sequence_lengths, padded.sequence_row,
                            np.repeat([max(lengths) for lengths in batches], [len(b) for b in batches]),
                            padded.row_batch, padded.batches)
     unpadded = batch_set([[[length] for length in lengths] for lengths in batches])
-    model = TransformerCostModel("bert-large", load_hardware(preset, {"kernel_launch_seconds": 0.0}))
+    model = TransformerCostModel("bert-large", load_hardware(ideal_kernels(HARDWARE_PRESETS[preset]),
+                                                             {"kernel_launch_seconds": 0.0}))
     padded_costs = model.step_costs(padded, ExecutionMode.PADDED)
     sorted_costs = model.step_costs(sorted_rows, ExecutionMode.SORTED)
     unpadded_costs = model.step_costs(unpadded, ExecutionMode.UNPADDED)
@@ -237,7 +241,7 @@ def test_unpadding_beats_the_packing_bound_on_wikipedia():
     rows = np.arange(lengths.size)
     padded = BatchSet(lengths, rows, np.full(lengths.size, 512), rows // 32, 2048)
     unpadded = BatchSet(lengths, rows, lengths.copy(), rows // 32, 2048)
-    model = TransformerCostModel("bert-large", "a100")
+    model = TransformerCostModel("bert-large", "a100-ideal")
     padded_costs = model.step_costs(padded, ExecutionMode.PADDED)
     unpadded_costs = model.step_costs(unpadded, ExecutionMode.UNPADDED)
     ratio = ((padded_costs.compute_seconds + padded_costs.padding_seconds).sum()
@@ -306,7 +310,7 @@ def test_eight_device_unpadding_speedup_matches_the_papers_fit():
     steps, devices, batch = 2000, 8, 32
     lengths = load_histogram("wikipedia_512").sample_lengths(steps * devices * batch, np.random.default_rng(1))
     rows = np.arange(lengths.size)
-    model = TransformerCostModel("bert-large", "a100")
+    model = TransformerCostModel("bert-large", "a100-ideal")
     padded = model.step_costs(BatchSet(lengths, rows, np.full(lengths.size, 512), rows // batch, steps * devices),
                               ExecutionMode.PADDED).total_seconds.reshape(steps, devices)
     unpadded = model.step_costs(BatchSet(lengths, rows, lengths.copy(), rows // batch, steps * devices),

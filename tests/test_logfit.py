@@ -48,8 +48,8 @@ def test_unpadded_flops_fraction_slows_only_unpadded_compute():
     lengths = np.array([100, 300, 512, 40])
     rows = np.arange(4)
     batches = BatchSet(lengths, rows, np.full(4, 512), rows // 2, 2)
-    plain = TransformerCostModel("bert-large", "a100")
-    slower = TransformerCostModel("bert-large", load_hardware("a100", {"unpadded_flops_fraction": 0.5}))
+    plain = TransformerCostModel("bert-large", "a100-ideal")
+    slower = TransformerCostModel("bert-large", load_hardware("a100-ideal", {"unpadded_flops_fraction": 0.5}))
     for mode in ExecutionMode:
         before, after = plain.step_costs(batches, mode), slower.step_costs(batches, mode)
         factor = 2 if mode is ExecutionMode.UNPADDED else 1
@@ -163,7 +163,7 @@ def test_a_fit_that_cannot_reach_its_log_says_so(tmp_path):
 
 def test_fitting_nothing_only_compares(tmp_path):
     run = read_training_log(synthetic_log(tmp_path / "a.csv", gpus=2, batch=8, steps=60))
-    result = fit_logs([run], free=(), steps=60)
+    result = fit_logs([run], free=(), steps=60, hardware="a100-ideal")
     assert result.fitted == {} and set(result.table["role"]) == {"predicted"}
     assert result.profile.unpadded_flops_fraction == 1.0
     # The plain preset prices un-padded kernels at the padded rate: faster than the log's 0.7.
@@ -245,9 +245,9 @@ def test_the_simulator_with_the_fitted_profile_spreads_8_gpu_steps_as_the_log_do
 def test_noise_is_drawn_for_unpadded_batches_only_and_leaves_a_noiseless_profile_alone():
     from simbench.costmodels.noise import StepNoise, with_step_noise
 
-    plain = TransformerCostModel("bert-large", "a100")
+    plain = TransformerCostModel("bert-large", "a100-ideal")
     assert with_step_noise(plain, seed=0) is plain
-    noisy = with_step_noise(TransformerCostModel("bert-large", load_hardware("a100", {"unpadded_noise_cv": 0.2})), 0)
+    noisy = with_step_noise(TransformerCostModel("bert-large", load_hardware("a100-ideal", {"unpadded_noise_cv": 0.2})), 0)
     assert isinstance(noisy, StepNoise) and noisy.allreduce_seconds(8) == plain.allreduce_seconds(8)
     lengths = np.full(2000, 200)
     rows = np.arange(2000)

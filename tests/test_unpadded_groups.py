@@ -17,13 +17,13 @@ def _batches(lengths_per_batch):
 
 
 def _model(half_saturation=0.0, boundaries=(128, 256, 384, 512)):
-    return TransformerCostModel("bert-large", TransformerCostModel("bert-large", "a100").hardware.model_copy(
+    return TransformerCostModel("bert-large", TransformerCostModel("bert-large", "a100-ideal").hardware.model_copy(
         update={"unpad_group_half_saturation_tokens": half_saturation, "unpad_group_boundaries": boundaries}))
 
 
 def test_without_a_half_saturation_the_a100_default_is_unchanged():
     batches = _batches([[100, 300, 512], [17, 18]])
-    default = TransformerCostModel("bert-large", "a100").step_costs(batches, ExecutionMode.UNPADDED)
+    default = TransformerCostModel("bert-large", "a100-ideal").step_costs(batches, ExecutionMode.UNPADDED)
     explicit = _model(0.0).step_costs(batches, ExecutionMode.UNPADDED)
     assert np.array_equal(default.total_seconds, explicit.total_seconds)
 
@@ -72,6 +72,6 @@ def test_the_simulator_prices_un_padded_plans_with_the_curve_and_leaves_the_othe
     curved = _model(3000.0).hardware
     runs = {name: simbench.simulate("squad_1_1_384", ["spfhp:3", "unpad"], [1, 8], hardware=hardware, steps=20)
             .summary.set_index(["strategy", "devices"])["speedup"]
-            for name, hardware in (("flat", "a100"), ("curved", curved))}
+            for name, hardware in (("flat", "a100-ideal"), ("curved", curved))}
     assert (runs["curved"].loc["unpad"] < runs["flat"].loc["unpad"]).all()
     assert runs["curved"].loc["spfhp:3"].tolist() == runs["flat"].loc["spfhp:3"].tolist()

@@ -74,4 +74,4 @@ def test_a_summary_says_what_its_preset_was_fitted_on():
     # A run with un-padded strategies is told what its un-padded kernels are assumed to reach.
     assert "Un-padded kernels" not in note
     unpadded = provenance_note("a100", {"unpadded_flops_fraction": 0.8}, unpadded=True)
-    assert "priced at 0.8 times the padded kernels' FLOP/s, with per-device step noise of CV 0 " in unpadded
+    assert "priced at 0.8 times the padded kernels' FLOP/s, with per-device step noise of CV 0.102 " in unpadded

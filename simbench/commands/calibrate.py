@@ -27,10 +27,21 @@ def calibrate(
     seed: int = typer.Option(0, "--seed"),
     unpadded_attention: str = typer.Option(None, "--unpadded-attention", help=UNPADDED_HELP),
     wall_clock: bool = typer.Option(False, "--wall-clock", help=WALL_CLOCK_HELP),
+    timings: Path = typer.Option(None, "--timings",
+                                 help="fit on stored primitive-shape timings (JSON lines in the format of "
+                                      "simbench/data/measurements/h200-2026-11/grid.jsonl) instead of timing "
+                                      "anything: no torch needed"),
+    base: str = typer.Option("h200", "--hardware",
+                             help="with --timings: the preset or profile whose other fields the profile keeps"),
 ) -> None:
-    """Time padded, packed and un-padded training steps and fit the cost model's parameters to them."""
+    """Time padded, packed and un-padded training steps and fit the cost model's parameters to them; or, with
+    --timings, fit the GPU terms (launch floor, dense efficiency, varlen attention, first sight) on a grid."""
     import numpy as np
     from rich.console import Console
+
+    if timings is not None:
+        _fit_timings(timings, base, output)
+        return
 
     from simbench.calibrate.runs import calibrate_profile
 
@@ -44,6 +55,27 @@ def calibrate(
                  ["fit error (median / max, relative)", f"{float(np.median(errors)):.1%} / {errors.max():.1%}"]],
                 left=["parameter"], stderr=True)
     say(f"wrote {output}")
+
+
+def _fit_timings(timings: Path, base: str, output: Path) -> None:
+    from simbench.atomic import atomic_file
+    from simbench.calibrate.gridfit import HELD_OUT_RULE, fit_grid, fitted_profile, load_timing_grid
+    from simbench.costmodels.hardware import load_hardware, profile_to_yaml
+    from simbench.errors import InputError
+
+    if output.is_dir():
+        raise InputError("the output is a folder; give a .yaml file name", source=str(output))
+    if output.resolve() == timings.resolve():
+        raise InputError("the output is the timing grid itself; give another file name", source=str(output))
+    load_hardware(base)  # a bad base is refused before the fit
+    fit = fit_grid(load_timing_grid(timings), base)
+    profile = fitted_profile(fit, base, f"simbench calibrate --timings {timings.name}")
+    with atomic_file(output) as temporary:
+        temporary.write_text(profile_to_yaml(profile))
+    print_table("fit of the timing grid: |predicted / measured - 1|", ["timings", "count", "median", "max"],
+                [(row["timings"], str(row["count"]), f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
+                 for row in fit.error_rows()], left=["timings"], stderr=True)
+    say(f"held out: {HELD_OUT_RULE}, predicted by a fit on the others; wrote {output}")
 
 
 def register(app: typer.Typer) -> None:

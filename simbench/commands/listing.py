@@ -5,9 +5,14 @@ import typer
 from simbench.commands.common import print_table
 
 
-def list_everything() -> None:
+def list_everything(profile: str = typer.Option(None, "--profile", help="show one hardware preset or profile "
+                                                                       "file: every field, its value and source")
+                    ) -> None:
     """Show strategies, simulator plans, cost models, bundled histograms and scenarios, and model and hardware
     presets."""
+    if profile is not None:
+        list_profile(profile)
+        return
     from simbench.costmodels import COST_MODELS, HARDWARE_PRESETS, MODEL_PRESETS
     from simbench.data import bundled_files
     from simbench.histogram import bundled_histograms
@@ -30,8 +35,27 @@ def list_everything() -> None:
     _section("Model presets", ["name", "layers", "hidden", "heads", "ffn"],
              [(name, *map(str, (model.layers, model.hidden, model.heads, model.ffn)))
               for name, model in MODEL_PRESETS.items()])
-    _section("Hardware presets", ["name", "source"],
-             [(name, profile.source) for name, profile in HARDWARE_PRESETS.items()])
+    _section("Hardware presets (`simbench list --profile NAME`: every field and its source)",
+             ["name", "fields: measured or fitted / datasheet / chosen", "source"],
+             [(name, _field_counts(profile), profile.source) for name, profile in HARDWARE_PRESETS.items()])
+
+
+def _field_counts(profile) -> str:
+    from simbench.costmodels.hardware import field_provenance
+
+    kinds = [origin.split(":")[0] for origin in field_provenance(profile).values()]
+    measured = sum(kind in ("measured", "fitted", "carried from H200") for kind in kinds)
+    return f"{measured} / {kinds.count('datasheet')} / {len(kinds) - measured - kinds.count('datasheet')}"
+
+
+def list_profile(name: str) -> None:
+    """One hardware preset or profile file: every field, its value and where it comes from."""
+    from simbench.report.validation_table import profile_provenance
+
+    rows = profile_provenance(name)
+    _section(f"Hardware profile {name}", ["field", "value", "source"],
+             [(row["field"], f"{row['value']:.4g}" if isinstance(row["value"], float) else str(row["value"]),
+               row["source"]) for row in rows])
 
 
 def _section(title: str, columns: list[str], rows: list[tuple[str, ...]]) -> None:

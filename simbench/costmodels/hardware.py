@@ -41,6 +41,48 @@ class HardwareProfile(BaseModel):
     host_to_device_bytes_per_s: float = Field(float("inf"), gt=0, description="input transfer bandwidth")
     input_bytes_per_token: float = Field(16.0, ge=0, description="input bytes per token slot: ids, segments, mask, labels")
 
+    # Eager mode: the host issues every kernel from Python, so a step cannot end before the host has issued
+    # them all. layers x kernels per layer x host_seconds_per_kernel is a floor under the step's device time
+    # (0: no floor). Variable-length steps launch more kernels (cu_seqlens, varlen attention's own ops).
+    host_seconds_per_kernel: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                           description="host time to issue one kernel in eager mode: with "
+                                           "kernels_per_layer, a floor under every step")
+    varlen_kernels_per_layer: int | None = Field(None, ge=0, description="kernels per layer of a variable-length "
+                                                 "step (un-padded, varlen attention); None: kernels_per_layer")
+    # Dense layers of a narrow model run below the rate of a wide one (norms, activations, bias adds are
+    # memory-bound and grow with the width, matmuls with its square): rate x width / (width + this).
+    dense_half_saturation_width: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                               description="model width at which the dense layers reach half "
+                                                           "linear_flops_per_s (0: any width at the full rate)")
+    # Variable-length attention (flash-attention varlen: packed-varlen and un-padded batches) runs below
+    # dense attention at equal work, more so for short documents: a document of d tokens reaches
+    # fraction x d / (d + half_length) of attention_flops_per_s, its work rounded up to whole tiles.
+    varlen_causal_attention_fraction: float = Field(1.0, gt=0, le=2, allow_inf_nan=False,
+                                                    description="varlen causal attention's rate over dense "
+                                                                "attention's, for long documents")
+    varlen_causal_half_length_tokens: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                                    description="document length at which varlen causal "
+                                                                "attention reaches half its long-document rate")
+    varlen_bidirectional_attention_fraction: float = Field(1.0, gt=0, le=2, allow_inf_nan=False,
+                                                           description="varlen bidirectional attention's rate "
+                                                                       "over dense attention's, for long documents")
+    varlen_bidirectional_half_length_tokens: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                                           description="document length at which varlen "
+                                                           "bidirectional attention reaches half its rate")
+    varlen_tile_tokens: int = Field(0, ge=0, description="query/key tile of the varlen attention kernel: a "
+                                    "document's work is rounded up to whole tiles (0: no rounding)")
+    # The first step at a batch shape a process has not run before pays for kernel selection and new
+    # allocations; per layer, by kind of shape. Which steps pay it is the scenario's `shapes` choice.
+    first_sight_padded_seconds_per_layer: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                                        description="extra time of the first step at a new "
+                                                        "rows x length shape, per layer")
+    first_sight_padded_seconds_per_layer_per_width: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                                                  description="what each unit of model width "
+                                                                  "adds to the padded first-sight cost per layer")
+    first_sight_varlen_seconds_per_layer: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                                        description="extra time of the first step at a new flat "
+                                                        "variable-length token count, per layer")
+
     # Packing's model changes (block-diagonal mask, per-sequence loss unpacking)
     # share of the step time lost to them: fraction + per_depth_fraction x the batch's max depth
     pack_overhead_fraction: float = Field(0.0, ge=0, lt=1, description="packing's share of step time, depth-independent part")
@@ -92,6 +134,9 @@ class HardwareProfile(BaseModel):
 
     # Raw measurements a calibrated profile was fitted on (device, torch version, timings)
     calibration: dict | None = None
+    # Where each field's value comes from: field -> "measured: ...", "fitted: ...", "datasheet: ..." or
+    # "chosen: ..."; a field not listed is a choice (see `field_provenance`).
+    provenance: dict[str, str] = Field(default_factory=dict)
 
 
 # Packing's overhead as the packing paper measured it on the IPU (Table 1, Wikipedia at 512):
@@ -137,6 +182,49 @@ H100_MEASURED_LINEAR_FLOPS_PER_S = 571.0e12
 H100_MEASURED_ATTENTION_FLOPS_PER_S = 463.0e12
 H200_MEASURED_LINEAR_FLOPS_PER_S = 591.0e12
 H200_MEASURED_ATTENTION_FLOPS_PER_S = 460.4e12
+
+# Fitted, not chosen: `simbench calibrate --timings simbench/data/measurements/h200-2026-11/grid.jsonl` (a copy of
+# the H200 timing grid: BERT-large 24-layer and Llama-3.1-8B 4-layer slices, PyTorch 2.11 eager, bf16), all 54
+# timings; fitted without its 14 "new shape" timings, the fit predicts them within 5.5 % (median 2.0 %);
+# tests/test_gridfit.py refits the grid and holds these figures to it.
+H200_GRID_FIT = {
+    "linear_flops_per_s": 710.4e12,  # dense layers at infinite width; x hidden / (hidden + 490)
+    "dense_half_saturation_width": 489.8,
+    "attention_flops_per_s": 508.9e12,
+    "half_saturation_tokens": 1464.1,
+    "host_seconds_per_kernel": 17.13e-6,  # eager host issue time: 24 BERT layers never below ~20 ms
+    "kernels_per_layer": 50,  # the grid's README: about 1,200 kernels a step for 24 layers
+    "varlen_kernels_per_layer": 56,
+    "kernel_launch_seconds": 0.0,  # device-side gaps are inside the fitted rates
+    "shape_change_seconds": 0.0,  # the grid repeats each shape: a seen shape costs nothing extra
+    "varlen_causal_attention_fraction": 0.6224,
+    "varlen_causal_half_length_tokens": 1038.6,
+    "varlen_bidirectional_attention_fraction": 0.5613,
+    "varlen_bidirectional_half_length_tokens": 155.2,
+    "varlen_tile_tokens": 128,  # chosen: FlashAttention's key tile for head sizes up to 128
+    # Medians of the grid's padded shapes, 3.35 ms a layer at width 1,024 and 7.23 at 4,096: a line in the width
+    "first_sight_padded_seconds_per_layer": 2.057e-3,
+    "first_sight_padded_seconds_per_layer_per_width": 1.2618e-6,
+    "first_sight_varlen_seconds_per_layer": 1.65e-5,
+    "unpadded_flops_fraction": 1.0,  # the grid's varlen batches are un-padded: the varlen terms price them
+}
+H200_GRID_SOURCE = ("the H200 timing grid (simbench/data/measurements/h200-2026-11/grid.jsonl, "
+                    "`simbench calibrate --timings`)")
+# Fitted on NVIDIA's MLPerf v0.7 BERT runs on V100 (DGX-2H: 16 GPUs un-padded, 512 GPUs padded, same code and
+# container; `simbench fit-logs`, see validation_runs): NVIDIA's 2020 un-padded kernels reach 0.836 of the padded
+# kernels' FLOP/s, and their step time varies with CV 0.102 beyond its FLOPs. The A100 logs alone give 0.833.
+MLPERF_UNPADDED_FLOPS_FRACTION = 0.8365
+MLPERF_UNPADDED_NOISE_CV = 0.1023
+MLPERF_UNPADDED_SOURCE = ("NVIDIA's MLPerf v0.7 BERT V100 runs (16 GPUs un-padded, 512 padded; "
+                          "`simbench fit-logs`)")
+# The kernel-efficiency fields and their ideal values: kernels as fast as padded ones, no floor, no first sight.
+IDEAL_KERNELS = {"unpadded_flops_fraction": 1.0, "unpadded_noise_cv": 0.0, "host_seconds_per_kernel": 0.0,
+                 "varlen_kernels_per_layer": None, "varlen_causal_attention_fraction": 1.0,
+                 "varlen_causal_half_length_tokens": 0.0, "varlen_bidirectional_attention_fraction": 1.0,
+                 "varlen_bidirectional_half_length_tokens": 0.0, "varlen_tile_tokens": 0,
+                 "first_sight_padded_seconds_per_layer": 0.0, "first_sight_padded_seconds_per_layer_per_width": 0.0,
+                 "first_sight_varlen_seconds_per_layer": 0.0,
+                 "dense_half_saturation_width": 0.0}
 
 # Chosen, not measured (README "Decoder LLMs" gives how far the headlines move for +-10 % on each):
 LLM_LINEAR_FRACTION = 0.50  # large bf16 GEMMs reach 60-75 % of peak; norms, activations, rotary and the
@@ -191,6 +279,12 @@ def _llm_gpu(name: str, source: str, peak_flops_per_s: float, hbm_bytes_per_s: f
         intra_node_bytes_per_s=ring_fraction * link_bytes_per_s,
         gradient_bytes_per_parameter=2.0,  # bf16 gradient reduction
         tensor_parallel_efficiency=tensor_parallel_efficiency,
+        provenance={"linear_flops_per_s": f"chosen: {linear_fraction:.0%} of the datasheet peak",
+                    "attention_flops_per_s": f"chosen: {attention_fraction:.0%} of the datasheet peak",
+                    "optimizer_seconds_per_parameter": "datasheet: HBM bandwidth; chosen: 32 B per parameter",
+                    "allreduce_bytes_per_s": f"datasheet: 400 Gb/s NIC; chosen: {LLM_NETWORK_FRACTION:.0%} of it",
+                    "intra_node_bytes_per_s": f"datasheet: scale-up links; chosen: {ring_fraction:.0%} of them",
+                    "devices_per_node": "datasheet: 8 GPUs per node"},
     )
 
 
@@ -210,14 +304,45 @@ def _measured_llm_gpu(name: str, device: str, datasheet: str, linear_flops_per_s
                 f"{linear_flops_per_s / 1e12:.0f} TFLOP/s ({linear_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S:.1%} of peak) "
                 f"and causal flash attention at {attention_flops_per_s / 1e12:.0f} TFLOP/s "
                 f"({attention_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S:.1%}), a llama-3.1-8b slice in bf16. ")
-    return _llm_gpu(name, datasheet + measured + _LLM_MEASURED_COMPUTE_CHOICES, H100_SXM_PEAK_FLOPS_PER_S,
-                    hbm_bytes_per_s, NVLINK4_BYTES_PER_S,
-                    linear_fraction=linear_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S,
-                    attention_fraction=attention_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S)
+    profile = _llm_gpu(name, datasheet + measured + _LLM_MEASURED_COMPUTE_CHOICES, H100_SXM_PEAK_FLOPS_PER_S,
+                       hbm_bytes_per_s, NVLINK4_BYTES_PER_S,
+                       linear_fraction=linear_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S,
+                       attention_fraction=attention_flops_per_s / H100_SXM_PEAK_FLOPS_PER_S)
+    return _with(profile, {"linear_flops_per_s": profile.linear_flops_per_s,
+                           "attention_flops_per_s": profile.attention_flops_per_s},
+                 f"measured: profiles/decoder-{name}.json (simbench calibrate-decoder, llama-3.1-8b slice)")
 
 
-HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
-    "a100": HardwareProfile(
+def _with(profile: HardwareProfile, values: dict, why: str, extra_source: str = "") -> HardwareProfile:
+    """The profile with `values` set, each marked in its provenance with `why`."""
+    provenance = {**profile.provenance, **{name: why for name in values}}
+    return profile.model_copy(update={**values, "provenance": provenance,
+                                      "source": profile.source + extra_source})
+
+
+def ideal_kernels(profile: HardwareProfile) -> HardwareProfile:
+    """The profile with ideal kernels: variable-length and un-padded steps at the padded rates, no launch
+    floor, no first-sight cost, dense layers at full rate at any width. An explicit opt-in, never a default."""
+    ideal = profile.model_copy(update={"name": f"{profile.name}-ideal"})
+    return _with(ideal, IDEAL_KERNELS, "chosen: ideal kernels (opted into)",
+                 " Ideal kernels opted into: un-padded and varlen attention at the padded rates, no launch floor "
+                 "or first-sight cost.")
+
+
+def _grid_fitted(profile: HardwareProfile, device: str) -> HardwareProfile:
+    note = (" GPU terms fitted on the H200 timing grid (simbench/data/measurements/h200-2026-11): launch floor, "
+            "dense efficiency by width and tokens, varlen attention by document length, first-sight costs"
+            + ("." if device == "H200" else "; on H100 the rates stay measured, the other terms carried from H200."))
+    values = H200_GRID_FIT if device == "H200" else {
+        name: value for name, value in H200_GRID_FIT.items()
+        if name not in ("linear_flops_per_s", "attention_flops_per_s", "half_saturation_tokens",
+                        "dense_half_saturation_width")}
+    why = f"fitted: {H200_GRID_SOURCE}" if device == "H200" else f"carried from H200: {H200_GRID_SOURCE}"
+    return _with(profile, values, why, note)
+
+
+def _a100() -> HardwareProfile:
+    profile = HardwareProfile(
         name="a100",
         source=(
             "A100 datasheet: 312 TFLOP/s bf16 dense peak, 1555 GB/s HBM2, NVLink 600 GB/s per GPU "
@@ -228,7 +353,9 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
             "carried from the same code's V100 runs, the rates come out 0.4 % lower: README, \"Fitted on some "
             "logs\"); NCCL ring bandwidth 240 GB/s in a node, 22.5 GB/s (90 % of HDR) "
             "across nodes; LAMB reads and writes ~36 bytes per parameter at HBM speed; packing overhead "
-            "assumed equal to the IPU's measured one (the paper has no GPU figure)."
+            "assumed equal to the IPU's measured one (the paper has no GPU figure). Fitted: un-padded "
+            "kernels at 0.836 of the padded FLOP/s with per-step noise CV 0.102, as NVIDIA's MLPerf v0.7 "
+            "un-padding code ran on V100 (`a100-ideal` prices them at the padded rate)."
         ),
         **_achieved_rates(A100_PEAK_FLOPS_PER_S, linear_fraction=0.36, attention_fraction=0.25),
         half_saturation_tokens=256.0,
@@ -245,7 +372,22 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
         intra_node_latency_seconds=5e-6,
         intra_node_bytes_per_s=240e9,
         gradient_bytes_per_parameter=2.0,  # fp16 gradients, as in MLPerf BERT
-    ),
+        provenance={"linear_flops_per_s": "chosen: 36 % of the datasheet peak (312 TFLOP/s)",
+                    "attention_flops_per_s": "chosen: 25 % of the datasheet peak",
+                    "optimizer_seconds_per_parameter": "datasheet: HBM 1,555 GB/s; chosen: 36 B per parameter",
+                    "allreduce_bytes_per_s": "datasheet: HDR 200 Gb/s; chosen: 90 % of it",
+                    "intra_node_bytes_per_s": "datasheet: NVLink 600 GB/s; chosen: 240 GB/s ring",
+                    "devices_per_node": "datasheet: DGX A100",
+                    "pack_overhead_fraction": "measured on the IPU (packing paper, Table 1), carried",
+                    "pack_overhead_per_depth_fraction": "measured on the IPU (packing paper, Table 1), carried"},
+    )
+    return _with(profile, {"unpadded_flops_fraction": MLPERF_UNPADDED_FLOPS_FRACTION,
+                           "unpadded_noise_cv": MLPERF_UNPADDED_NOISE_CV}, f"fitted: {MLPERF_UNPADDED_SOURCE}")
+
+
+HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
+    "a100": _a100(),
+    "a100-ideal": ideal_kernels(_a100()),
     "ipu-m2000": HardwareProfile(
         name="ipu-m2000",
         source=(
@@ -311,17 +453,17 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
         intra_node_bytes_per_s=0.8 * V100_DGX2H_NVLINK_BYTES_PER_S,
         gradient_bytes_per_parameter=2.0,  # fp16 gradients, as in MLPerf BERT
     ),
-    "h100-sxm": _measured_llm_gpu(
+    "h100-sxm": _grid_fitted(_measured_llm_gpu(
         "h100-sxm", "H100 SXM",
         "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989 TFLOP/s bf16 dense (1,979 with sparsity), 3.35 TB/s HBM3, "
         "NVLink 4 at 900 GB/s per GPU; DGX H100: 8 GPUs per node, one 400 Gb/s ConnectX-7 NDR InfiniBand port per "
-        "GPU. ", H100_MEASURED_LINEAR_FLOPS_PER_S, H100_MEASURED_ATTENTION_FLOPS_PER_S, H100_HBM_BYTES_PER_S),
-    "h200": _measured_llm_gpu(
+        "GPU. ", H100_MEASURED_LINEAR_FLOPS_PER_S, H100_MEASURED_ATTENTION_FLOPS_PER_S, H100_HBM_BYTES_PER_S), "H100"),
+    "h200": _grid_fitted(_measured_llm_gpu(
         "h200", "H200",
         "NVIDIA H200 Tensor Core GPU datasheet (SXM): 989 TFLOP/s bf16 dense (1,979 with sparsity, as H100), "
         "4.8 TB/s HBM3e (141 GB), NVLink 4 at 900 GB/s per GPU; DGX H200: 8 GPUs per node, one 400 Gb/s "
         "ConnectX-7 NDR InfiniBand port per GPU. ",
-        H200_MEASURED_LINEAR_FLOPS_PER_S, H200_MEASURED_ATTENTION_FLOPS_PER_S, H200_HBM_BYTES_PER_S),
+        H200_MEASURED_LINEAR_FLOPS_PER_S, H200_MEASURED_ATTENTION_FLOPS_PER_S, H200_HBM_BYTES_PER_S), "H200"),
     "b200": _llm_gpu(
         "b200",
         "NVIDIA HGX B200 / DGX B200 datasheets: 2.25 PFLOP/s bf16 dense per GPU (4.5 with sparsity), 8 TB/s "
@@ -339,6 +481,11 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
         MI300X_PEAK_FLOPS_PER_S, MI300X_HBM_BYTES_PER_S, XGMI_BYTES_PER_S, linear_fraction=0.35,
         attention_fraction=0.30, ring_fraction=0.7, tensor_parallel_efficiency=0.80),
 })
+
+
+# Ideal kernels on the GPU whose kernels the grid measured: what un-padding and varlen would buy if they ran
+# at the padded kernels' rates; for comparison with `h200`, never a default.
+HARDWARE_PRESETS.register("h200-ideal", ideal_kernels(HARDWARE_PRESETS["h200"]))
 
 
 def load_hardware(name_or_path: str | Path | HardwareProfile, overrides: dict | None = None) -> HardwareProfile:
@@ -394,3 +541,10 @@ def _describe_validation_error(error: ValidationError) -> str:
         problems.append(f"`{key}`: {message} (found {item.get('input')!r})" if item["type"] != "missing"
                         else f"`{key}`: {message}")
     return "invalid hardware profile: " + "; ".join(problems)
+
+
+def field_provenance(profile: HardwareProfile) -> dict[str, str]:
+    """Every numeric field's value and where it comes from: its provenance entry, or `chosen` when the
+    profile states none (a value nobody measured is a choice, whoever made it)."""
+    skip = {"name", "source", "calibration", "provenance"}
+    return {name: profile.provenance.get(name, "chosen") for name in HardwareProfile.model_fields if name not in skip}

@@ -25,6 +25,8 @@ from simbench.validation import check_device_count, check_gpus_per_replica, chec
 
 # Grouped fused attention launches one forward and one backward kernel per length group.
 GROUPED_ATTENTION_KERNELS_PER_GROUP = 2
+# Modes whose attention runs per sequence on variable-length kernels.
+VARLEN_MODES = frozenset({ExecutionMode.PACKED_VARLEN, ExecutionMode.UNPADDED})
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,13 @@ class TransformerCostModel:
         work = self._work(batches, mode)
         hardware = self.hardware
         slowdown = _saturation_slowdown(work.tokens, hardware.half_saturation_tokens) / self.replica_speed
-        compute_seconds = slowdown * (work.real_linear_flops / hardware.linear_flops_per_s
-                                      + work.real_attention_flops / hardware.attention_flops_per_s)
-        padding_seconds = slowdown * (work.padding_linear_flops / hardware.linear_flops_per_s
+        linear_flops_per_s = self.dense_flops_per_s
+        if mode in VARLEN_MODES and self._varlen_kernels_differ:
+            real_attention_seconds = self._varlen_attention_seconds(batches)
+        else:
+            real_attention_seconds = work.real_attention_flops / hardware.attention_flops_per_s
+        compute_seconds = slowdown * (work.real_linear_flops / linear_flops_per_s + real_attention_seconds)
+        padding_seconds = slowdown * (work.padding_linear_flops / linear_flops_per_s
                                       + work.padding_attention_flops / hardware.attention_flops_per_s)
         overhead_seconds = self._fixed_overhead_seconds(work, batches.batches)
         if mode is ExecutionMode.UNPADDED:
@@ -106,8 +112,45 @@ class TransformerCostModel:
                 batches, compute_seconds + padding_seconds)
         if mode is ExecutionMode.SORTED:
             overhead_seconds = overhead_seconds + hardware.shape_change_seconds
+        # The host issues kernels while the device runs earlier ones: the step takes the longer of the two.
+        launch_bound = np.maximum(self.launch_floor_seconds(mode) - (compute_seconds + padding_seconds
+                                                                     + overhead_seconds), 0.0)
         return StepCosts(compute_seconds=compute_seconds, padding_seconds=padding_seconds,
-                         overhead_seconds=overhead_seconds)
+                         overhead_seconds=overhead_seconds + launch_bound)
+
+    @property
+    def dense_flops_per_s(self) -> float:
+        """The dense layers' rate at this model's width: hidden / (hidden + the profile's half-saturation width)
+        of `linear_flops_per_s`."""
+        width = self.model.hidden
+        return self.hardware.linear_flops_per_s * width / (width + self.hardware.dense_half_saturation_width)
+
+    @cached_property
+    def _varlen_kernels_differ(self) -> bool:
+        hardware = self.hardware
+        return (hardware.varlen_tile_tokens > 0 or any(
+            value != 1.0 for value in (hardware.varlen_causal_attention_fraction,
+                                       hardware.varlen_bidirectional_attention_fraction))
+            or hardware.varlen_causal_half_length_tokens > 0 or hardware.varlen_bidirectional_half_length_tokens > 0)
+
+    def launch_floor_seconds(self, mode: ExecutionMode) -> float:
+        """The least time of a step in this mode: every kernel of every layer issued by the host."""
+        hardware = self.hardware
+        kernels = hardware.kernels_per_layer
+        if ExecutionMode(mode) in VARLEN_MODES and hardware.varlen_kernels_per_layer is not None:
+            kernels = hardware.varlen_kernels_per_layer
+        return self.model.layers * kernels * hardware.host_seconds_per_kernel
+
+    def first_sight_seconds(self, mode: ExecutionMode) -> float:
+        """What the first step at a batch shape new to the device costs on top of its price: flat
+        variable-length batches (un-padded) pay the varlen figure, rows of a new shape the padded one."""
+        hardware = self.hardware
+        if ExecutionMode(mode) is ExecutionMode.UNPADDED:
+            per_layer = hardware.first_sight_varlen_seconds_per_layer
+        else:
+            per_layer = (hardware.first_sight_padded_seconds_per_layer
+                         + hardware.first_sight_padded_seconds_per_layer_per_width * self.model.hidden)
+        return self.model.layers * per_layer
 
     def allreduce_seconds(self, devices: int) -> float:
         """Ring all-reduce of the gradients across `devices` replicas; two-level (in node, then across
@@ -140,7 +183,7 @@ class TransformerCostModel:
         check_whole_number(stages, "stages", minimum=1)
         lengths = np.asarray(sequence_lengths, dtype=np.float64)
         model, hardware = self.model, self.hardware
-        sample_seconds = (model.linear_flops_per_token * lengths / hardware.linear_flops_per_s
+        sample_seconds = (model.linear_flops_per_token * lengths / self.dense_flops_per_s
                           + model.attention_flops_per_token_squared * lengths**2 / hardware.attention_flops_per_s)
         return hardware.vts_stage_fixed_seconds + sample_seconds
 
@@ -149,7 +192,7 @@ class TransformerCostModel:
         padding, fixed cost or small-kernel slowdown (un-padded kernels at their fraction if it beats 1)."""
         lengths = np.asarray(sequence_lengths, dtype=np.float64)
         model, hardware = self.model, self.hardware
-        seconds = (model.linear_flops_per_token * lengths / hardware.linear_flops_per_s
+        seconds = (model.linear_flops_per_token * lengths / self.dense_flops_per_s
                    + model.attention_flops_per_token_squared * lengths**2 / hardware.attention_flops_per_s)
         return seconds / (self.replica_speed * max(1.0, hardware.unpadded_flops_fraction))
 
@@ -184,6 +227,25 @@ class TransformerCostModel:
             padding_attention = attention * (batches.per_batch(slots**2, of="rows") - real_squares)
         return _Work(slot_tokens, linear * real_tokens, attention * real_squares, linear * padding_tokens,
                      padding_attention, slot_tokens)
+
+    def _varlen_attention_seconds(self, batches: BatchSet) -> np.ndarray:
+        """Each batch's attention seconds on variable-length kernels: a document of d tokens does its
+        FLOPs with d rounded up to whole tiles along the keys, at fraction x d / (d + half) of the dense
+        attention rate (the profile's varlen fields for this model's direction of attention)."""
+        hardware = self.hardware
+        if self.model.is_decoder:
+            fraction, half = hardware.varlen_causal_attention_fraction, hardware.varlen_causal_half_length_tokens
+        else:
+            fraction = hardware.varlen_bidirectional_attention_fraction
+            half = hardware.varlen_bidirectional_half_length_tokens
+        lengths = batches.sequence_lengths.astype(np.float64)
+        tile = hardware.varlen_tile_tokens
+        keys = np.ceil(lengths / tile) * tile if tile else lengths
+        # work x (d + half) / d at `fraction` of the rate: the d in the work cancels the rate's d.
+        weighted = keys * (lengths + half)
+        flops = self.model.attention_flops_per_token_squared * np.bincount(
+            batches.sequence_batch, weights=weighted, minlength=batches.batches)
+        return flops / (hardware.attention_flops_per_s * fraction)
 
     def _fixed_overhead_seconds(self, work: _Work, batches: int) -> np.ndarray:
         hardware = self.hardware

@@ -46,6 +46,34 @@ def provenance_note(hardware: str, overrides: dict | None = None, unpadded: bool
     return "## Fitted or predicted\n\n" + " ".join(parts)
 
 
+def profile_provenance(hardware: str, overrides: dict | None = None) -> list[dict]:
+    """Every numeric field of the run's hardware profile: its value and where the value comes from
+    (measured, fitted, datasheet, chosen; a scenario's override says so)."""
+    from simbench.costmodels.hardware import field_provenance, load_hardware
+
+    profile = load_hardware(hardware, overrides)
+    origins = {**field_provenance(profile), **{name: "set by the scenario" for name in overrides or {}}}
+    return [{"field": name, "value": getattr(profile, name), "source": origin} for name, origin in origins.items()]
+
+
+def provenance_section(hardware: str, overrides: dict | None = None) -> str:
+    """The profile's fields as a Markdown table, each with the kind of its source first."""
+    rows = profile_provenance(hardware, overrides)
+    lines = ["## Hardware profile: where each value comes from", "",
+             f"Profile `{hardware}`. A value nobody measured or fitted is a choice and says so.", "",
+             "| field | value | source |", "|---|---|---|"]
+    lines += [f"| {row['field']} | {_value(row['value'])} | {row['source']} |" for row in rows]
+    return "\n".join(lines)
+
+
+def _value(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, tuple):
+        return ", ".join(map(str, value))
+    return str(value)
+
+
 def markdown(table: pd.DataFrame) -> str:
     """The table as Markdown, for the README and summary.md."""
     lines = ["| quantity | source | fitted on | simbench | published | error | kind | reproduces |",

@@ -1,0 +1,340 @@
+"""Fits a hardware profile's GPU terms on a grid of primitive-shape timings (padded rows and flat
+variable-length batches of model slices), and says how well it predicts the timings it was not fitted on.
+
+    >>> from simbench.calibrate.gridfit import SHIPPED_GRID, fit_grid, load_timing_grid
+    >>> fit = fit_grid(load_timing_grid(SHIPPED_GRID))
+    >>> fit.held_out_median_error < 0.05
+    True
+
+The grid's format is that of `timing_grid.py` (simbench/data/measurements/h200-2026-11): one JSON object
+a line with model, layers, kind (padded | varlen), rows, row_length, documents, tokens, first_ms and
+median_ms. Every prediction goes through `TransformerCostModel`, so the fit and the simulator price a step
+the same way. It never imports torch: a grid timed elsewhere is fitted on any machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from simbench.costmodels.base import BatchSet, ExecutionMode
+from simbench.costmodels.hardware import HardwareProfile, load_hardware
+from simbench.costmodels.model import MODEL_PRESETS, ModelSpec
+from simbench.costmodels.transformer import TransformerCostModel
+from simbench.errors import InputError, read_text_file
+
+# A copy of ../shared/measurements/h200-2026-11 (one NVIDIA H200, PyTorch 2.11, bf16, eager; its README says how).
+SHIPPED_GRID = Path(str(resources.files("simbench.data"))) / "measurements" / "h200-2026-11" / "grid.jsonl"
+KINDS = ("padded", "varlen")
+GRID_FIELDS = ("model", "layers", "kind", "rows", "row_length", "documents", "tokens", "first_ms", "median_ms")
+# Eager PyTorch issues about 1,200 kernels a step for 24 encoder layers (the grid's README): 50 a layer.
+# The count is held; the host's time per kernel is fitted, so only their product (the floor) matters.
+GRID_KERNELS_PER_LAYER = 50
+# FlashAttention's varlen kernels work on 128-token tiles of keys for head sizes up to 128: chosen, not
+# fitted (the grid's 64-token documents, slower than its 128-token ones at equal tokens, agree).
+VARLEN_TILE_TOKENS = 128
+# A held-out timing: a mix of document lengths, or rows whose length is not a multiple of the tile (the
+# grid's "new shapes"). The others fit the profile; these test it.
+HELD_OUT_RULE = "varlen batches of mixed document lengths and padded rows whose length is not a multiple of 128"
+
+# Fitted fields, each with (lower, upper) bounds and the scale the optimiser sees them in.
+FITTED_FIELDS = {
+    "linear_flops_per_s": ((1e12, 1e16), 1e15),
+    "dense_half_saturation_width": ((0.0, 1e5), 1e3),
+    "attention_flops_per_s": ((1e12, 1e16), 1e15),
+    "half_saturation_tokens": ((0.0, 1e5), 1e3),
+    "host_seconds_per_kernel": ((0.0, 1e-3), 1e-5),
+    "varlen_floor_ratio": ((1.0, 3.0), 1.0),  # varlen steps launch at least the padded steps' kernels
+    "varlen_causal_attention_fraction": ((0.05, 2.0), 1.0),
+    "varlen_causal_half_length_tokens": ((0.0, 1e5), 1e3),
+    "varlen_bidirectional_attention_fraction": ((0.05, 2.0), 1.0),
+    "varlen_bidirectional_half_length_tokens": ((0.0, 1e5), 1e3),
+}
+_START = {"linear_flops_per_s": 0.7e15, "dense_half_saturation_width": 500.0, "attention_flops_per_s": 0.45e15,
+          "half_saturation_tokens": 500.0, "host_seconds_per_kernel": 1.5e-5, "varlen_floor_ratio": 1.1,
+          "varlen_causal_attention_fraction": 0.6, "varlen_causal_half_length_tokens": 500.0,
+          "varlen_bidirectional_attention_fraction": 0.6, "varlen_bidirectional_half_length_tokens": 200.0}
+
+
+@dataclass(frozen=True)
+class GridTiming:
+    """One timed configuration of the grid: a model slice, a batch shape and its step times."""
+
+    model: str
+    layers: int
+    kind: str
+    rows: int
+    row_length: int
+    documents: tuple[int, ...] | None
+    first_seconds: float
+    median_seconds: float
+
+    @property
+    def tokens(self) -> int:
+        return self.rows * self.row_length
+
+    @property
+    def held_out(self) -> bool:
+        if self.kind == "varlen":
+            return len(set(self.documents)) > 1
+        return self.row_length % VARLEN_TILE_TOKENS != 0
+
+    @property
+    def first_sight_seconds_per_layer(self) -> float:
+        return (self.first_seconds - self.median_seconds) / self.layers
+
+
+@dataclass(frozen=True)
+class GridFit:
+    """A profile fitted on a timing grid, its predictions, and the errors of a fit without the held-out
+    timings on those timings."""
+
+    profile: HardwareProfile
+    timings: tuple[GridTiming, ...]
+    predicted_seconds: np.ndarray  # by the profile fitted on every timing
+    held_out_predicted_seconds: np.ndarray  # of the held-out timings, by the profile fitted without them
+
+    @property
+    def errors(self) -> np.ndarray:
+        """Predicted over measured step time, minus one, of every timing (the fit on all of them)."""
+        return self.predicted_seconds / np.array([t.median_seconds for t in self.timings]) - 1
+
+    @property
+    def held_out_errors(self) -> np.ndarray:
+        measured = np.array([t.median_seconds for t in self.timings if t.held_out])
+        return self.held_out_predicted_seconds / measured - 1
+
+    @property
+    def held_out_median_error(self) -> float:
+        return float(np.median(np.abs(self.held_out_errors))) if self.held_out_errors.size else math.nan
+
+    def error_rows(self) -> list[dict]:
+        """A row per held-out group and for the fitted timings: how many, median and largest |error|."""
+        held = [t for t in self.timings if t.held_out]
+        groups: dict[str, list[float]] = {}
+        for timing, error in zip(held, self.held_out_errors):
+            groups.setdefault(f"held out: {timing.model} {timing.kind}", []).append(float(error))
+        fitted = [float(e) for t, e in zip(self.timings, self.errors) if not t.held_out]
+        groups["fitted timings (fit on all)"] = fitted
+        return [{"timings": name, "count": len(errors), "median_abs_error": float(np.median(np.abs(errors))),
+                 "max_abs_error": float(np.max(np.abs(errors)))} for name, errors in groups.items() if errors]
+
+
+def load_timing_grid(path: str | Path) -> list[GridTiming]:
+    """Read a timing grid (JSON lines); a bad line is an InputError naming the file and line."""
+    source = str(path)
+    text = read_text_file(path, "timing grid (JSON lines)")
+    timings = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        timings.append(_timing_of_line(line, source, number))
+    if not timings:
+        raise InputError("the timing grid holds no timings", source=source)
+    return timings
+
+
+def _timing_of_line(line: str, source: str, number: int) -> GridTiming:
+    def bad(message: str) -> InputError:
+        return InputError(message, source=source, line=number)
+
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise bad(f"not a JSON object: {error}") from None
+    if not isinstance(record, dict):
+        raise bad("each line must be a JSON object")
+    missing = [key for key in GRID_FIELDS if key not in record]
+    if missing:
+        raise bad(f"missing field(s) {', '.join(missing)}")
+    if record["model"] not in MODEL_PRESETS:
+        raise bad(f"unknown model {record['model']!r} (model presets: {', '.join(MODEL_PRESETS)})")
+    if record["kind"] not in KINDS:
+        raise bad(f"kind must be one of {', '.join(KINDS)}, found {record['kind']!r}")
+    for key in ("layers", "rows", "row_length"):
+        value = record[key]
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1 << 24:
+            raise bad(f"{key} must be a whole number from 1 to {1 << 24}, found {value!r}")
+    for key in ("first_ms", "median_ms"):
+        value = record[key]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1e7:
+            raise bad(f"{key} must be a positive time in milliseconds, found {value!r}")
+    documents = record["documents"]
+    if record["kind"] == "varlen":
+        if (not isinstance(documents, list) or not documents
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in documents)):
+            raise bad("a varlen timing's documents must be a list of whole lengths >= 1")
+        if sum(documents) != record["rows"] * record["row_length"] or record["rows"] != 1:
+            raise bad(f"a varlen timing is one row whose documents fill it: {sum(documents)} document tokens "
+                      f"in {record['rows']} x {record['row_length']}")
+        documents = tuple(documents)
+    elif documents is not None:
+        raise bad("a padded timing has no documents (null)")
+    return GridTiming(record["model"], record["layers"], record["kind"], record["rows"], record["row_length"],
+                      documents, record["first_ms"] / 1e3, record["median_ms"] / 1e3)
+
+
+def slice_model(name: str, layers: int) -> ModelSpec:
+    """The grid's slice of a model preset: its layers only (no embeddings, LM head or optimizer step)."""
+    # A vocabulary of one makes a decoder's LM head cost nothing: the slice has none.
+    return dataclasses.replace(MODEL_PRESETS[name], layers=layers, vocab=1)
+
+
+def grid_base(base: HardwareProfile | str = "h200") -> dict:
+    """The base profile's fields with what a slice's timing holds no trace of switched off: optimizer,
+    input transfer, fixed step cost, per-kernel device gaps (absorbed in the rates), small-kernel groups."""
+    data = load_hardware(base).model_dump()
+    data.update(optimizer_seconds_per_parameter=0.0, step_overhead_seconds=0.0, input_bytes_per_token=0.0,
+                kernel_launch_seconds=0.0, kernels_per_layer=GRID_KERNELS_PER_LAYER, shape_change_seconds=0.0,
+                unpadded_flops_fraction=1.0, unpadded_noise_cv=0.0, unpad_group_half_saturation_tokens=0.0,
+                varlen_tile_tokens=VARLEN_TILE_TOKENS, calibration=None)
+    return data
+
+
+def predict_grid(profile: HardwareProfile, timings: Sequence[GridTiming]) -> np.ndarray:
+    """Each timing's step seconds as `TransformerCostModel` prices it on `profile`: padded rows in PADDED
+    mode (one sequence filling each row), varlen batches in UNPADDED mode (their documents, no padding)."""
+    predicted = np.empty(len(timings))
+    groups: dict[tuple[str, int, str], list[int]] = {}
+    for index, timing in enumerate(timings):
+        groups.setdefault((timing.model, timing.layers, timing.kind), []).append(index)
+    for (model, layers, kind), indices in groups.items():
+        cost_model = TransformerCostModel(slice_model(model, layers), profile)
+        batch_set = _batch_set([timings[i] for i in indices])
+        mode = ExecutionMode.PADDED if kind == "padded" else ExecutionMode.UNPADDED
+        predicted[indices] = cost_model.step_costs(batch_set, mode).total_seconds
+    return predicted
+
+
+def _batch_set(timings: Sequence[GridTiming]) -> BatchSet:
+    """One batch per timing: padded rows each holding one sequence that fills it, or one row of documents."""
+    lengths, sequence_row, row_slots, row_batch = [], [], [], []
+    for batch, timing in enumerate(timings):
+        first_row = len(row_slots)
+        if timing.documents is None:
+            lengths += [timing.row_length] * timing.rows
+            sequence_row += range(first_row, first_row + timing.rows)
+            row_slots += [timing.row_length] * timing.rows
+            row_batch += [batch] * timing.rows
+        else:
+            lengths += timing.documents
+            sequence_row += [first_row] * len(timing.documents)
+            row_slots.append(timing.row_length)
+            row_batch.append(batch)
+    return BatchSet(np.array(lengths, dtype=np.int64), np.array(sequence_row, dtype=np.int64),
+                    np.array(row_slots, dtype=np.int64), np.array(row_batch, dtype=np.int64), len(timings))
+
+
+def _profile(base: dict, values: dict[str, float]) -> HardwareProfile:
+    data = {**base, **{k: v for k, v in values.items() if k != "varlen_floor_ratio"}}
+    data["varlen_kernels_per_layer"] = round(GRID_KERNELS_PER_LAYER * values["varlen_floor_ratio"])
+    return HardwareProfile.model_validate(data)
+
+
+def _fit_values(base: dict, timings: Sequence[GridTiming]) -> dict[str, float]:
+    """Least squares on log step times (every timing counts by its relative error)."""
+    from scipy.optimize import least_squares
+
+    names = list(FITTED_FIELDS)
+    scales = np.array([FITTED_FIELDS[name][1] for name in names])
+    lower = np.array([FITTED_FIELDS[name][0][0] for name in names]) / scales
+    upper = np.array([FITTED_FIELDS[name][0][1] for name in names]) / scales
+    measured = np.array([timing.median_seconds for timing in timings])
+    varlen = np.array([timing.kind == "varlen" for timing in timings])
+    layers = np.array([timing.layers for timing in timings])
+    decoder = any(MODEL_PRESETS[t.model].is_decoder and t.kind == "varlen" for t in timings)
+    encoder = any(not MODEL_PRESETS[t.model].is_decoder and t.kind == "varlen" for t in timings)
+    widths = {MODEL_PRESETS[t.model].hidden for t in timings}
+
+    def values_of(scaled: np.ndarray) -> dict[str, float]:
+        values = dict(zip(names, scaled * scales))
+        # One width cannot tell a width effect from the rate: the rate takes it all.
+        if len(widths) < 2:
+            values["dense_half_saturation_width"] = 0.0
+        # A direction of attention the grid never ran varlen keeps dense attention's rate.
+        if not decoder:
+            values.update(varlen_causal_attention_fraction=1.0, varlen_causal_half_length_tokens=0.0)
+        if not encoder:
+            values.update(varlen_bidirectional_attention_fraction=1.0, varlen_bidirectional_half_length_tokens=0.0)
+        return values
+
+    def residuals(scaled: np.ndarray) -> np.ndarray:
+        # The varlen floor is continuous here (the ratio of kernels); the profile rounds it at the end.
+        values = values_of(scaled)
+        profile = HardwareProfile.model_validate(
+            {**base, **{k: v for k, v in values.items() if k != "varlen_floor_ratio"},
+             "varlen_kernels_per_layer": None})
+        floors = layers * GRID_KERNELS_PER_LAYER * values["host_seconds_per_kernel"] * values["varlen_floor_ratio"]
+        predicted = predict_grid(profile, timings)
+        predicted = np.where(varlen, np.maximum(predicted, floors), predicted)
+        return np.log(predicted / measured)
+
+    start = np.clip(np.array([_START[name] for name in names]) / scales, lower + 1e-9, upper - 1e-9)
+    solution = least_squares(residuals, start, bounds=(lower, upper), x_scale="jac")
+    return values_of(solution.x)
+
+
+def first_sight_fields(timings: Sequence[GridTiming]) -> dict[str, float]:
+    """First-sight costs per layer: for each kind and model, the median over its timings of (first step -
+    median step) / layers (robust to the rare first step that loads a kernel library, seconds once per
+    process); padded ones as a line in the model's width (wider layers allocate and select more), varlen
+    ones pooled. None below 0."""
+    def median(kind: str, model: str | None = None) -> float | None:
+        extra = [t.first_sight_seconds_per_layer for t in timings
+                 if t.kind == kind and (model is None or t.model == model)]
+        return max(0.0, float(np.median(extra))) if extra else None
+
+    padded = {MODEL_PRESETS[m].hidden: median("padded", m) for m in {t.model for t in timings if t.kind == "padded"}}
+    slope = 0.0
+    if len(padded) > 1:
+        slope = max(0.0, float(np.polyfit(list(padded), list(padded.values()), 1)[0]))
+    widths = np.array(list(padded), dtype=np.float64)
+    intercept = max(0.0, float(np.mean(np.array(list(padded.values())) - slope * widths))) if padded else 0.0
+    return {"first_sight_padded_seconds_per_layer": intercept,
+            "first_sight_padded_seconds_per_layer_per_width": slope,
+            "first_sight_varlen_seconds_per_layer": median("varlen") or 0.0}
+
+
+def fit_grid(timings: Sequence[GridTiming], base: HardwareProfile | str = "h200") -> GridFit:
+    """Fit the profile's GPU terms on every timing, and again without the held-out ones to predict them."""
+    timings = tuple(timings)
+    base_data = grid_base(base)
+    held_in = [timing for timing in timings if not timing.held_out]
+    held_out = [timing for timing in timings if timing.held_out]
+    if len(held_in) < len(FITTED_FIELDS):
+        raise InputError(f"the timing grid has {len(held_in)} timings to fit {len(FITTED_FIELDS)} terms on "
+                         f"(held out: {HELD_OUT_RULE}); time more shapes")
+    partial = _profile(base_data, _fit_values(base_data, held_in))
+    held_out_predicted = predict_grid(partial, held_out) if held_out else np.zeros(0)
+    values = _fit_values(base_data, timings)
+    base_data.update(first_sight_fields(timings))
+    profile = _profile(base_data, values)
+    return GridFit(profile, timings, predict_grid(profile, timings), held_out_predicted)
+
+
+def fitted_profile(fit: GridFit, base: HardwareProfile | str, source: str) -> HardwareProfile:
+    """The base profile with the grid's fitted terms, marked measured, and the raw timings kept."""
+    fitted = {name: getattr(fit.profile, name) for name in GRID_PROFILE_FIELDS}
+    base_profile = load_hardware(base)
+    provenance = {**base_profile.provenance, **{name: f"fitted: {source}" for name in GRID_PROFILE_FIELDS}}
+    record = {"grid": [dataclasses.asdict(timing) for timing in fit.timings],
+              "held_out": HELD_OUT_RULE, "held_out_errors": fit.error_rows()}
+    return base_profile.model_copy(update={**fitted, "provenance": provenance, "calibration": record,
+                                           "source": f"{base_profile.source} GPU terms fitted: {source}"})
+
+
+GRID_PROFILE_FIELDS = ("linear_flops_per_s", "dense_half_saturation_width", "attention_flops_per_s",
+                       "half_saturation_tokens", "host_seconds_per_kernel", "kernels_per_layer",
+                       "varlen_kernels_per_layer", "kernel_launch_seconds", "shape_change_seconds",
+                       "varlen_causal_attention_fraction", "varlen_causal_half_length_tokens",
+                       "varlen_bidirectional_attention_fraction", "varlen_bidirectional_half_length_tokens",
+                       "varlen_tile_tokens", "first_sight_padded_seconds_per_layer",
+                       "first_sight_padded_seconds_per_layer_per_width", "first_sight_varlen_seconds_per_layer",
+                       "unpadded_flops_fraction")

@@ -1,0 +1,107 @@
+"""The GPU terms fitted on the shipped H200 timing grid: refit reproduces the h200 preset, held-out timings are
+predicted, other H200 measurements (not in the grid) are predicted, and bad grids are refused by line."""
+
+import json
+
+import numpy as np
+import pytest
+
+from simbench.calibrate.gridfit import (GRID_PROFILE_FIELDS, SHIPPED_GRID, fit_grid, load_timing_grid,
+                                        predict_grid, slice_model)
+from simbench.costmodels.base import BatchSet, ExecutionMode
+from simbench.costmodels.hardware import HARDWARE_PRESETS, load_hardware
+from simbench.costmodels.transformer import TransformerCostModel
+from simbench.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def fit():
+    return fit_grid(load_timing_grid(SHIPPED_GRID))
+
+
+def test_refit_reproduces_the_h200_preset(fit):
+    preset = HARDWARE_PRESETS["h200"]
+    for name in GRID_PROFILE_FIELDS:
+        fitted, shipped = getattr(fit.profile, name), getattr(preset, name)
+        assert shipped == pytest.approx(fitted, rel=0.01, abs=1e-9), name
+        assert preset.provenance[name].startswith("fitted"), name
+
+
+def test_held_out_timings_are_predicted_within_six_percent(fit):
+    # 14 "new shape" timings the partial fit never saw: mixed documents, odd row lengths.
+    assert fit.held_out_errors.size == 14
+    assert np.max(np.abs(fit.held_out_errors)) < 0.06
+    assert fit.held_out_median_error < 0.035
+
+
+def test_fit_describes_the_grid(fit):
+    assert np.median(np.abs(fit.errors)) < 0.03
+    # The launch floor: 24 encoder layers never run under ~20 ms whatever the tokens.
+    floor = TransformerCostModel(slice_model("bert-large", 24), fit.profile).launch_floor_seconds(ExecutionMode.PADDED)
+    assert 0.018 < floor < 0.022
+
+
+def test_varlen_attention_slower_than_dense_at_long_documents(fit):
+    """At equal tokens, one 16,384-token document costs more varlen than one padded causal row (the grid:
+    242 against 207 ms), and varlen cost grows with document length."""
+    timings = load_timing_grid(SHIPPED_GRID)
+    predicted = dict(zip(((t.model, t.kind, t.documents and len(t.documents), t.rows) for t in timings),
+                         predict_grid(fit.profile, timings)))
+    varlen_one = predicted[("llama-3.1-8b", "varlen", 1, 1)]
+    padded_one = predicted[("llama-3.1-8b", "padded", None, 1)]
+    assert varlen_one > 1.1 * padded_one
+    assert predicted[("llama-3.1-8b", "varlen", 2, 1)] < varlen_one
+
+
+def test_other_h200_measurements_are_predicted():
+    """profiles/decoder-h200.json: a 2-layer Llama-3.1-8B slice timed on an H200 by calibrate-decoder, not in
+    the grid and never fitted on: causal rows of 1k-128k tokens and varlen packs. The grid's decoder steps all
+    hold ~16k tokens, so its token saturation comes mostly from the encoder: 8k-token steps of the 2-layer
+    slice come out 9-11 % slow, the 128k one 8 % fast (docs/calibration.md). Held to 12 %."""
+    import pathlib
+
+    record = json.loads((pathlib.Path(__file__).parent.parent / "profiles" / "decoder-h200.json").read_text())
+    calibration = record["calibrations"][0] if "calibrations" in record else record
+    profile = load_hardware("h200", {"optimizer_seconds_per_parameter": 0.0, "step_overhead_seconds": 0.0,
+                                     "input_bytes_per_token": 0.0})
+    model = slice_model(calibration["model"], calibration["layers"])
+    errors = []
+    for timing in calibration["timings"]:
+        lengths = np.array(timing["lengths"])
+        if timing["kind"] == "causal":
+            batch = BatchSet(lengths, np.arange(lengths.size), lengths, np.zeros(lengths.size, np.int64), 1)
+            mode = ExecutionMode.PADDED
+        else:
+            batch = BatchSet(lengths, np.zeros(lengths.size, np.int64), np.array([lengths.sum()]), np.zeros(1, np.int64), 1)
+            mode = ExecutionMode.PACKED_VARLEN
+        predicted = TransformerCostModel(model, profile).step_costs(batch, mode).total_seconds[0]
+        errors.append(predicted / timing["seconds"] - 1)
+    assert len(errors) >= 6
+    assert np.max(np.abs(errors)) < 0.12, errors
+
+
+@pytest.mark.parametrize("line, message", [
+    ("not json", "not a JSON object"),
+    ('{"model": "bert-large"}', "missing field"),
+    ('{"model": "gpt-9", "layers": 1, "kind": "padded", "rows": 1, "row_length": 8, "documents": null, '
+     '"tokens": 8, "first_ms": 1, "median_ms": 1}', "unknown model"),
+    ('{"model": "bert-large", "layers": 1, "kind": "padded", "rows": 1, "row_length": 8, "documents": null, '
+     '"tokens": 8, "first_ms": 1, "median_ms": -1}', "median_ms must be a positive time"),
+    ('{"model": "bert-large", "layers": 1, "kind": "varlen", "rows": 1, "row_length": 8, "documents": [4, 5], '
+     '"tokens": 8, "first_ms": 1, "median_ms": 1}', "documents fill it"),
+])
+def test_bad_grid_lines_are_refused_by_line(tmp_path, line, message):
+    path = tmp_path / "grid.jsonl"
+    good = SHIPPED_GRID.read_text().splitlines()[0]
+    path.write_text(good + "\n" + line + "\n")
+    with pytest.raises(InputError, match=message) as error:
+        load_timing_grid(path)
+    assert error.value.line == 2
+
+
+def test_ideal_profile_is_opt_in():
+    ideal, measured = HARDWARE_PRESETS["h200-ideal"], HARDWARE_PRESETS["h200"]
+    assert ideal.varlen_causal_attention_fraction == 1 and ideal.host_seconds_per_kernel == 0
+    assert measured.varlen_causal_attention_fraction < 0.7
+    assert HARDWARE_PRESETS["a100"].unpadded_flops_fraction == pytest.approx(0.836, abs=1e-3)
+    assert HARDWARE_PRESETS["a100-ideal"].unpadded_flops_fraction == 1.0
