@@ -7,7 +7,7 @@ and fitting the stragglers. `simbench run` writes the results as a report (simbe
     ...                     devices=[1, 8], steps=5)
     >>> results = run_experiment(scenario)
     >>> results.scaling.query("devices == 8")[["strategy", "speedup"]].round(3).values.tolist()
-    [['none', 1.0], ['sort', 1.99], ['unpad', 1.908]]
+    [['none', 1.0], ['sort', 1.99], ['unpad', 1.555]]
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                           progress=progress)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = simulate(histogram, plans, list(scenario.devices), cost_model, batch_size=scenario.batch_size,
-                      steps=scenario.steps, seed=scenario.seed, progress=progress, packings=packings, stage=stage)
+                      steps=scenario.steps, seed=scenario.seed, progress=progress, packings=packings, stage=stage,
+                      shapes=scenario.shapes, training_steps=scenario.training_steps)
     summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
     packing, timings = _packing_tables(result.packings, labels, histogram, bounds, progress,
                                        stage or (lambda text: None))

@@ -323,6 +323,11 @@ class Scenario(_Strict):
     devices: tuple[Annotated[StrictInt, Field(ge=1, le=DEVICES_MAX)], ...] = Field(DEFAULT_DEVICES, min_length=1)
     batch_size: StrictInt = Field(32, ge=1, description="sequences (or packs) per device per step")
     steps: StrictInt = Field(200, ge=1, description="simulated training steps per strategy and device count")
+    shapes: Literal["new", "seen", "auto"] = Field(
+        "auto", description="which steps pay a new batch shape's first-sight cost: new (every variable shape, "
+        "a run's first steps), seen (none, steady state) or auto (the average over training_steps)")
+    training_steps: StrictInt = Field(10_000, ge=1, le=10**12, description="steps of the training run being "
+                                      "simulated: how often a device meets a batch shape for the first time")
     seed: StrictInt = Field(0, ge=0)  # strict: `seed: true` is a mistake, not seed 1
     outputs: OutputsSpec = OutputsSpec()
     quick: QuickSpec = QuickSpec()

@@ -32,6 +32,9 @@ def simulate(
     steps: int = typer.Option(200, "--steps", help="training steps simulated per (strategy, devices)"),
     seed: int = typer.Option(0, "--seed", help="seed of every random draw"),
     engine: str = typer.Option("auto", "--engine", help="auto, simpy or vectorized"),
+    shapes: str = typer.Option("auto", "--shapes", help="which steps pay a new batch shape's first-sight cost: "
+                               "new, seen or auto (the average over --training-steps)"),
+    training_steps: int = typer.Option(10_000, "--training-steps", help="steps of the training run simulated"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per (strategy, devices) line"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
     max_rows: int = typer.Option(SIMULATED_ROWS_MAX, "--max-rows",
@@ -55,7 +58,8 @@ def simulate(
     with progress_bar(console, quiet) as progress:
         task = progress.add_task("simulating", total=len(with_reference(plans)) * len(device_counts))
         result = run_simulation(lengths, plans, device_counts, cost_model, batch_size=batch_size, steps=steps,
-                                seed=seed, engine=engine, progress=lambda advance: progress.advance(task, advance),
+                                seed=seed, engine=engine, shapes=shapes, training_steps=training_steps,
+                                progress=lambda advance: progress.advance(task, advance),
                                 stage=stage_lines(console, quiet), max_rows=max_rows)
     warning = overdraw_warning(result.summary, lengths.sequences)
     if warning:

@@ -8,10 +8,9 @@ r"""summary.md: the headline answer (which strategy wins at which scale, by how 
     >>> histogram = scenario.dataset.load()
     >>> text = summary_markdown(scenario, histogram, run_experiment(scenario, histogram))
     >>> print(text.split("\n\n")[1])  # doctest: +NORMALIZE_WHITESPACE
-    **Answer:** on 1 device the fastest strategy is **unpad**, 2.182x the throughput of padding (real tokens
-    per second). On 8 devices it is **sort** at 1.990x, 4.3 % ahead of unpad (1.908x). The winner changes with
-    scale: unpad from 1 device; sort from 8 devices. Biggest loss with scale: unpad, from 2.182x on 1 device to
-    1.908x on 8 devices (12.6 % less).
+    **Answer:** on 1 device the fastest strategy is **sort**, 2.111x the throughput of padding (real tokens
+    per second). On 8 devices it is **sort** at 1.990x, 28.0 % ahead of unpad (1.555x). Biggest loss with
+    scale: unpad, from 1.845x on 1 device to 1.555x on 8 devices (15.7 % less).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import pandas as pd
 from simbench.costmodels.base import ExecutionMode
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
-from simbench.report.validation_table import provenance_note
+from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
 from simbench.scenario import Scenario
 from simbench.sim.results import BREAKDOWN_COLUMNS
 
@@ -62,6 +61,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         provenance_note(scenario.hardware.profile, scenario.hardware.overrides,
                         unpadded=bool(tables.scaling.get("mode", pd.Series(dtype=str)).eq(
                             ExecutionMode.UNPADDED.value).any())),
+        provenance_section(scenario.hardware.profile, scenario.hardware.overrides),
         _files_section(),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"
@@ -152,7 +152,16 @@ def _setup(scenario: Scenario, histogram: LengthHistogram, scaling: pd.DataFrame
             f"{histogram.theoretical_speedup:.3f}x{ceiling}. Model `{model}` on hardware `{scenario.hardware.profile}`"
             f"{_overridden(scenario.hardware.overrides)}{_replicas(scenario.gpus_per_replica)}; "
             f"batch size {scenario.batch_size} per device, {scenario.steps} steps per strategy and device count, "
-            f"seed {scenario.seed}.")
+            f"seed {scenario.seed}. {_shapes_note(scenario)}")
+
+
+def _shapes_note(scenario: Scenario) -> str:
+    """Which steps pay a new batch shape's first-sight cost: it can change which variable-shape strategy wins."""
+    phase = {"new": "every variable-shape batch is new (a run's first steps)",
+             "seen": "every shape has run before (steady state)",
+             "auto": f"as often as a device meets a new shape over a {scenario.training_steps:,}-step run"}
+    return (f"First sight of a batch shape (`shapes: {scenario.shapes}`): {phase[scenario.shapes]}; "
+            "`seen` gives steady-state throughput, `new` a run's first steps.")
 
 
 def _replicas(gpus_per_replica: int) -> str:
@@ -270,6 +279,9 @@ def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: Exper
         "model": scenario.model if isinstance(scenario.model, str) else "custom",
         "hardware": scenario.hardware.profile,
         "hardware_overrides": scenario.hardware.overrides,
+        "hardware_provenance": profile_provenance(scenario.hardware.profile, scenario.hardware.overrides),
+        "shapes": scenario.shapes,
+        "training_steps": scenario.training_steps,
         "seed": scenario.seed,
         "winners": winners,
         "warnings": [warning for warning in [overdraw_warning(tables.scaling, histogram.sequences)] if warning],

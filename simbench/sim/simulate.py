@@ -30,6 +30,7 @@ from simbench.sim.plans import (BatchSource, ExecutionPlan, SimulationSettings, 
                                  with_reference)
 from simbench.sim.pricing import DeviceCosts
 from simbench.sim.results import PlanRun, SimulationResult, summarize
+from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, SHAPES, first_sight
 from simbench.strategies import get_strategy
 from simbench.strategies.packing import PackOptions, Packing
 from simbench.validation import (SIMULATED_ROWS_MAX, check_choice, check_device_counts, check_rows_per_step,
@@ -49,20 +50,24 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
              batch_size: int, steps: int, seed: int, engine: str = "auto",
              progress: Callable[[int], None] | None = None,
              packings: dict[str, Packing] | None = None, max_rows: int = SIMULATED_ROWS_MAX,
-             stage: Callable[[str], None] | None = None) -> SimulationResult:
+             stage: Callable[[str], None] | None = None, shapes: str = "auto",
+             training_steps: int = DEFAULT_TRAINING_STEPS) -> SimulationResult:
     """Simulate every plan (plus padding, the reference) on every cluster size in `devices`.
 
     `progress(units)` hears of work as it is done, in whole units that add up to len(with_reference(plans)) *
     len(devices): one per (plan, devices), told in parts as batches are priced and each cluster is timed.
     `packings` (by plan name, e.g. a previous result's `.packings`) are reused instead of packing again.
     `stage(text)` hears of each stage as it finishes (a packing made, a group of cluster sizes simulated).
+    `shapes` and `training_steps` say which steps pay a new batch shape's first-sight cost (`sim.shapes`).
     """
     plans = _with_reference(plans)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
+    check_choice(shapes, "shapes", SHAPES)
+    check_whole_number(training_steps, "training_steps", minimum=1)
     _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
     check_simulation_work(simulation_rows(plans, histogram, devices, batch_size, steps, engine), max_rows)
     cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
-    settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine)
+    settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine, shapes, training_steps)
     packings = dict(packings or {})
     stage = stage or (lambda text: None)
     tell = _Progress(progress)
@@ -82,7 +87,8 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
         if timeline is not None:
             timelines[plan.name] = timeline
     config = {"histogram": histogram.name, "strategies": [plan.name for plan in plans], "devices": devices,
-              "batch_size": batch_size, "steps": steps, "seed": seed, "engine": engine}
+              "batch_size": batch_size, "steps": steps, "seed": seed, "engine": engine, "shapes": shapes,
+              "training_steps": training_steps}
     used = {plan.name: packings[plan.name] for plan in plans if plan.name in packings}
     return SimulationResult(summarize(runs), pd.concat([run.trace() for run in runs], ignore_index=True),
                             used, latency_samples, timelines, config)
@@ -200,7 +206,8 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
     if large and plan.independent_devices:
         noiseless, noise_cv = _without_step_noise(settings, plan)
         source = plan.source(plan, packing, noiseless)
-        pool = build_pool(replace(source.items(), noise_cv=noise_cv), source.generator(2), large[-1])
+        items = first_sight(source, settings.shapes, settings.training_steps).add_to_items(source.items())
+        pool = build_pool(replace(items, noise_cv=noise_cv), source.generator(2), large[-1])
         by_size = slowest_of(pool, large, settings.steps, source.generator(3))
         tell.priced(large)
         runs += [_run(source, size, by_size[size], None, tell, engine="order-statistics") for size in large]
@@ -211,6 +218,8 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
         source = plan.source(plan, packing, settings, purpose=4)
         by_size = source.distinct_batches(large)
         if by_size is not None:
+            new_shapes = first_sight(source, settings.shapes, settings.training_steps)
+            by_size = {size: new_shapes.add_to_aggregates(aggregates, size) for size, aggregates in by_size.items()}
             tell.priced(large)
             runs += [_run(source, size, by_size[size], None, tell) for size in large]
             stage(f"simulated {plan.name} on {_counts(large)} devices (distinct batches priced)")
@@ -234,7 +243,7 @@ def _without_step_noise(settings: SimulationSettings, plan: ExecutionPlan) -> tu
     for this plan: the order-statistics engine draws the noise itself, tilted into the tail with the batch."""
     if not isinstance(settings.cost_model, StepNoise):
         return settings, 0.0
-    noise_cv = settings.cost_model.cv if plan.mode is ExecutionMode.UNPADDED else 0.0
+    noise_cv = settings.cost_model.cv if plan.mode is ExecutionMode.UNPADDED and plan.source.step_noise else 0.0
     return replace(settings, cost_model=settings.cost_model.cost_model), noise_cv
 
 
@@ -254,13 +263,15 @@ def _simulate_devices(plan: ExecutionPlan, packing: Packing | None, devices: lis
     check_rows_per_step(largest, settings.batch_size, plan.name)
     simpy_sizes = [size for size in devices if _use_simpy(plan, size, settings)]
     source = plan.source(plan, packing, settings, purpose, simpy_devices=max(simpy_sizes, default=0))
+    new_shapes = first_sight(source, settings.shapes, settings.training_steps)
     chunk_steps = source.chunk_steps(max(1, ROWS_PER_CHUNK // (largest * settings.batch_size)))
     aggregate_chunks: dict[int, list[StepAggregates]] = {size: [] for size in devices}
     simpy_chunks: dict[int, list[DeviceCosts]] = {size: [] for size in simpy_sizes}
     samples: list[np.ndarray] = []
     chunks = -(-settings.steps // chunk_steps)
     for first_step in range(0, settings.steps, chunk_steps):
-        by_size = source.chunk(min(chunk_steps, settings.steps - first_step), devices)
+        by_size = {size: new_shapes.add_to_costs(costs)
+                   for size, costs in source.chunk(min(chunk_steps, settings.steps - first_step), devices).items()}
         for size, costs in by_size.items():
             sizes = devices if source.shares_draws else [size]
             for cluster, aggregates in aggregate_by_cluster_size(costs, sizes).items():

@@ -97,6 +97,8 @@ class SimulationSettings:
     steps: int
     seed: int
     engine: str
+    shapes: str = "auto"  # which steps pay a new shape's first-sight cost (sim.shapes)
+    training_steps: int = 10_000  # sim.shapes.DEFAULT_TRAINING_STEPS: the length of the run being simulated, for shapes "auto"
     # Steps priced once and shared by plans drawing the same batches (both padding exchanges).
     priced_steps: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -123,6 +125,9 @@ class BatchSource:
     # Step times vary with the batch's content and compare one to one with padding's (same sequences):
     # their per-device samples get a Gumbel fit of the slowest of n devices.
     fits_stragglers: ClassVar[bool] = False
+    # Whether its un-padded batches take the profile's per-device step noise (`unpadded_noise_cv`, fitted on
+    # GPU un-padding kernels); a source that prices without `step_costs` (VTS pipelines) takes none.
+    step_noise: ClassVar[bool] = True
 
     def __init__(self, plan: ExecutionPlan, packing: Packing | None, settings: SimulationSettings, purpose: int = 0,
                  simpy_devices: int = 0):
@@ -160,6 +165,11 @@ class BatchSource:
     def independent_devices(plan: ExecutionPlan) -> bool:
         """Whether each device draws its batch on its own (then `items` describes one device's draw)."""
         return False
+
+    def shape_keys(self, rng: np.random.Generator, count: int) -> np.ndarray | None:
+        """One key per batch shape of `count` consecutive batches of one device, for the first-sight cost
+        (`sim.shapes`); None where every batch has the same shape (packs, fixed rows)."""
+        return None
 
     def generator(self, purpose: int) -> np.random.Generator:
         stream = zlib.crc32(self.random_stream(self.plan).encode())

@@ -18,6 +18,7 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.sim.length_batching import BudgetBatchDraws, LengthGroupedStream
 from simbench.sim.orderstat import ItemSource
 from simbench.sim.plans import BatchSource, ExecutionPlan, PlanType, register_plan
+from simbench.sim.batching import SequenceSampler
 from simbench.sim.megabatches import MegabatchSteps
 from simbench.strategies.group_by_length import megabatch_sequences, sequences_per_batch
 from simbench.strategies.token_budget import token_budget_batches
@@ -49,6 +50,12 @@ class TokenBudgetSource(BatchSource):
 
     def chunk(self, steps, devices):
         return {devices[-1]: self.draws.draw(self.rng, steps, devices[-1])}
+
+    def shape_keys(self, rng, count):
+        """A batch kind's shape: its sequences (rows) x its padded length."""
+        kinds = self.draws.sampler.sample(rng, count)
+        rows = self.batches.sequences_per_kind()
+        return rows[kinds] * (self.settings.histogram.max_length + 1) + self.batches.padded_lengths[kinds]
 
     def items(self):
         """One item per device: a batch kind, its cost and tokens its features."""
@@ -83,6 +90,18 @@ class LengthGroupedSource(BatchSource):
     @property
     def shares_draws(self) -> bool:
         return False  # a device's batch depends on how many devices share its megabatch
+
+    def shape_keys(self, rng, count):
+        """Rows of a fixed count padded to the batch's longest: the shape is the longest length. Batches
+        are cut from megabatches sorted by length, as the Trainer does, from a shuffled dataset."""
+        histogram = self.settings.histogram
+        megabatch = megabatch_sequences(histogram.sequences, self.batch_sequences)
+        batches_per_megabatch = megabatch // self.batch_sequences
+        megabatches = -(-count // batches_per_megabatch)
+        lengths = SequenceSampler(histogram).lengths_of(rng, (megabatches, megabatch))
+        lengths.sort(axis=1)
+        longest = lengths.reshape(megabatches, batches_per_megabatch, self.batch_sequences).max(axis=2)
+        return rng.permuted(longest, axis=1).reshape(-1)[:count]
 
     def chunk(self, steps, devices):
         return {size: self._stream(size).priced(self.settings.cost_model, steps, size) for size in devices}

@@ -35,6 +35,12 @@ class SequenceSource(BatchSource):
         """The sequence lengths of the first device's first batch, as the per-device engines draw it."""
         return self.sampler.lengths_of(self.generator(0), (self.settings.batch_size,))
 
+    def shape_keys(self, rng, count):
+        """Un-padded batches are one flat tensor: its shape is the batch's token count."""
+        if self.plan.mode is not ExecutionMode.UNPADDED:
+            return None
+        return self.sampler.lengths_of(rng, (count, self.settings.batch_size)).sum(axis=1)
+
     def items(self):
         return ItemSource(self.sampler.item_weights, self.sampler.item_features(), self.settings.batch_size,
                           self.price_items)

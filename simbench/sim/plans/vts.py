@@ -24,6 +24,7 @@ class VtsSource(SequenceSource):
     """The un-padded plans' sequences (a paired comparison), bucketed if the plan says so, priced per stage."""
 
     kind = PlanKind.VTS
+    step_noise = False  # a pipeline of stages, not GPU un-padding kernels: priced without step_costs
 
     def __init__(self, plan, packing, settings, purpose=0, simpy_devices=0):
         super().__init__(plan, packing, settings, purpose, simpy_devices)

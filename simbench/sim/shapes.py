@@ -1,0 +1,110 @@
+"""First sight of a batch shape: the extra time a device spends the first time it runs a shape.
+
+Each device remembers the shapes it has run. Over a training run of `training_steps` steps, a device
+drawing shapes independently meets a new one at a random step with probability
+D(training_steps) / training_steps, D(S) the distinct shapes among S draws; that is the chance, per device
+and step, that the step pays the profile's first-sight cost. `shapes` chooses the phase of the run:
+
+- `new`: every variable-shape batch is new (a run's first steps, or a process that restarts often);
+- `seen`: every shape has run before (steady state, a long run);
+- `auto`: the average over the scenario's `training_steps`, from the plan's own shape distribution.
+
+    >>> import numpy as np
+    >>> round(new_shape_rate(np.repeat(np.arange(10), 100), training_steps=1_000), 3)
+    0.01
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+SHAPES = ("new", "seen", "auto")
+# A chosen run length when a scenario names none: long enough that fixed shapes cost nothing, short enough
+# that a token budget's rarer shapes still appear new (the report states it with the answer).
+DEFAULT_TRAINING_STEPS = 10_000
+# Shape draws per plan to measure D(S): enough for every shape of a token budget or sorted batching.
+SHAPE_SAMPLE = 100_000
+# The stream of the first-sight draws, apart from every batch-drawing and noise stream.
+FIRST_SIGHT_STREAM = 0x6669727374
+
+
+def new_shape_rate(keys: np.ndarray, training_steps: int) -> float:
+    """The share of a device's steps that meet a shape it has not run, over `training_steps` steps whose
+    shapes are drawn like `keys` (one device's consecutive draws). Beyond the sample, the rate of new shapes
+    stays at the Good-Turing estimate of the unseen shapes' mass at its end (singletons / draws)."""
+    sample = keys[:training_steps]
+    _, counts = np.unique(sample, return_counts=True)
+    distinct = counts.size
+    if training_steps <= sample.size:
+        return distinct / training_steps
+    unseen_mass = np.count_nonzero(counts == 1) / sample.size
+    return (distinct + (training_steps - sample.size) * unseen_mass) / training_steps
+
+
+@dataclass(frozen=True)
+class FirstSight:
+    """The first-sight cost a plan's batches pay: `seconds` with probability `probability` per device
+    and step, drawn independently of the batch (the shape that is new is any of the device's)."""
+
+    seconds: float
+    probability: float
+    rng: np.random.Generator
+    # One fixed shape is met by every device at the same (first) step: its cost is the run's once, shared
+    # by all steps, not a draw per device.
+    shared: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.seconds > 0 and self.probability > 0
+
+    def hits(self, shape) -> np.ndarray:
+        if self.shared:
+            return np.full(shape, self.seconds * self.probability)
+        return self.seconds * (self.rng.random(shape) < self.probability)
+
+    def add_to_costs(self, costs):
+        """DeviceCosts with each device-step's first-sight cost in its overhead."""
+        if not self.active:
+            return costs
+        return replace(costs, overhead_seconds=costs.overhead_seconds + self.hits(costs.overhead_seconds.shape))
+
+    def add_to_items(self, items):
+        """An ItemSource whose priced batches each carry their device's first-sight draw."""
+        if not self.active:
+            return items
+        return replace(items, price=lambda picks: self.add_to_costs(items.price(picks)))
+
+    def add_to_aggregates(self, aggregates, devices: int):
+        """Step aggregates of `devices` devices priced without first sight: a step is slowed by it when any
+        device meets a new shape (the slowest step then taken as the slowest device's plus the cost: an upper
+        bound where the device that meets it is not otherwise the slowest); the mean gains its expectation."""
+        if not self.active:
+            return aggregates
+        steps = aggregates.slowest_device_seconds.shape
+        mean = self.seconds * self.probability
+        if self.shared:
+            slowest = np.full(steps, mean)
+        else:
+            any_new = self.rng.random(steps) < -np.expm1(devices * np.log1p(-min(self.probability, 1 - 1e-16)))
+            slowest = self.seconds * any_new
+        return replace(aggregates, slowest_device_seconds=aggregates.slowest_device_seconds + slowest,
+                       mean_device_seconds=aggregates.mean_device_seconds + mean,
+                       overhead_seconds=aggregates.overhead_seconds + mean)
+
+
+def first_sight(source, shapes: str, training_steps: int) -> FirstSight:
+    """The first-sight cost of a plan's batch source, for the scenario's `shapes` and run length."""
+    settings = source.settings
+    mode_seconds = getattr(settings.cost_model, "first_sight_seconds", None)
+    seconds = float(mode_seconds(source.plan.mode)) if mode_seconds is not None else 0.0
+    rng = np.random.default_rng([settings.seed, FIRST_SIGHT_STREAM, source.purpose])
+    if shapes == "seen" or seconds == 0:
+        return FirstSight(0.0, 0.0, rng)
+    keys = source.shape_keys(np.random.default_rng([settings.seed, FIRST_SIGHT_STREAM, 1 << 20]),
+                             min(training_steps, SHAPE_SAMPLE))
+    if keys is None:
+        # One fixed shape: only the first step meets it (the simulated steps are the whole run in `new`).
+        return FirstSight(seconds, 1 / (settings.steps if shapes == "new" else training_steps), rng, shared=True)
+    return FirstSight(seconds, 1.0 if shapes == "new" else new_shape_rate(keys, training_steps), rng)
