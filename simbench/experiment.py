@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -53,6 +53,9 @@ class ExperimentResult:
     extrapolation: pd.DataFrame  # per (strategy, devices): expected speed-up from the Gumbel fit
     timeline: pd.DataFrame  # per (sample, stage) of one VTS batch: enter, finish, leave seconds
     timings: pd.DataFrame  # solve seconds per packer: measured, so it differs between runs
+    # per strategy at the smallest device count: speed-up as simulated, with ideal kernels, with every shape
+    # seen and with every shape new (empty when nothing would differ, or for sweep cells)
+    assumptions: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def progress_total(scenario: Scenario) -> int:
@@ -65,12 +68,15 @@ def progress_total(scenario: Scenario) -> int:
 def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                    progress: Progress | None = None, packings: dict[str, Packing] | None = None,
                    stage: Callable[[str], None] | None = None,
-                   workers: ReportWorkers | None = None, stragglers: bool = True) -> ExperimentResult:
+                   workers: ReportWorkers | None = None, stragglers: bool = True,
+                   assumptions: bool = True) -> ExperimentResult:
     """Run `scenario` (on `histogram`, its dataset's by default); `progress(units)` counts up to
     `progress_total(scenario)`. `packings` already made of this histogram (a sweep shares them between
     cells) are used instead of packing again. `stage(text)` hears of each stage as it finishes;
     `workers` compute the LP bounds while this process simulates. `stragglers=False` skips the Gumbel
-    fits of the step times (latency, gumbel and extrapolation come back empty): a sweep cell reports none."""
+    fits of the step times (latency, gumbel and extrapolation come back empty): a sweep cell reports none.
+    `assumptions=False` skips re-simulating the smallest cluster under the assumptions that could change the
+    answer (ideal kernels, shapes all seen or all new)."""
     histogram = histogram if histogram is not None else scenario.dataset.load()
     progress = progress or (lambda units: None)
     cost_model = COST_MODELS.get(scenario.cost_model).build(get_model(scenario.model), scenario.hardware.load(),
@@ -102,9 +108,46 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     summary["ideal_speedup"] = np.where(summary["reference"] == "none", np.nan if ideal is None else ideal, np.nan)
     summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "real_tokens_per_device_step"]
+    assumption_table = (_assumption_table(scenario, histogram, plans, labels, result.packings)
+                        if assumptions else pd.DataFrame())
     return ExperimentResult(packing=packing, scaling=summary[scaling_columns], breakdown=summary[breakdown_columns],
                             latency=latency, gumbel=gumbel, extrapolation=extrapolation, timeline=timeline,
-                            timings=timings)
+                            timings=timings, assumptions=assumption_table)
+
+
+def _assumption_table(scenario: Scenario, histogram: LengthHistogram, plans: list, labels: dict[str, str],
+                      packings: dict[str, Packing]) -> pd.DataFrame:
+    """The smallest cluster re-simulated under each assumption that could change its winner: kernels as fast
+    as padded ones (where the profile's are measured slower), and the run's shapes all seen or all new
+    (where `shapes` is not already that). Columns that equal the run's own are left out; none left, no table."""
+    from simbench.costmodels.hardware import ideal_kernels
+
+    profile = scenario.hardware.load()
+    devices = min(scenario.devices)
+    # Every column simulated alone at this size with the same seed, so that the batches are the same ones and
+    # an assumption that changes nothing changes no digit.
+    variants = {"as simulated": (profile, scenario.shapes)}
+    if ideal_kernels(profile).model_dump(exclude={"name", "source", "provenance"}) != profile.model_dump(
+            exclude={"name", "source", "provenance"}):
+        variants["ideal kernels"] = (ideal_kernels(profile), scenario.shapes)
+    for shapes in ("seen", "new"):
+        if shapes != scenario.shapes:
+            variants[f"shapes {shapes}"] = (profile, shapes)
+    columns = {}
+    for name, (variant_profile, shapes) in variants.items():
+        cost_model = COST_MODELS.get(scenario.cost_model).build(get_model(scenario.model), variant_profile,
+                                                                scenario.gpus_per_replica)
+        result = simulate(histogram, plans, [devices], cost_model, batch_size=scenario.batch_size,
+                          steps=scenario.steps, seed=scenario.seed, packings=packings, shapes=shapes,
+                          training_steps=scenario.training_steps)
+        speedups = result.summary.assign(strategy=result.summary["strategy"].map(lambda n: labels.get(n, n)))
+        column = speedups.set_index("strategy")["speedup"]
+        if not columns or not np.allclose(column, columns["as simulated"], rtol=1e-6, equal_nan=True):
+            columns[name] = column
+    if len(columns) == 1:
+        return pd.DataFrame()
+    table = pd.DataFrame(columns)
+    return table.rename_axis("strategy").reset_index().assign(devices=devices)
 
 
 def _bound_depth(packing: Packing) -> int | None:

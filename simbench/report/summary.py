@@ -56,6 +56,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         _packing_section(tables.packing, tables.scaling),
         "## Speed-up over padding by device count\n\n" + _speedup_table(tables.scaling)
         + _reference_note(tables.scaling),
+        _assumptions_section(tables.assumptions),
         _breakdown_section(tables.breakdown),
         _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling),
         provenance_note(scenario.hardware.profile, scenario.hardware.overrides,
@@ -222,6 +223,32 @@ def _reference_note(scaling: pd.DataFrame) -> str:
     others = scaling[scaling["reference"] != "none"].drop_duplicates("strategy")
     notes = ", ".join(f"{row.strategy} over {row.reference}" for row in others.itertuples())
     return f"\n\nSpeed-ups are over padding on the same devices, except: {notes}."
+
+
+def _assumptions_section(assumptions: pd.DataFrame) -> str:
+    """The smallest cluster under the assumptions that could change its answer, and whether they do."""
+    if assumptions.empty:
+        return ""
+    devices = int(assumptions["devices"].iloc[0])
+    variants = [column for column in assumptions.columns if column not in ("strategy", "devices", "as simulated")]
+    table = assumptions.set_index("strategy")[["as simulated", *variants]]
+    winner = table["as simulated"].idxmax()
+    lines = []
+    for variant in variants:
+        other = table[variant].idxmax()
+        if other != winner:
+            lines.append(f"With {variant} the winner on {_devices(devices)} would be **{other}** "
+                         f"({table.loc[other, variant]:.3f}x) instead of {winner}.")
+        else:
+            lines.append(f"With {variant} {winner} still wins on {_devices(devices)}.")
+    text = table.map(lambda value: _or_dash(value, "{:.3f}")).reset_index()
+    return (f"## What could change the answer ({_devices(devices)}, speed-up over padding)\n\n"
+            "Ideal kernels: variable-length and un-padded kernels as fast as padded ones, no launch floor or "
+            "first-sight cost (the profile's measured terms set to their ideal). Shapes seen: steady state, no "
+            "step meets a new batch shape; shapes new: every variable-shape batch is new (a run's first steps). "
+            "Each column is its own simulation of this cluster with the same seed and batches; a column that "
+            "would repeat the first is left out."
+            "\n\n" + markdown_table(text) + "\n\n" + " ".join(lines))
 
 
 def _breakdown_section(breakdown: pd.DataFrame) -> str:

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +28,10 @@ FLOAT_FORMAT = "%.10g"
 # Tables every report has rows in, and the columns the summary and plots index them by.
 REQUIRED_COLUMNS = {"packing": ("label", "efficiency"), "scaling": ("strategy", "devices", "speedup"),
                     "breakdown": ("strategy", "devices")}
+
+
+# Tables with a default: a report from before they existed reads back with them empty.
+_OPTIONAL = {field.name for field in fields(ExperimentResult) if field.default_factory is not MISSING}
 
 
 def file_names() -> dict[str, str]:
@@ -49,6 +53,9 @@ def read_tables(folder: Path) -> ExperimentResult:
         try:
             frames[name] = pd.read_csv(path)
         except FileNotFoundError:
+            if name in _OPTIONAL:
+                frames[name] = pd.DataFrame()  # a report written before this table existed
+                continue
             raise InputError(f"not a simbench report: {file_name} is missing", source=str(folder)) from None
         except pd.errors.EmptyDataError:
             frames[name] = pd.DataFrame()
