@@ -25,7 +25,7 @@ def test_commands_without_torch_say_how_to_install_it(monkeypatch, tmp_path, com
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
     result = runner.invoke(app, [*command, "-o", str(tmp_path / "out")])
     assert isinstance(result.exception, InputError)
-    assert "torch is not installed: pip install 'simbench[torch]'" in str(result.exception)
+    assert "torch is not installed: pip install 'simbench-seq[torch]'" in str(result.exception)
     assert not (tmp_path / "out").exists()
 
 
