@@ -1,7 +1,7 @@
 """Lengths from where LLM data lives: Hugging Face datasets (saved to disk or Parquet shards) and tokenizers.
 
 A column holds lengths, token lists, text, or chat rows (a list of {role, content} messages) that a
-tokenizer folder renders with its chat template. Needs the optional extra: `pip install simbench[hf]`.
+tokenizer folder renders with its chat template. Needs the optional extra: `pip install simbench-seq[hf]`.
 
     >>> import tempfile, pyarrow, pyarrow.parquet
     >>> from pathlib import Path
@@ -34,7 +34,7 @@ class TransformersTokenizer:
         try:
             from transformers import AutoTokenizer
         except ImportError:
-            raise InputError("a tokenizer folder needs the `transformers` package (pip install 'simbench[hf]')",
+            raise InputError("a tokenizer folder needs the `transformers` package (pip install 'simbench-seq[hf]')",
                              source=str(folder)) from None
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
@@ -101,7 +101,7 @@ def _saved_dataset(folder: Path, split: str | None):
     try:
         import datasets
     except ImportError:
-        raise InputError("a saved dataset folder needs the `datasets` package (pip install 'simbench[hf]')",
+        raise InputError("a saved dataset folder needs the `datasets` package (pip install 'simbench-seq[hf]')",
                          source=str(folder)) from None
     try:
         loaded = datasets.load_from_disk(str(folder))

@@ -339,7 +339,7 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
     try:
         from distributed import Client, as_completed
     except ImportError:
-        raise InputError("sweeps on Dask need the extra: pip install 'simbench[sweep]' (or --workers 0 to run "
+        raise InputError("sweeps on Dask need the extra: pip install 'simbench-seq[sweep]' (or --workers 0 to run "
                          "the cells one after another here)") from None
     client = Client(address) if address is not None else Client(_local_cluster(workers))
     try:

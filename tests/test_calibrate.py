@@ -20,13 +20,23 @@ def test_the_cli_does_not_import_torch():
     assert completed.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("command", [["calibrate", "--quick"], ["measure", "wikipedia_512"]])
+@pytest.mark.parametrize("command", [["calibrate", "--quick"], ["measure", "wikipedia_512"], ["calibrate-decoder"]])
 def test_commands_without_torch_say_how_to_install_it(monkeypatch, tmp_path, command):
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
     result = runner.invoke(app, [*command, "-o", str(tmp_path / "out")])
     assert isinstance(result.exception, InputError)
-    assert "torch is not installed: pip install 'simbench[torch]'" in str(result.exception)
+    assert "torch is not installed: pip install 'simbench-seq[torch]'" in str(result.exception)
     assert not (tmp_path / "out").exists()
+
+
+def test_calibrate_decoder_names_a_bad_option_with_or_without_torch(monkeypatch, tmp_path):
+    arguments = ["calibrate-decoder", "-o", str(tmp_path / "p.yaml"), "--lengths", "1,x"]
+    with_torch = runner.invoke(app, arguments)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    without_torch = runner.invoke(app, arguments)
+    for result in (with_torch, without_torch):
+        assert isinstance(result.exception, InputError) and "--lengths" in str(result.exception)
+    assert not (tmp_path / "p.yaml").exists()
 
 
 def test_calibrate_output_that_is_a_folder_or_under_a_file_is_refused_before_timing(tmp_path):

@@ -15,11 +15,9 @@ from simbench.costmodels.noise import step_noise_factors
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
 
-MLPERF_DIR = Path(__file__).resolve().parents[2] / "shared" / "mlperf"
+MLPERF_DIR = Path(__file__).resolve().parent / "data" / "mlperf"  # NVIDIA's logs, README.md there
 LOG_8, LOG_16, LOG_256 = (MLPERF_DIR / f"nvidia_v0.7_dgxa100{name}_ngc20.06_pytorch_bert_result_0.txt.gz"
                           for name in ("", "_n2", "_n32"))
-needs_logs = pytest.mark.skipif(not all(path.is_file() for path in (LOG_8, LOG_16, LOG_256)),
-                                reason="the MLPerf logs are not beside this checkout (../shared/mlperf)")
 TRUTH = {"unpadded_flops_fraction": 0.7, "unpadded_noise_cv": 0.08, "step_overhead_seconds": 4e-3}
 
 
@@ -205,7 +203,6 @@ def test_command_prints_json_rows_and_writes_the_fitted_profile(tmp_path):
     assert table.exit_code == 0 and "fitted: nothing" in table.stdout
 
 
-@needs_logs
 def test_fitted_on_the_8_gpu_log_simbench_predicts_the_16_and_256_gpu_logs():
     """Fit un-padded efficiency and noise on the 8-GPU log (median 1,056.9 seq/s, CV 0.092): 0.833 and
     0.115 over 1,000 simulated steps, seed 0 (the command's defaults; this test simulates 400).
@@ -223,7 +220,6 @@ def test_fitted_on_the_8_gpu_log_simbench_predicts_the_16_and_256_gpu_logs():
     assert 0.6 < result.fitted["unpadded_flops_fraction"] < 0.95
 
 
-@needs_logs
 def test_the_simulator_with_the_fitted_profile_spreads_8_gpu_steps_as_the_log_does():
     """`simbench simulate` draws the fitted per-device noise beside batch content: its 8-GPU un-padded
     run (batch 32) has the log's median throughput and a CV of seq/s within 20 % of the log's 0.092."""

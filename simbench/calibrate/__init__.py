@@ -1,1 +1,1 @@
-"""Torch timing runs that calibrate the cost models (optional extra: simbench[torch])."""
+"""Torch timing runs that calibrate the cost models (optional extra: simbench-seq[torch])."""

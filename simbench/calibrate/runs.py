@@ -14,7 +14,7 @@ from pathlib import Path
 from simbench.errors import InputError
 from simbench.validation import check_choice
 
-TORCH_MISSING = "torch is not installed: pip install 'simbench[torch]'"
+TORCH_MISSING = "torch is not installed: pip install 'simbench-seq[torch]'"
 DEFAULT_MAX_LENGTH = 128  # long enough for packing to matter, short enough for a CPU run in minutes
 MEASURE_TABLE = "measured_vs_predicted.csv"
 MEASURE_COLUMNS = ["strategy", "measured_speedup", "predicted_speedup", "error", "speedup_noise", "run_valid",

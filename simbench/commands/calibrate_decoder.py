@@ -26,16 +26,19 @@ def calibrate_decoder(
 ) -> None:
     """Time a few layers of a decoder LLM on rows of several lengths and fit its two rates."""
     from simbench.calibrate.runs import import_torch
-
-    import_torch()
-    from simbench.atomic import atomic_file
-    from simbench.calibrate.decoder import DEFAULT_LENGTHS, calibrate_decoder as calibrate, decoder_profile
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
 
+    # The options are checked before torch is needed, so a mistake in them reads the same without it.
     if output.is_dir():
         raise InputError("the output is a folder; give a .yaml file name", source=str(output))
     base_profile = load_hardware(base)
-    row_lengths = DEFAULT_LENGTHS if lengths is None else parse_counts(lengths, "--lengths")
+    row_lengths = None if lengths is None else parse_counts(lengths, "--lengths")
+    import_torch()
+    from simbench.atomic import atomic_file
+    from simbench.calibrate.decoder import DEFAULT_LENGTHS, calibrate_decoder as calibrate, decoder_profile
+
+    if row_lengths is None:
+        row_lengths = DEFAULT_LENGTHS
     calibration = calibrate(parse_model(model), layers, row_lengths, device, seed,
                             repeats=repeats, tokens_per_step=tokens_per_step)
     with atomic_file(output) as temporary:

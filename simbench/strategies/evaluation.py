@@ -72,8 +72,9 @@ def baseline_comparisons(histogram: LengthHistogram, strategies: Iterable[str], 
 
 
 def comparison_record(comparison: Comparison) -> dict:
-    """One comparison as a JSON line: the record's settings, both efficiencies and whether it regressed."""
+    """One comparison as a JSON line: the record's settings, both efficiencies, the packs beyond the
+    record's and whether it regressed."""
     record = comparison.record
     return {"histogram": record.histogram, "strategy": record.strategy, "max_depth": record.max_depth,
             "recorded_efficiency": record.efficiency, "measured_efficiency": comparison.measured_efficiency,
-            "regression": comparison.regressed}
+            "extra_packs": comparison.extra_packs, "regression": comparison.regressed}

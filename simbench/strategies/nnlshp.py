@@ -24,6 +24,11 @@ PAPER_DEPTH = 3
 # more cheaply: the paper weights the residual of lengths up to 8 by 0.09.
 SHORT_LENGTH = 8
 SHORT_LENGTH_WEIGHT = 0.09
+# A fitted count this close to a half is a tie that the solve's last bits would decide, and those differ
+# between SciPy/BLAS builds: SQuAD at depth 3 fits one strategy 191.5 times, Wikipedia at depth 2 fits
+# 139 halves. Their rounding errors stay under 1e-10 even on Wikipedia's counts of millions, while no
+# count that is not a tie comes within 1e-4 of a half.
+HALF_TIE = 1e-6
 # Depth 4 at length 512 needs 959,631 strategies; depth 5 needs 25 million, beyond a dense fit.
 MAX_STRATEGIES = 2_000_000
 # The fit's work grows with strategies x lengths: 491M cells (depth 4 at 512) take seconds, while
@@ -174,6 +179,14 @@ def drop_from_factor(factor: np.ndarray, size: int, position: int) -> None:
         update = cosine * update[1:] - sine * below
 
 
+def round_fitted_counts(fitted: np.ndarray) -> np.ndarray:
+    """The nearest whole counts; a tie (within HALF_TIE of a half) rounds to even whichever side of
+    the half the solve landed on, so that the packing does not depend on the solver build."""
+    whole = np.floor(fitted)
+    tie = np.abs(fitted - whole - 0.5) <= HALF_TIE
+    return np.rint(np.where(tie, whole + 0.5, fitted)).astype(np.int64)
+
+
 def strategy_matrix(strategies: np.ndarray, max_length: int, weights: np.ndarray) -> sparse.csc_matrix:
     """Row l-1 of column j: how many sequences of length l strategy j holds, times the row weight."""
     from scipy import sparse
@@ -254,7 +267,7 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
     weights = np.ones(max_length)
     weights[:SHORT_LENGTH] = SHORT_LENGTH_WEIGHT
     fitted = nonnegative_least_squares(strategy_matrix(strategies, max_length, weights), weights * histogram)
-    repeats = np.rint(fitted).astype(np.int64)
+    repeats = round_fitted_counts(fitted)
     used = repeats > 0
     strategies, repeats = strategies[used], repeats[used]
     placed = np.zeros(max_length + 1, dtype=np.int64)
