@@ -9,11 +9,15 @@ from scipy import stats
 
 from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     single_device_from_cluster
+from simbench.costmodels.hardware import load_hardware
 from simbench.costmodels.linear import LinearCostModel
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
-from simbench.sim.orderstat import PLAIN_DRAWS, ItemSource, build_pool, slowest_of
+from simbench.scenario import SyntheticHistogram
+from simbench.sim.batching import PackSampler
+from simbench.sim.orderstat import BELOW_TOP_MASS, PLAIN_DRAWS, SCORE_LEVELS, SCORE_TOLERANCE, ItemSource, _Scores, \
+    build_pool, slowest_of
 from simbench.sim.pricing import DeviceCosts
 from simbench.sim.simulate import simulate
 
@@ -162,3 +166,94 @@ def test_noisy_devices_agree_with_every_device_simulated():
     slowest = [trace.loc[trace["strategy"] == "unpad", "slowest_device_seconds"] for trace in (every, drawn)]
     error = np.sqrt((slowest[0].var() + slowest[1].var()) / arguments["steps"])
     assert abs(slowest[0].mean() - slowest[1].mean()) < 4 * error
+
+
+# Chat lengths at 8k context (the llama8b-sft-8k scenario's mixture): its fixed-shape packs are nearly all
+# full, so thousands of distinct packs crowd the top of the score that the tail's tilts are solved on.
+CHAT_8K = SyntheticHistogram(synthetic="lognormal", sequences=500_000, mixture=[
+    {"share": 0.55, "median_length": 400, "sigma": 0.8}, {"share": 0.35, "median_length": 1800, "sigma": 0.7},
+    {"share": 0.10, "median_length": 5000, "sigma": 0.6}])
+
+
+@pytest.mark.parametrize("per_depth_fraction, plans, step_costs", [
+    # Without a per-depth overhead a fixed-shape batch costs one of two times: with a pack of several
+    # sequences (its masks) or without.
+    (0.0, ["greedy", "spfhp:3", "lpfhp:3", "bfd", "ffd", "spfhp:2", "lpfhp:2"], 2),
+    # With a small one, packs of at most 3 sequences cost one of three (their batch's deepest pack: 1, 2, 3).
+    (0.002, ["spfhp:3", "lpfhp:3"], 3)])
+def test_fixed_shape_packs_with_few_step_costs_keep_their_mean_tokens_per_device(per_depth_fraction, plans,
+                                                                                  step_costs):
+    """Devices draw independently, so a device's mean tokens are its packing's mean at any cluster size.
+
+    With few step costs, a tail quantile of the score lands a hair below the highest batch's score; its
+    tilt once ran to 1e40 and beyond, the importance weights lost every digit and the tokens per device
+    came out 9-17 % high (or a few % low) from 128 devices on."""
+    histogram = CHAT_8K.build(8192)
+    hardware = load_hardware("h100-sxm", {"pack_overhead_per_depth_fraction": per_depth_fraction})
+    cost_model = TransformerCostModel("llama-3.1-8b", hardware)
+    devices, steps, batch_size, packings = [128, 1024, 2**20], 200, 2, None
+    for seed in range(6):
+        result = simulate(histogram, plans, devices, cost_model, batch_size=batch_size, steps=steps, seed=seed,
+                          engine="order-statistics", packings=packings)
+        packings = result.packings
+        for plan in plans:
+            single_device_seconds = result.latency_samples[plan]
+            distinct = np.unique(np.round(single_device_seconds / single_device_seconds.max(), 9))
+            assert distinct.size == step_costs, (plan, distinct)
+            tokens, probability = _pack_tokens_and_probabilities(packings[plan])
+            exact_mean = batch_size * (probability @ tokens)
+            batch_spread = np.sqrt(batch_size * (probability @ (tokens - probability @ tokens) ** 2))
+            trace = result.traces[result.traces["strategy"] == plan]
+            for size, group in trace.groupby("devices"):
+                per_device_tokens = group["real_tokens"].mean() / size
+                # The pool's error on a device's mean (its plain draws), and the steps' own.
+                error = batch_spread * np.sqrt(1 / PLAIN_DRAWS + 1 / (steps * size))
+                assert abs(per_device_tokens - exact_mean) < 4 * error, (plan, seed, size,
+                                                                         per_device_tokens / exact_mean)
+
+
+def _pack_tokens_and_probabilities(packing) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct pack's real tokens, and the chance that a drawn row is that pack."""
+    tokens = np.add.reduceat(packing.pack_lengths, packing.pack_starts[:-1]).astype(np.float64)
+    tokens[packing.depths == 0] = 0.0  # reduceat reads the next pack's first length for an empty one
+    return tokens, packing.repeats / packing.repeats.sum()
+
+
+def test_a_tilt_is_finite_and_goes_no_deeper_than_the_top_score_needs():
+    """Targets from the body of a device's score up to and beyond its highest batch's: the tilt grows
+    with the target, stays finite, and stops where all but BELOW_TOP_MASS of each item's tilted mass sits
+    at the top score (closely spaced scores just below it, and more items than SCORE_LEVELS, as packs have)."""
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.random(2 * SCORE_LEVELS), 1 - 1e-5 * np.arange(1, 40), [1.0]])
+    weights = rng.random(values.size) + 0.1
+
+    def price(items: np.ndarray) -> DeviceCosts:
+        # Two step costs: a batch with an item above 0.9 takes 1 % longer.
+        seconds = 1.0 + 0.01 * (values[items] > 0.9).any(axis=1)[None, :]
+        zeros = np.zeros_like(seconds)
+        return DeviceCosts(seconds, zeros, zeros, zeros, zeros, zeros)
+
+    source = ItemSource(weights, values[:, None], 2, price)
+    items = rng.integers(0, values.size, (PLAIN_DRAWS, 2))
+    scores = _Scores.fit(source, items, np.zeros(PLAIN_DRAWS), price(items).total_seconds.ravel())
+    highest = scores.highest
+    targets = [*np.linspace(0.5, 0.99, 4) * highest, *(highest - np.array([1e-3, 1e-5, 1e-7, 1e-9, 1e-12])),
+               highest, highest + 1.0]
+    tilts = np.array([scores.tilt_for_mean(target) for target in targets])
+    assert np.all(np.isfinite(tilts)) and np.all(tilts >= 0)
+    assert np.all(np.diff(tilts) >= -1e-9 * tilts[1:]), tilts
+    deepest = tilts[-1]
+    assert tilts[-2] == pytest.approx(deepest)
+    # Deep enough: the tilted mass below the top score level is a trace.
+    probability = weights / weights.sum()
+    at_top = scores.item >= scores.item.max() - SCORE_TOLERANCE
+    log_tilted = np.log(probability) + deepest * (scores.item - scores.item.max())
+    below_share = np.exp(log_tilted[~at_top]).sum() / np.exp(log_tilted).sum()
+    assert below_share <= BELOW_TOP_MASS
+    # No deeper than it takes for the nearest score below the top, were all the mass below there.
+    gap = scores.item.max() - scores.item[~at_top].max()
+    odds_below = probability[~at_top].sum() / probability[at_top].sum()
+    assert deepest * gap <= np.log(odds_below / BELOW_TOP_MASS) * (1 + 1e-9)
+    # The tilts' log-normalizers stay finite and of the order of the log-probabilities they add up.
+    assert all(np.isfinite(scores.log_normalizer(theta)) for theta in tilts)
+    assert abs(scores.log_normalizer(deepest)) < 10 * np.log(1 / probability.min())

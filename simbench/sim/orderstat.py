@@ -34,6 +34,13 @@ DEEPEST_TAIL_PER_SLOWEST_OF = 0.01
 LEVEL_RATIO = 1 / 16
 # Distinct scores a tilt is solved on (bins of them beyond that many items).
 SCORE_LEVELS = 4096
+# Item scores (in item spreads) this close to the highest are one level with it: telling them apart would take
+# tilts whose products with the scores lose the digits the importance weights need, for no difference in cost.
+SCORE_TOLERANCE = 1e-6
+# A tilt that leaves at most this share of an item's tilted mass below the top score level is as deep as a
+# tilt goes: any larger one draws the same batches (when step costs take a few values, a tail quantile may
+# sit a hair below the top score, and the tilt that centres on it is 1e20 and beyond).
+BELOW_TOP_MASS = 1e-9
 # Other devices drawn one by one per step; a larger cluster scales their sum to n - 1 devices.
 OTHERS_DRAWN = 32
 FIELDS = ("compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds", "real_tokens", "sequences")
@@ -120,12 +127,12 @@ def build_pool(source: ItemSource, rng: np.random.Generator, largest_devices: in
     while level > deepest:
         level = max(level * LEVEL_RATIO, deepest)
         drawn = np.concatenate(device_scores)
-        target = _tail_quantile(drawn, _balance_log_weights(drawn, tilts, sizes), level)
-        if target >= scores.highest and not source.noise_cv:
+        target = _tail_quantile(drawn, _balance_log_weights(drawn - scores.highest, tilts, sizes), level)
+        if target >= scores.highest - scores.batch_size * SCORE_TOLERANCE and not source.noise_cv:
             break  # the deepest batch there is: nothing further out to reach
         theta = scores.tilt_for_mean(target)
         tilts.append((theta, scores.log_normalizer(theta)))
-        items = draw_in_proportion(_tilted_weights(source.weights, scores.item, theta), rng,
+        items = draw_in_proportion(_tilted_weights(source.weights, scores.item, theta, scores.top), rng,
                                    (TILTED_DRAWS, source.batch_size))
         # Tilting a standard normal by exp(t z) shifts it by t.
         noise = rng.standard_normal(TILTED_DRAWS) + theta * scores.noise if source.noise_cv else np.zeros(TILTED_DRAWS)
@@ -133,8 +140,8 @@ def build_pool(source: ItemSource, rng: np.random.Generator, largest_devices: in
         device_scores.append(scores.of(items, noise))
         sizes.append(TILTED_DRAWS)
     drawn = np.concatenate(device_scores)
-    return DevicePool.from_draws(DeviceCosts.concatenate_devices(costs), _balance_log_weights(drawn, tilts, sizes),
-                                 PLAIN_DRAWS)
+    return DevicePool.from_draws(DeviceCosts.concatenate_devices(costs),
+                                 _balance_log_weights(drawn - scores.highest, tilts, sizes), PLAIN_DRAWS)
 
 
 def slowest_of(pool: DevicePool, cluster_sizes: list[int], steps: int,
@@ -185,13 +192,19 @@ def _with_noise(costs: DeviceCosts, standard_normal: np.ndarray, cv: float) -> D
 @dataclass(frozen=True, eq=False)
 class _Scores:
     """A device's score: the sum of its items' scores plus `noise` times its noise draw, in units where an
-    item's score has mean 0 and spread 1; fitted by least squares to predict the device's step seconds."""
+    item's score has mean 0 and spread 1; fitted by least squares to predict the device's step seconds.
+
+    `top` is the highest score of an item that can be drawn; `deepest_tilt` the tilt beyond which the
+    items' tilted draws no longer change (all but BELOW_TOP_MASS of each item's mass at the top level).
+    """
 
     item: np.ndarray
     noise: float
     batch_size: int
     log_probability: np.ndarray  # of each item
     levels: tuple[np.ndarray, np.ndarray]  # the items' log-probabilities and scores, binned if many
+    top: float
+    deepest_tilt: float
 
     @classmethod
     def fit(cls, source: ItemSource, items: np.ndarray, noise: np.ndarray, totals: np.ndarray) -> _Scores | None:
@@ -208,34 +221,68 @@ class _Scores:
         if not unit > 0:
             return None
         item = (score - mean) / unit if spread > 0 else np.zeros_like(score)
-        return cls(item, float(coefficients[-1] / unit), items.shape[1], _log_probability(source.weights),
-                   _score_levels(item, source.weights))
+        log_probability = _log_probability(source.weights)
+        top = float(item[source.weights > 0].max())
+        return cls(item, float(coefficients[-1] / unit), items.shape[1], log_probability,
+                   _score_levels(item, source.weights, top), top, _deepest_tilt(item, log_probability, top))
 
     @property
     def highest(self) -> float:
-        return self.batch_size * float(self.item.max())
+        """The highest score of a device's batch, noise aside: every item at the top."""
+        return self.batch_size * self.top
 
     def of(self, items: np.ndarray, noise: np.ndarray) -> np.ndarray:
         return self.item[items].sum(axis=1) + self.noise * noise
 
     def tilt_for_mean(self, target: float) -> float:
-        """The tilt under which a device's mean score is `target`: Newton steps (the tilted mean grows with
-        theta, at the rate of the tilted variance), kept inside a bracket that only shrinks."""
-        low, high, theta = 0.0, np.inf, 0.0
+        """The tilt under which a device's mean score is `target`, or the deepest tilt where none reaches it:
+        Newton steps (the tilted mean grows with theta, at the rate of the tilted variance), kept inside a
+        bracket that only shrinks."""
+        low, high = 0.0, self._tilt_bound(target)
+        if self._device_moments(high)[0] <= target:
+            return high
+        theta = 0.0
         for _ in range(100):
-            mean, variance = _tilted_moments(*self.levels, theta)
-            mean, variance = self.batch_size * mean + theta * self.noise**2, self.batch_size * variance + self.noise**2
+            mean, variance = self._device_moments(theta)
             if abs(mean - target) <= 1e-9 * (1 + abs(target)) or not variance > 0:
                 break
             low, high = (theta, high) if mean < target else (low, theta)
             step = theta + (target - mean) / variance
-            theta = step if low < step < high else (0.5 * (low + high) if np.isfinite(high) else 2 * theta + 1)
+            theta = step if low < step < high else 0.5 * (low + high)
         return theta
 
     def log_normalizer(self, theta: float) -> float:
-        """log E[exp(theta x score)] of a device: its items' and its noise's (a normal's: theta^2 w^2 / 2)."""
-        return (self.batch_size * _log_sum_exp(self.log_probability + theta * self.item)
+        """log E[exp(theta x (score - highest))] of a device: its items' and its noise's (a normal's:
+        theta^2 w^2 / 2). Measured from the highest score, it stays of the order of the log-probabilities at
+        the deepest tilts, where theta x score would be large enough to swallow them."""
+        return (self.batch_size * _log_sum_exp(self.log_probability + theta * (self.item - self.top))
                 + 0.5 * (theta * self.noise) ** 2)
+
+    def _tilt_bound(self, target: float) -> float:
+        """A tilt at least as large as the one that centres a device's score on `target` (or that goes as
+        deep as any does): the tilted mean is at least the lowest level's plus theta w^2."""
+        if not self.noise:
+            return self.deepest_tilt
+        lowest = self.batch_size * float(self.levels[1].min())
+        return max(self.deepest_tilt, (target - lowest) / self.noise**2)
+
+    def _device_moments(self, theta: float) -> tuple[float, float]:
+        """Mean and variance of a device's score under the tilt (its items' levels and its noise)."""
+        mean, variance = _tilted_moments(*self.levels, theta)
+        return self.batch_size * mean + theta * self.noise**2, self.batch_size * variance + self.noise**2
+
+
+def _deepest_tilt(score: np.ndarray, log_probability: np.ndarray, top: float) -> float:
+    """The tilt that leaves at most BELOW_TOP_MASS of an item's tilted mass below the top score level (scores
+    within SCORE_TOLERANCE of `top`): the next score lies a gap below, so the mass there shrinks as
+    exp(-theta x gap) from its untilted odds against the top level."""
+    at_top = score >= top - SCORE_TOLERANCE
+    below = ~at_top & np.isfinite(log_probability)
+    if not below.any():
+        return 0.0
+    gap = top - float(score[below].max())
+    log_odds_below = _log_sum_exp(log_probability[below]) - _log_sum_exp(log_probability[at_top])
+    return max(0.0, (log_odds_below - np.log(BELOW_TOP_MASS)) / gap)
 
 
 def _tail_quantile(values: np.ndarray, log_weights: np.ndarray, level: float) -> float:
@@ -246,17 +293,30 @@ def _tail_quantile(values: np.ndarray, log_weights: np.ndarray, level: float) ->
     return float(values[order][min(np.searchsorted(-above, -level, side="left"), values.size - 1)])
 
 
-def _score_levels(score: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _score_levels(score: np.ndarray, weights: np.ndarray, top: float) -> tuple[np.ndarray, np.ndarray]:
     """Log-probabilities and scores of the items, merged into SCORE_LEVELS bins when there are more: the
-    tilt only has to centre its draws roughly, and millions of distinct packs would make each try slow."""
-    if score.size <= SCORE_LEVELS:
-        return _log_probability(weights), score
-    edges = np.linspace(score.min(), score.max(), SCORE_LEVELS + 1)
-    level = np.clip(np.searchsorted(edges, score, side="right") - 1, 0, SCORE_LEVELS - 1)
-    level_weights = np.bincount(level, weights=weights, minlength=SCORE_LEVELS)
+    tilt only has to centre its draws roughly, and millions of distinct packs would make each try slow.
+
+    The items at the top (within SCORE_TOLERANCE) keep a level of their own at `top`: a bin's mean lies
+    below its highest item, and a tail quantile between the two would be out of every tilt's reach.
+    """
+    at_top = (score >= top - SCORE_TOLERANCE) & (weights > 0)
+    below = (score < top - SCORE_TOLERANCE) & (weights > 0)
+    level_weights, level_scores = _binned(score[below], weights[below], SCORE_LEVELS - 1)
+    return (_log_probability(np.append(level_weights, weights[at_top].sum())),
+            np.append(level_scores, top))
+
+
+def _binned(score: np.ndarray, weights: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Weights and weighted mean scores of `bins` equal bins of the scores (the items themselves if fewer)."""
+    if score.size <= bins:
+        return weights, score
+    edges = np.linspace(score.min(), score.max(), bins + 1)
+    level = np.clip(np.searchsorted(edges, score, side="right") - 1, 0, bins - 1)
+    level_weights = np.bincount(level, weights=weights, minlength=bins)
     used = level_weights > 0
-    level_scores = np.bincount(level, weights=weights * score, minlength=SCORE_LEVELS)[used] / level_weights[used]
-    return _log_probability(level_weights[used]), level_scores
+    level_scores = np.bincount(level, weights=weights * score, minlength=bins)[used] / level_weights[used]
+    return level_weights[used], level_scores
 
 
 def _tilted_moments(log_probability: np.ndarray, score: np.ndarray, theta: float) -> tuple[float, float]:
@@ -267,8 +327,12 @@ def _tilted_moments(log_probability: np.ndarray, score: np.ndarray, theta: float
     return mean, float(weights @ (score - mean) ** 2)
 
 
-def _tilted_weights(weights: np.ndarray, score: np.ndarray, theta: float) -> np.ndarray:
-    return weights * np.exp(theta * (score - score.max()))
+def _tilted_weights(weights: np.ndarray, score: np.ndarray, theta: float, top: float) -> np.ndarray:
+    """Weights times exp(theta x (score - top)): no item that can be drawn lies above `top`, so none overflows."""
+    tilted = np.zeros(weights.shape)
+    drawn = weights > 0
+    tilted[drawn] = weights[drawn] * np.exp(theta * (score[drawn] - top))
+    return tilted
 
 
 def _log_probability(weights: np.ndarray) -> np.ndarray:
@@ -277,7 +341,11 @@ def _log_probability(weights: np.ndarray) -> np.ndarray:
 
 
 def _balance_log_weights(device_scores: np.ndarray, tilts: list[tuple[float, float]], sizes: list[int]) -> np.ndarray:
-    """log(p / g) of each draw, g the mixture of the plain and tilted densities in proportion to their draws."""
+    """log(p / g) of each draw, g the mixture of the plain and tilted densities in proportion to their draws.
+
+    `device_scores` are measured from the highest batch's score, as the tilts' log-normalizers are: at deep
+    tilts theta x score and the normalizer are both huge, and their difference would lose every digit.
+    """
     shares = np.log(np.asarray(sizes, dtype=np.float64) / sum(sizes))
     # Density ratio q_k / p of a device: exp(theta_k score - log normalizer_k); the plain pool's is 1.
     thetas = np.array([0.0, *(theta for theta, _ in tilts)])
