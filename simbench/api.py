@@ -55,21 +55,23 @@ def bound(histogram: HistogramLike, max_depth: int | None = None, *, max_length:
 def simulate(histogram: HistogramLike, strategies: str | Sequence[str | ExecutionPlan], devices: Sequence[int], *,
              model: str | dict[str, int] = "bert-large", hardware: str | Path | HardwareProfile = "a100",
              batch_size: int = 32, steps: int = 200, seed: int = 0, engine: str = "auto", shapes: str = "auto",
-             training_steps: int = 10_000) -> SimulationResult:
+             training_steps: int = 10_000, hardware_overrides: dict | None = None, cost_model: str = "transformer",
+             gpus_per_replica: int = 1) -> SimulationResult:
     """Simulate data-parallel training of each strategy on each device count, as `simbench simulate` does.
 
     `strategies` are plan names as the command takes them (`spfhp:3`, `unpad`, `packed-varlen:lpfhp:max`,
     `all`); padding is always added as the reference. The result's `summary` DataFrame has one row per
     (strategy, devices) with `speedup` over padding at the same device count. `shapes` (new, seen, auto)
-    and `training_steps` say which steps pay a new batch shape's first-sight cost (`simbench.sim.shapes`).
+    and `training_steps` say which steps pay a new batch shape's first-sight cost (`simbench.sim.shapes`);
+    `hardware_overrides` replace profile fields and `cost_model` names the registry's cost model, as in a scenario.
     """
-    from simbench.costmodels import TransformerCostModel
-    from simbench.sim.simulate import simulate as simulate_plans
+    from simbench.resolved import Run
 
     plans = [strategies] if isinstance(strategies, str) else list(strategies)
-    return simulate_plans(_histogram(histogram), plans, list(devices), TransformerCostModel(model, hardware),
-                          batch_size=batch_size, steps=steps, seed=seed, engine=engine, shapes=shapes,
-                          training_steps=training_steps)
+    return Run.from_options(_histogram(histogram), plans, list(devices), model=model, hardware=hardware,
+                            overrides=hardware_overrides, cost_model=cost_model, gpus_per_replica=gpus_per_replica,
+                            batch_size=batch_size, steps=steps, seed=seed, engine=engine, shapes=shapes,
+                            training_steps=training_steps).simulate()
 
 
 def load_scenario(scenario: str | Path, *, name: str | None = None, seed: int | None = None) -> Scenario:

@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from simbench.costmodels import COST_MODELS, get_model
 from simbench.costmodels.ideal import ideal_speedup
 from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     extrapolate_cluster_speedups, fit_gumbel
 from simbench.histogram import LengthHistogram
+from simbench.resolved import Run, resolve
 from simbench.scenario import Scenario
 from simbench.sim.plans import with_reference
 from simbench.sim.results import BREAKDOWN_COLUMNS, with_per_gpu_columns
-from simbench.sim.simulate import pack_plans, simulate
+from simbench.sim.simulate import pack_plans
 from simbench.strategies import get_strategy
 from simbench.strategies.lp_bound import lp_lower_bound
 from simbench.strategies.packing import Packing
@@ -77,18 +77,13 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     fits of the step times (latency, gumbel and extrapolation come back empty): a sweep cell reports none.
     `assumptions=False` skips re-simulating the smallest cluster under the assumptions that could change the
     answer (ideal kernels, shapes all seen or all new)."""
-    histogram = histogram if histogram is not None else scenario.dataset.load()
+    run = resolve(scenario, histogram)
+    histogram, cost_model, plans, labels = run.histogram, run.cost_model, list(run.plans), dict(run.labels)
     progress = progress or (lambda units: None)
-    cost_model = COST_MODELS.get(scenario.cost_model).build(get_model(scenario.model), scenario.hardware.load(),
-                                                            scenario.gpus_per_replica)
-    plans = [spec.plan() for spec in scenario.strategies]
-    labels = {plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}
     packings = pack_plans(histogram, plans, batch_size=scenario.batch_size, seed=scenario.seed, packings=packings,
                           progress=progress)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
-    result = simulate(histogram, plans, list(scenario.devices), cost_model, batch_size=scenario.batch_size,
-                      steps=scenario.steps, seed=scenario.seed, progress=progress, packings=packings, stage=stage,
-                      shapes=scenario.shapes, training_steps=scenario.training_steps)
+    result = run.simulate(progress=progress, packings=packings, stage=stage)
     summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
     packing, timings = _packing_tables(result.packings, labels, histogram, bounds, progress,
                                        stage or (lambda text: None))
@@ -108,39 +103,34 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     summary["ideal_speedup"] = np.where(summary["reference"] == "none", np.nan if ideal is None else ideal, np.nan)
     summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "real_tokens_per_device_step"]
-    assumption_table = (_assumption_table(scenario, histogram, plans, labels, result.packings)
+    assumption_table = (_assumption_table(run, result.packings)
                         if assumptions else pd.DataFrame())
     return ExperimentResult(packing=packing, scaling=summary[scaling_columns], breakdown=summary[breakdown_columns],
                             latency=latency, gumbel=gumbel, extrapolation=extrapolation, timeline=timeline,
                             timings=timings, assumptions=assumption_table)
 
 
-def _assumption_table(scenario: Scenario, histogram: LengthHistogram, plans: list, labels: dict[str, str],
-                      packings: dict[str, Packing]) -> pd.DataFrame:
+def _assumption_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
     """The smallest cluster re-simulated under each assumption that could change its winner: kernels as fast
     as padded ones (where the profile's are measured slower), and the run's shapes all seen or all new
     (where `shapes` is not already that). Columns that equal the run's own are left out; none left, no table."""
     from simbench.costmodels.hardware import ideal_kernels
 
-    profile = scenario.hardware.load()
-    devices = min(scenario.devices)
+    profile = run.hardware
+    devices = min(run.devices)
     # Every column simulated alone at this size with the same seed, so that the batches are the same ones and
     # an assumption that changes nothing changes no digit.
-    variants = {"as simulated": (profile, scenario.shapes)}
+    variants = {"as simulated": (run.cost_model, run.shapes)}
     if ideal_kernels(profile).model_dump(exclude={"name", "source", "provenance"}) != profile.model_dump(
             exclude={"name", "source", "provenance"}):
-        variants["ideal kernels"] = (ideal_kernels(profile), scenario.shapes)
+        variants["ideal kernels"] = (run.cost_model_on(ideal_kernels(profile)), run.shapes)
     for shapes in ("seen", "new"):
-        if shapes != scenario.shapes:
-            variants[f"shapes {shapes}"] = (profile, shapes)
+        if shapes != run.shapes:
+            variants[f"shapes {shapes}"] = (run.cost_model, shapes)
     columns = {}
-    for name, (variant_profile, shapes) in variants.items():
-        cost_model = COST_MODELS.get(scenario.cost_model).build(get_model(scenario.model), variant_profile,
-                                                                scenario.gpus_per_replica)
-        result = simulate(histogram, plans, [devices], cost_model, batch_size=scenario.batch_size,
-                          steps=scenario.steps, seed=scenario.seed, packings=packings, shapes=shapes,
-                          training_steps=scenario.training_steps)
-        speedups = result.summary.assign(strategy=result.summary["strategy"].map(lambda n: labels.get(n, n)))
+    for name, (cost_model, shapes) in variants.items():
+        result = run.simulate(cost_model=cost_model, devices=[devices], shapes=shapes, packings=packings)
+        speedups = result.summary.assign(strategy=result.summary["strategy"].map(run.label))
         column = speedups.set_index("strategy")["speedup"]
         if not columns or not np.allclose(column, columns["as simulated"], rtol=1e-6, equal_nan=True):
             columns[name] = column

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag, ValidationError, field_validator,
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictInt, Tag, ValidationError, field_validator,
                       model_validator)
 
 from simbench.costmodels import COST_MODELS, HardwareProfile, get_model, load_hardware
@@ -129,6 +129,7 @@ class DatasetSpec(_Strict):
         Discriminator(_by_type),
     ] = Field(description="bundled histogram name, a CSV/JSON path (relative to the scenario), or a synthetic one")
     max_length: int | None = Field(None, ge=1, description="pack and pad to this length; default: the histogram's")
+    _histogram: LengthHistogram | None = PrivateAttr(None)
 
     @field_validator("histogram")
     @classmethod
@@ -147,17 +148,22 @@ class DatasetSpec(_Strict):
 
     @model_validator(mode="after")
     def _loadable(self) -> DatasetSpec:
-        # Loaded here so that a histogram longer than max_length, or an empty one, names this line.
+        # Loaded here so that a histogram longer than max_length, or an empty one, names this line; kept, so
+        # that the run uses the very histogram validation checked (a file may change in between).
         with _reported_at_key():
-            histogram = self.load()
+            histogram = self._load()
         if histogram.sequences == 0:
             raise ValueError(f"histogram {histogram.name} holds no sequences: nothing to train on")
+        self._histogram = histogram
         return self
 
     def load(self) -> LengthHistogram:
-        """The histogram, padded with empty lengths up to max_length."""
+        """The histogram, padded with empty lengths up to max_length: the one loaded when the spec was read."""
+        return self._histogram if self._histogram is not None else self._load()
+
+    def _load(self) -> LengthHistogram:
         if isinstance(self.histogram, str) and self.histogram not in bundled_histograms():
-            return self._build()  # a file may change between two loads
+            return self._build()
         # Synthetic and bundled histograms depend on the spec alone and are immutable: validation, its
         # checks and the run (and a sweep's cells) share one, built once (a synthetic one at 131,072
         # tokens takes ~15 ms).
@@ -187,16 +193,17 @@ _BUILT_HISTOGRAMS: dict[str, LengthHistogram] = {}
 class HardwareSpec(_Strict):
     profile: str = Field("a100", description="hardware preset name or a profile YAML (e.g. from `simbench calibrate`)")
     overrides: dict[str, Any] = Field(default_factory=dict, description="profile fields to replace")
+    _profile: HardwareProfile | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _loadable(self) -> HardwareSpec:
         with _reported_at_key():
-            self.load()
+            self._profile = load_hardware(self.profile, self.overrides)
         return self
 
     def load(self) -> HardwareProfile:
-        """The profile with its overrides; an InputError naming the profile and field when it is not valid."""
-        return load_hardware(self.profile, self.overrides)
+        """The profile with its overrides, as loaded when the spec was read."""
+        return self._profile if self._profile is not None else load_hardware(self.profile, self.overrides)
 
 
 class StrategySpec(_Strict):
@@ -204,6 +211,7 @@ class StrategySpec(_Strict):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     name: str = Field(description="a packer from the registry or a simulator plan (`simbench list`)")
+    _plan: ExecutionPlan | None = PrivateAttr(None)
     max_depth: int | Literal["max"] | None = Field(
         None, description="most sequences per pack, or `max` for no limit; default: the plan's own")
     packer: str | None = Field(None, description="packed-varlen only: the packer whose packs it runs")
@@ -263,14 +271,15 @@ class StrategySpec(_Strict):
     @model_validator(mode="after")
     def _valid_plan(self) -> StrategySpec:
         with _reported_at_key():
-            plan = self.plan()
+            self._plan = plan_from_fields(self.model_dump(exclude={"label"}))
         if self.label is None:
-            object.__setattr__(self, "label", plan.name)
+            object.__setattr__(self, "label", self._plan.name)
         return self
 
     def plan(self) -> ExecutionPlan:
-        """The simulator's plan, e.g. `spfhp:3`, `packed-varlen:spfhp:4`, `vts-bucketed:window=4`."""
-        return plan_from_fields(self.model_dump(exclude={"label"}))
+        """The simulator's plan, e.g. `spfhp:3`, `packed-varlen:spfhp:4`, `vts-bucketed:window=4`: parsed once,
+        when the spec was read."""
+        return self._plan
 
 
 def _plan_type_or_none(name: Any) -> PlanType | None:

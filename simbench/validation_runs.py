@@ -259,10 +259,10 @@ def _cross_generation_claims(runs: dict) -> list[Claim]:
                     "this figure: the v100-dgx2h rates, un-padded efficiency and noise fitted on both V100 runs",
                     float(v100_table.loc[(run["gpus"], "median seq/s"), "simbench"]), run["median_sequences_per_s"], 0)
               for mode, run in V100_MLPERF_RUNS.items()]
-    carried_profile = load_hardware("a100", {"unpadded_flops_fraction": fraction, "unpadded_noise_cv": noise})
-    carried = fit_logs([runs[8], runs[16]], free=(), hardware=carried_profile).table.set_index(["gpus", "quantity"])
-    from_v100 = (f"the V100 runs (un-padded efficiency {fraction:.3f} of padded FLOP/s, noise CV {noise:.3f}) and "
-                 "the a100 padded rates (chosen on the 256-GPU log)")
+    # The shipped a100 preset carries these two figures (rounded to 4 digits); tests hold it to this fit.
+    carried = fit_logs([runs[8], runs[16]], free=(), hardware="a100").table.set_index(["gpus", "quantity"])
+    from_v100 = (f"the shipped a100 preset as it is: un-padded efficiency and noise from the V100 runs ({fraction:.3f} "
+                 f"of padded FLOP/s, CV {noise:.3f}), padded rates chosen on the 256-GPU log")
     for gpus, quantity, tolerance in ((8, "median seq/s", 10), (8, "CV of seq/s", 20), (16, "median seq/s", 10),
                                       (16, "CV of seq/s", 20)):
         row = carried.loc[(gpus, quantity)]

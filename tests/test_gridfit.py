@@ -105,3 +105,15 @@ def test_ideal_profile_is_opt_in():
     assert measured.varlen_causal_attention_fraction < 0.7
     assert HARDWARE_PRESETS["a100"].unpadded_flops_fraction == pytest.approx(0.836, abs=1e-3)
     assert HARDWARE_PRESETS["a100-ideal"].unpadded_flops_fraction == 1.0
+
+
+def test_the_a100_presets_un_padding_is_the_v100_fit():
+    """The a100 preset's un-padded efficiency and noise are the fit on NVIDIA's MLPerf V100 runs, rounded."""
+    from simbench.calibrate.logfit import PublishedRunStatistics, fit_logs
+    from simbench.validation_runs import V100_MLPERF_RUNS
+
+    fit = fit_logs([PublishedRunStatistics(**run) for run in V100_MLPERF_RUNS.values()], hardware="v100-dgx2h",
+                   free=("compute_rate_scale", "unpadded_flops_fraction", "unpadded_noise_cv"))
+    preset = HARDWARE_PRESETS["a100"]
+    assert preset.unpadded_flops_fraction == pytest.approx(fit.fitted["unpadded_flops_fraction"], abs=5e-4)
+    assert preset.unpadded_noise_cv == pytest.approx(fit.fitted["unpadded_noise_cv"], abs=5e-4)

@@ -53,7 +53,7 @@ def test_a_run_tells_its_announced_total_and_moves_while_packing(monkeypatch, st
         events.append(("simulate", None))
         return simulate(*arguments, **options)
 
-    monkeypatch.setattr(experiment, "simulate", simulate_after_packing)
+    monkeypatch.setattr(simulate_module, "simulate", simulate_after_packing)  # the resolved Run calls it
     run_experiment(scenario, progress=progress, stage=stage, stragglers=stragglers)  # a sweep cell fits none
     assert sum(value for kind, value in events if kind == "progress") == progress_total(scenario)
     assert events.index(("simulate", None)) == 5  # one unit per plan packed (padding's too) before simulating

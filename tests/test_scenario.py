@@ -255,11 +255,13 @@ def test_validate_lists_every_error_of_every_document_with_its_line_and_a_sugges
         load_scenarios(path)
 
 
-def test_hardware_spec_load_outside_validation_is_an_input_error_naming_file_and_field(tmp_path):
-    # The profile changes between validating the scenario and running it (or a notebook calls load()).
+def test_a_run_uses_the_profile_its_scenario_validated_and_a_reread_names_file_and_field(tmp_path):
+    # The profile changes between validating the scenario and running it: the run keeps what was checked.
     profile = write(tmp_path, "name: mine\nsource: test\nlinear_flops_per_s: 1.0e14\nattention_flops_per_s: 1.0e14\n",
                     "profile.yaml")
-    scenario = load_scenario(write(tmp_path, FIVE_LINES + "hardware: profile.yaml\n"))
+    scenario_path = write(tmp_path, FIVE_LINES + "hardware: profile.yaml\n")
+    scenario = load_scenario(scenario_path)
     profile.write_text("name: mine\nsource: test\nlinear_flops_per_s: -1\nattention_flops_per_s: 1.0e14\n")
+    assert scenario.hardware.load().linear_flops_per_s == 1.0e14
     with pytest.raises(InputError, match=r"profile\.yaml.*`linear_flops_per_s`: Input should be greater than"):
-        scenario.hardware.load()
+        load_scenario(scenario_path)

@@ -144,3 +144,15 @@ def advancing(progress, task):
 UNPADDED_HELP = ("un-padded attention: grouped (one call per length), jagged (nested tensors) or flash_varlen; "
                  "default: flash_varlen or jagged on CUDA, grouped on CPU")
 WALL_CLOCK_HELP = "time single-threaded CPU steps by the wall clock instead of the process's CPU seconds"
+
+
+def field_values(settings: list[str]) -> dict[str, float]:
+    """`--set FIELD=VALUE` options as profile overrides (the profile's own validation checks each field)."""
+    values = {}
+    for setting in settings:
+        field, _, text = setting.partition("=")
+        try:
+            values[field.strip()] = float(text)
+        except ValueError:
+            raise InputError(f"--set takes FIELD=VALUE with a number, found {setting!r}") from None
+    return values

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from simbench.commands.common import command, print_json_lines
+from simbench.commands.common import command, field_values, print_json_lines
 from simbench.errors import InputError
 
 FREE_HELP = ("comma-separated profile fields to fit: unpadded_flops_fraction, unpadded_noise_cv, "
@@ -45,7 +45,7 @@ def fit_logs(
     if output is not None and output.is_dir():
         raise InputError("the output is a folder; give a .yaml file name", source=str(output))
     names = tuple(name.strip() for name in free.split(",") if name.strip())
-    profile = load_hardware(hardware, _field_values(settings))
+    profile = load_hardware(hardware, field_values(settings))
     result = fit([read_training_log(path) for path in logs], [read_training_log(path) for path in predict],
                  hardware=profile, model=model, histogram=histogram, free=names, after_step=after_step,
                  steps=steps, seed=seed)
@@ -74,18 +74,6 @@ def fit_logs(
     console.print(table)
     if output is not None:
         Console(stderr=True).print(f"wrote {output}", highlight=False)
-
-
-def _field_values(settings: list[str]) -> dict[str, float]:
-    """`--set FIELD=VALUE` options as profile overrides (the profile's own validation checks each field)."""
-    values = {}
-    for setting in settings:
-        field, _, text = setting.partition("=")
-        try:
-            values[field.strip()] = float(text)
-        except ValueError:
-            raise InputError(f"--set takes FIELD=VALUE with a number, found {setting!r}") from None
-    return values
 
 
 def _run_label(row) -> str:

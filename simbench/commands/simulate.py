@@ -25,6 +25,10 @@ def simulate(
                                 help="comma-separated device counts"),
     model: str = typer.Option("bert-large", "--model", help="model preset"),
     hardware: str = typer.Option("a100", "--hardware", help="hardware preset or profile YAML file"),
+    settings: list[str] = typer.Option([], "--set", help="replace a hardware profile field, FIELD=VALUE "
+                                       "(repeatable), e.g. unpadded_flops_fraction=1"),
+    cost_model_name: str = typer.Option("transformer", "--cost-model",
+                                        help="what prices a step: a cost model of the registry (`simbench list`)"),
     gpus_per_replica: int = typer.Option(1, "--gpus-per-replica",
                                          help="GPUs in one data-parallel device (tensor or context parallel): "
                                               "--devices then count replicas, and figures per GPU are added"),
@@ -43,35 +47,32 @@ def simulate(
     """Simulate data-parallel training steps of each strategy and report speed-ups over padding."""
     from rich.console import Console
 
-    from simbench.costmodels.transformer import TransformerCostModel
-    from simbench.histogram import load_histogram
+    from simbench.commands.common import field_values
     from simbench.report.summary import overdraw_warning
-    from simbench.sim.plans import parse_plans, with_reference
+    from simbench.resolved import Run
     from simbench.sim.results import with_per_gpu_columns
-    from simbench.sim.simulate import simulate as run_simulation
 
-    device_counts = parse_counts(devices, "--devices")
-    plans = parse_plans(strategy)
-    lengths = load_histogram(histogram)
-    cost_model = TransformerCostModel(model, hardware, gpus_per_replica)
+    run = Run.from_options(histogram, strategy, parse_counts(devices, "--devices"), model=model, hardware=hardware,
+                           overrides=field_values(settings), cost_model=cost_model_name,
+                           gpus_per_replica=gpus_per_replica, batch_size=batch_size, steps=steps, seed=seed,
+                           engine=engine, shapes=shapes, training_steps=training_steps)
+    lengths = run.histogram
     console = Console(stderr=True)
     with progress_bar(console, quiet) as progress:
-        task = progress.add_task("simulating", total=len(with_reference(plans)) * len(device_counts))
-        result = run_simulation(lengths, plans, device_counts, cost_model, batch_size=batch_size, steps=steps,
-                                seed=seed, engine=engine, shapes=shapes, training_steps=training_steps,
-                                progress=lambda advance: progress.advance(task, advance),
-                                stage=stage_lines(console, quiet), max_rows=max_rows)
+        task = progress.add_task("simulating", total=len(run.all_plans) * len(run.devices))
+        result = run.simulate(progress=lambda advance: progress.advance(task, advance),
+                              stage=stage_lines(console, quiet), max_rows=max_rows)
     warning = overdraw_warning(result.summary, lengths.sequences)
     if warning:
         say(warning.replace("**", ""))
-    summary = with_per_gpu_columns(result.summary, cost_model.gpus_per_replica)
+    summary = with_per_gpu_columns(result.summary, run.gpus_per_replica)
     if as_json:
         print_json_lines(summary.to_dict("records"))
     else:
-        replicas = cost_model.gpus_per_replica > 1
+        replicas = run.gpus_per_replica > 1
         columns = (*TABLE_COLUMNS[:2], *REPLICA_COLUMNS, *TABLE_COLUMNS[2:]) if replicas else TABLE_COLUMNS
         # The table needs ~120 columns; a narrower pipe or terminal would truncate every number.
-        print_table(f"{lengths.name}, {model} on {hardware}{_replicas(cost_model.gpus_per_replica)}: speed-up over "
+        print_table(f"{lengths.name}, {model} on {hardware}{_replicas(run.gpus_per_replica)}: speed-up over "
                     "the row's reference (padding unless `over` names another) at the same device count",
                     columns, (_row(row, replicas) for row in summary.itertuples()), left=["strategy", "over", "engine"],
                     min_width=160 if replicas else 132, no_wrap=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from simbench.sim.plans import Exchange
+from simbench.sim.exchange import Exchange
 from simbench.sim.timeline import StepTimeline
 from simbench.sim.vts import pipeline_process
 

@@ -7,8 +7,18 @@ sorted items i, i + n, i + 2n, ...; Baidu runs the same exchange on the host, hi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
+
+
+class Exchange(str, Enum):
+    """Padding exchange before an un-padded step (NVIDIA MLPerf; Baidu overlaps it on the host): what the
+    step timing of the engines does with it, so it lives here, below the plans that choose it."""
+
+    NONE = "none"
+    BLOCKING = "blocking"  # all-gather lengths, sort, deal: on the step's critical path
+    OVERLAPPED = "overlapped"  # done on the host while the previous step runs
 
 # Ring all-gather latency when the cost model carries no hardware profile (NCCL-like, intra-node).
 DEFAULT_ALLGATHER_LATENCY_SECONDS = 5e-6

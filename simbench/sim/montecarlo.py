@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from simbench.sim.plans import Exchange
+from simbench.sim.exchange import Exchange
 from simbench.sim.pricing import DeviceCosts
 from simbench.sim.timeline import StepTimeline
 

@@ -26,6 +26,7 @@ import numpy as np
 from simbench.costmodels.base import ExecutionMode
 from simbench.errors import InputError, did_you_mean
 from simbench.registry import Registry
+from simbench.sim.exchange import Exchange  # noqa: F401  (a plan names its exchange; the step timing owns it)
 from simbench.strategies import STRATEGIES
 
 if TYPE_CHECKING:
@@ -46,14 +47,6 @@ class PlanKind(str, Enum):
     PACKING = "packing"  # rows of a packer's Packing, sampled in proportion to their repeats
     UNPAD = "unpad"  # sequences drawn from the histogram, no padding at all
     VTS = "vts"  # sequences drawn from the histogram, streamed through a stage pipeline
-
-
-class Exchange(str, Enum):
-    """Padding exchange before an un-padded step (NVIDIA MLPerf; Baidu overlaps it on the host)."""
-
-    NONE = "none"
-    BLOCKING = "blocking"  # all-gather lengths, sort, deal: on the step's critical path
-    OVERLAPPED = "overlapped"  # done on the host while the previous step runs
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,117 @@
+"""A resolved run: everything a simulation needs, built once from a scenario or from command options.
+
+    >>> from simbench.resolved import Run
+    >>> run = Run.from_options("squad_1_1_384", ["spfhp:3", "unpad"], [1, 8], steps=5)
+    >>> [plan.name for plan in run.plans], run.cost_model.hardware.name
+    (['spfhp:3', 'unpad'], 'a100')
+
+The scenario is the schema (keys, lines, did-you-mean); a `Run` holds what it resolves to: the histogram,
+the model, the hardware profile with its overrides, a cost model built through its registry, the labelled
+plans, and the sizes and seeds. `simbench run`, `simbench simulate`, the Python API and sweeps all price
+through one, so what a command and a scenario mean by the same words cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from simbench.costmodels.hardware import HardwareProfile, load_hardware
+from simbench.costmodels.model import ModelSpec, get_model
+from simbench.costmodels.registry import COST_MODELS
+from simbench.histogram import LengthHistogram, load_histogram
+from simbench.sim.plans import ExecutionPlan, parse_plans, with_reference
+from simbench.sim.shapes import DEFAULT_TRAINING_STEPS
+
+if TYPE_CHECKING:
+    from simbench.scenario import Scenario
+    from simbench.sim.results import SimulationResult
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """A simulation, resolved: no name in it is looked up again."""
+
+    name: str
+    histogram: LengthHistogram
+    model: ModelSpec
+    hardware: HardwareProfile
+    cost_model: object
+    plans: tuple[ExecutionPlan, ...]
+    devices: tuple[int, ...]
+    batch_size: int
+    steps: int
+    seed: int
+    engine: str = "auto"
+    shapes: str = "auto"
+    training_steps: int = DEFAULT_TRAINING_STEPS
+    gpus_per_replica: int = 1
+    cost_model_name: str = "transformer"
+    labels: Mapping[str, str] = field(default_factory=dict)  # plan name -> the scenario's label for it
+
+    @classmethod
+    def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
+        """The scenario's run, on `histogram` if given (a sweep shares one between cells)."""
+        plans = tuple(spec.plan() for spec in scenario.strategies)
+        model, hardware = get_model(scenario.model), scenario.hardware.load()
+        return cls(scenario.name, histogram if histogram is not None else scenario.dataset.load(), model, hardware,
+                   _cost_model(scenario.cost_model, model, hardware, scenario.gpus_per_replica), plans,
+                   tuple(scenario.devices), scenario.batch_size, scenario.steps, scenario.seed,
+                   shapes=scenario.shapes, training_steps=scenario.training_steps,
+                   gpus_per_replica=scenario.gpus_per_replica, cost_model_name=scenario.cost_model,
+                   labels={plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)})
+
+    @classmethod
+    def from_options(cls, histogram: LengthHistogram | str | Path, strategies: Sequence[str | ExecutionPlan],
+                     devices: Sequence[int], *, model: str | dict | ModelSpec = "bert-large",
+                     hardware: str | Path | HardwareProfile = "a100", overrides: Mapping | None = None,
+                     cost_model: str = "transformer", gpus_per_replica: int = 1, batch_size: int = 32,
+                     steps: int = 200, seed: int = 0, engine: str = "auto", shapes: str = "auto",
+                     training_steps: int = DEFAULT_TRAINING_STEPS) -> Run:
+        """The run `simbench simulate` and `simbench.simulate` describe with their options."""
+        if not isinstance(histogram, LengthHistogram):
+            histogram = load_histogram(histogram)
+        named = parse_plans([plan for plan in strategies if not isinstance(plan, ExecutionPlan)])
+        given = [plan for plan in strategies if isinstance(plan, ExecutionPlan)]
+        plans = tuple({plan.name: plan for plan in [*named, *given]}.values())
+        spec = get_model(model)
+        profile = load_hardware(hardware, dict(overrides) if overrides else None)
+        return cls(histogram.name, histogram, spec, profile, _cost_model(cost_model, spec, profile, gpus_per_replica),
+                   plans, tuple(devices), batch_size, steps, seed, engine, shapes, training_steps, gpus_per_replica,
+                   cost_model)
+
+    @property
+    def all_plans(self) -> list[ExecutionPlan]:
+        """The plans with padding, the reference every speed-up is measured against, first."""
+        return with_reference(list(self.plans))
+
+    def label(self, plan_name: str) -> str:
+        return self.labels.get(plan_name, plan_name)
+
+    def simulate(self, *, cost_model=None, devices: Sequence[int] | None = None, shapes: str | None = None,
+                 packings: dict | None = None, progress: Callable[[int], None] | None = None,
+                 stage: Callable[[str], None] | None = None, max_rows: int | None = None) -> SimulationResult:
+        """Simulate the run (or a variant of it: another cost model, cluster sizes or phase of the run)."""
+        from simbench.sim.simulate import simulate
+        from simbench.validation import SIMULATED_ROWS_MAX
+
+        return simulate(self.histogram, list(self.plans), list(devices or self.devices),
+                        cost_model if cost_model is not None else self.cost_model, batch_size=self.batch_size,
+                        steps=self.steps, seed=self.seed, engine=self.engine, progress=progress, packings=packings,
+                        max_rows=SIMULATED_ROWS_MAX if max_rows is None else max_rows, stage=stage,
+                        shapes=shapes or self.shapes, training_steps=self.training_steps)
+
+    def cost_model_on(self, hardware: HardwareProfile) -> object:
+        """This run's kind of cost model for its model on other hardware (the assumptions a report weighs)."""
+        return _cost_model(self.cost_model_name, self.model, hardware, self.gpus_per_replica)
+
+
+def _cost_model(name: str, model: ModelSpec, hardware: HardwareProfile, gpus_per_replica: int):
+    return COST_MODELS.get(name).build(model, hardware, gpus_per_replica)
+
+
+def resolve(scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
+    """The scenario's resolved run (see `Run.from_scenario`)."""
+    return Run.from_scenario(scenario, histogram)

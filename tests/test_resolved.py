@@ -1,0 +1,81 @@
+"""One resolved Run behind every entry point: plans parsed once, the scenario's cost model and hardware
+overrides honoured by `simulate` as by `run`."""
+
+import numpy as np
+import pytest
+
+import simbench
+import simbench.sim.plans as plans_module
+from simbench.api import load_scenario
+from simbench.errors import InputError
+from simbench.experiment import run_experiment
+from simbench.resolved import Run, resolve
+
+SCENARIO = """
+name: counted
+dataset: {histogram: squad_1_1_384}
+strategies: [sort, unpad, "spfhp:3", {name: packed-varlen, packer: lpfhp}]
+devices: [1, 4]
+steps: 4
+outputs: {lp_bounds: false}
+"""
+
+
+def test_plans_are_parsed_once_per_run(tmp_path, monkeypatch):
+    calls = []
+    parse = plans_module.plan_from_fields
+    monkeypatch.setattr(plans_module, "plan_from_fields", lambda fields: calls.append(fields) or parse(fields))
+    import simbench.scenario as scenario_module
+    monkeypatch.setattr(scenario_module, "plan_from_fields", plans_module.plan_from_fields)
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    scenario = load_scenario(path)
+    assert len(calls) == 4  # each strategy once, when the scenario is read
+    run_experiment(scenario, assumptions=False)
+    assert len(calls) == 4  # and never again
+
+
+def test_the_dataset_is_loaded_once(tmp_path, monkeypatch):
+    import simbench.scenario as scenario_module
+
+    histogram_file = tmp_path / "h.csv"
+    histogram_file.write_text("length,count\n10,5\n20,3\n")
+    loads = []
+    load = scenario_module.load_histogram
+    monkeypatch.setattr(scenario_module, "load_histogram", lambda *a, **k: loads.append(a) or load(*a, **k))
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: x\ndataset: {{histogram: {histogram_file}}}\nstrategies: [sort]\ndevices: [1]\nsteps: 2\n"
+                    "outputs: {lp_bounds: false}\n")
+    run_experiment(load_scenario(path), assumptions=False)
+    assert len(loads) == 1
+
+
+def test_simulate_honours_hardware_overrides():
+    base = simbench.simulate("squad_1_1_384", ["unpad"], [1], steps=10)
+    ideal = simbench.simulate("squad_1_1_384", ["unpad"], [1], steps=10,
+                              hardware_overrides={"unpadded_flops_fraction": 1.0, "unpadded_noise_cv": 0.0})
+    speedup = lambda result: float(result.summary.query("strategy == 'unpad'").speedup.iloc[0])  # noqa: E731
+    assert speedup(ideal) > 1.1 * speedup(base)
+
+
+def test_simulate_honours_the_cost_model():
+    from simbench.costmodels.linear import LinearCostModel
+
+    result = simbench.simulate("squad_1_1_384", ["spfhp:3"], [1], steps=5, cost_model="linear")
+    linear = Run.from_options("squad_1_1_384", ["spfhp:3"], [1], steps=5, cost_model="linear")
+    assert isinstance(linear.cost_model, LinearCostModel)
+    np.testing.assert_allclose(result.summary.step_seconds_mean, linear.simulate().summary.step_seconds_mean)
+
+
+def test_cli_simulate_and_scenario_price_alike(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO + "hardware: {profile: a100, overrides: {unpadded_flops_fraction: 1.0}}\n")
+    from_scenario = resolve(load_scenario(path)).simulate().summary
+    from_options = Run.from_options("squad_1_1_384", ["sort", "unpad", "spfhp:3", "packed-varlen:lpfhp"], [1, 4],
+                                    overrides={"unpadded_flops_fraction": 1.0}, steps=4).simulate().summary
+    np.testing.assert_allclose(from_scenario.speedup, from_options.speedup)
+
+
+def test_a_bad_override_is_refused_by_name():
+    with pytest.raises(InputError, match="unpadded_flops_fraction"):
+        Run.from_options("squad_1_1_384", ["sort"], [1], overrides={"unpadded_flops_fraction": -1})
