@@ -1,0 +1,29 @@
+"""The benchmarks' target check: absolute targets scaled by load, ratios to a reference, floors."""
+
+import importlib.util
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location("bench_conftest", Path(__file__).parent / "benchmarks" / "conftest.py")
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+def test_absolute_targets_hold_or_say_by_how_much():
+    assert bench.missed_target({"target_seconds": 2.0}, 1.9, 1.0) is None
+    assert "target 2.0 s" in bench.missed_target({"target_seconds": 2.0}, 2.1, 1.0)
+    # On a machine twice as busy as its cores, twice the time.
+    assert bench.missed_target({"target_seconds": 2.0}, 3.9, 2.0) is None
+    assert "load" in bench.missed_target({"target_seconds": 2.0}, 4.1, 2.0)
+
+
+def test_ratio_targets_ignore_the_load():
+    info = {"target_ratio": 1.2, "reference_seconds": 1.0}
+    assert bench.missed_target(info, 1.19, 5.0) is None
+    assert "1.25x its reference" in bench.missed_target(info, 1.25, 5.0)
+
+
+def test_floor_targets():
+    info = {"target_at_least": 0.85, "measured_value": 0.80, "measured": "parallel efficiency"}
+    assert "parallel efficiency 0.800" in bench.missed_target(info, 1.0, 1.0)
+    assert bench.missed_target({**info, "measured_value": 0.9}, 1.0, 1.0) is None
+    assert bench.missed_target({}, 100.0, 1.0) is None
