@@ -220,3 +220,33 @@ def test_measure_plot_draws_error_bars_where_rounds_measured_a_spread(tmp_path, 
     assert (tmp_path / "plot.png").stat().st_size > 0
     errors = next(yerr for yerr in drawn if yerr is not None).tolist()
     assert errors[:2] == [0.0, pytest.approx(0.09)] and errors[2] != errors[2]  # NaN: no bar, not a zero one
+
+
+def test_packed_varlen_attends_within_each_sequence_as_unpadding_does():
+    """Packs with per-sequence attention: each real token's hidden state is the one it has un-padded (the dense
+    layers act per token, attention sees its own sequence only), whatever the pack around it."""
+    import torch
+
+    from simbench.calibrate.batches import packed_varlen_batch, random_sequences, unpadded_batch
+    from simbench.calibrate.encoder import Encoder, EncoderShape, attention_mask
+
+    sequences = random_sequences([5, 3, 8, 2], 50, np.random.default_rng(0))
+    torch.manual_seed(0)
+    encoder = Encoder(EncoderShape(layers=2, hidden=16, heads=2, intermediate=32, vocabulary=50, max_length=64))
+    unpadded = encoder.encode(unpadded_batch(sequences, "grouped"))
+    for attention in ("grouped", "jagged"):
+        batch = packed_varlen_batch(sequences, [[0, 1], [2], [3]], 10, attention)
+        assert attention_mask(batch) is None
+        assert batch.real_slots.tolist() == [*range(0, 8), *range(10, 18), 20, 21]
+        packed = encoder.encode(batch)
+        torch.testing.assert_close(packed.index_select(0, batch.real_slots), unpadded, atol=1e-5, rtol=1e-4)
+
+
+def test_a_layouts_shape_key_is_what_the_device_sees():
+    assert BatchLayout.unpadded([3, 5]).shape_key == ("unpadded", 8)
+    assert BatchLayout.padded([4, 4], 4).shape_key == ("dense", 2, 4)
+    assert BatchLayout.padded([4, 3], 4).shape_key == ("padding mask", 2, 4)
+    assert BatchLayout.padded([4, 3], 4, ExecutionMode.SORTED).shape_key == ("padding mask", 2, 4)
+    assert BatchLayout.packed([[2, 2], [3]], 4).shape_key == ("block-diagonal mask", 2, 4)
+    varlen = BatchLayout.packed([[2, 2], [3]], 4, ExecutionMode.PACKED_VARLEN)
+    assert varlen.shape_key == ("per-sequence", 2, 4) and varlen.kind == "packed_varlen"

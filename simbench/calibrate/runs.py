@@ -45,10 +45,21 @@ def resolve_device(requested: str | None) -> str:
     return requested
 
 
-def check_unpadded_attention(name: str | None) -> str | None:
+# Un-padded attention kernels that exist on CUDA only.
+CUDA_ONLY_ATTENTION = ("flash_varlen", "torch_varlen")
+
+
+def check_unpadded_attention(name: str | None, device: str | None = None) -> str | None:
+    """The un-padded attention named, checked against the choices (and, given a device, against what runs there)."""
     from simbench.calibrate.batches import UNPADDED_ATTENTION
 
-    return None if name is None else check_choice(name, "unpadded_attention", UNPADDED_ATTENTION)
+    if name is None:
+        return None
+    check_choice(name, "unpadded_attention", UNPADDED_ATTENTION)
+    if device is not None and not device.startswith("cuda") and name in CUDA_ONLY_ATTENTION:
+        raise InputError(f"unpadded_attention {name} runs on CUDA only, not on {device}; use grouped or jagged",
+                         parameter="unpadded_attention")
+    return name
 
 
 def check_profile_output(path: Path) -> None:
@@ -71,9 +82,10 @@ def calibrate_profile(output: Path, *, model, max_length: int = DEFAULT_MAX_LENG
     from simbench.calibrate.calibration import CalibrationSettings, calibration_steps, run_calibration
     from simbench.costmodels.hardware import profile_to_yaml
 
-    settings = CalibrationSettings(model=model, max_length=max_length, device=resolve_device(device),
+    device = resolve_device(device)
+    settings = CalibrationSettings(model=model, max_length=max_length, device=device,
                                    threads=torch.get_num_threads() if threads is None else threads, seed=seed, quick=quick,
-                                   unpadded_attention=check_unpadded_attention(unpadded_attention),
+                                   unpadded_attention=check_unpadded_attention(unpadded_attention, device),
                                    wall_clock=wall_clock)
     settings.encoder_shape()
     total = calibration_steps(settings)
@@ -134,7 +146,8 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
         unpadded_attention = given_profile.calibration.get("unpadded_attention")
     settings = MeasureSettings(model=model, max_length=max_length, device=device, threads=threads, steps=steps,
                                batch_size=batch_size, repeats=repeats, seed=seed,
-                               unpadded_attention=check_unpadded_attention(unpadded_attention), wall_clock=wall_clock)
+                               unpadded_attention=check_unpadded_attention(unpadded_attention, device),
+                               wall_clock=wall_clock)
     calibration = None
     calibration_layouts, calibration_batches = [], []
     if profile_path is None:

@@ -141,6 +141,7 @@ def advancing(progress, task):
     return lambda total: progress.update(task, total=total, advance=1)
 
 
-UNPADDED_HELP = ("un-padded attention: grouped (one call per length), jagged (nested tensors) or flash_varlen; "
+UNPADDED_HELP = ("un-padded (and packed-varlen) attention: grouped (one call per length), jagged (nested tensors), "
+                 "flash_varlen (flash_attn package) or torch_varlen (torch's varlen kernel; both CUDA only); "
                  "default: flash_varlen or jagged on CUDA, grouped on CPU")
 WALL_CLOCK_HELP = "time single-threaded CPU steps by the wall clock instead of the process's CPU seconds"
