@@ -5,12 +5,15 @@ Kept import-light (typer and the standard library) so that `simbench --help` loa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import math
+import os
+import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from simbench.errors import InputError
 
@@ -78,6 +81,35 @@ def _plain(value):
     if isinstance(value, float) and math.isnan(value):
         return None
     return value
+
+
+@contextlib.contextmanager
+def stdout_to_stderr(active: bool = True) -> Iterator[None]:
+    """While active, whatever is written to stdout goes to stderr, from Python or from a C library (the
+    process's file descriptor 1 itself), so that a command's --json output stays the only thing on stdout."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        _flush_c_streams()  # a C library's buffered output belongs to stderr too
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _flush_c_streams() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C library to ask (not a POSIX process)
+        pass
 
 
 def progress_bar(console, quiet: bool = False):
