@@ -12,8 +12,10 @@ alone (no embeddings, head or optimizer) from a random input that requires grad,
 output, between two device synchronisations. `padded` rows attend over the whole row (bidirectional for an
 encoder, causal for a decoder); `varlen` batches are one flat batch of documents, attention within each.
 Each shape's first step is timed on its own (`first_ms`, the model having run other shapes before) and
-followed by one untimed step; then rounds time every shape once each (`median_ms`, `p25_ms`, `p75_ms` of
-`repeats` rounds, each round's slowdown shared by every shape factored out: `timing.load_adjusted`). The lines it writes are
+followed by one more step; then rounds time every shape once each (`median_ms`, `p25_ms`, `p75_ms` of
+`repeats` rounds). Each round's slowdown shared by every shape is factored out (`timing.load_adjusted`),
+and the first steps' pass's by how much slower its second steps ran than the rounds: on a machine shared
+with other jobs, first and repeated steps are compared at one load. The lines it writes are
 the grid's JSON lines, read by `gridfit.load_timing_grid`.
 """
 
@@ -164,7 +166,7 @@ class GridSettings:
 
     def check_work(self, shapes: Sequence[GridShape]) -> None:
         """Refuse, before anything is built, a grid that would take longer than a timing run may."""
-        steps = self.repeats + 2  # the first step and one untimed step besides the repeats
+        steps = self.repeats + 2  # the first step and the one after it besides the repeats
         flops = steps * sum(self.slice.training_flops(shape.documents or [shape.row_length] * shape.rows)
                             for shape in shapes)
         check_timed_work(flops, self.device, f"timing a grid of {len(shapes)} shapes through {self.layers} layers "
@@ -175,7 +177,7 @@ class GridSettings:
 def time_grid(settings: GridSettings, progress: Callable[[], None] = lambda: None) -> list[dict]:
     """Every shape of the grid timed on the device: one record per shape, in the grid's JSON-lines fields.
 
-    Each shape's first step and one more untimed step come first, shape after shape; then `repeats` rounds
+    Each shape's first step and one more step come first, shape after shape; then `repeats` rounds
     time every shape once each, in a new random order per round, so that a burst of load from other
     processes lands on different shapes in different rounds and the medians drop it; the slowdown a whole
     round shares is factored out of its steps.
@@ -196,20 +198,24 @@ def time_grid(settings: GridSettings, progress: Callable[[], None] = lambda: Non
     for wake in (GridShape("padded", 1, TILE + 1), GridShape("varlen", 1, TILE + 1, (TILE // 2 + 1, TILE // 2))):
         step = _timed_step(layers, wake, settings, device, dtype, rng, clock)
         step(), step()
-    steps, first_seconds = [], []
+    steps, first_seconds, second_seconds = [], [], []
     for shape in shapes:
         steps.append(_timed_step(layers, shape, settings, device, dtype, rng, clock))
         first_seconds.append(steps[-1]())
-        steps[-1]()
+        second_seconds.append(steps[-1]())
         progress()
     samples = np.zeros((len(shapes), settings.repeats))
     for round_ in range(settings.repeats):
         for index in rng.permutation(len(shapes)):
             samples[index, round_] = steps[index]()
-    # Each round's slowdown shared by all shapes (other processes' load) factored out, as measure does.
-    factors = load_adjusted([StepTiming(tuple(row)) for row in samples]).round_factors if settings.repeats > 1 else 1
-    return [grid_record(settings.model.name, settings.layers, shape, first, times)
-            for shape, first, times in zip(shapes, first_seconds, samples / factors)]
+    # Each round's slowdown shared by all shapes (other processes' load) factored out, as measure does; the
+    # first steps' pass too, by how much slower its second steps (at shapes just seen) ran than the rounds.
+    adjusted = samples
+    if settings.repeats > 1:
+        adjusted = samples / load_adjusted([StepTiming(tuple(row)) for row in samples]).round_factors
+    first_pass = float(np.median(np.array(second_seconds) / np.median(adjusted, axis=1)))
+    return [grid_record(settings.model.name, settings.layers, shape, first / first_pass, times)
+            for shape, first, times in zip(shapes, first_seconds, adjusted)]
 
 
 def grid_record(model: str, layers: int, shape: GridShape, first_seconds: float,

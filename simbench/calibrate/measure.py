@@ -139,8 +139,9 @@ class MeasuredSteps:
     """Median measured seconds of every timed batch, per strategy, and each round's seconds
     (steps, rounds) with that round's load factored out: their spread is the timing noise.
 
-    `first_seconds` holds each batch's first step (timed before any batch repeats) and `new_shape` whether
-    its shape was new to the process then; None where no first steps were timed.
+    `first_seconds` holds each batch's first step (timed before any batch repeats, the pass's load factored
+    out as a round's) and `new_shape` whether its shape was new to the process then; None where no first
+    steps were timed.
     """
 
     layouts: dict[str, list[BatchLayout]]
@@ -150,13 +151,16 @@ class MeasuredSteps:
     first_seconds: dict[str, np.ndarray] | None = None
     new_shape: dict[str, np.ndarray] | None = None
     baseline: str = BASELINE
+    first_pass_factor: float = 1.0  # how much slower the first pass ran than the median round (factored out)
 
-    def first_sight_seconds(self, name: str) -> np.ndarray:
-        """Each step at first sight: the repeated step where its shape had been seen, else its first step, but
-        never less than the repeated one (the first step at a shape costs at least a later one; a single first
-        step below the median of the repeats is timing noise)."""
+    def first_sight_step_seconds(self, name: str) -> float:
+        """The strategy's mean step at first sight: its repeated steps, plus what its steps at new shapes took
+        beyond their repeated time in all, if more than nothing (a first step costs at least a later one: over
+        a strategy's new shapes, less is timing noise)."""
         repeated = self.seconds[name]
-        return np.where(self.new_shape[name], np.maximum(self.first_seconds[name], repeated), repeated)
+        new = self.new_shape[name]
+        extra = float((self.first_seconds[name][new] - repeated[new]).sum())
+        return float(repeated.mean()) + max(0.0, extra) / repeated.size
 
 
 @dataclass(frozen=True)
@@ -245,10 +249,23 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     seconds = {name: adjusted[rows] for name, rows in positions.items()}
     spreads = {name: np.array([timings[row].spread_fraction for row in rows]) for name, rows in positions.items()}
     round_seconds = {name: by_round[rows] for name, rows in positions.items()}
+    # The first pass's own load, from its steps at shapes seen before (nothing new to pay), factored out.
+    factor = first_pass_factor([*firsts.values(), calibration_first],
+                               [*(seconds[name] for name in names), adjusted[len(interleaved):]])
+    firsts = {name: FirstPass(first.seconds / factor, first.new_shape) for name, first in firsts.items()}
+    calibration_first = FirstPass(calibration_first.seconds / factor, calibration_first.new_shape)
     measured = MeasuredSteps(layouts, seconds, spreads, round_seconds,
                              {name: first.seconds for name, first in firsts.items()},
-                             {name: first.new_shape for name, first in firsts.items()}, baseline)
+                             {name: first.new_shape for name, first in firsts.items()}, baseline, factor)
     return measured, CalibrationSteps(timings[len(interleaved):], adjusted[len(interleaved):], calibration_first)
+
+
+def first_pass_factor(firsts: Sequence[FirstPass], repeated: Sequence[np.ndarray]) -> float:
+    """How much slower the first pass ran than the median round: the median of first over repeated seconds of
+    its steps at shapes already seen (1 when it has none)."""
+    ratios = np.concatenate([first.seconds[~first.new_shape] / np.asarray(seconds)[~first.new_shape]
+                             for first, seconds in zip(firsts, repeated)])
+    return float(np.median(ratios)) if ratios.size else 1.0
 
 
 def measure_steps(settings: MeasureSettings, layouts: dict[str, list[BatchLayout]],
@@ -301,7 +318,7 @@ def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile)
 
     Repeated: every shape seen (the rounds' medians against the cost model's price). First sight: each step
     whose shape was new to the process when it first ran (`new_shape_steps` of them) at its first step
-    (`MeasuredSteps.first_sight_seconds`), against the price plus the profile's first-sight cost for the
+    (`MeasuredSteps.first_sight_step_seconds`), against the price plus the profile's first-sight cost for the
     step's mode; first sight is never faster than repeated, measured or predicted.
 
     `speedup_noise` is the relative standard deviation of the speed-up measured round by round (each
@@ -326,7 +343,7 @@ def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile)
             new = measured.new_shape[name]
             extra = np.array([cost_model.first_sight_seconds(layout.mode) for layout in layouts])
             first_sight = {"new_shape_steps": int(new.sum()),
-                           "measured_first_sight_step_seconds": float(measured.first_sight_seconds(name).mean()),
+                           "measured_first_sight_step_seconds": measured.first_sight_step_seconds(name),
                            "predicted_first_sight_step_seconds": float((terms.sum(axis=1) + new * extra).mean())}
         records.append({
             "strategy": name,

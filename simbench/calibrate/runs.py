@@ -289,7 +289,8 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
              f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
     noise = fit_unpadded_noise(measured, model, profile)
     record = _settings_record(settings, source, scaled, profile_path)
-    record.update(strategies=list(layouts), baseline=baseline, not_measured=refused)
+    record.update(strategies=list(layouts), baseline=baseline, not_measured=refused,
+                  first_pass_load_factor=measured.first_pass_factor)
     _write_measure_folder(output_dir, table, measured, title, record, _with_fitted_noise(profile, noise, source))
     return MeasureRun(table, title, output_dir, verdict, noise, baseline, refused)
 
@@ -396,7 +397,8 @@ def _settings_record(settings, source: str, histogram, profile_path: Path | None
 
 def _timings_record(measured) -> dict:
     """Every timed batch (its rows of lengths and slots) with its median seconds, its first step's seconds
-    and whether its shape was new to the process then, per strategy."""
+    (the first pass's load factored out: settings.yaml's first_pass_load_factor) and whether its shape was
+    new to the process then, per strategy."""
     return {name: [{"mode": layout.mode.value, "rows": [list(row) for row in layout.rows],
                     "row_slots": list(layout.row_slots), "median_seconds": float(seconds),
                     "first_seconds": float(first), "new_shape": bool(new)}
