@@ -36,6 +36,7 @@ def test_the_committed_cpu_grid_refits_to_its_profile():
 
 
 def test_a_cpu_grid_has_shapes_to_fit_and_to_hold_out():
+    pytest.importorskip("torch")
     from simbench.calibrate.grid import grid_shapes
     from simbench.calibrate.gridfit import GridTiming
 
@@ -54,6 +55,7 @@ def test_a_cpu_grid_has_shapes_to_fit_and_to_hold_out():
 def test_a_gpu_grid_times_the_shapes_the_h200_grid_timed(model):
     """The padded rows and the batches of equal documents of timing_grid.py; the odd rows and mixes of documents
     are drawn anew (held out either way)."""
+    pytest.importorskip("torch")
     from simbench.calibrate.grid import grid_shapes
 
     def key(kind, rows, row_length, documents):
@@ -64,6 +66,15 @@ def test_a_gpu_grid_times_the_shapes_the_h200_grid_timed(model):
     timed = {key(s.kind, s.rows, s.row_length, s.documents) for s in grid_shapes(get_model(model), "cuda")}
     assert stored <= timed
     assert len(timed) == len([t for t in load_timing_grid(SHIPPED_GRID) if t.model == model])
+    # The H200 grid's slices fit a GPU's work limit, not a CPU's.
+    from simbench.calibrate.grid import GridSettings
+
+    layers = 24 if model == "bert-large" else 4
+    GridSettings(model=get_model(model), layers=layers, device="cuda", threads=1).check_work(
+        grid_shapes(get_model(model), "cuda"))
+    with pytest.raises(InputError, match="a timing run on cpu may take"):
+        GridSettings(model=get_model(model), layers=layers, device="cpu", threads=1).check_work(
+            grid_shapes(get_model(model), "cpu"))
 
 
 def test_calibrate_grid_times_the_grid_writes_it_beside_the_profile_and_fits_it(tmp_path):
