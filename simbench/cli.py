@@ -68,3 +68,7 @@ def _print_error(message: str, prefix: str = "error: ") -> None:
 
     # soft_wrap: one line however long, so that the file:line prefix stays greppable.
     Console(stderr=True).print(Text(prefix, style="bold red") + Text(message), soft_wrap=True, highlight=False)
+
+
+if __name__ == "__main__":
+    main()

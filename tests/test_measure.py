@@ -220,3 +220,193 @@ def test_measure_plot_draws_error_bars_where_rounds_measured_a_spread(tmp_path, 
     assert (tmp_path / "plot.png").stat().st_size > 0
     errors = next(yerr for yerr in drawn if yerr is not None).tolist()
     assert errors[:2] == [0.0, pytest.approx(0.09)] and errors[2] != errors[2]  # NaN: no bar, not a zero one
+
+
+def test_packed_varlen_attends_within_each_sequence_as_unpadding_does():
+    """Packs with per-sequence attention: each real token's hidden state is the one it has un-padded (the dense
+    layers act per token, attention sees its own sequence only), whatever the pack around it."""
+    import torch
+
+    from simbench.calibrate.batches import packed_varlen_batch, random_sequences, unpadded_batch
+    from simbench.calibrate.encoder import Encoder, EncoderShape, attention_mask
+
+    sequences = random_sequences([5, 3, 8, 2], 50, np.random.default_rng(0))
+    torch.manual_seed(0)
+    encoder = Encoder(EncoderShape(layers=2, hidden=16, heads=2, intermediate=32, vocabulary=50, max_length=64))
+    unpadded = encoder.encode(unpadded_batch(sequences, "grouped"))
+    for attention in ("grouped", "jagged"):
+        batch = packed_varlen_batch(sequences, [[0, 1], [2], [3]], 10, attention)
+        assert attention_mask(batch) is None
+        assert batch.real_slots.tolist() == [*range(0, 8), *range(10, 18), 20, 21]
+        packed = encoder.encode(batch)
+        torch.testing.assert_close(packed.index_select(0, batch.real_slots), unpadded, atol=1e-5, rtol=1e-4)
+
+
+def test_a_layouts_shape_key_is_what_the_device_sees():
+    assert BatchLayout.unpadded([3, 5]).shape_key == ("unpadded", 8)
+    assert BatchLayout.padded([4, 4], 4).shape_key == ("dense", 2, 4)
+    assert BatchLayout.padded([4, 3], 4).shape_key == ("padding mask", 2, 4)
+    assert BatchLayout.padded([4, 3], 4, ExecutionMode.SORTED).shape_key == ("padding mask", 2, 4)
+    assert BatchLayout.packed([[2, 2], [3]], 4).shape_key == ("block-diagonal mask", 2, 4)
+    varlen = BatchLayout.packed([[2, 2], [3]], 4, ExecutionMode.PACKED_VARLEN)
+    assert varlen.shape_key == ("per-sequence", 2, 4) and varlen.kind == "packed_varlen"
+
+
+def test_a_scenarios_strategies_are_drawn_as_the_simulator_draws_them_or_refused_with_a_reason():
+    from simbench.calibrate.strategy_batches import strategy_batches
+    from simbench.sim.plans import parse_plan
+    from simbench.strategies.group_by_length import sequences_per_batch
+    from simbench.strategies.token_budget import token_budget_batches
+
+    histogram = measure.rescale_histogram(load_histogram("wikipedia_512"), 128)
+    names = ["sort", "spfhp:3", "packed-varlen:lpfhp", "unpad", "token-budget", "group-by-length", "unpad-exchange",
+             "vts"]
+    built = strategy_batches([(name, parse_plan(name)) for name in names], histogram, 128, steps=5, batch_size=8,
+                             seed=0)
+    assert built.baseline == "none" and list(built.layouts)[0] == "none"  # padding added first, as simulate does
+    assert list(built.layouts)[1:] == names[:6] and list(built.refused) == ["unpad-exchange", "vts"]
+    assert all(reason for reason in built.refused.values())
+    assert all(len(batches) == 5 for batches in built.layouts.values())
+    for layout in built.layouts["none"]:
+        assert len(layout.rows) == 8 and set(layout.row_slots) == {128} and layout.max_depth == 1
+    for layout in built.layouts["sort"]:
+        assert layout.mode is ExecutionMode.SORTED and set(layout.row_slots) == {int(layout.lengths.max())}
+    assert all(layout.kind == "packed" and layout.max_depth <= 3 for layout in built.layouts["spfhp:3"])
+    assert all(layout.kind == "packed_varlen" and set(layout.row_slots) == {128}
+               for layout in built.layouts["packed-varlen:lpfhp"])
+    assert all(layout.kind == "unpadded" and len(layout.rows) == 8 for layout in built.layouts["unpad"])
+    budget = token_budget_batches(histogram, 8 * 128)
+    kinds = {tuple(sorted(np.repeat(budget.run_lengths[start:stop], budget.run_counts[start:stop])))
+             for start, stop in zip(budget.run_offsets[:-1], budget.run_offsets[1:])}
+    for layout in built.layouts["token-budget"]:
+        assert layout.mode is ExecutionMode.SORTED and layout.slots <= 8 * 128
+        assert tuple(sorted(layout.lengths)) in kinds  # one of the bucketing's batches
+    rows = sequences_per_batch(histogram, 8, 128)
+    for layout in built.layouts["group-by-length"]:
+        assert layout.mode is ExecutionMode.SORTED and len(layout.rows) == rows
+        assert set(layout.row_slots) == {int(layout.lengths.max())}
+
+
+def test_first_sight_steps_pay_the_profiles_cost_where_their_shape_was_new_and_never_run_faster():
+    model = get_model("tiny")
+    profile = PROFILE.model_copy(update={"first_sight_padded_seconds_per_layer": 0.01,
+                                         "first_sight_varlen_seconds_per_layer": 0.002})
+    layouts = {"padding": [BatchLayout.padded([5, 8], 8), BatchLayout.padded([3, 8], 8)],
+               "unpadding": [BatchLayout.unpadded([5, 8]), BatchLayout.unpadded([3, 8])]}
+    repeated = {name: predict_seconds(model, profile, batches) for name, batches in layouts.items()}
+    new = {"padding": np.array([True, False]), "unpadding": np.array([True, True])}
+    # First steps exactly as priced: the repeated price, plus the first-sight cost where the shape was new.
+    first = {"padding": repeated["padding"] + np.array([0.02, 0.5]),
+             "unpadding": repeated["unpadding"] + 0.004}
+    measured = measure.MeasuredSteps(layouts, repeated, {name: np.zeros(2) for name in layouts}, None, first, new)
+    table = measure.compare(measured, model, profile).set_index("strategy")
+    assert table["new_shape_steps"].tolist() == [1, 2]
+    np.testing.assert_allclose(table["first_sight_error"], 0.0, atol=1e-12)
+    np.testing.assert_allclose(table["error"], 0.0, atol=1e-12)
+    assert (table["measured_first_sight_step_seconds"] >= table["measured_step_seconds"]).all()
+    assert (table["predicted_first_sight_step_seconds"] >= table["predicted_step_seconds"]).all()
+    # Steps at seen shapes count as repeated, whatever their first step took.
+    assert measured.first_sight_step_seconds("padding") == pytest.approx(repeated["padding"].mean() + 0.01)
+    # New shapes whose first steps ran faster in all than repeated ones: timing noise, first sight as repeated.
+    faster = measure.MeasuredSteps(layouts, repeated, {name: np.zeros(2) for name in layouts}, None,
+                                   {name: seconds * 0.9 for name, seconds in repeated.items()}, new)
+    assert faster.first_sight_step_seconds("unpadding") == pytest.approx(repeated["unpadding"].mean())
+    # Without first steps timed, nothing is claimed about first sight.
+    plain = measure.compare(measure.MeasuredSteps(layouts, repeated, {name: np.zeros(2) for name in layouts}),
+                            model, profile)
+    assert plain["first_sight_error"].isna().all()
+
+
+def test_the_first_passs_load_comes_from_its_steps_at_shapes_seen_before():
+    first = [measure.FirstPass(np.array([3.0, 2.2, 4.4]), np.array([True, False, False])),
+             measure.FirstPass(np.array([9.0, 1.1]), np.array([True, False]))]
+    repeated = [np.array([1.0, 2.0, 4.0]), np.array([1.0, 1.0])]
+    assert measure.first_pass_factor(first, repeated) == pytest.approx(1.1)  # new shapes' steps left out
+    all_new = [measure.FirstPass(np.array([3.0]), np.array([True]))]
+    assert measure.first_pass_factor(all_new, [np.array([1.0])]) == 1.0
+
+
+def test_first_sight_costs_are_fitted_on_the_batches_whose_shape_was_new():
+    layouts = [BatchLayout.padded([8, 8], 8), BatchLayout.padded([4, 4], 4), BatchLayout.unpadded([3, 5]),
+               BatchLayout.unpadded([2, 2])]
+    first = measure.FirstPass(np.array([0.5, 0.3, 0.24, 9.0]), np.array([True, True, True, False]))
+    fields = measure.first_sight_fields(layouts, first, np.array([0.1, 0.1, 0.2, 0.1]), layers=2)
+    assert fields["first_sight_padded_seconds_per_layer"] == pytest.approx(0.15)  # median of 0.2 and 0.1 a layer
+    assert fields["first_sight_varlen_seconds_per_layer"] == pytest.approx(0.02)  # the seen shape's 9 s left out
+    slower = measure.first_sight_fields(layouts, first, np.array([0.6, 0.4, 0.3, 0.1]), layers=2)
+    assert slower["first_sight_padded_seconds_per_layer"] == 0.0 == slower["first_sight_varlen_seconds_per_layer"]
+
+
+def test_the_warm_up_loads_every_attention_path_on_shapes_no_batch_has():
+    from simbench.calibrate.strategy_batches import strategy_batches
+    from simbench.sim.plans import parse_plan
+
+    histogram = measure.rescale_histogram(load_histogram("squad_1_1_384"), 64)
+    names = ["sort", "spfhp:3", "packed-varlen", "unpad", "token-budget"]
+    built = strategy_batches([(name, parse_plan(name)) for name in names], histogram, 64, 6, 8, 0)
+    layouts = [layout for batches in built.layouts.values() for layout in batches]
+    warmups = measure.warmup_layouts(layouts)
+    assert {layout.shape_key[0] for layout in warmups} == {layout.shape_key[0] for layout in layouts}
+    assert not {layout.shape_key for layout in warmups} & {layout.shape_key for layout in layouts}
+
+
+def test_strategies_named_on_the_command_line_replace_a_histograms_four():
+    from simbench.calibrate.runs import _measure_source
+
+    _, seed, plans = _measure_source("wikipedia_512", ["unpad", "spfhp:3"])
+    assert seed == 0 and [label for label, _ in plans] == ["unpad", "spfhp:3"]
+    assert _measure_source("wikipedia_512", None)[2] is None  # padding, sort, lpfhp, unpadding
+    _, seed, plans = _measure_source("wiki512", None)  # a bundled scenario: its strategies, labels and seed
+    assert [label for label, _ in plans][:3] == ["none", "sort", "greedy"]
+
+
+def test_measure_times_every_strategy_of_a_scenario_or_says_why_not_and_prints_only_json(tmp_path):
+    """A scenario end to end in its own process, as a user runs it: stdout holds JSON lines and nothing else
+    (the optimal packer's LP solver prints a banner from C), one per strategy listed, plus padding."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    scenario = {"name": "measured", "dataset": {"histogram": "squad_1_1_384"}, "model": "bert-large",
+                "strategies": ["sort", {"name": "optimal", "max_depth": 2}, "packed-varlen", "unpad",
+                               "unpad-exchange", "token-budget", "group-by-length", "vts"],
+                "devices": [1, 8], "batch_size": 8, "steps": 10}
+    path = tmp_path / "measured.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    output = tmp_path / "out"
+    completed = subprocess.run(
+        [sys.executable, "-m", "simbench.cli", "measure", str(path), "--quick", "--device", "cpu", "--threads", "1",
+         "--max-length", "32", "--steps", "2", "--batch-size", "4", "--repeats", "2", "--json", "-o", str(output)],
+        capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr
+    records = [json.loads(line) for line in completed.stdout.splitlines()]  # every line is JSON
+    by_strategy = {record["strategy"]: record for record in records}
+    assert list(by_strategy) == ["none", "sort", "optimal:2", "packed-varlen", "unpad", "token-budget",
+                                 "group-by-length", "unpad-exchange", "vts"]
+    refused = {name for name, record in by_strategy.items() if record["problem"].startswith("not measured: ")}
+    assert refused == {"unpad-exchange", "vts"}
+    assert all(len(by_strategy[name]["problem"]) > len("not measured: ") for name in refused)
+    for name, record in by_strategy.items():
+        if name in refused:
+            assert record["measured_speedup"] is None
+            continue
+        assert record["problem"] == "" and record["measured_speedup"] > 0 and record["predicted_speedup"] > 0
+        assert record["measured_first_sight_step_seconds"] >= record["measured_step_seconds"]
+        assert record["predicted_first_sight_step_seconds"] >= record["predicted_step_seconds"]
+        assert record["first_sight_error"] == pytest.approx(
+            record["predicted_first_sight_speedup"] / record["measured_first_sight_speedup"] - 1)
+    assert by_strategy["none"]["measured_speedup"] == 1.0 == by_strategy["none"]["measured_first_sight_speedup"]
+    assert by_strategy["none"]["new_shape_steps"] >= 1  # the first batch of padding's one shape
+    assert by_strategy["packed-varlen"]["mode"] == "packed_varlen" and by_strategy["unpad"]["mode"] == "unpadded"
+    assert "HiGHS" in completed.stderr  # the banner went to stderr
+    table = pd.read_csv(output / "measured_vs_predicted.csv")
+    assert list(table["strategy"]) == list(by_strategy)
+    timings = json.loads((output / "timings.json").read_text())
+    assert set(timings) == set(by_strategy) - refused
+    assert all({"first_seconds", "new_shape", "median_seconds"} <= set(batch)
+               for batches in timings.values() for batch in batches)
+    settings = yaml.safe_load((output / "settings.yaml").read_text())
+    assert set(settings["not_measured"]) == refused and settings["baseline"] == "none"
+    profile = yaml.safe_load((output / "profile.yaml").read_text())
+    assert profile["provenance"]["first_sight_varlen_seconds_per_layer"].startswith("fitted: first steps")

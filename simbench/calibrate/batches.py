@@ -1,4 +1,5 @@
-"""Torch batches in the three layouts simbench times: padded rows, packed rows and un-padded tokens.
+"""Torch batches in the layouts simbench times: padded rows, packed rows (a block-diagonal mask, or
+attention per sequence) and un-padded tokens.
 
     >>> import numpy as np
     >>> from simbench.calibrate.batches import packed_batch, random_sequences
@@ -10,7 +11,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -58,11 +59,14 @@ class TorchBatch:
     sequence_labels: torch.Tensor  # (n_sequences,)
     packed: bool
     has_padding: bool
-    unpadded_attention: str | None = None  # un-padded layout only: one of UNPADDED_ATTENTION
+    unpadded_attention: str | None = None  # un-padded and packed-varlen layouts: one of UNPADDED_ATTENTION
     groups: tuple[AttentionGroup, ...] = ()  # "grouped": equal-length sequences attended to together
     inverse_group_order: torch.Tensor | None = None  # "grouped": group-ordered tokens -> flat order
     cumulative_lengths: torch.Tensor | None = None  # "jagged", "flash_varlen": sequence offsets, 0 first
     longest: int = 0
+    # Packed-varlen: the flat slot (row x row_length + position) of every real token, sequence after sequence;
+    # attention runs on these tokens alone, per sequence, and the padding slots get no context.
+    real_slots: torch.Tensor | None = None
 
     @property
     def real_tokens(self) -> int:
@@ -138,21 +142,18 @@ def _row_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length
 
 
 # How un-padded attention runs: one call per distinct length ("grouped", any device), one jagged
-# nested-tensor call ("jagged", torch's fused kernels on CUDA), or flash-attention's varlen kernel.
-UNPADDED_ATTENTION = ("grouped", "jagged", "flash_varlen")
+# nested-tensor call ("jagged", torch's fused kernels on CUDA), flash-attention's varlen kernel (the
+# flash_attn package), or torch's own varlen kernel (torch.nn.attention.varlen, CUDA).
+UNPADDED_ATTENTION = ("grouped", "jagged", "flash_varlen", "torch_varlen")
 
 
 def unpadded_batch(sequences: list[TokenSequence], attention: str = "grouped") -> TorchBatch:
     """All tokens concatenated without padding; `attention` says how attention avoids padding."""
     if not sequences:
         raise InputError("an un-padded batch needs at least one sequence")
-    if attention not in UNPADDED_ATTENTION:
-        raise InputError(f"un-padded attention must be one of {', '.join(UNPADDED_ATTENTION)}, found {attention!r}")
+    _check_attention(attention)
     lengths = np.array([sequence.length for sequence in sequences], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    groups, inverse = (), None
-    if attention == "grouped":
-        groups, inverse = _length_groups(lengths, starts)
     return TorchBatch(
         input_ids=torch.from_numpy(np.concatenate([sequence.token_ids for sequence in sequences])),
         position_ids=torch.from_numpy(np.concatenate([np.arange(length) for length in lengths])),
@@ -161,8 +162,34 @@ def unpadded_batch(sequences: list[TokenSequence], attention: str = "grouped") -
         sequence_first_token=torch.from_numpy(starts),
         sequence_lengths=torch.from_numpy(lengths),
         sequence_labels=torch.tensor([sequence.sequence_label for sequence in sequences]),
-        packed=False, has_padding=False, unpadded_attention=attention, groups=groups, inverse_group_order=inverse,
-        cumulative_lengths=torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)])), longest=int(lengths.max()))
+        packed=False, has_padding=False, **_per_sequence_attention(lengths, attention))
+
+
+def packed_varlen_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length: int,
+                        attention: str = "grouped") -> TorchBatch:
+    """Packs as `packed_batch` lays them out, with attention per sequence instead of a mask: the dense layers
+    run over every slot, attention over each sequence's tokens alone (`attention` says how)."""
+    _check_attention(attention)
+    batch = _row_batch(sequences, rows, row_length, packed=True)
+    lengths = batch.sequence_lengths.numpy()
+    first = batch.sequence_first_token.numpy()
+    real_slots = np.repeat(first - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(lengths.sum())
+    return replace(batch, real_slots=torch.from_numpy(real_slots), **_per_sequence_attention(lengths, attention))
+
+
+def _per_sequence_attention(lengths: np.ndarray, attention: str) -> dict:
+    """The fields by which a batch's attention runs per sequence over its tokens laid end to end."""
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    groups, inverse = (), None
+    if attention == "grouped":
+        groups, inverse = _length_groups(lengths, offsets[:-1])
+    return {"unpadded_attention": attention, "groups": groups, "inverse_group_order": inverse,
+            "cumulative_lengths": torch.from_numpy(offsets), "longest": int(lengths.max())}
+
+
+def _check_attention(attention: str) -> None:
+    if attention not in UNPADDED_ATTENTION:
+        raise InputError(f"un-padded attention must be one of {', '.join(UNPADDED_ATTENTION)}, found {attention!r}")
 
 
 def _length_groups(lengths: np.ndarray, starts: np.ndarray) -> tuple[tuple[AttentionGroup, ...], torch.Tensor]:
@@ -196,12 +223,15 @@ def _check_rows(sequences: list[TokenSequence], rows: list[list[int]], row_lengt
 
 def batch_for_layout(layout: BatchLayout, vocabulary: int, rng: np.random.Generator,
                      unpadded_attention: str = "grouped") -> TorchBatch:
-    """A torch batch with random tokens holding exactly the sequences of `layout`."""
+    """A torch batch with random tokens holding exactly the sequences of `layout`; un-padded and packed-varlen
+    layouts run their attention per sequence the `unpadded_attention` way."""
     sequences = random_sequences(layout.lengths, vocabulary, rng)
     if layout.mode is ExecutionMode.UNPADDED:
         return unpadded_batch(sequences, unpadded_attention)
-    if layout.max_depth == 1:
-        return padded_batch(sequences, row_length=layout.row_slots[0])
     starts = np.cumsum([0] + [len(row) for row in layout.rows])
     rows = [list(range(start, stop)) for start, stop in zip(starts[:-1], starts[1:])]
+    if layout.mode is ExecutionMode.PACKED_VARLEN:
+        return packed_varlen_batch(sequences, rows, max(layout.row_slots), unpadded_attention)
+    if layout.max_depth == 1:
+        return padded_batch(sequences, row_length=layout.row_slots[0])
     return packed_batch(sequences, rows, row_length=max(layout.row_slots))

@@ -158,12 +158,31 @@ class DecoderLayer(nn.Module):
             q, k, v = (part.view(rows, length, -1, self.head_dim).transpose(1, 2) for part in (q, k, v))
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
             return out.transpose(1, 2).reshape(x.shape)
-        from torch.nn.attention.varlen import varlen_attn
-
         q, k, v = (part.reshape(rows * length, -1, self.head_dim) for part in (q, k, v))
         k, v = (part.repeat_interleave(self.heads // self.kv_heads, dim=1) for part in (k, v))
+        if not varlen_attention_available(x.device):
+            return _grouped_causal_attention(q, k, v, documents).reshape(x.shape)
+        from torch.nn.attention.varlen import varlen_attn
+
         out = varlen_attn(q, k, v, documents, documents, longest, longest, window_size=(-1, 0))
         return out.reshape(x.shape)
+
+
+def _grouped_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                              offsets: torch.Tensor) -> torch.Tensor:
+    """Causal attention within each document of (tokens, heads, head size) tensors, one call per group of
+    equal-length documents: where no variable-length kernel exists (the CPU)."""
+    bounds = offsets.cpu().numpy()
+    lengths = np.diff(bounds)
+    out = torch.empty_like(q)
+    for length in np.unique(lengths):
+        starts = bounds[:-1][lengths == length]
+        index = torch.from_numpy((starts[:, None] + np.arange(length)[None, :]).reshape(-1)).to(q.device)
+        grouped = [part.index_select(0, index).view(starts.size, int(length), *part.shape[1:]).transpose(1, 2)
+                   for part in (q, k, v)]
+        context = F.scaled_dot_product_attention(*grouped, is_causal=True)
+        out.index_copy_(0, index, context.transpose(1, 2).reshape(-1, *q.shape[1:]))
+    return out
 
 
 def varlen_attention_available(device: torch.device) -> bool:

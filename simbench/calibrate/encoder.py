@@ -1,7 +1,8 @@
 """A small BERT-like encoder in torch that trains on padded, packed or un-padded batches.
 
-Packing's model changes live here: block-diagonal attention from per-token sequence ids,
-position ids reset per sequence (given by the batch) and per-sequence losses.
+Packing's model changes live here: block-diagonal attention from per-token sequence ids (or attention
+per sequence over the packs' real tokens, packed-varlen), position ids reset per sequence (given by the
+batch) and per-sequence losses.
 """
 
 from __future__ import annotations
@@ -55,11 +56,26 @@ class EncoderLayer(nn.Module):
             q, k, v = qkv.view(rows, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             return context.transpose(1, 2).reshape(rows, length, -1)
-        if batch.unpadded_attention == "flash_varlen":
-            return _flash_varlen_attention(qkv, batch, self.heads)
-        if batch.unpadded_attention == "jagged":
-            return _jagged_attention(qkv, batch, self.heads)
-        return _grouped_attention(qkv, batch, self.heads)
+        if batch.real_slots is None:
+            return per_sequence_attention(qkv, batch, self.heads)
+        # Packs with attention per sequence: the real tokens' q, k, v out of the slots, their context back in.
+        rows, length, width = qkv.shape
+        real = qkv.reshape(rows * length, width).index_select(0, batch.real_slots)
+        context = per_sequence_attention(real, batch, self.heads)
+        slots = context.new_zeros(rows * length, context.shape[-1]).index_copy(0, batch.real_slots, context)
+        return slots.view(rows, length, -1)
+
+
+def per_sequence_attention(qkv: torch.Tensor, batch: TorchBatch, heads: int) -> torch.Tensor:
+    """Attention within each sequence of tokens laid end to end, (tokens, 3 x hidden) -> (tokens, hidden),
+    the batch's `unpadded_attention` way."""
+    if batch.unpadded_attention == "flash_varlen":
+        return _flash_varlen_attention(qkv, batch, heads)
+    if batch.unpadded_attention == "torch_varlen":
+        return _torch_varlen_attention(qkv, batch, heads)
+    if batch.unpadded_attention == "jagged":
+        return _jagged_attention(qkv, batch, heads)
+    return _grouped_attention(qkv, batch, heads)
 
 
 def _grouped_attention(qkv: torch.Tensor, batch: TorchBatch, heads: int) -> torch.Tensor:
@@ -90,6 +106,17 @@ def _flash_varlen_attention(qkv: torch.Tensor, batch: TorchBatch, heads: int) ->
     tokens = qkv.shape[0]
     cumulative = batch.cumulative_lengths.to(torch.int32)
     context = flash_attn_varlen_qkvpacked_func(qkv.view(tokens, 3, heads, -1), cumulative, batch.longest)
+    return context.reshape(tokens, -1)
+
+
+def _torch_varlen_attention(qkv: torch.Tensor, batch: TorchBatch, heads: int) -> torch.Tensor:
+    """torch's own varlen kernel (torch.nn.attention.varlen, CUDA, half precision): one launch for the batch."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    tokens = qkv.shape[0]
+    q, k, v = qkv.view(tokens, 3, heads, -1).unbind(1)
+    cumulative = batch.cumulative_lengths.to(torch.int32)
+    context = varlen_attn(q, k, v, cumulative, cumulative, batch.longest, batch.longest)
     return context.reshape(tokens, -1)
 
 
@@ -127,8 +154,8 @@ def attention_mask(batch: TorchBatch) -> torch.Tensor | None:
     Packed rows get the block-diagonal mask of the packing paper: a token sees only tokens of its
     own sequence. Padding tokens (id 0) see each other, so no softmax row is empty.
     """
-    if batch.row_sequence_ids is None:
-        return None
+    if batch.row_sequence_ids is None or batch.unpadded_attention is not None:
+        return None  # un-padded and packed-varlen batches attend per sequence: no mask
     ids = batch.row_sequence_ids
     if batch.packed:
         return (ids[:, :, None] == ids[:, None, :]).unsqueeze(1)

@@ -57,6 +57,8 @@ FITTED_FIELDS = {
     "varlen_bidirectional_attention_fraction": ((0.05, 2.0), 1.0),
     "varlen_bidirectional_half_length_tokens": ((0.0, 1e5), 1e3),
 }
+# The rates whose bounds and start follow the device's speed (`_rate_scale`).
+RATE_FIELDS = ("linear_flops_per_s", "attention_flops_per_s")
 _START = {"linear_flops_per_s": 0.7e15, "dense_half_saturation_width": 500.0, "attention_flops_per_s": 0.45e15,
           "half_saturation_tokens": 500.0, "host_seconds_per_kernel": 1.5e-5, "varlen_floor_ratio": 1.1,
           "varlen_causal_attention_fraction": 0.6, "varlen_causal_half_length_tokens": 500.0,
@@ -243,9 +245,13 @@ def _fit_values(base: dict, timings: Sequence[GridTiming]) -> dict[str, float]:
     from scipy.optimize import least_squares
 
     names = list(FITTED_FIELDS)
-    scales = np.array([FITTED_FIELDS[name][1] for name in names])
-    lower = np.array([FITTED_FIELDS[name][0][0] for name in names]) / scales
-    upper = np.array([FITTED_FIELDS[name][0][1] for name in names]) / scales
+    gpu_scales = np.array([FITTED_FIELDS[name][1] for name in names])
+    lower = np.array([FITTED_FIELDS[name][0][0] for name in names]) / gpu_scales
+    upper = np.array([FITTED_FIELDS[name][0][1] for name in names]) / gpu_scales
+    # The solver's coordinates are a GPU's values over their scales: bounds and start carry over to a slower
+    # device with its rates' scales multiplied by how much slower it is.
+    rate_scale = _rate_scale(timings)
+    scales = gpu_scales * np.array([rate_scale if name in RATE_FIELDS else 1.0 for name in names])
     measured = np.array([timing.median_seconds for timing in timings])
     varlen = np.array([timing.kind == "varlen" for timing in timings])
     layers = np.array([timing.layers for timing in timings])
@@ -276,9 +282,19 @@ def _fit_values(base: dict, timings: Sequence[GridTiming]) -> dict[str, float]:
         predicted = np.where(varlen, np.maximum(predicted, floors), predicted)
         return np.log(predicted / measured)
 
-    start = np.clip(np.array([_START[name] for name in names]) / scales, lower + 1e-9, upper - 1e-9)
+    start = np.clip(np.array([_START[name] for name in names]) / gpu_scales, lower + 1e-9, upper - 1e-9)
     solution = least_squares(residuals, start, bounds=(lower, upper), x_scale="jac")
     return values_of(solution.x)
+
+
+def _rate_scale(timings: Sequence[GridTiming]) -> float:
+    """1 for a GPU's grid; for a device orders of magnitude slower or faster (a CPU's), how much: the rates'
+    bounds and start are a GPU's times this, since the solver does not cross such gaps from a GPU's start."""
+    padded = [t for t in timings if t.kind == "padded"] or list(timings)
+    reached = float(np.median([slice_model(t.model, t.layers).training_flops([t.row_length] * t.rows)
+                               / t.median_seconds for t in padded]))
+    ratio = reached / _START["linear_flops_per_s"]
+    return 1.0 if 0.01 <= ratio <= 100 else ratio
 
 
 def first_sight_fields(timings: Sequence[GridTiming]) -> dict[str, float]:

@@ -16,7 +16,8 @@ from simbench.errors import InputError
 class BatchLayout:
     """Rows of sequence lengths, each row's token slots, and how the device runs them.
 
-    Un-padded batches have one sequence per row and no padding (slots equal lengths).
+    Un-padded batches have one sequence per row and no padding (slots equal lengths). Packed-varlen
+    batches are packs whose attention runs per sequence (dense layers over every slot).
     """
 
     mode: ExecutionMode
@@ -35,8 +36,8 @@ class BatchLayout:
         return cls(ExecutionMode(mode), tuple((int(length),) for length in lengths), (int(row_length),) * len(lengths))
 
     @classmethod
-    def packed(cls, rows: Sequence[Sequence[int]], row_length: int):
-        return cls(ExecutionMode.PADDED, tuple(tuple(int(length) for length in row) for row in rows),
+    def packed(cls, rows: Sequence[Sequence[int]], row_length: int, mode: ExecutionMode = ExecutionMode.PADDED):
+        return cls(ExecutionMode(mode), tuple(tuple(int(length) for length in row) for row in rows),
                    (int(row_length),) * len(rows))
 
     @classmethod
@@ -62,10 +63,27 @@ class BatchLayout:
 
     @property
     def kind(self) -> str:
-        """padded, sorted, packed or unpadded: the label timings are reported under."""
+        """padded, sorted, packed, packed_varlen or unpadded: the label timings are reported under."""
         if self.mode is ExecutionMode.PADDED and self.max_depth > 1:
             return "packed"
         return self.mode.value
+
+    @property
+    def shape_key(self) -> tuple:
+        """What the device sees of the batch's shape: a flat token count (un-padded), or rows x row length
+        with how attention runs over them (no mask, a padding mask, a block-diagonal mask, per sequence).
+        Two batches with one key run the same kernels on the same tensor shapes."""
+        if self.mode is ExecutionMode.UNPADDED:
+            return ("unpadded", self.real_tokens)
+        if self.mode is ExecutionMode.PACKED_VARLEN:
+            attention = "per-sequence"
+        elif self.max_depth > 1:
+            attention = "block-diagonal mask"
+        elif any(sum(row) < slots for row, slots in zip(self.rows, self.row_slots)):
+            attention = "padding mask"
+        else:
+            attention = "dense"
+        return (attention, len(self.rows), max(self.row_slots))
 
 
 def batch_set(layouts: Sequence[BatchLayout]) -> BatchSet:

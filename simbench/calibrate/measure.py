@@ -1,5 +1,11 @@
 """Measured versus simulated: real training steps per strategy against the cost model's prediction
-for exactly the batches that were timed.
+for exactly the batches that were timed, at first sight of each batch shape and repeated.
+
+The first time a process runs a batch shape it pays for kernel selection and new allocations. measure
+times every batch once, strategy after strategy, before anything repeats (its first-sight step where its
+shape is new to the process), then in rounds (its repeated step). `compare` sets measured against
+predicted speed-ups for both: predicted repeated steps are the cost model's price, predicted first-sight
+steps add the profile's first-sight cost to the steps whose shape was new.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ from simbench.calibrate.batches import TorchBatch, batch_for_layout
 from simbench.calibrate.calibration import MIN_ROW_LENGTH, default_unpadded_attention, encoder_shape
 from simbench.calibrate.fit import step_seconds_by_term
 from simbench.calibrate.layout import BatchLayout
-from simbench.calibrate.noisefit import NoiseFit, fit_step_noise
+from simbench.calibrate.noisefit import MIN_STEPS as NOISE_MIN_STEPS, NoiseFit, fit_step_noise
 from simbench.calibrate.timing import (StepTiming, build_trainer, check_timed_work, load_adjusted, time_batches,
                                        uses_cpu_clock)
 from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile
 from simbench.costmodels.model import ModelSpec
+from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.strategies import get_strategy
@@ -47,21 +54,36 @@ class MeasureSettings:
     max_depth: int | None = None
     unpadded_attention: str | None = None  # default: the fastest this device supports
     wall_clock: bool = False  # force wall-clock timing where CPU seconds would be used
+    strategies: int = len(STRATEGIES)  # how many strategies are timed, for the work limit
 
     def __post_init__(self):
         check_whole_number(self.max_length, "max_length", minimum=MIN_ROW_LENGTH)
-        for name in ("threads", "steps", "batch_size", "repeats"):
+        for name in ("threads", "steps", "batch_size", "repeats", "strategies"):
             check_whole_number(getattr(self, name), name, minimum=1)
         check_seed(self.seed)
         self._check_work()
 
+    @property
+    def passes(self) -> int:
+        """Steps each batch takes: the first-sight pass, the repeated rounds, and one for warm-up and load."""
+        return self.repeats + 2
+
     def _check_work(self) -> None:
         """Refuse, before building anything, timings that would take longer than a measurement should."""
-        timed_batches = len(STRATEGIES) * self.steps * (self.repeats + 1)  # + 1: the warm-up and load rounds
+        timed_batches = self.strategies * self.steps * self.passes
         flops = timed_batches * self.batch_size * float(self.model.training_flops([self.max_length]))
-        check_timed_work(flops, self.device, f"timing {len(STRATEGIES)} strategies x {self.steps:,} steps x "
+        check_timed_work(flops, self.device, f"timing {self.strategies} strategies x {self.steps:,} steps x "
                          f"{self.repeats:,} repeats of {self.batch_size:,} rows of {self.max_length:,} tokens",
                          "lower the steps, repeats, batch size or row length", parameter="steps")
+
+    def check_layouts(self, layouts: dict[str, list[BatchLayout]]) -> None:
+        """Refuse the batches as built (token budgets and length groups hold more rows than `batch_size`)."""
+        flops = self.passes * sum(float(self.model.training_flops(layout.row_slots))
+                                  for batches in layouts.values() for layout in batches)
+        check_timed_work(flops, self.device, f"timing the {sum(map(len, layouts.values())):,} batches of "
+                         f"{len(layouts)} strategies {self.passes} times each",
+                         "lower the steps, repeats, batch size or row length, or measure fewer strategies",
+                         parameter="steps")
 
     @property
     def cpu_clock(self) -> bool:
@@ -115,37 +137,108 @@ def _packed_layouts(histogram: LengthHistogram, settings: MeasureSettings,
 @dataclass(frozen=True)
 class MeasuredSteps:
     """Median measured seconds of every timed batch, per strategy, and each round's seconds
-    (steps, rounds) with that round's load factored out: their spread is the timing noise."""
+    (steps, rounds) with that round's load factored out: their spread is the timing noise.
+
+    `first_seconds` holds each batch's first step (timed before any batch repeats, the pass's load factored
+    out as a round's) and `new_shape` whether its shape was new to the process then; None where no first
+    steps were timed.
+    """
 
     layouts: dict[str, list[BatchLayout]]
     seconds: dict[str, np.ndarray]
     spread_fractions: dict[str, np.ndarray]
     round_seconds: dict[str, np.ndarray] | None = None
+    first_seconds: dict[str, np.ndarray] | None = None
+    new_shape: dict[str, np.ndarray] | None = None
+    baseline: str = BASELINE
+    first_pass_factor: float = 1.0  # how much slower the first pass ran than the median round (factored out)
+
+    def first_sight_step_seconds(self, name: str) -> float:
+        """The strategy's mean step at first sight: its repeated steps, plus what its steps at new shapes took
+        beyond their repeated time in all, if more than nothing (a first step costs at least a later one: over
+        a strategy's new shapes, less is timing noise)."""
+        repeated = self.seconds[name]
+        new = self.new_shape[name]
+        extra = float((self.first_seconds[name][new] - repeated[new]).sum())
+        return float(repeated.mean()) + max(0.0, extra) / repeated.size
+
+
+@dataclass(frozen=True)
+class FirstPass:
+    """Each batch's first step, in seconds, and whether its shape was new to the process then."""
+
+    seconds: np.ndarray
+    new_shape: np.ndarray
+
+
+@dataclass(frozen=True)
+class CalibrationSteps:
+    """The calibration batches timed alongside: raw rounds, load-adjusted seconds and first steps."""
+
+    timings: list[StepTiming]
+    seconds: np.ndarray
+    first: FirstPass
+
+
+def warmup_layouts(layouts: Sequence[BatchLayout]) -> list[BatchLayout]:
+    """One small batch for each way the layouts attend (dense, masked, per sequence, un-padded), of a shape
+    none of a measurement's batches has: it loads each kernel path before the first-sight pass, so that a
+    first step measures its shape being new, not its code running for the first time in the process."""
+    kinds = {layout.shape_key[0] for layout in layouts}
+    length = MIN_ROW_LENGTH
+    candidates = {"dense": BatchLayout.padded([length], length),
+                  "padding mask": BatchLayout.padded([length - 1], length),
+                  "block-diagonal mask": BatchLayout.packed([[length // 2, length // 2]], length),
+                  "per-sequence": BatchLayout.packed([[length // 2, length // 2]], length, ExecutionMode.PACKED_VARLEN),
+                  "unpadded": BatchLayout.unpadded([length // 2, length // 2 - 1])}
+    return [layout for kind, layout in candidates.items() if kind in kinds]
+
+
+def first_pass(trainer, batches: Sequence[TorchBatch], layouts: Sequence[BatchLayout], seen: set,
+               progress: Callable[[], None] = lambda: None) -> FirstPass:
+    """Each batch stepped once, in order, timed; `seen` (the shape keys the process has run) grows as it goes."""
+    seconds, new = np.zeros(len(batches)), np.zeros(len(batches), dtype=bool)
+    for index, (batch, layout) in enumerate(zip(batches, layouts)):
+        new[index] = layout.shape_key not in seen
+        seen.add(layout.shape_key)
+        seconds[index] = trainer.timed_step_seconds(batch)
+        progress()
+    return FirstPass(seconds, new)
 
 
 def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSettings,
                     progress: Callable[[], None] = lambda: None,
-                    calibration_batches: Sequence[TorchBatch] = ()
-                    ) -> tuple[MeasuredSteps, list[StepTiming], np.ndarray]:
-    """Time every strategy's batches, all in each round in a random order, so that noise from other
-    processes hits every strategy alike.
+                    calibration_batches: Sequence[TorchBatch] = (),
+                    calibration_layouts: Sequence[BatchLayout] = (),
+                    baseline: str = BASELINE) -> tuple[MeasuredSteps, CalibrationSteps]:
+    """Time every strategy's batches: a warm-up on shapes none of them has, then each batch once, strategy
+    after strategy in the order given (first sight), then rounds over all of them in a random order, so that
+    noise from other processes hits every strategy alike (repeated).
 
-    `calibration_batches` are timed in the same rounds, so that a profile fitted to them saw the
-    same machine load as the measured steps (on a shared machine the load drifts within minutes);
-    their raw timings and load-adjusted seconds come back alongside.
+    `calibration_batches` (with their `calibration_layouts`) are stepped once after the strategies' and
+    timed in the same rounds, so that a profile fitted to them saw the same machine load as the measured
+    steps (on a shared machine the load drifts within minutes); their timings come back alongside.
     """
     torch.set_num_threads(settings.threads)
     shape = encoder_shape(settings.model)
     rng = np.random.default_rng(settings.seed + 1)
     names = list(layouts)
     attention = settings.unpadded_attention or default_unpadded_attention(settings.device)
-    batches = {name: [batch_for_layout(layout, shape.vocabulary, rng, attention) for layout in layouts[name]]
-               for name in names}
     trainer = build_trainer(shape, settings.device, settings.seed, settings.cpu_clock)
-    warmup_batches = [batches[name][0] for name in names] + list(calibration_batches[:1])
-    time_batches(trainer, warmup_batches, warmup=settings.warmup, repeats=0, progress=progress)
+
+    def on_device(batch_layouts: Sequence[BatchLayout]) -> list[TorchBatch]:
+        return [batch_for_layout(layout, shape.vocabulary, rng, attention).to(trainer.device)
+                for layout in batch_layouts]
+
+    batches = {name: on_device(layouts[name]) for name in names}
+    calibration = [batch.to(trainer.device) for batch in calibration_batches]
+    warmups = warmup_layouts([layout for name in names for layout in layouts[name]] + list(calibration_layouts))
+    time_batches(trainer, on_device(warmups), warmup=settings.warmup, repeats=0, progress=progress)
+    seen = {layout.shape_key for layout in warmups}
+    firsts = {name: first_pass(trainer, batches[name], layouts[name], seen, progress) for name in names}
+    calibration_first = first_pass(trainer, calibration, calibration_layouts, seen, progress)
     interleaved = [batches[name][step] for step in range(settings.steps) for name in names]
-    timings = time_batches(trainer, interleaved + list(calibration_batches), warmup=0, repeats=settings.repeats,
+    timings = time_batches(trainer, interleaved + calibration, warmup=0, repeats=settings.repeats,
                            progress=progress, order_rng=np.random.default_rng(settings.seed + 2))
     # Load factored out over all timed batches, the calibration ones included, on one common scale.
     load = load_adjusted(timings)
@@ -156,40 +249,84 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     seconds = {name: adjusted[rows] for name, rows in positions.items()}
     spreads = {name: np.array([timings[row].spread_fraction for row in rows]) for name, rows in positions.items()}
     round_seconds = {name: by_round[rows] for name, rows in positions.items()}
-    return (MeasuredSteps(layouts, seconds, spreads, round_seconds), timings[len(interleaved):],
-            adjusted[len(interleaved):])
+    # The first pass's own load, from its steps at shapes seen before (nothing new to pay), factored out.
+    factor = first_pass_factor([*firsts.values(), calibration_first],
+                               [*(seconds[name] for name in names), adjusted[len(interleaved):]])
+    firsts = {name: FirstPass(first.seconds / factor, first.new_shape) for name, first in firsts.items()}
+    calibration_first = FirstPass(calibration_first.seconds / factor, calibration_first.new_shape)
+    measured = MeasuredSteps(layouts, seconds, spreads, round_seconds,
+                             {name: first.seconds for name, first in firsts.items()},
+                             {name: first.new_shape for name, first in firsts.items()}, baseline, factor)
+    return measured, CalibrationSteps(timings[len(interleaved):], adjusted[len(interleaved):], calibration_first)
 
 
-def measure_steps(settings: MeasureSettings, strategies: int, calibration_batches: int) -> int:
+def first_pass_factor(firsts: Sequence[FirstPass], repeated: Sequence[np.ndarray]) -> float:
+    """How much slower the first pass ran than the median round: the median of first over repeated seconds of
+    its steps at shapes already seen (1 when it has none)."""
+    ratios = np.concatenate([first.seconds[~first.new_shape] / np.asarray(seconds)[~first.new_shape]
+                             for first, seconds in zip(firsts, repeated)])
+    return float(np.median(ratios)) if ratios.size else 1.0
+
+
+def measure_steps(settings: MeasureSettings, layouts: dict[str, list[BatchLayout]],
+                  calibration_layouts: Sequence[BatchLayout]) -> int:
     """Training steps `time_strategies` takes, for a progress bar."""
-    warmup = settings.warmup * (strategies + min(calibration_batches, 1))
-    return warmup + settings.repeats * (settings.steps * strategies + calibration_batches)
+    strategy_layouts_ = [layout for batches in layouts.values() for layout in batches]
+    warmups = warmup_layouts(strategy_layouts_ + list(calibration_layouts))
+    timed = len(strategy_layouts_) + len(calibration_layouts)
+    return settings.warmup * len(warmups) + (settings.repeats + 1) * timed
+
+
+def first_sight_fields(layouts: Sequence[BatchLayout], first: FirstPass, repeated_seconds: np.ndarray,
+                       layers: int) -> dict[str, float]:
+    """The profile's first-sight costs from batches timed at first sight and repeated: per kind of shape
+    (flat un-padded batches: varlen; rows: padded), the median over the batches whose shape was new of
+    (first step - repeated step) / layers, at least 0; 0 for a kind no new shape showed."""
+    extra = (first.seconds - np.asarray(repeated_seconds)) / layers
+    varlen = np.array([layout.mode is ExecutionMode.UNPADDED for layout in layouts], dtype=bool)
+
+    def median(chosen: np.ndarray) -> float:
+        picked = extra[first.new_shape & chosen]
+        return max(0.0, float(np.median(picked))) if picked.size else 0.0
+
+    return {"first_sight_padded_seconds_per_layer": median(~varlen),
+            "first_sight_padded_seconds_per_layer_per_width": 0.0,
+            "first_sight_varlen_seconds_per_layer": median(varlen)}
 
 
 def per_step_speedups(measured: MeasuredSteps) -> pd.DataFrame:
     """Each timed step's real tokens per second over padding's mean, one column per strategy: the
     per-step speed-up samples a Gumbel straggler fit takes (`simbench gumbel --samples`)."""
-    if BASELINE not in measured.layouts:
-        raise InputError(f"per-step speed-ups need the {BASELINE!r} baseline among the strategies")
+    baseline = measured.baseline
+    if baseline not in measured.layouts:
+        raise InputError(f"per-step speed-ups need the {baseline!r} baseline among the strategies")
 
     def tokens_per_s(name: str) -> np.ndarray:
         return np.array([layout.real_tokens for layout in measured.layouts[name]]) / measured.seconds[name]
 
     # The reference is padding's overall throughput, as `compare` has it (tokens over seconds, summed).
-    padding_tokens_per_s = (sum(layout.real_tokens for layout in measured.layouts[BASELINE])
-                            / measured.seconds[BASELINE].sum())
+    padding_tokens_per_s = (sum(layout.real_tokens for layout in measured.layouts[baseline])
+                            / measured.seconds[baseline].sum())
     steps = {name: tokens_per_s(name) / padding_tokens_per_s for name in measured.layouts}
-    return pd.DataFrame({"step": np.arange(measured.seconds[BASELINE].size), **steps})
+    return pd.DataFrame({"step": np.arange(measured.seconds[baseline].size), **steps})
 
 
 def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile) -> pd.DataFrame:
     """One row per strategy: measured and predicted throughput, speed-up over padding, and the
-    predicted step seconds split by cost-model term next to the measured step seconds.
+    predicted step seconds split by cost-model term next to the measured step seconds; the same at
+    first sight where first steps were timed (NaN where not).
+
+    Repeated: every shape seen (the rounds' medians against the cost model's price). First sight: each step
+    whose shape was new to the process when it first ran (`new_shape_steps` of them) at its first step
+    (`MeasuredSteps.first_sight_step_seconds`), against the price plus the profile's first-sight cost for the
+    step's mode; first sight is never faster than repeated, measured or predicted.
 
     `speedup_noise` is the relative standard deviation of the speed-up measured round by round (each
     round's load factored out): how far one round's figure strays. A strategy the profile cannot
     price keeps its measured figures and says why in `problem`; the others are compared as usual.
     """
+    baseline_name = measured.baseline
+    cost_model = TransformerCostModel(model, profile)
     records = []
     for name, layouts in measured.layouts.items():
         real_tokens = sum(layout.real_tokens for layout in layouts)
@@ -200,6 +337,14 @@ def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile)
         except InputError as error:
             terms, problem = np.full((len(layouts), 3), np.nan), f"cannot predict: {error}"
         predicted_seconds = float(terms.sum())
+        first_sight = {"new_shape_steps": np.nan, "measured_first_sight_step_seconds": np.nan,
+                       "predicted_first_sight_step_seconds": np.nan}
+        if measured.first_seconds is not None:
+            new = measured.new_shape[name]
+            extra = np.array([cost_model.first_sight_seconds(layout.mode) for layout in layouts])
+            first_sight = {"new_shape_steps": int(new.sum()),
+                           "measured_first_sight_step_seconds": measured.first_sight_step_seconds(name),
+                           "predicted_first_sight_step_seconds": float((terms.sum(axis=1) + new * extra).mean())}
         records.append({
             "strategy": name,
             "mode": layouts[0].kind,
@@ -214,19 +359,25 @@ def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile)
             "measured_spread_fraction": float(np.median(measured.spread_fractions[name])),
             "measured_tokens_per_s": real_tokens / measured_seconds,
             "predicted_tokens_per_s": real_tokens / predicted_seconds,
+            **first_sight,
             "problem": problem,
         })
     table = pd.DataFrame.from_records(records)
-    if BASELINE not in set(table["strategy"]):
-        raise InputError(f"measuring speed-ups needs the {BASELINE} strategy as the baseline")
-    baseline = table.set_index("strategy").loc[BASELINE]
+    if baseline_name not in set(table["strategy"]):
+        raise InputError(f"measuring speed-ups needs the {baseline_name} strategy as the baseline")
+    baseline = table.set_index("strategy").loc[baseline_name]
     if baseline["problem"]:
-        raise InputError(f"the {BASELINE} baseline: {baseline['problem']}")
+        raise InputError(f"the {baseline_name} baseline: {baseline['problem']}")
     table["measured_speedup"] = table["measured_tokens_per_s"] / baseline["measured_tokens_per_s"]
     table["predicted_speedup"] = table["predicted_tokens_per_s"] / baseline["predicted_tokens_per_s"]
     table["error"] = table["predicted_speedup"] / table["measured_speedup"] - 1
     table["speedup_noise"] = [speedup_noise(measured, name) for name in table["strategy"]]
     table["step_seconds_error"] = table["predicted_step_seconds"] / table["measured_step_seconds"] - 1
+    # Speed-ups at first sight: real tokens per first-sight second over padding's, as above.
+    for side in ("measured", "predicted"):
+        tokens_per_s = table["real_tokens_per_step"] / table[f"{side}_first_sight_step_seconds"]
+        table[f"{side}_first_sight_speedup"] = tokens_per_s / tokens_per_s[table["strategy"] == baseline_name].iloc[0]
+    table["first_sight_error"] = table["predicted_first_sight_speedup"] / table["measured_first_sight_speedup"] - 1
     return table
 
 
@@ -240,7 +391,7 @@ def speedup_noise(measured: MeasuredSteps, name: str) -> float:
         tokens = sum(layout.real_tokens for layout in measured.layouts[strategy])
         return tokens / measured.round_seconds[strategy].sum(axis=0)
 
-    per_round = tokens_per_s(name) / tokens_per_s(BASELINE)
+    per_round = tokens_per_s(name) / tokens_per_s(measured.baseline)
     return float(per_round.std(ddof=1) / per_round.mean())
 
 
@@ -252,9 +403,9 @@ class Verdict:
     message: str
 
 
-def judge(table: pd.DataFrame, error_target: float = ERROR_TARGET) -> Verdict:
+def judge(table: pd.DataFrame, error_target: float = ERROR_TARGET, baseline: str = BASELINE) -> Verdict:
     """Valid when every compared strategy's speed-up noise is at most `error_target`."""
-    compared = table[(table["strategy"] != BASELINE) & (table["problem"] == "")]
+    compared = table[(table["strategy"] != baseline) & (table["problem"] == "")]
     noisy = compared[~(compared["speedup_noise"] <= error_target)]
     if noisy.empty:
         worst = compared["speedup_noise"].max() if len(compared) else 0.0
@@ -267,10 +418,14 @@ def judge(table: pd.DataFrame, error_target: float = ERROR_TARGET) -> Verdict:
 
 
 def fit_unpadded_noise(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile,
-                       strategy: str = "unpadding") -> NoiseFit | None:
+                       strategy: str | None = None) -> NoiseFit | None:
     """The profile's `unpadded_noise_cv` fitted on the un-padded steps' measured over predicted seconds
-    (None when the strategy was not timed or the profile cannot price it)."""
-    if strategy not in measured.layouts:
+    (by default of the first strategy whose batches are un-padded; None when there is none, too few steps
+    to fit or the profile cannot price it)."""
+    if strategy is None:
+        strategy = next((name for name, layouts in measured.layouts.items()
+                         if layouts[0].mode is ExecutionMode.UNPADDED), None)
+    if strategy not in measured.layouts or len(measured.layouts[strategy]) < NOISE_MIN_STEPS:
         return None
     try:
         predicted = step_seconds_by_term(model, profile, measured.layouts[strategy]).sum(axis=1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from simbench.errors import InputError
@@ -17,10 +17,12 @@ from simbench.validation import check_choice
 TORCH_MISSING = "torch is not installed: pip install 'simbench-seq[torch]'"
 DEFAULT_MAX_LENGTH = 128  # long enough for packing to matter, short enough for a CPU run in minutes
 MEASURE_TABLE = "measured_vs_predicted.csv"
-MEASURE_COLUMNS = ["strategy", "measured_speedup", "predicted_speedup", "error", "speedup_noise", "run_valid",
+MEASURE_COLUMNS = ["strategy", "mode", "measured_speedup", "predicted_speedup", "error", "speedup_noise", "run_valid",
                    "problem", "measured_step_seconds", "predicted_step_seconds", "predicted_compute_seconds",
                    "predicted_padding_seconds", "predicted_overhead_seconds", "measured_tokens_per_s",
-                   "predicted_tokens_per_s"]
+                   "predicted_tokens_per_s", "new_shape_steps", "measured_first_sight_speedup",
+                   "predicted_first_sight_speedup", "first_sight_error", "measured_first_sight_step_seconds",
+                   "predicted_first_sight_step_seconds"]
 # Called once per timed step with the run's total number of steps, e.g. to advance a progress bar.
 Progress = Callable[[int], None]
 
@@ -45,10 +47,21 @@ def resolve_device(requested: str | None) -> str:
     return requested
 
 
-def check_unpadded_attention(name: str | None) -> str | None:
+# Un-padded attention kernels that exist on CUDA only.
+CUDA_ONLY_ATTENTION = ("flash_varlen", "torch_varlen")
+
+
+def check_unpadded_attention(name: str | None, device: str | None = None) -> str | None:
+    """The un-padded attention named, checked against the choices (and, given a device, against what runs there)."""
     from simbench.calibrate.batches import UNPADDED_ATTENTION
 
-    return None if name is None else check_choice(name, "unpadded_attention", UNPADDED_ATTENTION)
+    if name is None:
+        return None
+    check_choice(name, "unpadded_attention", UNPADDED_ATTENTION)
+    if device is not None and not device.startswith("cuda") and name in CUDA_ONLY_ATTENTION:
+        raise InputError(f"unpadded_attention {name} runs on CUDA only, not on {device}; use grouped or jagged",
+                         parameter="unpadded_attention")
+    return name
 
 
 def check_profile_output(path: Path) -> None:
@@ -71,9 +84,10 @@ def calibrate_profile(output: Path, *, model, max_length: int = DEFAULT_MAX_LENG
     from simbench.calibrate.calibration import CalibrationSettings, calibration_steps, run_calibration
     from simbench.costmodels.hardware import profile_to_yaml
 
-    settings = CalibrationSettings(model=model, max_length=max_length, device=resolve_device(device),
+    device = resolve_device(device)
+    settings = CalibrationSettings(model=model, max_length=max_length, device=device,
                                    threads=torch.get_num_threads() if threads is None else threads, seed=seed, quick=quick,
-                                   unpadded_attention=check_unpadded_attention(unpadded_attention),
+                                   unpadded_attention=check_unpadded_attention(unpadded_attention, device),
                                    wall_clock=wall_clock)
     settings.encoder_shape()
     total = calibration_steps(settings)
@@ -84,25 +98,125 @@ def calibrate_profile(output: Path, *, model, max_length: int = DEFAULT_MAX_LENG
 
 
 @dataclass(frozen=True)
+class GridRun:
+    fit: object  # gridfit.GridFit: the fitted profile, its predictions and held-out errors
+    profile: object  # the HardwareProfile written
+    grid_path: Path  # the raw timings, in the grid's JSON-lines format
+    device_name: str
+
+
+def grid_timings_path(output: Path) -> Path:
+    """Where `calibrate --grid` writes a profile's raw timings: beside it, `profile.yaml` -> `profile.grid.jsonl`."""
+    return output.with_name(f"{output.stem}.grid.jsonl")
+
+
+def calibrate_grid(output: Path, *, model, layers: int | None = None, device: str | None = None,
+                   threads: int | None = None, seed: int = 0, quick: bool = False,
+                   unpadded_attention: str | None = None, wall_clock: bool = False, base=None,
+                   progress: Progress = lambda total: None) -> GridRun:
+    """Time the primitive-shape grid of `model`'s layers on the device, write the raw timings beside `output`
+    (`grid_timings_path`), fit the profile's GPU terms on them with `gridfit` and write the profile.
+
+    `base` gives every field the grid does not fit (default: h200 on a GPU; on a CPU a profile with no
+    optimizer, transfer or communication cost). `layers` defaults to the model's (at most 4 of a decoder's).
+    """
+    check_profile_output(output)
+    torch = import_torch()
+    from simbench.atomic import atomic_file
+    from simbench.calibrate.grid import GRID_RECORD_FIELDS, GridSettings, time_grid
+    from simbench.calibrate.gridfit import fit_grid, fitted_profile, load_timing_grid
+    from simbench.calibrate.timing import device_description, training_precision, uses_cpu_clock
+    from simbench.costmodels.hardware import load_hardware, profile_to_yaml
+    from simbench.costmodels.model import MODEL_PRESETS
+
+    if MODEL_PRESETS.find(model.name) != model:
+        raise InputError(f"model must be a preset for a timing grid (its lines name the preset, so that any machine "
+                         f"can fit them): one of {', '.join(MODEL_PRESETS)}, not dimensions", parameter="model")
+    device = resolve_device(device)
+    threads = torch.get_num_threads() if threads is None else threads
+    attention = check_unpadded_attention(unpadded_attention, device) or _grid_attention(device)
+    layers = layers if layers is not None else min(model.layers, 4) if model.is_decoder else model.layers
+    settings = GridSettings(model=model, layers=layers, device=device, threads=threads, repeats=3 if quick else 7,
+                            seed=seed, quick=quick, attention=attention,
+                            cpu_clock=uses_cpu_clock(device, threads, wall_clock))
+    shapes = settings.shapes()
+    settings.check_work(shapes)  # before a base profile is read or anything is built
+    torch.set_num_threads(threads)
+    machine = device_description(device)
+    base_profile = load_hardware(base if base is not None else "h200" if device.startswith("cuda")
+                                 else _cpu_base(machine))
+    records = time_grid(settings, lambda: progress(len(shapes)))
+    grid_path = grid_timings_path(output)
+    with atomic_file(grid_path) as temporary:
+        temporary.write_text("".join(json.dumps({key: record[key] for key in GRID_RECORD_FIELDS}) + "\n"
+                                     for record in records))
+    # Fitted from the file as written, as `calibrate --timings` would fit it on another machine.
+    fit = fit_grid(load_timing_grid(grid_path), base_profile)
+    source = f"simbench calibrate --grid on {machine['device_name']} ({grid_path.name})"
+    profile = fitted_profile(fit, base_profile, source)
+    record = {**profile.calibration, **machine, "model": model.name, "layers": layers,
+              "precision": "bfloat16" if device.startswith("cuda") else training_precision(device),
+              "unpadded_attention": attention, "clock": "process CPU seconds" if settings.cpu_clock
+              else "wall-clock seconds", "grid_file": grid_path.name}
+    profile = profile.model_copy(update={"name": f"{base_profile.name} grid {machine['device_name']}",
+                                         "source": f"{base_profile.source} Grid terms fitted: {source}",
+                                         "calibration": record})
+    with atomic_file(output) as temporary:
+        temporary.write_text(profile_to_yaml(profile))
+    return GridRun(fit, profile, grid_path, machine["device_name"])
+
+
+def _grid_attention(device: str) -> str:
+    """torch's varlen kernel on CUDA where this torch has it (as the H200 grid ran), else measure's default."""
+    from simbench.calibrate.calibration import default_unpadded_attention
+
+    if device.startswith("cuda"):
+        try:
+            from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+        except ImportError:
+            return default_unpadded_attention(device)
+        return "torch_varlen"
+    return default_unpadded_attention(device)
+
+
+def _cpu_base(machine: dict):
+    """A profile for a CPU grid to complete: rates to be fitted, and no optimizer, transfer or communication cost."""
+    from simbench.costmodels.hardware import HardwareProfile
+
+    return HardwareProfile(name="cpu", source=(f"{machine['device_name']}, torch {machine['torch_version']}, "
+                                               f"{machine['threads']} threads; no optimizer, transfer or "
+                                               "communication cost (a CPU timing grid has none)."),
+                           linear_flops_per_s=1e9, attention_flops_per_s=1e9, host_to_device_bytes_per_s=float("inf"))
+
+
+@dataclass(frozen=True)
 class MeasureRun:
-    table: object  # pandas DataFrame: one row per strategy, measured against predicted
+    table: object  # pandas DataFrame: one row per strategy, measured against predicted (refused ones last)
     title: str  # model, histogram, steps and device, for tables and plots
     folder: Path  # where the run wrote its files
     verdict: object = None  # measure.Verdict: whether the timing noise lets the errors mean anything
     noise: object = None  # noisefit.NoiseFit of the un-padded steps, written into profile.yaml (None: not fitted)
+    baseline: str = "padding"  # the strategy every speed-up is measured against
+    refused: dict = field(default_factory=dict)  # strategy -> why it was not measured
 
 
 def measure_strategies(source: str, *, output_dir: Path | None = None, model, device: str | None = None,
                        steps: int = 16, batch_size: int = 16, repeats: int = 3, profile_path: Path | None = None,
                        max_length: int = DEFAULT_MAX_LENGTH, threads: int | None = None, seed: int | None = None,
                        quick: bool = False, unpadded_attention: str | None = None, wall_clock: bool = False,
-                       progress: Progress = lambda total: None,
+                       strategies: list[str] | None = None, progress: Progress = lambda total: None,
                        note: Callable[[str], None] = lambda message: None) -> MeasureRun:
     """Time real training steps of every strategy on a scenario's or histogram's lengths, compare the
-    realized speed-ups with the cost model's prediction and write the folder (measure-<histogram> by
-    default): the comparison CSV and plot, per-step speed-ups, raw timings, settings and the profile.
+    realized speed-ups with the cost model's prediction, at first sight of each shape and repeated, and write
+    the folder (measure-<histogram> by default): the comparison CSV and plot, per-step speed-ups, raw timings,
+    settings and the profile.
 
-    Without `profile_path` a profile is calibrated on held-out batches timed in the same rounds.
+    The strategies are `strategies` (plan names as `simulate --strategy` takes them), else a scenario's, built
+    from its histogram as the simulator builds them (`strategy_batches`; padding added as the baseline),
+    else a histogram's four: padding, sort, lpfhp and unpadding. One that cannot be timed on one device is
+    listed in the table with the reason. Without `profile_path` a profile is calibrated on held-out batches
+    timed in the same rounds (its first-sight costs from their first steps); the strategies' steps are
+    never fitted on.
     """
     torch = import_torch()
     import numpy as np
@@ -114,7 +228,7 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
     from simbench.costmodels.hardware import load_hardware
     from simbench.report.folder import check_replaceable
 
-    histogram, scenario_seed = _histogram_and_seed(source)
+    histogram, scenario_seed, plans = _measure_source(source, strategies)
     output_dir = output_dir or Path(f"measure-{histogram.name}")
     # Checked before minutes of timing; and never swap away a folder that is not an earlier result.
     check_replaceable(output_dir, option="-o")
@@ -134,7 +248,8 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
         unpadded_attention = given_profile.calibration.get("unpadded_attention")
     settings = MeasureSettings(model=model, max_length=max_length, device=device, threads=threads, steps=steps,
                                batch_size=batch_size, repeats=repeats, seed=seed,
-                               unpadded_attention=check_unpadded_attention(unpadded_attention), wall_clock=wall_clock)
+                               unpadded_attention=check_unpadded_attention(unpadded_attention, device),
+                               wall_clock=wall_clock, strategies=len(plans) + 1 if plans else 4)
     calibration = None
     calibration_layouts, calibration_batches = [], []
     if profile_path is None:
@@ -146,28 +261,94 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
         deepest = max(layout.max_depth for layout in calibration_layouts if layout.kind == "packed")
     else:
         deepest = deepest_calibrated_pack(given_profile)
-    if deepest is not None:
-        # Deeper packs would price packing's overhead by extrapolating the line fitted to these depths.
-        settings = replace(settings, max_depth=deepest)
-        note(f"lpfhp packs at most {deepest} sequences: the deepest calibrated")
-    layouts = strategy_layouts(scaled, settings, np.random.default_rng(seed))
-    total = measure_steps(settings, len(layouts), len(calibration_batches))
-    measured, calibration_timings, calibration_seconds = time_strategies(
-        layouts, settings, lambda: progress(total), calibration_batches)
-    calibrated = None
+    if plans is None:
+        if deepest is not None:
+            # Deeper packs would price packing's overhead by extrapolating the line fitted to these depths.
+            settings = replace(settings, max_depth=deepest)
+            note(f"lpfhp packs at most {deepest} sequences: the deepest calibrated")
+        layouts, refused, baseline = strategy_layouts(scaled, settings, np.random.default_rng(seed)), {}, "padding"
+    else:
+        from simbench.calibrate.strategy_batches import strategy_batches
+
+        built = strategy_batches(plans, scaled, max_length, steps, batch_size, seed)
+        layouts, refused, baseline = built.layouts, built.refused, built.baseline
+        _note_deep_packs(layouts, deepest, note)
+    settings.check_layouts(layouts)
+    total = measure_steps(settings, layouts, calibration_layouts)
+    measured, calibration_steps = time_strategies(layouts, settings, lambda: progress(total), calibration_batches,
+                                                  calibration_layouts, baseline)
+    profile = given_profile
     if calibration is not None:
-        calibrated = fit_calibration(calibration, calibration_layouts, calibration_timings,
-                                     calibration_seconds).profile
-    profile = calibrated or given_profile
+        fit = fit_calibration(calibration, calibration_layouts, calibration_steps.timings, calibration_steps.seconds)
+        profile = _with_first_sight(fit.profile, model, calibration_layouts, calibration_steps)
     table = compare(measured, model, profile)
-    verdict = judge(table)
+    verdict = judge(table, baseline=baseline)
+    table = _with_refused(table, refused)
     table["run_valid"] = verdict.valid
     title = (f"{model.name} encoder, {scaled.name}, {steps} steps x {batch_size} rows, "
              f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
     noise = fit_unpadded_noise(measured, model, profile)
-    _write_measure_folder(output_dir, table, measured, title, _settings_record(settings, source, scaled, profile_path),
-                          _with_fitted_noise(profile, noise, source))
-    return MeasureRun(table, title, output_dir, verdict, noise)
+    record = _settings_record(settings, source, scaled, profile_path)
+    record.update(strategies=list(layouts), baseline=baseline, not_measured=refused,
+                  first_pass_load_factor=measured.first_pass_factor)
+    _write_measure_folder(output_dir, table, measured, title, record, _with_fitted_noise(profile, noise, source))
+    return MeasureRun(table, title, output_dir, verdict, noise, baseline, refused)
+
+
+def _measure_source(source: str, strategies: list[str] | None):
+    """The histogram, seed and (label, plan) strategies to measure: the named ones, else a scenario's, else
+    None (a histogram's four)."""
+    from simbench.histogram import load_histogram
+    from simbench.scenario import bundled_scenarios, load_scenario
+    from simbench.sim.plans import parse_plans
+
+    scenario = None
+    if source.endswith((".yaml", ".yml")) or source in bundled_scenarios():
+        scenario = load_scenario(source)
+        histogram, seed = scenario.dataset.load(), scenario.seed
+    else:
+        histogram, seed = load_histogram(source), 0
+    if strategies:
+        return histogram, seed, [(plan.name, plan) for plan in parse_plans(strategies)]
+    if scenario is not None:
+        return histogram, seed, [(spec.label, spec.plan()) for spec in scenario.strategies]
+    return histogram, seed, None
+
+
+def _note_deep_packs(layouts: dict, deepest: int | None, note: Callable[[str], None]) -> None:
+    """Say which strategies pack deeper than the profile's calibration did: their packing overhead is extrapolated."""
+    if deepest is None:
+        return
+    deeper = {name: max(layout.max_depth for layout in batches) for name, batches in layouts.items()
+              if batches[0].kind == "packed" and max(layout.max_depth for layout in batches) > deepest}
+    if deeper:
+        note(f"packs deeper than the deepest calibrated ({deepest} sequences): "
+             + ", ".join(f"{name} {depth}" for name, depth in deeper.items())
+             + "; their packing overhead is the fitted line extrapolated")
+
+
+def _with_first_sight(profile, model, layouts, calibration_steps):
+    """The calibrated profile with first-sight costs fitted on the calibration batches' first steps."""
+    from simbench.calibrate.measure import first_sight_fields
+
+    fields = first_sight_fields(layouts, calibration_steps.first, calibration_steps.seconds, model.layers)
+    new = calibration_steps.first.new_shape
+    why = (f"fitted: first steps of {int(new.sum())} calibration batches at shapes new to the process "
+           f"(simbench measure)")
+    record = {**(profile.calibration or {}), "first_sight": {
+        "first_seconds": calibration_steps.first.seconds.tolist(), "new_shape": new.tolist(), **fields}}
+    return profile.model_copy(update={**fields, "calibration": record,
+                                      "provenance": {**profile.provenance, **{name: why for name in fields}}})
+
+
+def _with_refused(table, refused: dict):
+    """The table with a row for each strategy not measured: its name and why, nothing measured or predicted."""
+    import pandas as pd
+
+    if not refused:
+        return table
+    rows = pd.DataFrame({"strategy": list(refused), "problem": [f"not measured: {why}" for why in refused.values()]})
+    return pd.concat([table, rows], ignore_index=True)
 
 
 def _with_fitted_noise(profile, noise, source: str):
@@ -194,22 +375,11 @@ def _write_measure_folder(folder: Path, table, measured, title: str, settings: d
     with atomic_directory(folder, option="-o") as staging:
         table.to_csv(staging / MEASURE_TABLE, index=False)
         per_step_speedups(measured).to_csv(staging / "steps.csv", index=False)
-        plot_measured_vs_predicted(table, staging / "measured_vs_predicted.png", title)
+        measured_rows = ~table["problem"].fillna("").str.startswith("not measured")
+        plot_measured_vs_predicted(table[measured_rows], staging / "measured_vs_predicted.png", title)
         (staging / "timings.json").write_text(json.dumps(_timings_record(measured), indent=1))
         (staging / "settings.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
         (staging / "profile.yaml").write_text(profile_to_yaml(profile))
-
-
-def _histogram_and_seed(source: str):
-    """A scenario's histogram and seed, or a histogram file's or bundled name's with seed 0."""
-    from simbench.histogram import load_histogram
-
-    if source.endswith((".yaml", ".yml")):
-        from simbench.scenario import load_scenario
-
-        scenario = load_scenario(Path(source))
-        return scenario.dataset.load(), scenario.seed
-    return load_histogram(source), 0
 
 
 def _settings_record(settings, source: str, histogram, profile_path: Path | None) -> dict:
@@ -226,8 +396,12 @@ def _settings_record(settings, source: str, histogram, profile_path: Path | None
 
 
 def _timings_record(measured) -> dict:
-    """Every timed batch (its rows of lengths and slots) with its median seconds, per strategy."""
+    """Every timed batch (its rows of lengths and slots) with its median seconds, its first step's seconds
+    (the first pass's load factored out: settings.yaml's first_pass_load_factor) and whether its shape was
+    new to the process then, per strategy."""
     return {name: [{"mode": layout.mode.value, "rows": [list(row) for row in layout.rows],
-                    "row_slots": list(layout.row_slots), "median_seconds": float(seconds)}
-                   for layout, seconds in zip(layouts, measured.seconds[name])]
+                    "row_slots": list(layout.row_slots), "median_seconds": float(seconds),
+                    "first_seconds": float(first), "new_shape": bool(new)}
+                   for layout, seconds, first, new in zip(layouts, measured.seconds[name],
+                                                          measured.first_seconds[name], measured.new_shape[name])]
             for name, layouts in measured.layouts.items()}

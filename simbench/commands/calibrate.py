@@ -12,6 +12,7 @@ import typer
 from simbench.calibrate.runs import DEFAULT_MAX_LENGTH
 from simbench.commands.common import (UNPADDED_HELP, WALL_CLOCK_HELP, advancing, command, parse_model, print_table,
                                       progress_bar, say)
+from simbench.errors import InputError
 
 
 
@@ -31,17 +32,36 @@ def calibrate(
                                  help="fit on stored primitive-shape timings (JSON lines in the format of "
                                       "simbench/data/measurements/h200-2026-11/grid.jsonl) instead of timing "
                                       "anything: no torch needed"),
-    base: str = typer.Option("h200", "--hardware",
-                             help="with --timings: the preset or profile whose other fields the profile keeps"),
+    grid: bool = typer.Option(False, "--grid",
+                              help="time the primitive-shape grid of the model's layers on --device (padded rows, "
+                                   "flat variable-length batches; first step at each shape apart), write it beside "
+                                   "the profile (PROFILE.grid.jsonl) and fit the profile on it as --timings does"),
+    layers: int = typer.Option(None, "--layers",
+                               help="with --grid: layers in the timed slice (default: the model's, at most 4 of "
+                                    "a decoder's)"),
+    base: str = typer.Option(None, "--hardware",
+                             help="with --timings or --grid: the preset or profile whose other fields the profile "
+                                  "keeps (default: h200; a --grid on the CPU: no optimizer, transfer or "
+                                  "communication cost)"),
 ) -> None:
-    """Time padded, packed and un-padded training steps and fit the cost model's parameters to them; or, with
-    --timings, fit the GPU terms (launch floor, dense efficiency, varlen attention, first sight) on a grid."""
+    """Time padded, packed and un-padded training steps and fit the cost model's parameters to them; or fit the
+    GPU terms (launch floor, dense efficiency, varlen attention, first sight) on a primitive-shape grid, stored
+    (--timings) or timed here (--grid)."""
     import numpy as np
     from rich.console import Console
 
+    if timings is not None and grid:
+        raise InputError("give --timings (fit a stored grid) or --grid (time one here), not both",
+                         parameter="timings")
     if timings is not None:
-        _fit_timings(timings, base, output)
+        _fit_timings(timings, base or "h200", output)
         return
+    if grid:
+        _time_grid(output, model=model, layers=layers, device=device, threads=threads, seed=seed, quick=quick,
+                   unpadded_attention=unpadded_attention, wall_clock=wall_clock, base=base)
+        return
+    if layers is not None or base is not None:
+        raise InputError("--layers and --hardware go with --grid or --timings", parameter="layers")
 
     from simbench.calibrate.runs import calibrate_profile
 
@@ -57,11 +77,30 @@ def calibrate(
     say(f"wrote {output}")
 
 
+def _time_grid(output: Path, *, model: str, base: str | None, **options) -> None:
+    from rich.console import Console
+
+    from simbench.calibrate.gridfit import HELD_OUT_RULE
+    from simbench.calibrate.runs import calibrate_grid
+
+    with progress_bar(Console(stderr=True)) as progress:
+        run = calibrate_grid(output, model=parse_model(model), base=base,
+                             progress=advancing(progress, progress.add_task("timing the grid")), **options)
+    _print_grid_fit(run.fit)
+    say(f"held out: {HELD_OUT_RULE}, predicted by a fit on the others; timed on {run.device_name}; wrote "
+        f"{run.grid_path} (the raw timings) and {output}")
+
+
+def _print_grid_fit(fit) -> None:
+    print_table("fit of the timing grid: |predicted / measured - 1|", ["timings", "count", "median", "max"],
+                [(row["timings"], str(row["count"]), f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
+                 for row in fit.error_rows()], left=["timings"], stderr=True)
+
+
 def _fit_timings(timings: Path, base: str, output: Path) -> None:
     from simbench.atomic import atomic_file
     from simbench.calibrate.gridfit import HELD_OUT_RULE, fit_grid, fitted_profile, load_timing_grid
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
-    from simbench.errors import InputError
 
     if output.is_dir():
         raise InputError("the output is a folder; give a .yaml file name", source=str(output))
@@ -72,9 +111,7 @@ def _fit_timings(timings: Path, base: str, output: Path) -> None:
     profile = fitted_profile(fit, base, f"simbench calibrate --timings {timings.name}")
     with atomic_file(output) as temporary:
         temporary.write_text(profile_to_yaml(profile))
-    print_table("fit of the timing grid: |predicted / measured - 1|", ["timings", "count", "median", "max"],
-                [(row["timings"], str(row["count"]), f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
-                 for row in fit.error_rows()], left=["timings"], stderr=True)
+    _print_grid_fit(fit)
     say(f"held out: {HELD_OUT_RULE}, predicted by a fit on the others; wrote {output}")
 
 

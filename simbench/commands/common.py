@@ -5,12 +5,15 @@ Kept import-light (typer and the standard library) so that `simbench --help` loa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import math
+import os
+import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from simbench.errors import InputError
 
@@ -80,6 +83,35 @@ def _plain(value):
     return value
 
 
+@contextlib.contextmanager
+def stdout_to_stderr(active: bool = True) -> Iterator[None]:
+    """While active, whatever is written to stdout goes to stderr, from Python or from a C library (the
+    process's file descriptor 1 itself), so that a command's --json output stays the only thing on stdout."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        _flush_c_streams()  # a C library's buffered output belongs to stderr too
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _flush_c_streams() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C library to ask (not a POSIX process)
+        pass
+
+
 def progress_bar(console, quiet: bool = False):
     """The commands' progress bar; off when `quiet` or when `console` is no terminal (a pipe or a CI log
     would keep a stray blank line where the transient bar was: `stage_lines` speaks there instead)."""
@@ -141,7 +173,8 @@ def advancing(progress, task):
     return lambda total: progress.update(task, total=total, advance=1)
 
 
-UNPADDED_HELP = ("un-padded attention: grouped (one call per length), jagged (nested tensors) or flash_varlen; "
+UNPADDED_HELP = ("un-padded (and packed-varlen) attention: grouped (one call per length), jagged (nested tensors), "
+                 "flash_varlen (flash_attn package) or torch_varlen (torch's varlen kernel; both CUDA only); "
                  "default: flash_varlen or jagged on CUDA, grouped on CPU")
 WALL_CLOCK_HELP = "time single-threaded CPU steps by the wall clock instead of the process's CPU seconds"
 
