@@ -1,12 +1,61 @@
 """Collection rules for `python -m pytest`, which also runs the doctests in simbench/."""
 
 import importlib.util
+import os
+
+import pytest
 
 # simbench/calibrate imports torch, an optional extra: without it, its doctests cannot even be imported.
 collect_ignore_glob = [] if importlib.util.find_spec("torch") else ["simbench/calibrate/*"]
 
 
 def pytest_addoption(parser):
-    # Here, not in tests/benchmarks/conftest.py, so that the option exists however pytest is started.
     parser.addoption("--check-targets", action="store_true", default=False,
-                     help="benchmarks: fail one that misses the target in its extra_info (tests/benchmarks/conftest.py)")
+                     help="benchmarks: fail one that misses the target in its extra_info")
+
+
+# Benchmarks (tests/benchmarks) hold their targets when asked (`--check-targets`, `simbench bench --check`).
+# A benchmark states its target in `benchmark.extra_info`:
+# - `target_seconds`: its fastest round must take at most this long on a quiet 2-core machine; when the
+#   machine is busier (1-minute load above its cores) the target is scaled by load / cores and the failure
+#   message says so, since an absolute time on a shared machine measures the other jobs too;
+# - `target_ratio` with `reference_seconds`: its fastest round over a reference measured in the same run
+#   (the same work done another way, or a smaller case) must be at most the ratio: robust to load;
+# - `target_at_least` with `measured_value`: a figure the benchmark computes (a parallel efficiency) must
+#   reach it.
+
+
+def load_factor() -> float:
+    """How much busier than its cores the machine is (1 when it is not)."""
+    cores = os.cpu_count() or 1
+    return max(1.0, os.getloadavg()[0] / cores)
+
+
+def missed_target(info: dict, fastest_seconds: float, load: float) -> str | None:
+    """Why a benchmark misses its target, or None when it holds it (or states none)."""
+    target = info.get("target_seconds")
+    if target is not None and fastest_seconds > target * load:
+        scaled = f" (x {load:.2f} for the machine's load)" if load > 1 else ""
+        return f"took {fastest_seconds:.3f} s, target {target} s{scaled}"
+    ratio, reference = info.get("target_ratio"), info.get("reference_seconds")
+    if ratio is not None and reference and fastest_seconds / reference > ratio:
+        return (f"took {fastest_seconds / reference:.2f}x its reference ({fastest_seconds:.3f} s against "
+                f"{reference:.3f} s), target {ratio}x")
+    least, value = info.get("target_at_least"), info.get("measured_value")
+    if least is not None and value is not None and value < least:
+        return f"{info.get('measured', 'measured value')} {value:.3f}, target at least {least}"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _holds_its_target(request):
+    yield
+    if not request.config.getoption("--check-targets", default=False):
+        return
+    benchmark = request.node.funcargs.get("benchmark")
+    stats = getattr(benchmark, "stats", None)
+    if stats is None or not getattr(stats, "stats", None) or not stats.stats.data:
+        return  # skipped, or benchmarks disabled
+    problem = missed_target(benchmark.extra_info, stats.stats.min, load_factor())
+    if problem:
+        pytest.fail(f"{request.node.name} misses its target: {problem}", pytrace=False)

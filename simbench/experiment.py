@@ -94,7 +94,7 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     timeline = _timelines(result.vts_timeline, labels)
     # Plans without a packing had no bound to compute, plans without samples no fit.
     progress(2 * len(plans_by_label) - len(packing) - len(samples))
-    scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
+    scaling_columns = ["strategy", "devices", "speedup", "speedup_noise", "throughput_noise", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                        "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
                        "tokens_per_s_per_gpu", "ideal_speedup"]
     summary = with_per_gpu_columns(summary, scenario.gpus_per_replica)
@@ -124,7 +124,9 @@ def _assumption_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
     if ideal_kernels(profile).model_dump(exclude={"name", "source", "provenance"}) != profile.model_dump(
             exclude={"name", "source", "provenance"}):
         variants["ideal kernels"] = (run.cost_model_on(ideal_kernels(profile)), run.shapes)
-    for shapes in ("seen", "new"):
+    pays_first_sight = any(getattr(run.cost_model, "first_sight_seconds", lambda mode: 0.0)(plan.mode) > 0
+                           for plan in run.all_plans)
+    for shapes in ("seen", "new") if pays_first_sight else ():
         if shapes != run.shapes:
             variants[f"shapes {shapes}"] = (run.cost_model, shapes)
     columns = {}

@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-spec = importlib.util.spec_from_file_location("bench_conftest", Path(__file__).parent / "benchmarks" / "conftest.py")
+spec = importlib.util.spec_from_file_location("root_conftest", Path(__file__).parent.parent / "conftest.py")
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 

@@ -20,6 +20,8 @@ def bench(
     keyword: str = typer.Option(None, "-k", help="only benchmarks whose name matches this expression"),
     quick: bool = typer.Option(False, "--quick", help="one round per benchmark, as CI runs them"),
     save: str = typer.Option(None, "--save", help="save the results as JSON under .benchmarks/ with this name"),
+    check: bool = typer.Option(False, "--check", help="fail when a benchmark misses its target (seconds scaled by "
+                               "the machine's load, or a ratio to a reference measured in the same run)"),
 ) -> None:
     """Measure the speed targets: packers, LP bound, assignment, simulator and the full scenario run."""
     if not (CHECKOUT_DIR / "pyproject.toml").is_file() or not BENCHMARKS_DIR.is_dir():
@@ -37,6 +39,8 @@ def bench(
         pytest_command += ["--benchmark-min-rounds=1", "--benchmark-max-time=0.5"]
     if save:
         pytest_command += [f"--benchmark-save={save}"]
+    if check:
+        pytest_command += ["--check-targets"]
     raise typer.Exit(subprocess.call(pytest_command))
 
 

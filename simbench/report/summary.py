@@ -15,6 +15,7 @@ r"""summary.md: the headline answer (which strategy wins at which scale, by how 
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from simbench.costmodels.base import ExecutionMode
@@ -29,6 +30,11 @@ SIGNIFICANT_LOSS = 0.05
 IDEAL_LABEL = "ideal: every sequence alone at full rate"
 # Drawn only where the cost model cannot price a sequence alone.
 SLOT_RATIO_LABEL = "padded slots / real tokens (not a ceiling: attention grows faster than tokens)"
+
+# A lead within this many standard errors of the run's sampling is a tie, not a win; so is one under
+# MIN_LEAD, far below what any cost model's own error allows to rank.
+TIE_SIGMAS = 2
+MIN_LEAD = 0.001
 
 
 def speedup_reference(histogram: LengthHistogram, scaling: pd.DataFrame) -> tuple[float, str]:
@@ -96,6 +102,25 @@ def _ranked(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
     return rows.sort_values(["speedup", "strategy"], ascending=[False, True], kind="stable")
 
 
+def _lead_noise(first, second) -> float:
+    """The sampling error of first's lead over second: their throughputs' relative errors combined (the
+    padding reference both are measured against cancels). 0 where a table predates the column."""
+    return float(np.hypot(getattr(first, "throughput_noise", 0.0), getattr(second, "throughput_noise", 0.0)))
+
+
+def _tied(first, second) -> bool:
+    """Whether second's deficit lies within TIE_SIGMAS sampling errors of first's lead: no winner to call."""
+    lead = first.speedup / second.speedup - 1
+    return bool(lead < MIN_LEAD or lead <= TIE_SIGMAS * _lead_noise(first, second))
+
+
+def _leaders(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
+    """The fastest strategy and every one tied with it."""
+    ranked = _ranked(scaling, devices)
+    first = ranked.iloc[0]
+    return ranked[[index == 0 or _tied(first, row) for index, row in enumerate(ranked.itertuples())]]
+
+
 def _headline(scaling: pd.DataFrame) -> str:
     sentences = []
     for index, (reference, rows) in enumerate(_groups(scaling)):
@@ -108,27 +133,48 @@ def _headline(scaling: pd.DataFrame) -> str:
 
 def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str) -> str:
     device_counts = sorted(scaling["devices"].unique())
-    winners = {devices: _ranked(scaling, devices).iloc[0] for devices in device_counts}
+    leaders = {devices: _leaders(scaling, devices) for devices in device_counts}
     smallest, largest = device_counts[0], device_counts[-1]
-    first, last = winners[smallest], winners[largest]
-    sentences = [f"{lead}on {_devices(smallest)} the fastest strategy is **{first.strategy}**, "
-                 f"{first.speedup:.3f}x the throughput of {baseline} (real tokens per second)."]
+    first = leaders[smallest].iloc[0]
+    if len(leaders[smallest]) > 1:
+        sentences = [f"{lead}on {_devices(smallest)} {_tie_words(leaders[smallest], baseline)}"]
+    else:
+        sentences = [f"{lead}on {_devices(smallest)} the fastest strategy is **{first.strategy}**, "
+                     f"{first.speedup:.3f}x the throughput of {baseline} (real tokens per second)."]
     if largest != smallest:
         ranked = _ranked(scaling, largest)
-        sentence = f"On {_devices(largest)} it is **{last.strategy}** at {last.speedup:.3f}x"
-        if len(ranked) > 1:
-            second = ranked.iloc[1]
-            sentence += (f", {100 * (last.speedup / second.speedup - 1):.1f} % ahead of "
-                         f"{second.strategy} ({second.speedup:.3f}x)")
-        sentences.append(sentence + ".")
-    changes = [(devices, winners[devices].strategy) for index, devices in enumerate(device_counts)
-               if index == 0 or winners[devices].strategy != winners[device_counts[index - 1]].strategy]
+        last = ranked.iloc[0]
+        if len(leaders[largest]) > 1:
+            sentences.append(f"On {_devices(largest)} {_tie_words(leaders[largest], baseline)}")
+        else:
+            sentence = f"On {_devices(largest)} it is **{last.strategy}** at {last.speedup:.3f}x"
+            if len(ranked) > 1:
+                second = ranked.iloc[1]
+                sentence += (f", {100 * (last.speedup / second.speedup - 1):.1f} % ahead of "
+                             f"{second.strategy} ({second.speedup:.3f}x)")
+            sentences.append(sentence + ".")
+    # The winner changes only where the new leader is not tied with the previous one.
+    changes = []
+    for devices in device_counts:
+        names = list(leaders[devices]["strategy"])
+        if not changes or changes[-1][1] not in names:
+            changes.append((devices, names[0]))
     if len(changes) > 1:
         steps = "; ".join(f"{strategy} from {_devices(devices)}" for devices, strategy in changes)
         sentences.append(f"The winner changes with scale: {steps}.")
     if largest != smallest:
         sentences.append(_biggest_loss(scaling, smallest, largest))
     return " ".join(sentence for sentence in sentences if sentence)
+
+
+def _tie_words(tied: pd.DataFrame, baseline: str) -> str:
+    names = [f"**{name}**" for name in tied["strategy"]]
+    listed = ", ".join(names[:-1]) + f" and {names[-1]}"
+    spread = max(_lead_noise(tied.iloc[0], row) for row in tied.iloc[1:].itertuples())
+    figures = ", ".join(f"{speedup:.3f}x" for speedup in tied["speedup"])
+    return (f"{listed} tie ({figures} the throughput of {baseline}): their differences lie within {TIE_SIGMAS} "
+            f"standard errors of the run's sampling (one is {100 * spread:.2f} %) or under "
+            f"{100 * MIN_LEAD:.1f} %, too close to rank.")
 
 
 def _biggest_loss(scaling: pd.DataFrame, smallest: int, largest: int) -> str:
@@ -183,8 +229,9 @@ def _winners_table(scaling: pd.DataFrame) -> str:
         row = {"devices": devices, "fastest": best.strategy, "speed-up": f"{best.speedup:.3f}"}
         if len(ranked) > 1:
             second = ranked.iloc[1]
+            lead = f"{100 * (best.speedup / second.speedup - 1):.1f}"
             row |= {"runner-up": second.strategy, "its speed-up": f"{second.speedup:.3f}",
-                    "lead %": f"{100 * (best.speedup / second.speedup - 1):.1f}"}
+                    "lead %": f"tie ({lead})" if _tied(best, second) else lead}
         rows.append(row)
     return markdown_table(pd.DataFrame(rows))
 

@@ -98,6 +98,7 @@ class PlanRun:
             "waiting_seconds": np.maximum(timeline.slowest_device_seconds - aggregates.mean_device_seconds, 0).mean(),
             "communication_seconds": timeline.allreduce_seconds + exchange_communication.mean(),
             "stall_seconds": aggregates.stall_seconds.mean(),
+            "throughput_noise": _ratio_of_means_error(aggregates.real_tokens, timeline.step_seconds),
         }
         if self.reference_step_seconds is not None:
             row["reference"] = "vts-padded"
@@ -113,9 +114,24 @@ def summarize(runs: list[PlanRun]) -> pd.DataFrame:
     reference = summary[summary["strategy"] == "none"].set_index("devices")["tokens_per_s"]
     over_padding = summary["tokens_per_s"] / summary["devices"].map(reference)
     summary["speedup"] = summary["speedup"].fillna(over_padding) if "speedup" in summary else over_padding
-    columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean", "engine",
-               "reference", *BREAKDOWN_COLUMNS, "step_seconds_p99", "steps", "packer", "max_depth", "mode"]
+    # Two runs' sampling errors, taken as independent: an upper bound where plans draw the same sequences.
+    reference_noise = summary[summary["strategy"] == "none"].set_index("devices")["throughput_noise"]
+    summary["speedup_noise"] = np.where(summary["strategy"] == "none", 0.0, np.hypot(
+        summary["throughput_noise"], summary["devices"].map(reference_noise).fillna(0.0)))
+    columns = ["strategy", "devices", "speedup", "speedup_noise", "throughput_noise", "tokens_per_s", "sequences_per_s",
+               "step_seconds_mean", "engine", "reference", *BREAKDOWN_COLUMNS, "step_seconds_p99", "steps", "packer",
+               "max_depth", "mode"]
     return summary[columns]
+
+
+def _ratio_of_means_error(tokens: np.ndarray, seconds: np.ndarray) -> float:
+    """Relative standard error of sum(tokens) / sum(seconds) over the steps (delta method): how far the run's
+    throughput could move with another draw of as many steps."""
+    steps = tokens.size
+    if steps < 2 or tokens.mean() <= 0 or seconds.mean() <= 0:
+        return 0.0
+    linearised = tokens / tokens.mean() - seconds / seconds.mean()
+    return float(linearised.std(ddof=1) / np.sqrt(steps))
 
 
 

@@ -81,6 +81,10 @@ def test_parallel_efficiency_on_two_workers(benchmark, tmp_path, monkeypatch):
     parallel = benchmark.pedantic(on_two_workers, rounds=1, iterations=1)
     benchmark.extra_info.update({"cells": len(sweep.cells), "serial_seconds": serial, "parallel_seconds": parallel,
                                  "serial_cpu_seconds": serial_cpu, "parallel_cpu_seconds": at_close["cpu"] - cpu,
-                                 "efficiency": serial / (2 * parallel), "target_efficiency": 0.85,
-                                 "load_before": load_before, "load_after": os.getloadavg()[0]})
+                                 "efficiency": serial / (2 * parallel), "load_before": load_before,
+                                 "load_after": os.getloadavg()[0], "measured": "parallel efficiency",
+                                 "measured_value": serial / (2 * parallel)})
+    # The 85 % target holds for the bundled 200 cells; 16 cells are too few to hide the cluster's start.
+    if FULL:
+        benchmark.extra_info["target_at_least"] = 0.85
     assert parallel > 0 and at_close["cpu"] > cpu
