@@ -16,7 +16,7 @@ import numpy as np
 from simbench.distinct import merged_rows
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
-from simbench.validation import check_seed, check_whole_number
+from simbench.validation import check_non_negative_float, check_seed, check_whole_number
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,14 @@ class PackOptions:
 
     seed: int = 0
     batch_size: int = 32  # sequences per batch, for batchers such as `sort`
+    # Time `optimal` may spend searching for packs its bound proves optimal, once the bound is known.
+    time_limit_seconds: float = 5.0
 
     def __post_init__(self):
         # Checked here, once, so that no strategy meets numpy's traceback for a negative seed.
         check_seed(self.seed)
         check_whole_number(self.batch_size, "batch_size", minimum=1)
+        check_non_negative_float(self.time_limit_seconds, "time_limit_seconds")
 
 
 # A dense table of the packs (`Packing.rows`) is built only below this size; long contexts hold
