@@ -256,4 +256,17 @@ class Packing:
         }
         if lower_bound_packs:
             result["gap_to_bound"] = self.packs_total / lower_bound_packs - 1.0
+        result["proven_optimal"], result["proof"] = self.proof(lower_bound_packs)
         return result
+
+    def proof(self, lower_bound_packs: int | None = None) -> tuple[bool | None, str | None]:
+        """Whether the packs are proven optimal, and how (or how far from the bound, and why): the packer's
+        own statement (`details["proof"]`, `optimal`'s) or else packs meeting the bound; (None, None) with
+        neither, (False, None) for packs over the bound that their packer makes no claim about."""
+        if "proof" in self.details:
+            return bool(self.details["proven_optimal"]), self.details["proof"]
+        if lower_bound_packs is None:
+            return None, None
+        if self.packs_total <= lower_bound_packs:
+            return True, "proven optimal (LP bound)"
+        return False, None
