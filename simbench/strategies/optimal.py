@@ -24,8 +24,9 @@ from simbench.histogram import LengthHistogram
 from simbench.strategies import get_strategy, register
 from simbench.strategies.classic import pack_decreasing
 from simbench.strategies.exact import Search, search_optimum
-from simbench.strategies.lp_bound import (COARSE_UNITS, EXACT_CELLS, FLUID_UNITS, LPBound, LengthItems, MasterLP,
-                                          column_generation, lp_lower_bound, trivial_lower_bound)
+from simbench.strategies import lp_bound
+from simbench.strategies.lp_bound import (COARSE_UNITS, FLUID_UNITS, LPBound, LengthItems, MasterLP, column_generation,
+                                          lp_lower_bound, trivial_lower_bound)
 from simbench.strategies.packing import PackOptions, Packing
 from simbench.strategies.spfhp import pack_by_free_space
 
@@ -113,7 +114,7 @@ def _proof(packs: int, lower_bound: int, search: Search | None, histogram: Lengt
     gap = f"open: {packs - lower_bound:,} pack{'s' if packs - lower_bound > 1 else ''} over the bound"
     if search is None:
         cells = int(np.count_nonzero(histogram.counts)) * max_length
-        return f"{gap} (too large to search: {cells:,} length x token cells, over {EXACT_CELLS:,})"
+        return f"{gap} (too large to search: {cells:,} length x token cells, over {lp_bound.EXACT_CELLS:,})"
     if search.stopped == "time limit":
         return f"{gap} (time limit of {time_limit_seconds:g} s)"
     return f"{gap} ({search.stopped})"
