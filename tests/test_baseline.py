@@ -34,7 +34,8 @@ def test_optimal_records_are_proven_optima():
     # optimal meets the LP bound on every bundled histogram at every recorded depth: no packing of them can
     # reach a higher efficiency than its records (Wikipedia: 8,143,829 packs at depth 3, 8,135,727 without a limit).
     records = [record for record in RECORDS if record.strategy == "optimal"]
-    assert {(record.histogram, record.max_depth) for record in records} >= {("wikipedia_512", 3), ("wikipedia_512", None)}
+    recorded = {(record.histogram, record.max_depth) for record in records}
+    assert recorded >= {("wikipedia_512", 3), ("wikipedia_512", None)}
     for record in records:
         histogram = load_histogram(record.histogram)
         bound = lp_lower_bound(histogram, histogram.max_length, record.max_depth).lower_bound_packs

@@ -170,10 +170,11 @@ def test_a_folder_as_baseline_is_an_input_error(tmp_path):
     assert "Traceback" not in completed.stderr
 
 
-@pytest.mark.parametrize("option, message", [(("--seed", "-1"), "--seed must be a whole number >= 0, found -1"),
-                                             (("--batch-size", "0"), "--batch-size must be a whole number >= 1, found 0"),
-                                             (("--time-limit", "-1"), "--time-limit must be a finite number >= 0, found -1.0")])
-def test_negative_seed_and_empty_batches_are_input_errors(option, message):
+@pytest.mark.parametrize("option, message", [
+    (("--seed", "-1"), "--seed must be a whole number >= 0, found -1"),
+    (("--batch-size", "0"), "--batch-size must be a whole number >= 1, found 0"),
+    (("--time-limit", "-1"), "--time-limit must be a finite number >= 0, found -1.0")])
+def test_negative_seed_empty_batches_and_negative_time_limits_are_input_errors(option, message):
     # A negative seed reached numpy's default_rng, which raised a traceback.
     completed = run_simbench("pack", "squad_1_1_384", "--strategy", "all", *option)
     assert completed.returncode == 2
