@@ -32,15 +32,18 @@ HistogramLike = LengthHistogram | str | Path
 
 
 def pack(histogram: HistogramLike, strategy: str, max_depth: int | None = None, *, max_length: int | None = None,
-         seed: int = 0, batch_size: int = 32) -> Packing:
+         seed: int = 0, batch_size: int = 32, time_limit_seconds: float | None = None) -> Packing:
     """Pack with a registered strategy (`simbench list`), as `simbench pack` does.
 
-    `max_length` defaults to the histogram's; `seed` and `batch_size` reach the strategies that use them.
+    `max_length` defaults to the histogram's; `seed`, `batch_size` and `time_limit_seconds` (optimal's search,
+    `PackOptions`' default when None) reach the strategies that use them.
     """
     from simbench.strategies import PackOptions, get_strategy
 
     lengths = _histogram(histogram)
-    return get_strategy(strategy)(lengths, max_length, max_depth, PackOptions(seed=seed, batch_size=batch_size))
+    limits = {} if time_limit_seconds is None else {"time_limit_seconds": time_limit_seconds}
+    return get_strategy(strategy)(lengths, max_length, max_depth,
+                                  PackOptions(seed=seed, batch_size=batch_size, **limits))
 
 
 def bound(histogram: HistogramLike, max_depth: int | None = None, *, max_length: int | None = None) -> LPBound:

@@ -181,7 +181,7 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
         rows.append({"label": label, **metrics, "bound_depth": depth, "lp_bound_value": bound.value if bound else None})
     packing_columns = ["label", "strategy", "max_depth", "sequences", "packs", "tokens", "padding_tokens", "efficiency",
                        "packing_factor", "strategies_used", "depth_used", "lower_bound_packs", "gap_to_bound",
-                       "bound_depth", "lp_bound_value"]
+                       "proven_optimal", "proof", "bound_depth", "lp_bound_value"]
     return pd.DataFrame(rows).reindex(columns=packing_columns), pd.DataFrame(timing_rows)
 
 

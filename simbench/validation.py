@@ -68,6 +68,12 @@ def check_positive_float(value, name: str) -> float:
     raise InputError(f"{name} must be positive and finite, found {value!r}", parameter=name)
 
 
+def check_non_negative_float(value, name: str) -> float:
+    if isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return float(value)
+    raise InputError(f"{name} must be a finite number >= 0, found {value!r}", parameter=name)
+
+
 def check_max_length(max_length, name: str = "max_length") -> int:
     """A sequence or pack length in tokens: 1..MAX_LENGTH."""
     return check_whole_number(max_length, name, minimum=1, maximum=MAX_LENGTH)

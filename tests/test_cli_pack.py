@@ -18,7 +18,7 @@ RUNNER = CliRunner()
 SMALL_COUNTS = {length: (length * 7) % 5 for length in range(1, 65)}
 KEYS = {"strategy", "max_depth", "sequences", "packs", "tokens", "padding_tokens", "efficiency", "packing_factor",
         "strategies_used", "depth_used", "seconds", "lower_bound_packs", "gap_to_bound", "bound_seconds",
-        "bound_depth"}
+        "bound_depth", "proven_optimal", "proof"}
 
 
 def run_simbench(*arguments):
@@ -170,9 +170,11 @@ def test_a_folder_as_baseline_is_an_input_error(tmp_path):
     assert "Traceback" not in completed.stderr
 
 
-@pytest.mark.parametrize("option, message", [(("--seed", "-1"), "--seed must be a whole number >= 0, found -1"),
-                                             (("--batch-size", "0"), "--batch-size must be a whole number >= 1, found 0")])
-def test_negative_seed_and_empty_batches_are_input_errors(option, message):
+@pytest.mark.parametrize("option, message", [
+    (("--seed", "-1"), "--seed must be a whole number >= 0, found -1"),
+    (("--batch-size", "0"), "--batch-size must be a whole number >= 1, found 0"),
+    (("--time-limit", "-1"), "--time-limit must be a finite number >= 0, found -1.0")])
+def test_negative_seed_empty_batches_and_negative_time_limits_are_input_errors(option, message):
     # A negative seed reached numpy's default_rng, which raised a traceback.
     completed = run_simbench("pack", "squad_1_1_384", "--strategy", "all", *option)
     assert completed.returncode == 2
@@ -233,3 +235,24 @@ def test_each_gap_is_to_the_bound_at_the_depth_the_packing_had_as_in_a_report(sm
         assert packing.loc[name, "gap_to_bound"] == pytest.approx(metrics[name]["gap_to_bound"])
     table = RUNNER.invoke(app, ["pack", str(small_histogram), "--strategy", "nnlshp"]).stdout
     assert "(3 used)" not in table and "max" not in table.split("nnlshp")[0].splitlines()[-1]
+
+
+def test_optimal_states_its_proof_in_json_and_in_the_table(small_histogram):
+    result = RUNNER.invoke(app, ["pack", str(small_histogram), "--strategy", "optimal", "--max-depth", "3", "--json",
+                                 "--bound"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout)
+    assert (metrics["proven_optimal"], metrics["proof"]) == (True, "proven optimal (LP bound)")
+    assert metrics["packs"] == metrics["lower_bound_packs"]
+    table = RUNNER.invoke(app, ["pack", str(small_histogram), "--strategy", "optimal", "--max-depth", "3"]).stdout
+    assert "proof" in table and "proven optimal (LP bound)" in table
+
+
+def test_a_time_limit_of_zero_leaves_the_gap_open_and_says_why():
+    # Wikipedia at depth 3: the heuristics and the LP rounding stay 2 packs over the bound without the search.
+    result = RUNNER.invoke(app, ["pack", "wikipedia_512", "--strategy", "optimal", "--max-depth", "3", "--json",
+                                 "--time-limit", "0"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout)
+    assert metrics["proven_optimal"] is False
+    assert metrics["proof"] == "open: 2 packs over the bound (time limit of 0 s)"

@@ -87,6 +87,10 @@ def test_packing_table_has_bounds_and_gaps(report):
     assert packing["gap_to_bound"].ge(0).all()
     # The packing paper's Table 5 (SQuAD 1.1): SPFHP at depth 2 needs 45,335 packs.
     assert packing.set_index("label").loc["spfhp:2", "packs"] == 45335
+    # ... which is the LP bound at depth 2: proven optimal, and the report's table says so.
+    assert packing.set_index("label").loc["spfhp:2", "proof"] == "proven optimal (LP bound)"
+    assert not packing.set_index("label").loc["lpfhp:3", "proven_optimal"]
+    assert "| proof |" in (report / "summary.md").read_text()
 
 
 def test_breakdown_adds_up_to_the_step_time(report):

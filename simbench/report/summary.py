@@ -248,9 +248,11 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
         "packs": packing["packs"].map("{:,}".format),
         "LP bound (packs)": packing["lower_bound_packs"].map(lambda value: _or_dash(value, "{:,.0f}")),
         "gap to bound %": (100 * pd.to_numeric(packing["gap_to_bound"])).map(lambda value: _or_dash(value, "{:.2f}")),
+        "proof": packing["proof"].map(lambda proof: proof if isinstance(proof, str) else "-"),
         "realized speed-up": packing["label"].map(lambda label: f"{one_device.get(label, float('nan')):.3f}"),
     })
-    bound_note = ("LP bound: the certified lower bound on packs at the same depth limit." if
+    bound_note = ("LP bound: the certified lower bound on packs at the same depth limit; proof: packs proven "
+                  "optimal and by what, or the gap left and why." if
                   packing["lower_bound_packs"].notna().any() else
                   "LP bounds were not computed in this run (`outputs.lp_bounds: false`, the --quick default).")
     return ("## Packing (laid out like the packing paper's Table 1)\n\n" + markdown_table(table) +

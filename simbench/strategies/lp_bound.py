@@ -505,15 +505,20 @@ class MasterLP:
         single = self.matrix[drop].sum(axis=1) == 1
         drop = drop[(reduced_costs[drop] > DROP_REDUCED_COST) & ~single]
         kept = np.ones(self._columns, dtype=bool)
-        if drop.size == 0:
-            return kept
-        self.highs.deleteCols(int(drop.size), drop.astype(np.int32))
         kept[drop] = False
+        self.keep_columns(kept)
+        return kept
+
+    def keep_columns(self, kept: np.ndarray) -> None:
+        """Delete the columns where `kept` is False (later rounds may add them again)."""
+        drop = np.flatnonzero(~kept)
+        if drop.size == 0:
+            return
+        self.highs.deleteCols(int(drop.size), drop.astype(np.int32))
         self.known.difference_update(row.tobytes() for row in self.matrix[drop])
         remaining = self.matrix[kept]
         self._store[:remaining.shape[0]] = remaining
         self._columns = remaining.shape[0]
-        return kept
 
     def set_demand(self, demand: np.ndarray) -> None:
         lower, upper = self._bounds(demand)

@@ -1,7 +1,8 @@
-"""`optimal`: the fewest packs simbench can find, with a certified gap to the LP lower bound.
+"""`optimal`: the fewest packs simbench can find, proven optimal where it can be, else its gap and why.
 
-The LP relaxation (column generation, `lp_bound`) rounded to whole packs, or the best of the fast
-heuristics (bfd, ffd, lpfhp, spfhp) where one of them needs fewer packs: never worse than any.
+The best of the fast heuristics (bfd, ffd, lpfhp, spfhp); where none meets the LP bound, an exact search
+(`exact`: a dive through the LP fixing whole packs, then a MIP) within `PackOptions.time_limit_seconds`,
+and where that cannot prove its packs optimal, the LP rounded to whole packs: never worse than any.
 
     >>> from simbench.histogram import LengthHistogram
     >>> from simbench.strategies import get_strategy
@@ -9,8 +10,8 @@ heuristics (bfd, ffd, lpfhp, spfhp) where one of them needs fewer packs: never w
     >>> histogram = LengthHistogram.from_counts([0, 1, 2, 3, 4, 5, 6, 7])  # i - 1 sequences of length i
     >>> bound = lp_lower_bound(histogram, 8, max_depth=3)
     >>> packing = get_strategy("optimal")(histogram, 8, 3)
-    >>> round(bound.value, 6), bound.lower_bound_packs, packing.packs_total   # no gap left to the bound
-    (23.5, 24, 24)
+    >>> round(bound.value, 6), bound.lower_bound_packs, packing.packs_total, packing.details["proof"]
+    (23.5, 24, 24, 'proven optimal (LP bound)')
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import numpy as np
 from simbench.histogram import LengthHistogram
 from simbench.strategies import get_strategy, register
 from simbench.strategies.classic import pack_decreasing
-from simbench.strategies.lp_bound import (COARSE_UNITS, FLUID_UNITS, LPBound, LengthItems, MasterLP,
-                                          column_generation, lp_lower_bound, trivial_lower_bound)
+from simbench.strategies.exact import Search, search_optimum
+from simbench.strategies import lp_bound
+from simbench.strategies.lp_bound import (COARSE_UNITS, FLUID_UNITS, LPBound, LengthItems, MasterLP, column_generation,
+                                          lp_lower_bound, trivial_lower_bound)
 from simbench.strategies.packing import PackOptions, Packing
 from simbench.strategies.spfhp import pack_by_free_space
 
@@ -43,12 +46,13 @@ GRID_ROUNDING_MAX_PACKS = 1_000_000
 ROUNDING_PASSES = 6
 
 
-@register("optimal", "fewest packs: the LP rounded or the best heuristic; states its gap to the LP bound")
+@register("optimal", "fewest packs: proven optimal by its bound or a MIP where it can be, else states its gap")
 def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | None,
                  options: PackOptions) -> Packing:
-    """The LP rounding where its pricing is affordable, else (or where one does better) the best heuristic.
+    """The best heuristic, or fewer packs from the exact search where it can, or failing that the LP rounding.
 
     The heuristics run first, best first: one that meets the bound is optimal and ends the search.
+    Its details say whether the packs are proven optimal (`proven_optimal`), how or why not (`proof`).
     """
     start = time.perf_counter()
     bound = lp_lower_bound(histogram, max_length, max_depth)
@@ -60,7 +64,16 @@ def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | N
         if candidates[name].packs_total <= bound.lower_bound_packs:
             break  # proven optimal: no packer can do better
     fewest = min(packing.packs_total for packing in candidates.values())
+    search = None
     if fewest > bound.lower_bound_packs and bound.method == "column generation":
+        search_start = time.perf_counter()
+        search = _search(histogram, max_length, max_depth, bound, candidates, options.time_limit_seconds)
+        search_seconds = time.perf_counter() - search_start
+        if search.repeats.size:
+            candidates = {"exact search": _search_packing(search, histogram, max_length, max_depth), **candidates}
+            fewest = search.packs_total
+    lower_bound = bound.lower_bound_packs if search is None else search.lower_bound_packs
+    if fewest > lower_bound and bound.method == "column generation":
         # First in the dict, so it wins ties: the LP's packs as before heuristics joined in.
         candidates = {"lp rounding": _round_lp(histogram, max_length, max_depth, bound), **candidates}
     elif fewest > (1 + GRID_ROUNDING_GAP) * bound.lower_bound_packs:
@@ -68,10 +81,43 @@ def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | N
         if on_grid is not None:
             candidates["lp rounding on a grid"] = on_grid
     chosen = min(candidates, key=lambda name: candidates[name].packs_total)
+    packs = candidates[chosen].packs_total
     details = {**candidates[chosen].details, "lp_value": bound.value, "lower_bound_packs": bound.lower_bound_packs,
                "lp_converged": bound.converged, "bound_method": bound.method, "chosen": chosen,
-               "reused_bound_seconds": reused_bound_seconds}
+               "reused_bound_seconds": reused_bound_seconds, "proven_lower_bound_packs": lower_bound,
+               "proven_optimal": packs <= lower_bound,
+               "proof": _proof(packs, lower_bound, search, histogram, max_length, options.time_limit_seconds)}
+    if search is not None:
+        details |= {"search_nodes": search.nodes, "search_seconds": search_seconds}
     return candidates[chosen].replace(strategy="optimal", details=details)
+
+
+def _search(histogram: LengthHistogram, max_length: int, max_depth: int | None, bound: LPBound,
+            candidates: dict[str, Packing], time_limit_seconds: float) -> Search:
+    """The exact search from the best candidate so far, its LP seeded with the bound's packs."""
+    items = LengthItems.from_counts(histogram.counts, max_length, max_depth)
+    best = min(candidates.values(), key=lambda packing: packing.packs_total)
+    return search_optimum(items, bound.lower_bound_packs, best.packs_total, time_limit_seconds,
+                          items.multiplicities(bound.patterns), lambda: (items.multiplicities(best.rows), best.repeats))
+
+
+def _search_packing(search: Search, histogram: LengthHistogram, max_length: int, max_depth: int | None) -> Packing:
+    items = LengthItems.from_counts(histogram.counts, max_length, max_depth)
+    return Packing.from_rows("optimal", max_length, max_depth, items.rows(search.patterns), search.repeats)
+
+
+def _proof(packs: int, lower_bound: int, search: Search | None, histogram: LengthHistogram, max_length: int,
+           time_limit_seconds: float) -> str:
+    """How the packs are proven optimal, or how many packs they may be over the optimum and why the gap stays."""
+    if packs <= lower_bound:
+        return f"proven optimal ({'LP bound' if search is None else search.proven_by})"
+    gap = f"open: {packs - lower_bound:,} pack{'s' if packs - lower_bound > 1 else ''} over the bound"
+    if search is None:
+        cells = int(np.count_nonzero(histogram.counts)) * max_length
+        return f"{gap} (too large to search: {cells:,} length x token cells, over {lp_bound.EXACT_CELLS:,})"
+    if search.stopped == "time limit":
+        return f"{gap} (time limit of {time_limit_seconds:g} s)"
+    return f"{gap} ({search.stopped})"
 
 
 def _round_lp(histogram: LengthHistogram, max_length: int, max_depth: int | None, bound: LPBound) -> Packing:

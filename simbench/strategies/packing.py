@@ -16,7 +16,7 @@ import numpy as np
 from simbench.distinct import merged_rows
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
-from simbench.validation import check_seed, check_whole_number
+from simbench.validation import check_non_negative_float, check_seed, check_whole_number
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,14 @@ class PackOptions:
 
     seed: int = 0
     batch_size: int = 32  # sequences per batch, for batchers such as `sort`
+    # Time `optimal` may spend searching for packs its bound proves optimal, once the bound is known.
+    time_limit_seconds: float = 5.0
 
     def __post_init__(self):
         # Checked here, once, so that no strategy meets numpy's traceback for a negative seed.
         check_seed(self.seed)
         check_whole_number(self.batch_size, "batch_size", minimum=1)
+        check_non_negative_float(self.time_limit_seconds, "time_limit_seconds")
 
 
 # A dense table of the packs (`Packing.rows`) is built only below this size; long contexts hold
@@ -253,4 +256,17 @@ class Packing:
         }
         if lower_bound_packs:
             result["gap_to_bound"] = self.packs_total / lower_bound_packs - 1.0
+        result["proven_optimal"], result["proof"] = self.proof(lower_bound_packs)
         return result
+
+    def proof(self, lower_bound_packs: int | None = None) -> tuple[bool | None, str | None]:
+        """Whether the packs are proven optimal, and how (or how far from the bound, and why): the packer's
+        own statement (`details["proof"]`, `optimal`'s) or else packs meeting the bound; (None, None) with
+        neither, (False, None) for packs over the bound that their packer makes no claim about."""
+        if "proof" in self.details:
+            return bool(self.details["proven_optimal"]), self.details["proof"]
+        if lower_bound_packs is None:
+            return None, None
+        if self.packs_total <= lower_bound_packs:
+            return True, "proven optimal (LP bound)"
+        return False, None
