@@ -15,15 +15,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
-import sys
-import threading
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from simbench.histogram import LengthHistogram
+from simbench.strategies.highs import silent_highs
 from simbench.validation import check_pack_limits
 
 # A pattern prices out (improves the LP) when its dual value exceeds 1 by more than this.
@@ -396,43 +394,6 @@ class _CardinalityKnapsack:
         return pattern
 
 
-# fd 1 belongs to the whole process: one constructor at a time points it away and back.
-_STDOUT_FD_LOCK = threading.Lock()
-
-
-def _silent_highs(highspy):
-    """A new `highspy.Highs()` whose construction prints nothing on stdout.
-
-    HiGHS prints its banner from C++ straight to file descriptor 1 while the object is built (highspy
-    1.16 does), before `output_flag` can be set, so `--json` output would no longer parse. Python's
-    `redirect_stdout` cannot catch a C printf: fd 1 itself points at the null device meanwhile.
-    """
-    with _STDOUT_FD_LOCK:
-        try:
-            sys.stdout.flush()  # what Python already wrote goes out before fd 1 moves
-            saved_fd = os.dup(1)
-        except (AttributeError, OSError, ValueError):  # no stdout at all: nothing to keep clean
-            return highspy.Highs()
-        null_fd = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(null_fd, 1)
-            return highspy.Highs()
-        finally:
-            _flush_c_stdout()  # a banner still in C's buffer goes to the null device, not later to stdout
-            os.dup2(saved_fd, 1)
-            os.close(saved_fd)
-            os.close(null_fd)
-
-
-def _flush_c_stdout() -> None:
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).fflush(None)
-    except (AttributeError, OSError, TypeError):  # no C library to reach this way (Windows)
-        pass
-
-
 class MasterLP:
     """The restricted master LP, kept live in HiGHS so new columns reuse the last basis.
 
@@ -443,7 +404,7 @@ class MasterLP:
     def __init__(self, demand: np.ndarray, open_rows: np.ndarray | None = None):
         import highspy  # imported here: a command that never solves an LP should not pay for it
 
-        self.highs = _silent_highs(highspy)
+        self.highs = silent_highs()
         self.optimal_status = highspy.HighsModelStatus.kOptimal
         self.highs.setOptionValue("output_flag", False)
         self.highs.setOptionValue("solver", "simplex")

@@ -10,11 +10,11 @@ It proves optima the LP bound cannot (where the integer optimum lies above the L
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
+
+from simbench.strategies.highs import silent_highs
 
 # The MIP enumerates every pack; beyond this many it is not built (HiGHS takes about 2 s for 40,000 without
 # presolve, which took 10-100 s on such models and overran its time limit while it ran).
@@ -86,7 +86,7 @@ def solve_pattern_mip(lengths: np.ndarray, demand: np.ndarray, max_length: int, 
     if packs is None:
         packs = enumerate_packs(lengths, demand, max_length, max_depth, mip_packs_max(lengths.size))
     count = packs.shape[0]
-    highs = quiet_highs()
+    highs = silent_highs()
     # Presolve is off: on these models it ran for minutes without looking at the time limit.
     highs.setOptionValue("presolve", "off")
     highs.setOptionValue("time_limit", max(float(time_limit_seconds), 0.0))
@@ -130,20 +130,3 @@ def solve_pattern_mip(lengths: np.ndarray, demand: np.ndarray, max_length: int, 
     return PatternMIP(packs[used].astype(np.int64), values[used], lower, optimal)
 
 
-def quiet_highs():
-    """A HiGHS instance that prints nothing: its first construction in a process writes a banner to
-    file descriptor 1 before any option can be set, so stdout is pointed at /dev/null meanwhile."""
-    import highspy
-
-    sys.stdout.flush()
-    saved = os.dup(1)
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        highs = highspy.Highs()
-        highs.setOptionValue("output_flag", False)
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(null)
-    return highs
