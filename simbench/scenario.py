@@ -389,6 +389,12 @@ class Scenario(_Strict):
                              "against; choose another label")
         return strategies
 
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _one_device_count(cls, devices: Any) -> Any:
+        # `devices: 8` means one cluster size, as `--devices 8` does; bool is no count.
+        return [devices] if isinstance(devices, int) and not isinstance(devices, bool) else devices
+
     @field_validator("devices")
     @classmethod
     def _sorted_devices(cls, devices: tuple[int, ...]) -> tuple[int, ...]:

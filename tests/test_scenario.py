@@ -265,3 +265,15 @@ def test_a_run_uses_the_profile_its_scenario_validated_and_a_reread_names_file_a
     assert scenario.hardware.load().linear_flops_per_s == 1.0e14
     with pytest.raises(InputError, match=r"profile\.yaml.*`linear_flops_per_s`: Input should be greater than"):
         load_scenario(scenario_path)
+
+
+def test_one_device_count_needs_no_list(tmp_path):
+    scenario = load_scenario(write(tmp_path, FIVE_LINES.replace("devices: [1, 8]", "devices: 8")
+                                   if "devices: [1, 8]" in FIVE_LINES else FIVE_LINES + "devices: 8\n"))
+    assert scenario.devices == (8,)
+
+
+def test_a_misspelt_hardware_override_gets_a_did_you_mean(tmp_path):
+    path = write(tmp_path, FIVE_LINES + "hardware: {profile: a100, overrides: {kernel_lanch_seconds: 0}}\n")
+    with pytest.raises(InputError, match="did you mean 'kernel_launch_seconds'"):
+        load_scenario(path)

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from simbench.errors import InputError, read_text_file
+from simbench.errors import InputError, did_you_mean, read_text_file
 from simbench.registry import Registry
 from simbench.yamlfile import load_yaml_documents
 
@@ -535,7 +535,9 @@ def _describe_validation_error(error: ValidationError) -> str:
         key = ".".join(str(part) for part in item["loc"]) or "(profile)"
         message = item["msg"]
         if item["type"] == "extra_forbidden":
-            message = f"unknown field; allowed: {', '.join(HardwareProfile.model_fields)}"
+            known = list(HardwareProfile.model_fields)
+            hint = did_you_mean(key, known)
+            message = f"unknown field;{hint}" if hint else f"unknown field; allowed: {', '.join(known)}"
         elif item["type"] == "missing":
             message = "required field is missing"
         problems.append(f"`{key}`: {message} (found {item.get('input')!r})" if item["type"] != "missing"
