@@ -94,9 +94,9 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     timeline = _timelines(result.vts_timeline, labels)
     # Plans without a packing had no bound to compute, plans without samples no fit.
     progress(2 * len(plans_by_label) - len(packing) - len(samples))
-    scaling_columns = ["strategy", "devices", "speedup", "speedup_noise", "throughput_noise", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
+    scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                        "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
-                       "tokens_per_s_per_gpu", "ideal_speedup"]
+                       "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise"]
     summary = with_per_gpu_columns(summary, scenario.gpus_per_replica)
     # The most any strategy can gain over padding (None: the cost model cannot say); not over other baselines.
     ideal = ideal_speedup(cost_model, histogram, scenario.batch_size)

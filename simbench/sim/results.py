@@ -118,9 +118,9 @@ def summarize(runs: list[PlanRun]) -> pd.DataFrame:
     reference_noise = summary[summary["strategy"] == "none"].set_index("devices")["throughput_noise"]
     summary["speedup_noise"] = np.where(summary["strategy"] == "none", 0.0, np.hypot(
         summary["throughput_noise"], summary["devices"].map(reference_noise).fillna(0.0)))
-    columns = ["strategy", "devices", "speedup", "speedup_noise", "throughput_noise", "tokens_per_s", "sequences_per_s",
-               "step_seconds_mean", "engine", "reference", *BREAKDOWN_COLUMNS, "step_seconds_p99", "steps", "packer",
-               "max_depth", "mode"]
+    columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean", "engine",
+               "reference", *BREAKDOWN_COLUMNS, "step_seconds_p99", "steps", "packer", "max_depth", "mode",
+               "speedup_noise", "throughput_noise"]
     return summary[columns]
 
 
