@@ -79,7 +79,7 @@ class SyntheticHistogram(_Strict):
     and a remainder (`split`, as pre-training cuts documents), counted up to SPLIT_PIECES_MAX pieces.
     """
 
-    synthetic: Literal["lognormal"]
+    synthetic: Literal["lognormal"] = Field(description="the distribution: `lognormal`")
     sequences: int = Field(gt=0, description="number of sequences (documents, when split) in the dataset")
     median_length: float | None = Field(None, gt=0, description="median sequence length in tokens")
     sigma: float | None = Field(None, gt=0, description="standard deviation of log(length)")
@@ -127,8 +127,10 @@ class DatasetSpec(_Strict):
     histogram: Annotated[
         Annotated[str, Tag(_SHORT)] | Annotated[SyntheticHistogram, Tag(_FULL)],
         Discriminator(_by_type),
-    ] = Field(description="bundled histogram name, a CSV/JSON path (relative to the scenario), or a synthetic one")
-    max_length: int | None = Field(None, ge=1, description="pack and pad to this length; default: the histogram's")
+    ] = Field(description="a bundled histogram name, a CSV (`length,count`) or JSON file (a relative path is taken "
+                          "from the scenario's folder), or a synthetic histogram (see below)")
+    max_length: int | None = Field(None, ge=1, description="pack and pad to this length, at least the longest "
+                                   "sequence; default: the histogram's")
     _histogram: LengthHistogram | None = PrivateAttr(None)
 
     @field_validator("histogram")
@@ -191,8 +193,10 @@ _BUILT_HISTOGRAMS: dict[str, LengthHistogram] = {}
 
 
 class HardwareSpec(_Strict):
-    profile: str = Field("a100", description="hardware preset name or a profile YAML (e.g. from `simbench calibrate`)")
-    overrides: dict[str, Any] = Field(default_factory=dict, description="profile fields to replace")
+    profile: str = Field("a100", description="a hardware preset or a profile YAML file, e.g. one written by "
+                         "`simbench calibrate` or `simbench fit-logs`")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="profile fields to replace, e.g. "
+                                      "`{allreduce_bytes_per_s: 1.0e10}`")
     _profile: HardwareProfile | None = PrivateAttr(None)
 
     @model_validator(mode="after")
@@ -213,11 +217,16 @@ class StrategySpec(_Strict):
     name: str = Field(description="a packer from the registry or a simulator plan (`simbench list`)")
     _plan: ExecutionPlan | None = PrivateAttr(None)
     max_depth: int | Literal["max"] | None = Field(
-        None, description="most sequences per pack, or `max` for no limit; default: the plan's own")
-    packer: str | None = Field(None, description="packed-varlen only: the packer whose packs it runs")
-    stages: int | None = Field(None, ge=1, description="vts and vts-bucketed: pipeline stages")
-    window: int | None = Field(None, ge=1, description="vts-bucketed: batches per window sorted by length")
-    label: str | None = Field(None, description="name in tables and plots; default: the plan's name, e.g. spfhp:3")
+        None, description="packers and `packed-varlen`: most sequences per pack, or `max` for no limit; default: "
+        "the plan's own (3 for `spfhp`, `lpfhp`, `nnlshp`, `optimal`; no limit otherwise)")
+    packer: str | None = Field(None, description="`packed-varlen` only: the packer whose packs it runs with "
+                               "per-sequence attention; default `lpfhp`")
+    stages: int | None = Field(None, ge=1, description="`vts` and `vts-bucketed`: pipeline stages; default: the "
+                               "model's layers, the hardware profile's `vts_layers_per_stage` to a stage")
+    window: int | None = Field(None, ge=1, description="`vts-bucketed`: global batches (all devices' samples) per "
+                               "window sorted by length and dealt round-robin to the devices; default 8")
+    label: str | None = Field(None, description="the name in tables and plots; default: the plan's name, e.g. "
+                              "`spfhp:3`")
 
     @field_validator("max_depth", mode="before")
     @classmethod
@@ -300,9 +309,11 @@ def _short_form(text: str) -> dict[str, Any]:
 
 
 class OutputsSpec(_Strict):
-    plots: tuple[Literal[PLOTS], ...] = Field(PLOTS, description="plots to draw")
+    plots: tuple[Literal[PLOTS], ...] = Field(PLOTS, description="plots to draw (a plot without data, such as "
+                                              "`timeline` without a VTS plan, is skipped)")
     formats: tuple[Literal["png", "svg"], ...] = Field(("png", "svg"), description="image formats of every plot")
-    lp_bounds: bool = Field(True, description="bound every packing by the LP optimum at its depth (seconds each)")
+    lp_bounds: bool = Field(True, description="bound every packing by the LP optimum at its depth (a few seconds "
+                            "per depth on Wikipedia)")
 
 
 class QuickSpec(_Strict):
@@ -314,32 +325,42 @@ class QuickSpec(_Strict):
 
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="report folder name: letters, digits, _ . -")
-    description: str = ""
-    dataset: DatasetSpec
+    description: str = Field("", description="one line shown at the top of `summary.md`")
+    dataset: DatasetSpec = Field(description="the length histogram and the length to pack and pad to (see below)")
     model: Annotated[
         Annotated[str, Tag(_SHORT)] | Annotated[dict[str, int | bool | str], Tag(_FULL)],
         Discriminator(_by_type),
-    ] = Field("bert-large", description="model preset name or dimensions")
-    hardware: HardwareSpec = HardwareSpec()
+    ] = Field("bert-large", description="a model preset, or dimensions `{layers, hidden, heads, ffn}` with optional "
+              "`vocab`, `max_positions` and, for decoders, `family: decoder`, `kv_heads`, `gated_mlp`, `positions` "
+              "(`learned`, `rotary`), `tied_embeddings`, `biases` (`all`, `qkv`, `none`), `norm` (`layernorm`, "
+              "`rmsnorm`)")
+    hardware: HardwareSpec = Field(HardwareSpec(), description="a hardware preset or profile file (`hardware: cs-2` "
+                                   "is short for `{profile: cs-2}`), or a mapping (see below)")
     gpus_per_replica: int = Field(1, description="GPUs in one data-parallel device (tensor or context "
-                                  "parallel); `devices` count replicas")
+                                  "parallel); `devices` count replicas and `scaling.csv` adds per-GPU throughput "
+                                  "(`simbench simulate --gpus-per-replica`)")
     cost_model: str = Field("transformer", description="what prices a step: a cost model of the registry (`simbench "
                                                        "list`)")
     strategies: tuple[Annotated[
         Annotated[StrategySpec, Tag(_FULL)],
         Field(description="a name, or a mapping with `name` and parameters"),
-    ], ...] = Field(min_length=1)
-    devices: tuple[Annotated[StrictInt, Field(ge=1, le=DEVICES_MAX)], ...] = Field(DEFAULT_DEVICES, min_length=1)
-    batch_size: StrictInt = Field(32, ge=1, description="sequences (or packs) per device per step")
+    ], ...] = Field(min_length=1, description="the strategies to compare, each a name or a mapping with `name` and "
+                    "parameters (see below); padding (`none`), the reference of every speed-up, is always simulated")
+    devices: tuple[Annotated[StrictInt, Field(ge=1, le=DEVICES_MAX)], ...] = Field(
+        DEFAULT_DEVICES, min_length=1, description="data-parallel cluster sizes to simulate, up to 1,048,576")
+    batch_size: StrictInt = Field(32, ge=1, description="sequences (padding, sorting, un-padding, VTS) or packs "
+                                  "(packing) per device and step; `token-budget` fills `batch_size x max_length` "
+                                  "padded slots, `group-by-length` takes the sequences whose mean length fills them")
     steps: StrictInt = Field(200, ge=1, description="simulated training steps per strategy and device count")
     shapes: Literal["new", "seen", "auto"] = Field(
         "auto", description="which steps pay a new batch shape's first-sight cost: new (every variable shape, "
         "a run's first steps), seen (none, steady state) or auto (the average over training_steps)")
     training_steps: StrictInt = Field(10_000, ge=1, le=10**12, description="steps of the training run being "
                                       "simulated: how often a device meets a batch shape for the first time")
-    seed: StrictInt = Field(0, ge=0)  # strict: `seed: true` is a mistake, not seed 1
-    outputs: OutputsSpec = OutputsSpec()
-    quick: QuickSpec = QuickSpec()
+    # Strict: `seed: true` is a mistake, not seed 1.
+    seed: StrictInt = Field(0, ge=0, description="seeds every random draw; `--seed` replaces it")
+    outputs: OutputsSpec = Field(OutputsSpec(), description="plots, image formats and LP bounds (see below)")
+    quick: QuickSpec = Field(QuickSpec(), description="what `--quick` runs (see below)")
 
     @field_validator("model")
     @classmethod

@@ -226,7 +226,7 @@ IDEAL_KERNELS = {"unpadded_flops_fraction": 1.0, "unpadded_noise_cv": 0.0, "host
                  "first_sight_varlen_seconds_per_layer": 0.0,
                  "dense_half_saturation_width": 0.0}
 
-# Chosen, not measured (README "Decoder LLMs" gives how far the headlines move for +-10 % on each):
+# Chosen, not measured (docs/decoder-llms.md gives how far the headlines move for +-10 % on each):
 LLM_LINEAR_FRACTION = 0.50  # large bf16 GEMMs reach 60-75 % of peak; norms, activations, rotary and the
 # loss are not counted as FLOPs, so a well-tuned Llama-style step sits near 40-55 % MFU (Llama 3 paper: 38-43 %
 # at 16k H100s, pipeline bubbles included)
@@ -350,8 +350,8 @@ def _a100() -> HardwareProfile:
             "36 % of peak on the dense layers and 25 % on attention's small per-head matmuls, which puts "
             "padded BERT-large at batch 20 on 256 GPUs within ~5 % of NVIDIA's MLPerf v0.7 log "
             "(~94.5 seq/s per GPU; fitted instead on the 8-GPU un-padded log, with un-padding's efficiency "
-            "carried from the same code's V100 runs, the rates come out 0.4 % lower: README, \"Fitted on some "
-            "logs\"); NCCL ring bandwidth 240 GB/s in a node, 22.5 GB/s (90 % of HDR) "
+            "carried from the same code's V100 runs, the rates come out 0.4 % lower: docs/calibration.md, "
+            "\"Fitted on some logs\"); NCCL ring bandwidth 240 GB/s in a node, 22.5 GB/s (90 % of HDR) "
             "across nodes; LAMB reads and writes ~36 bytes per parameter at HBM speed; packing overhead "
             "assumed equal to the IPU's measured one (the paper has no GPU figure). Fitted: un-padded "
             "kernels at 0.836 of the padded FLOP/s with per-step noise CV 0.102, as NVIDIA's MLPerf v0.7 "

@@ -42,7 +42,7 @@ def provenance_note(hardware: str, overrides: dict | None = None, unpadded: bool
         parts.append("Profile fields the scenario sets (its choice, not simbench's): " + ", ".join(
             f"{key} = {value}" for key, value in sorted(overrides.items())) + ".")
     parts.append("Published figures simbench was fitted to or predicts, with their errors: the validation table "
-                 "(`simbench.validation_runs.validation_table`, shown in the README).")
+                 "(`simbench.validation_runs.validation_table`, shown in docs/validation.md).")
     return "## Fitted or predicted\n\n" + " ".join(parts)
 
 
@@ -75,7 +75,7 @@ def _value(value) -> str:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """The table as Markdown, for the README and summary.md."""
+    """The table as Markdown, for docs/validation.md and summary.md."""
     lines = ["| quantity | source | fitted on | simbench | published | error | kind | reproduces |",
              "|---|---|---|---|---|---|---|---|"]
     for row in table.to_dict(orient="records"):
