@@ -36,6 +36,8 @@ def _gap(packing: dict) -> str:
         return ""
     if round(100 * gap, 2) == 0:
         extra = round(packing["packs"] - bound)
+        if extra <= 0:
+            return "0: proven optimal"
         return f"{extra:,} pack" + ("" if extra == 1 else "s")
     return f"{100 * gap:.1f} %" if gap >= 0.01 else f"{100 * gap:.2f} %"
 

@@ -115,10 +115,13 @@ def _tied(first, second) -> bool:
 
 
 def _leaders(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
-    """The fastest strategy and every one tied with it."""
+    """The fastest strategy and those tied with it: the run of the ranking down to the first one it leads
+    clearly (a slower strategy with a wider error bar is not tied with it past a faster one that is not)."""
     ranked = _ranked(scaling, devices)
-    first = ranked.iloc[0]
-    return ranked[[index == 0 or _tied(first, row) for index, row in enumerate(ranked.itertuples())]]
+    first, count = ranked.iloc[0], 1
+    while count < len(ranked) and _tied(first, ranked.iloc[count]):
+        count += 1
+    return ranked.iloc[:count]
 
 
 def _headline(scaling: pd.DataFrame) -> str:
