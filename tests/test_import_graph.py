@@ -104,8 +104,9 @@ STAGES = ("simbench.errors", "simbench.validation", "simbench.registry", "simben
           "simbench.distinct", "simbench.data", "simbench.histogram", "simbench.histogram_hf",
           "simbench.histogram_build", "simbench.strategies", "simbench.costmodels", "simbench.sim",
           "simbench.calibrate", "simbench.scenario", "simbench.resolved", "simbench.workers", "simbench.experiment",
-          "simbench.sweep", "simbench.report", "simbench.validation_runs", "simbench.calibrate.runs",
-          "simbench.testing", "simbench.api", "simbench", "simbench.commands", "simbench.cli")
+          "simbench.sweep", "simbench.report", "simbench.validation_runs", "simbench.report.docs_pages", "simbench.report.main_job_table",
+          "simbench.calibrate.runs",
+          "simbench.testing", "simbench.api", "simbench", "simbench.commands", "simbench.cli", "simbench.__main__")
 
 
 def _stage(module: str) -> int:
