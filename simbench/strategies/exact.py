@@ -172,7 +172,7 @@ def dive(items: LengthItems, target: int, deadline_seconds: float, start_pattern
         if floored.any():
             children.append(floored)
         else:
-            rounded = _round_up_greedily(weights, columns, residual)
+            rounded = round_up_greedily(weights, columns, residual)
             if rounded.sum() > 1:
                 children.append(rounded)
         for column in np.argsort(-weights, kind="stable")[:DIVE_BRANCHES]:
@@ -201,8 +201,9 @@ def _node_lp(master: MasterLP, items: LengthItems, residual: np.ndarray) -> tupl
     return _robust_ceil(solution.bound), solution.weights[used], columns
 
 
-def _round_up_greedily(weights: np.ndarray, columns: np.ndarray, residual: np.ndarray) -> np.ndarray:
-    """One pack of each column of weight at least a half, heaviest first, while they fit."""
+def round_up_greedily(weights: np.ndarray, columns: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """One pack of each column with LP weight of at least a half, heaviest first, while they fit (the exact
+    search's step down a dive, and `optimal`'s rounding of the LP)."""
     whole = np.zeros(weights.size, dtype=np.int64)
     left = residual.copy()
     for column in np.argsort(-weights, kind="stable"):

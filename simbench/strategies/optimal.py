@@ -23,7 +23,7 @@ import numpy as np
 from simbench.histogram import LengthHistogram
 from simbench.strategies import get_strategy, register
 from simbench.strategies.classic import pack_decreasing
-from simbench.strategies.exact import Search, search_optimum
+from simbench.strategies.exact import Search, round_up_greedily, search_optimum
 from simbench.strategies import lp_bound
 from simbench.strategies.lp_bound import (COARSE_UNITS, FLUID_UNITS, LPBound, LengthItems, MasterLP, column_generation,
                                           lp_lower_bound, trivial_lower_bound)
@@ -138,7 +138,7 @@ def _round_lp(histogram: LengthHistogram, max_length: int, max_depth: int | None
         columns = master.matrix[:solution.weights.size]
         whole = _floor_within(solution.weights, columns, residual)
         if not whole.any():
-            whole = _round_up_greedily(solution.weights, columns, residual)
+            whole = round_up_greedily(solution.weights, columns, residual)
         passes += 1
         if not whole.any():
             break
@@ -267,19 +267,6 @@ def _floor_within(weights: np.ndarray, columns: np.ndarray, residual: np.ndarray
     return whole
 
 
-def _round_up_greedily(weights: np.ndarray, columns: np.ndarray, residual: np.ndarray) -> np.ndarray:
-    """One pack of each column with LP weight of at least a half, heaviest first, while they fit."""
-    whole = np.zeros(weights.size, dtype=np.int64)
-    left = residual.copy()
-    for column in np.argsort(-weights, kind="stable"):
-        if weights[column] < 0.5:
-            break
-        if np.all(columns[column] <= left):
-            whole[column] = 1
-            left -= columns[column]
-    return whole
-
-
 def _best_fit_decreasing(items: LengthItems, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pack the few sequences rounding left over with `bfd`; patterns as multiplicities, and repeats."""
     counts = np.zeros(items.max_length, dtype=np.int64)
@@ -290,5 +277,3 @@ def _best_fit_decreasing(items: LengthItems, residual: np.ndarray) -> tuple[np.n
         for length, copies in contents:
             pattern[np.searchsorted(items.lengths, length)] += copies
     return patterns, np.array([count for count, _ in groups], dtype=np.int64)
-
-
