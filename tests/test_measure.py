@@ -497,7 +497,8 @@ def test_a_decoder_gives_every_real_token_the_same_output_however_it_is_batched(
     decoder = CausalLM(model)
     unpadded_batch_ = unpadded_batch(sequences, "grouped")
     unpadded = decoder.encode(unpadded_batch_)
-    for batch in (packed_varlen_batch(sequences, [[0, 1], [2], [3]], 10), packed_batch(sequences, [[0, 1], [2], [3]], 10),
+    rows = [[0, 1], [2], [3]]
+    for batch in (packed_varlen_batch(sequences, rows, 10), packed_batch(sequences, rows, 10),
                   padded_batch(sequences, 9)):
         torch.testing.assert_close(decoder.encode(batch).index_select(0, real_token_slots(batch)), unpadded,
                                    atol=1e-5, rtol=1e-4)

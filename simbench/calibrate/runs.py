@@ -256,7 +256,8 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     else a histogram's four: padding, sort, lpfhp and unpadding. One that cannot be timed on one device is
     listed in the table with the reason. `model` and `layers` choose the model timed (`measured_model`: by
     default a scenario's own on CUDA, its family's small stand-in on a CPU); a decoder is timed as a causal LM
-    (`causal_lm.CausalLM`) and priced with its decoder `ModelSpec`. Without `profile_path` a profile is calibrated on held-out batches
+    (`causal_lm.CausalLM`) and priced with its decoder `ModelSpec`. Without `profile_path` a profile is
+    calibrated on held-out batches
     timed in the same rounds (its first-sight costs from their first steps); the strategies' steps are
     never fitted on.
     """
@@ -356,7 +357,8 @@ def _slice(model) -> str:
     from simbench.costmodels.model import MODEL_PRESETS
 
     preset = MODEL_PRESETS.find(model.name)
-    return f", {model.layers} of {preset.layers} layers" if preset is not None and preset.layers != model.layers else ""
+    sliced = preset is not None and preset.layers != model.layers
+    return f", {model.layers} of {preset.layers} layers" if sliced else ""
 
 
 def _measure_source(source: str, strategies: list[str] | None):

@@ -56,8 +56,8 @@ def measure(
     spec = parse_model(model) if model is not None else None
     # Libraries that print (HiGHS's banner, from C) must not mix with the JSON lines.
     with stdout_to_stderr(as_json), progress_bar(Console(stderr=True)) as progress:
-        run = measure_strategies(source, output_dir=output_dir, model=spec, layers=layers, device=device, steps=steps,
-                                 batch_size=batch_size, repeats=repeats, profile_path=profile_path,
+        run = measure_strategies(source, output_dir=output_dir, model=spec, layers=layers, device=device,
+                                 steps=steps, batch_size=batch_size, repeats=repeats, profile_path=profile_path,
                                  max_length=max_length, threads=threads, seed=seed, quick=quick,
                                  unpadded_attention=unpadded_attention, wall_clock=wall_clock, strategies=strategy,
                                  progress=advancing(progress, progress.add_task("timing")), note=say)
