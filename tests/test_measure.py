@@ -410,3 +410,126 @@ def test_measure_times_every_strategy_of_a_scenario_or_says_why_not_and_prints_o
     assert set(settings["not_measured"]) == refused and settings["baseline"] == "none"
     profile = yaml.safe_load((output / "profile.yaml").read_text())
     assert profile["provenance"]["first_sight_varlen_seconds_per_layer"].startswith("fitted: first steps")
+
+
+@pytest.fixture(scope="module")
+def decoder_run(tmp_path_factory):
+    """A decoder scenario (Llama 3.1 8B's) measured on the CPU, with its tiny stand-in, in seconds."""
+    import yaml
+
+    from simbench.calibrate.runs import measure_strategies
+
+    folder = tmp_path_factory.mktemp("decoder")
+    scenario = {"name": "decoder", "dataset": {"histogram": "squad_1_1_384"}, "model": "llama-3.1-8b",
+                "strategies": ["sort", "greedy", "packed-varlen", "unpad", "unpad-exchange", "token-budget",
+                               "group-by-length", "vts"],
+                "devices": [1], "batch_size": 4, "steps": 10}
+    path = folder / "decoder.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    notes = []
+    run = measure_strategies(str(path), output_dir=folder / "out", device="cpu", threads=1, max_length=32, steps=2,
+                             batch_size=4, repeats=2, quick=True, note=notes.append)
+    return run, notes
+
+
+def test_a_decoder_scenario_is_measured_end_to_end_every_strategy_timed_or_refused_with_a_reason(decoder_run):
+    import yaml
+
+    run, notes = decoder_run
+    assert any("tiny-decoder, the CPU stand-in for the scenario's llama-3.1-8b" in note for note in notes)
+    table = run.table.set_index("strategy")
+    assert list(table.index) == ["none", "sort", "greedy", "packed-varlen", "unpad", "token-budget",
+                                 "group-by-length", "unpad-exchange", "vts"]
+    assert set(run.refused) == {"unpad-exchange", "vts"} and all(run.refused.values())
+    measured = table.drop(index=list(run.refused))
+    assert (measured["problem"] == "").all()
+    assert (measured["measured_speedup"] > 0).all() and (measured["predicted_speedup"] > 0).all()
+    assert list(measured["mode"]) == ["padded", "sorted", "packed", "packed_varlen", "unpadded", "sorted", "sorted"]
+    assert "tiny-decoder decoder" in run.title
+    settings = yaml.safe_load((run.folder / "settings.yaml").read_text())
+    assert settings["model"] == "tiny-decoder" and settings["model_family"] == "decoder"
+    assert settings["unpadded_attention"] == "grouped"  # causal, one call per length group on a CPU
+    profile = yaml.safe_load((run.folder / "profile.yaml").read_text())
+    assert profile["calibration"]["model_dimensions"]["family"] == "decoder"
+    assert "tiny-decoder decoder" in profile["source"]
+
+
+def test_a_decoders_predicted_speedups_come_from_its_decoder_model_spec(decoder_run):
+    import dataclasses
+
+    from simbench.calibrate.fit import predict_seconds
+    from simbench.costmodels.hardware import load_hardware
+
+    run, _ = decoder_run
+    profile = load_hardware(run.folder / "profile.yaml")
+    timings = json.loads((run.folder / "timings.json").read_text())
+    decoder = get_model("tiny-decoder")
+    encoder_twin = dataclasses.replace(decoder, family="encoder")  # bidirectional attention, no LM head
+
+    def step_seconds(model, name: str) -> float:
+        layouts = [BatchLayout(ExecutionMode(batch["mode"]), tuple(map(tuple, batch["rows"])),
+                               tuple(batch["row_slots"])) for batch in timings[name]]
+        return float(predict_seconds(model, profile, layouts).mean())
+
+    table = run.table.set_index("strategy")
+    for name in timings:
+        assert table.loc[name, "predicted_step_seconds"] == pytest.approx(step_seconds(decoder, name))
+    assert step_seconds(encoder_twin, "none") != pytest.approx(step_seconds(decoder, "none"))
+    predicted = step_seconds(decoder, "unpad") / step_seconds(decoder, "none")
+    tokens = {name: sum(map(sum, (sum(batch["rows"], []) for batch in timings[name]))) for name in ("none", "unpad")}
+    assert table.loc["unpad", "predicted_speedup"] == pytest.approx(tokens["unpad"] / tokens["none"] / predicted)
+
+
+def test_a_decoder_gives_every_real_token_the_same_output_however_it_is_batched():
+    """Causal attention per document is exact: a token's output in packed-varlen packs, in packs under the
+    block-diagonal causal mask and in padded rows is the one it has un-padded (no position table to differ)."""
+    from dataclasses import replace
+
+    import torch
+
+    from simbench.calibrate.batches import (packed_batch, packed_varlen_batch, padded_batch, random_sequences,
+                                            unpadded_batch)
+    from simbench.calibrate.causal_lm import CausalLM, real_token_slots
+
+    model = get_model("tiny-decoder")
+    sequences = random_sequences([5, 3, 8, 2], model.vocab, np.random.default_rng(0))
+    torch.manual_seed(0)
+    decoder = CausalLM(model)
+    unpadded_batch_ = unpadded_batch(sequences, "grouped")
+    unpadded = decoder.encode(unpadded_batch_)
+    rows = [[0, 1], [2], [3]]
+    for batch in (packed_varlen_batch(sequences, rows, 10), packed_batch(sequences, rows, 10),
+                  padded_batch(sequences, 9)):
+        torch.testing.assert_close(decoder.encode(batch).index_select(0, real_token_slots(batch)), unpadded,
+                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(decoder.loss(batch), decoder.loss(unpadded_batch_))
+    # Causal: a token's output does not depend on the tokens after it.
+    first_four = replace(sequences[2], token_ids=sequences[2].token_ids[:4], masked_positions=np.array([0]),
+                         masked_labels=np.array([1]))
+    shorter = decoder.encode(unpadded_batch([first_four], "grouped"))
+    torch.testing.assert_close(shorter, unpadded[8:12], atol=1e-5, rtol=1e-4)
+
+
+def test_measure_times_a_scenarios_own_model_on_cuda_its_familys_stand_in_on_a_cpu(monkeypatch):
+    from simbench.calibrate import runs
+
+    notes = []
+    assert runs.measured_model("llama8b-sft-8k", device="cpu", note=notes.append).name == "tiny-decoder"
+    assert "stand-in" in notes[0] and "--device cuda" in notes[0]
+    assert runs.measured_model("wiki512", device="cpu").name == "tiny"
+    assert runs.measured_model("llama8b-sft-8k", device="cuda") == get_model("llama-3.1-8b")
+    sliced = runs.measured_model("llama8b-sft-8k", device="cuda", layers=2)
+    assert sliced.layers == 2 and sliced.family == "decoder" and sliced.hidden == 4096
+    assert runs.measured_model("wikipedia_512", device="cuda").name == "tiny"  # a histogram names no model
+    assert runs.measured_model("llama8b-sft-8k", get_model("mini"), device="cpu").name == "mini"
+    with pytest.raises(InputError, match="layers 40 is more than the 32 of llama-3.1-8b"):
+        runs.measured_model("llama8b-sft-8k", device="cuda", layers=40)
+    with pytest.raises(InputError, match="a decoder attends within each sequence"):
+        runs._decoder_attention("jagged", "cpu")
+
+
+def test_a_whole_decoder_llm_is_refused_before_anything_is_built():
+    with pytest.raises(InputError, match="training FLOPs"):
+        _settings(model=get_model("llama-3.1-8b"), max_length=8192, device="cuda", steps=16, batch_size=16)
+    with pytest.raises(InputError, match="training FLOPs"):
+        _settings(model=get_model("llama-3.1-8b"), max_length=128, device="cpu")

@@ -74,6 +74,24 @@ class CalibrationSettings:
         return encoder_shape(model)
 
 
+    def timed_shape(self):
+        """The torch model timed: the encoder, or for a decoder (as `simbench measure` times one) a causal LM."""
+        if not self.model.is_decoder:
+            return self.encoder_shape()
+        if self.max_length > self.model.max_positions:
+            raise InputError(f"max length {self.max_length} exceeds the model's {self.model.max_positions} positions")
+        return timed_shape(self.model)
+
+
+def timed_shape(model: ModelSpec):
+    """The torch model timed for `model`: an `EncoderShape`, or a `causal_lm.DecoderShape` for a decoder."""
+    if model.is_decoder:
+        from simbench.calibrate.causal_lm import DecoderShape
+
+        return DecoderShape(model)
+    return encoder_shape(model)
+
+
 def encoder_shape(model: ModelSpec) -> EncoderShape:
     """The torch encoder timed for `model`, with the small calibration vocabulary."""
     return EncoderShape(layers=model.layers, hidden=model.hidden, heads=model.heads, intermediate=model.ffn,
@@ -119,7 +137,7 @@ def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator,
 def prepare_calibration(settings: CalibrationSettings) -> tuple[list[BatchLayout], list[TorchBatch]]:
     """The calibration batches, as layouts (for the fit) and as torch batches (to time)."""
     rng = np.random.default_rng(settings.seed)
-    vocabulary = settings.encoder_shape().vocabulary
+    vocabulary = settings.timed_shape().vocabulary
     layouts = calibration_layouts(settings.max_length, settings.quick, rng, settings.model.max_positions)
     flops = (settings.warmup + settings.repeats) * sum(settings.model.training_flops(layout.row_slots)
                                                        for layout in layouts)
@@ -133,7 +151,7 @@ def run_calibration(settings: CalibrationSettings, progress: Callable[[], None] 
     """Time every calibration batch on the device and fit a profile to the medians."""
     torch.set_num_threads(settings.threads)
     layouts, batches = prepare_calibration(settings)
-    trainer = build_trainer(settings.encoder_shape(), settings.device, settings.seed, settings.cpu_clock)
+    trainer = build_trainer(settings.timed_shape(), settings.device, settings.seed, settings.cpu_clock)
     timings = time_batches(trainer, batches, settings.warmup, settings.repeats, progress,
                            order_rng=np.random.default_rng(settings.seed + 1))
     return fit_calibration(settings, layouts, timings)
@@ -146,7 +164,8 @@ def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout], t
     `adjusted_seconds` come from timing them among other batches; by default the load is
     factored out of these timings alone.
     """
-    shape = settings.encoder_shape()
+    shape = settings.timed_shape()
+    model = settings.model
     if adjusted_seconds is None:
         adjusted_seconds = load_adjusted(timings).seconds
     timed = [TimedLayout(layout, float(seconds), timing.spread_fraction)
@@ -155,8 +174,10 @@ def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout], t
     record = {
         **machine,
         "model": settings.model.name,
-        "model_dimensions": {"layers": shape.layers, "hidden": shape.hidden, "heads": shape.heads,
-                             "ffn": shape.intermediate, "vocabulary": shape.vocabulary},
+        "model_dimensions": {"layers": model.layers, "hidden": model.hidden, "heads": model.heads,
+                             "ffn": model.ffn, "vocabulary": shape.vocabulary,
+                             **({"family": model.family, "kv_heads": model.kv_heads or model.heads,
+                                 "gated_mlp": model.gated_mlp} if model.is_decoder else {})},
         "max_length": settings.max_length,
         "seed": settings.seed,
         "warmup_steps": settings.warmup,
@@ -171,7 +192,7 @@ def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout], t
     }
     base = {
         "name": f"calibrated {machine['device_name']}",
-        "source": (f"simbench calibrate: {settings.model.name} encoder on {machine['device_name']} "
+        "source": (f"simbench calibrate: {settings.model.name} {settings.model.family} on {machine['device_name']} "
                    f"({machine['device']}), torch {machine['torch_version']}, {machine['threads']} threads"),
         "unpad_group_boundaries": _group_boundaries(settings),
         "calibration": record,
@@ -228,6 +249,14 @@ def _group_boundaries(settings: CalibrationSettings) -> tuple[int, ...]:
     if settings.attention == "grouped":
         return tuple(range(1, settings.model.max_positions + 1))
     return (settings.model.max_positions,)
+
+
+def decoder_attention(device: str) -> str:
+    """How a decoder attends within each sequence (`DecoderLayer`): torch's varlen kernel with a causal window on
+    CUDA where this torch has it, else one causal call per group of equal-length sequences."""
+    from simbench.calibrate.decoder import varlen_attention_available
+
+    return "torch_varlen" if varlen_attention_available(torch.device(device)) else "grouped"
 
 
 def default_unpadded_attention(device: str) -> str:

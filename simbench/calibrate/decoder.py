@@ -142,8 +142,12 @@ class DecoderLayer(nn.Module):
         self.up = nn.Linear(model.hidden, (2 if self.gated else 1) * model.ffn, bias=False)
         self.down = nn.Linear(model.ffn, model.hidden, bias=False)
 
-    def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None, longest: int = 0) -> torch.Tensor:
-        x = x + self.output(self._attention(self.attention_norm(x), documents, longest))
+    def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None, longest: int = 0,
+                mask: torch.Tensor | None = None, real_slots: torch.Tensor | None = None) -> torch.Tensor:
+        """`x` is (rows, length, hidden). Attention is causal over each row, or under `mask` (True = may
+        attend) instead, or, given `documents` (offsets of the documents laid end to end), causal within each
+        document: over every slot, or over the `real_slots` alone (the other slots get no context)."""
+        x = x + self.output(self._attention(self.attention_norm(x), documents, longest, mask, real_slots))
         up = self.up(self.mlp_norm(x))
         if self.gated:
             gate, up = up.chunk(2, dim=-1)
@@ -151,20 +155,27 @@ class DecoderLayer(nn.Module):
         hidden = up if self.gated else F.gelu(up)
         return x + self.down(hidden)
 
-    def _attention(self, x: torch.Tensor, documents: torch.Tensor | None, longest: int) -> torch.Tensor:
+    def _attention(self, x: torch.Tensor, documents: torch.Tensor | None, longest: int,
+                   mask: torch.Tensor | None = None, real_slots: torch.Tensor | None = None) -> torch.Tensor:
         rows, length, _ = x.shape
         q, k, v = self.qkv(x).split([self.heads * self.head_dim, *2 * [self.kv_heads * self.head_dim]], dim=-1)
         if documents is None:
             q, k, v = (part.view(rows, length, -1, self.head_dim).transpose(1, 2) for part in (q, k, v))
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                                 enable_gqa=self.kv_heads != self.heads)
             return out.transpose(1, 2).reshape(x.shape)
         q, k, v = (part.reshape(rows * length, -1, self.head_dim) for part in (q, k, v))
+        if real_slots is not None:
+            q, k, v = (part.index_select(0, real_slots) for part in (q, k, v))
         k, v = (part.repeat_interleave(self.heads // self.kv_heads, dim=1) for part in (k, v))
         if not varlen_attention_available(x.device):
-            return _grouped_causal_attention(q, k, v, documents).reshape(x.shape)
-        from torch.nn.attention.varlen import varlen_attn
+            out = _grouped_causal_attention(q, k, v, documents)
+        else:
+            from torch.nn.attention.varlen import varlen_attn
 
-        out = varlen_attn(q, k, v, documents, documents, longest, longest, window_size=(-1, 0))
+            out = varlen_attn(q, k, v, documents, documents, longest, longest, window_size=(-1, 0))
+        if real_slots is not None:
+            out = out.new_zeros(rows * length, *out.shape[1:]).index_copy(0, real_slots, out)
         return out.reshape(x.shape)
 
 

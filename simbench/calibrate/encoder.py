@@ -31,6 +31,9 @@ class EncoderShape:
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
+    def build(self) -> Encoder:
+        return Encoder(self)
+
 
 class EncoderLayer(nn.Module):
     """Post-layer-norm transformer layer (as in BERT)."""
@@ -146,6 +149,9 @@ class Encoder(nn.Module):
         hidden = self.encode(batch)
         return (self.token_head(hidden.index_select(0, batch.masked_slots)),
                 self.sequence_head(hidden.index_select(0, batch.sequence_first_token)))
+
+    def loss(self, batch: TorchBatch) -> torch.Tensor:
+        return training_loss(self, batch)
 
 
 def attention_mask(batch: TorchBatch) -> torch.Tensor | None:

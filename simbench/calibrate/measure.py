@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from simbench.calibrate.batches import TorchBatch, batch_for_layout
-from simbench.calibrate.calibration import MIN_ROW_LENGTH, default_unpadded_attention, encoder_shape
+from simbench.calibrate.calibration import MIN_ROW_LENGTH, default_unpadded_attention, timed_shape
 from simbench.calibrate.fit import step_seconds_by_term
 from simbench.calibrate.layout import BatchLayout
 from simbench.calibrate.noisefit import MIN_STEPS as NOISE_MIN_STEPS, NoiseFit, fit_step_noise
@@ -220,7 +220,7 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     steps (on a shared machine the load drifts within minutes); their timings come back alongside.
     """
     torch.set_num_threads(settings.threads)
-    shape = encoder_shape(settings.model)
+    shape = timed_shape(settings.model)
     rng = np.random.default_rng(settings.seed + 1)
     names = list(layouts)
     attention = settings.unpadded_attention or default_unpadded_attention(settings.device)

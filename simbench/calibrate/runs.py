@@ -12,10 +12,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from simbench.errors import InputError
-from simbench.validation import check_choice
+from simbench.validation import check_choice, check_whole_number
 
 TORCH_MISSING = "torch is not installed: pip install 'simbench-seq[torch]'"
 DEFAULT_MAX_LENGTH = 128  # long enough for packing to matter, short enough for a CPU run in minutes
+# What measure times on a CPU for a scenario's model of each family (model presets small enough for seconds).
+CPU_STAND_INS = {"encoder": "tiny", "decoder": "tiny-decoder"}
 MEASURE_TABLE = "measured_vs_predicted.csv"
 MEASURE_COLUMNS = ["strategy", "mode", "measured_speedup", "predicted_speedup", "error", "speedup_noise", "run_valid",
                    "problem", "measured_step_seconds", "predicted_step_seconds", "predicted_compute_seconds",
@@ -200,7 +202,45 @@ class MeasureRun:
     refused: dict = field(default_factory=dict)  # strategy -> why it was not measured
 
 
-def measure_strategies(source: str, *, output_dir: Path | None = None, model, device: str | None = None,
+def measured_model(source: str, model=None, device: str = "cpu", layers: int | None = None,
+                   note: Callable[[str], None] = lambda message: None):
+    """The `ModelSpec` measure times and prices: `model` if given; else for a scenario its model on CUDA, and on
+    a CPU its family's small stand-in (`tiny` for an encoder, `tiny-decoder` for a decoder), said in a note;
+    else `tiny`. `layers` times the first that many of its layers instead of all."""
+    import dataclasses
+
+    from simbench.costmodels.model import get_model
+
+    scenario_model = _scenario_model(source)
+    if model is None and scenario_model is not None and device.startswith("cuda"):
+        model = scenario_model
+    elif model is None and scenario_model is not None:
+        model = get_model(CPU_STAND_INS[scenario_model.family])
+        if model != scenario_model:
+            note(f"timing {model.name}, the CPU stand-in for the scenario's {scenario_model.name} "
+                 f"({scenario_model.family}): --model chooses another, --device cuda times {scenario_model.name}")
+    elif model is None:
+        model = get_model(CPU_STAND_INS["encoder"])
+    if layers is not None:
+        check_whole_number(layers, "layers", minimum=1)
+        if layers > model.layers:
+            raise InputError(f"layers {layers} is more than the {model.layers} of {model.name}", parameter="layers")
+        model = dataclasses.replace(model, layers=layers)
+    return model
+
+
+def _scenario_model(source: str):
+    """A scenario's model, None for a histogram."""
+    from simbench.costmodels.model import get_model
+    from simbench.scenario import bundled_scenarios, load_scenario
+
+    if source.endswith((".yaml", ".yml")) or source in bundled_scenarios():
+        return get_model(load_scenario(source).model)
+    return None
+
+
+def measure_strategies(source: str, *, output_dir: Path | None = None, model=None, layers: int | None = None,
+                       device: str | None = None,
                        steps: int = 16, batch_size: int = 16, repeats: int = 3, profile_path: Path | None = None,
                        max_length: int = DEFAULT_MAX_LENGTH, threads: int | None = None, seed: int | None = None,
                        quick: bool = False, unpadded_attention: str | None = None, wall_clock: bool = False,
@@ -214,7 +254,10 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
     The strategies are `strategies` (plan names as `simulate --strategy` takes them), else a scenario's, built
     from its histogram as the simulator builds them (`strategy_batches`; padding added as the baseline),
     else a histogram's four: padding, sort, lpfhp and unpadding. One that cannot be timed on one device is
-    listed in the table with the reason. Without `profile_path` a profile is calibrated on held-out batches
+    listed in the table with the reason. `model` and `layers` choose the model timed (`measured_model`: by
+    default a scenario's own on CUDA, its family's small stand-in on a CPU); a decoder is timed as a causal LM
+    (`causal_lm.CausalLM`) and priced with its decoder `ModelSpec`. Without `profile_path` a profile is
+    calibrated on held-out batches
     timed in the same rounds (its first-sight costs from their first steps); the strategies' steps are
     never fitted on.
     """
@@ -232,18 +275,21 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
     output_dir = output_dir or Path(f"measure-{histogram.name}")
     # Checked before minutes of timing; and never swap away a folder that is not an earlier result.
     check_replaceable(output_dir, option="-o")
+    device = resolve_device(device)
+    model = measured_model(source, model, device, layers, note)
     if max_length > model.max_positions:
         raise InputError(f"max_length {max_length} exceeds the model's {model.max_positions} positions",
                          parameter="max_length")
     seed = scenario_seed if seed is None else seed
-    device = resolve_device(device)
     threads = torch.get_num_threads() if threads is None else threads
     scaled = rescale_histogram(histogram, max_length)
     if scaled is not histogram:
         note(f"lengths of {histogram.name} (max {histogram.max_length}) rescaled by "
              f"{max_length}/{histogram.max_length} to fit max length {max_length}")
     given_profile = load_hardware(profile_path) if profile_path is not None else None
-    if given_profile is not None and unpadded_attention is None and given_profile.calibration:
+    if model.is_decoder:
+        unpadded_attention = _decoder_attention(unpadded_attention, device)
+    elif given_profile is not None and unpadded_attention is None and given_profile.calibration:
         # Run un-padded attention the way the profile was calibrated, so its group term applies.
         unpadded_attention = given_profile.calibration.get("unpadded_attention")
     settings = MeasureSettings(model=model, max_length=max_length, device=device, threads=threads, steps=steps,
@@ -285,7 +331,7 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
     verdict = judge(table, baseline=baseline)
     table = _with_refused(table, refused)
     table["run_valid"] = verdict.valid
-    title = (f"{model.name} encoder, {scaled.name}, {steps} steps x {batch_size} rows, "
+    title = (f"{model.name} {model.family}{_slice(model)}, {scaled.name}, {steps} steps x {batch_size} rows, "
              f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
     noise = fit_unpadded_noise(measured, model, profile)
     record = _settings_record(settings, source, scaled, profile_path)
@@ -293,6 +339,26 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model, de
                   first_pass_load_factor=measured.first_pass_factor)
     _write_measure_folder(output_dir, table, measured, title, record, _with_fitted_noise(profile, noise, source))
     return MeasureRun(table, title, output_dir, verdict, noise, baseline, refused)
+
+
+def _decoder_attention(requested: str | None, device: str) -> str:
+    """A decoder attends within each sequence the one way `DecoderLayer` does on the device."""
+    from simbench.calibrate.calibration import decoder_attention
+
+    attention = decoder_attention(device)
+    if requested not in (None, attention):
+        raise InputError(f"a decoder attends within each sequence with {attention} on {device} (causal); "
+                         f"unpadded_attention {requested} applies to encoders", parameter="unpadded_attention")
+    return attention
+
+
+def _slice(model) -> str:
+    """`, 4 of 32 layers` where a preset is timed in part."""
+    from simbench.costmodels.model import MODEL_PRESETS
+
+    preset = MODEL_PRESETS.find(model.name)
+    sliced = preset is not None and preset.layers != model.layers
+    return f", {model.layers} of {preset.layers} layers" if sliced else ""
 
 
 def _measure_source(source: str, strategies: list[str] | None):
@@ -386,6 +452,7 @@ def _settings_record(settings, source: str, histogram, profile_path: Path | None
     from simbench.calibrate.calibration import default_unpadded_attention
 
     return {"source": source, "histogram": histogram.name, "model": settings.model.name,
+            "model_family": settings.model.family, "layers": settings.model.layers,
             "max_length": settings.max_length, "device": settings.device, "threads": settings.threads,
             "steps": settings.steps, "batch_size": settings.batch_size, "repeats": settings.repeats,
             "warmup": settings.warmup, "seed": settings.seed,

@@ -1,4 +1,4 @@
-"""Times full training steps (forward, backward, optimizer) of the encoder on real batches.
+"""Times full training steps (forward, backward, optimizer) of the encoder or causal LM on real batches.
 
 Repeats go round all batches in a fresh random order, and each round's shared slowdown from other
 processes is factored out, so that machine load hits every batch alike and then drops out.
@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from simbench.calibrate.batches import TorchBatch
-from simbench.calibrate.encoder import Encoder, EncoderShape, training_loss
 from simbench.errors import InputError
 
 # Training FLOPs one timing run (calibrate, calibrate-decoder, measure) may take: about 10 minutes at the
@@ -38,9 +37,9 @@ def check_timed_work(flops: float, device: str | torch.device, what: str, remedy
 
 @dataclass(frozen=True)
 class Trainer:
-    """An encoder, its optimizer and the device they live on."""
+    """A model (an `Encoder` or a `CausalLM`: anything with `loss(batch)`), its optimizer and its device."""
 
-    model: Encoder
+    model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     device: torch.device
     cpu_clock: bool = False  # time steps by this process's CPU seconds instead of wall-clock seconds
@@ -50,7 +49,7 @@ class Trainer:
         GPU training runs, and as flash-attention requires)."""
         self.optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-            loss = training_loss(self.model, batch)
+            loss = self.model.loss(batch)
         loss.backward()
         self.optimizer.step()
 
@@ -114,12 +113,13 @@ def uses_cpu_clock(device: str, threads: int, wall_clock: bool = False) -> bool:
     return not wall_clock and device == "cpu" and threads == 1
 
 
-def build_trainer(shape: EncoderShape, device: torch.device | str, seed: int, cpu_clock: bool = False) -> Trainer:
-    """A freshly initialised encoder (seeded) with AdamW, on `device`."""
+def build_trainer(shape, device: torch.device | str, seed: int, cpu_clock: bool = False) -> Trainer:
+    """A freshly initialised model of `shape` (an `EncoderShape` or a `causal_lm.DecoderShape`; seeded) with
+    AdamW, on `device`."""
     device = torch.device(device)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)  # nn.Module initialisers draw from the global generator only
-    model = Encoder(shape).to(device).train()
+    model = shape.build().to(device).train()
     torch.random.set_rng_state(generator_state)
     return Trainer(model, torch.optim.AdamW(model.parameters(), lr=1e-4), device, cpu_clock)
 

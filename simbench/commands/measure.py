@@ -31,7 +31,12 @@ def measure(
     profile_path: Path = typer.Option(None, "--profile",
                                       help="calibrated profile; default: calibrate on held-out batches "
                                            "timed alongside"),
-    model: str = typer.Option("tiny", "--model", help="model preset or dimensions, as for calibrate"),
+    model: str = typer.Option(None, "--model",
+                              help="model preset or dimensions, as for calibrate; default: a scenario's own model on "
+                                   "cuda, on a CPU its family's small stand-in (tiny, or tiny-decoder for a decoder), "
+                                   "and tiny for a histogram"),
+    layers: int = typer.Option(None, "--layers", help="time the model's first LAYERS layers only (e.g. 4 of a "
+                                                      "decoder LLM's on one GPU)"),
     max_length: int = typer.Option(DEFAULT_MAX_LENGTH, "--max-length",
                                    help="row length; longer histograms are rescaled to it"),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's choice)"),
@@ -48,11 +53,11 @@ def measure(
 
     from simbench.calibrate.runs import MEASURE_COLUMNS, measure_strategies
 
-    spec = parse_model(model)
+    spec = parse_model(model) if model is not None else None
     # Libraries that print (HiGHS's banner, from C) must not mix with the JSON lines.
     with stdout_to_stderr(as_json), progress_bar(Console(stderr=True)) as progress:
-        run = measure_strategies(source, output_dir=output_dir, model=spec, device=device, steps=steps,
-                                 batch_size=batch_size, repeats=repeats, profile_path=profile_path,
+        run = measure_strategies(source, output_dir=output_dir, model=spec, layers=layers, device=device,
+                                 steps=steps, batch_size=batch_size, repeats=repeats, profile_path=profile_path,
                                  max_length=max_length, threads=threads, seed=seed, quick=quick,
                                  unpadded_attention=unpadded_attention, wall_clock=wall_clock, strategies=strategy,
                                  progress=advancing(progress, progress.add_task("timing")), note=say)

@@ -156,6 +156,11 @@ MODEL_PRESETS: Registry[ModelSpec] = Registry("model preset", {
     # Small enough for a CPU torch run to time in seconds (used by calibration).
     "tiny": ModelSpec(layers=2, hidden=128, heads=2, ffn=512, name="tiny"),
     "mini": ModelSpec(layers=4, hidden=256, heads=4, ffn=1024, name="mini"),
+    # A Llama-shaped decoder as small as `tiny` (grouped-query attention, SwiGLU, RMSNorm, rotary positions):
+    # what `simbench measure` times on a CPU for a decoder scenario. Its vocabulary is small because a
+    # decoder's LM head runs on every token and is priced with the model's vocabulary.
+    "tiny-decoder": _decoder("tiny-decoder", layers=2, hidden=128, heads=4, kv_heads=2, ffn=352, vocab=1024,
+                             max_positions=2048, **_LLAMA_STYLE),
     # Decoders: the values of each model card's config.json on huggingface.co.
     # openai-community/gpt2: n_layer 12, n_embd 768, n_head 12, n_inner null (4 x 768), n_positions 1024,
     # vocab_size 50257; GELU MLP, learned positions, LayerNorm, biases everywhere, LM head tied (124M).
