@@ -5,8 +5,10 @@ import os
 
 import pytest
 
-# simbench/calibrate imports torch, an optional extra: without it, its doctests cannot even be imported.
-collect_ignore_glob = [] if importlib.util.find_spec("torch") else ["simbench/calibrate/*"]
+# simbench/data holds data, among it the script that timed a shipped grid (it needs torch and a GPU): never
+# collected as doctests. simbench/calibrate imports torch, an optional extra: without it, its doctests cannot
+# even be imported.
+collect_ignore_glob = ["simbench/data/*"] + ([] if importlib.util.find_spec("torch") else ["simbench/calibrate/*"])
 
 
 def pytest_addoption(parser):
