@@ -410,6 +410,11 @@ class Scenario(_Strict):
         return self.model_copy(update={"steps": self.quick.steps, "devices": tuple(sorted(set(devices))),
                                        "outputs": outputs})
 
+    def input_files(self) -> list[Path]:
+        """The user's files this scenario reads (a histogram, a hardware profile): what no output may replace."""
+        names = [self.dataset.histogram, self.hardware.profile]
+        return [Path(name) for name in names if isinstance(name, str) and Path(name).is_file()]
+
     def to_yaml(self) -> str:
         """The resolved scenario: defaults filled in and paths absolute; `load_scenario` reads it back."""
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, default_flow_style=None)

@@ -7,11 +7,15 @@ line is the case's folder; a file's content may be text or bytes.
 """
 
 import gzip
+import hashlib
+import io
 import json
+import os
 import tempfile
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -36,6 +40,26 @@ def bomb(levels: int = 8) -> str:
 
 def scenario_with(extra: str) -> str:
     return SCENARIO + extra
+
+
+class Link(str):
+    """A symbolic link to this target (relative to the case's folder), made in place of a file."""
+
+
+def marker(files: dict[str, str]) -> str:
+    """A report folder's marker listing `files` with the hashes of these contents (as simbench wrote them)."""
+    return json.dumps({"written_by": "simbench", "files": sorted(files),
+                       "sha256": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in files.items()}})
+
+
+def npy(values) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(values))
+    return buffer.getvalue()
+
+
+NPY_LENGTHS = npy(np.array([5, 7, 3], dtype=np.int64))
+SWEEP_ONE_CELL = "base:\n" + "".join(f"  {line}\n" for line in SCENARIO.splitlines()[1:]) + "axes: {seed: [1]}\n"
 
 
 PACK = ["pack", "{d}/h.csv", "--strategy", "spfhp"]
@@ -202,6 +226,43 @@ CASES = [
      ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--hardware", "{d}/p.yaml"], "p.yaml"),
     ("profile-duplicate-key", {"p.yaml": "name: x\nname: y\n"},
      ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--hardware", "{d}/p.yaml"], "appears twice"),
+    # Outputs never clobber inputs, nor any existing file without --force
+    ("build-output-is-input", {"l.txt": "5\n"}, ["histogram", "build", "{d}/l.txt", "--max-length", "8", "-o",
+                                                  "{d}/l.txt", "--force"], "also an input of this command (l.txt)"),
+    ("build-output-links-to-input", {"l.txt": "5\n", "out.csv": Link("l.txt")},
+     ["histogram", "build", "{d}/l.txt", "--max-length", "8", "-o", "{d}/out.csv", "--force"], "also an input"),
+    ("build-output-exists", {"l.txt": "5\n", "h.csv": "my notes"},
+     ["histogram", "build", "{d}/l.txt", "--max-length", "8", "-o", "{d}/h.csv"], "h.csv: -o is a file that exists; "
+                                                                                  "pass --force"),
+    ("build-output-links-to-notes", {"l.txt": "5\n", "notes.txt": "mine", "h.csv": Link("notes.txt")},
+     ["histogram", "build", "{d}/l.txt", "--max-length", "8", "-o", "{d}/h.csv"], "is a symbolic link to"),
+    ("build-output-dangling-link", {"l.txt": "5\n", "h.csv": Link("nowhere.csv")},
+     ["histogram", "build", "{d}/l.txt", "--max-length", "8", "-o", "{d}/h.csv"], "pass --force"),
+    ("fit-logs-output-is-log", {"log.csv": "gpus,per_gpu_batch,unpadded,seq/s\n8,4,true,100\n"},
+     ["fit-logs", "{d}/log.csv", "-o", "{d}/log.csv", "--force"], "also an input of this command (log.csv)"),
+    ("fit-logs-output-exists", {"log.csv": "gpus,per_gpu_batch,unpadded,seq/s\n8,4,true,100\n", "p.yaml": "mine"},
+     ["fit-logs", "{d}/log.csv", "-o", "{d}/p.yaml"], "pass --force"),
+    ("assign-output-is-lengths", {"l.npy": NPY_LENGTHS},
+     ["assign", "squad_1_1_384", "--lengths", "{d}/l.npy", "--strategy", "spfhp", "-o", "{d}/l.npy", "--force"],
+     "also an input of this command (l.npy)"),
+    ("assign-output-is-histogram", {"h.npy": CSV, "l.npy": NPY_LENGTHS},
+     ["assign", "{d}/h.npy", "--lengths", "{d}/l.npy", "--strategy", "spfhp", "-o", "{d}/h.npy", "--force"],
+     "also an input of this command (h.npy)"),
+    ("assign-output-exists", {"l.npy": NPY_LENGTHS, "p.npy": "mine"},
+     ["assign", "squad_1_1_384", "--lengths", "{d}/l.npy", "--strategy", "spfhp", "-o", "{d}/p.npy"], "pass --force"),
+    ("calibrate-timings-output-is-grid", {"g.jsonl": "{}\n"},
+     ["calibrate", "--timings", "{d}/g.jsonl", "-o", "{d}/g.jsonl", "--force"], "also an input"),
+    ("calibrate-decoder-output-exists", {"p.yaml": "mine"}, ["calibrate-decoder", "-o", "{d}/p.yaml"], "pass --force"),
+    ("run-out-holds-the-scenario", {"out/s.yaml": SCENARIO, "out/.simbench-folder.json": marker({"s.yaml": "x"})},
+     ["run", "{d}/out/s.yaml", "--out", "{d}/out"], "--out holds this command's input"),
+    ("run-out-holds-the-histogram", {"s.yaml": SCENARIO.replace("squad_1_1_384", "out/h.csv"), "out/h.csv": CSV,
+                                     "out/.simbench-folder.json": marker({"h.csv": CSV})},
+     ["run", "{d}/s.yaml", "--out", "{d}/out"], "--out holds this command's input"),
+    ("run-summary-edited-by-user", {"s.yaml": SCENARIO, "out/summary.md": "# s\nmy own conclusions\n",
+                                    "out/.simbench-folder.json": marker({"summary.md": "# s\n"})},
+     ["run", "{d}/s.yaml", "--out", "{d}/out"], "changed since simbench wrote them (summary.md)"),
+    ("sweep-summary-edited-by-user", {"w.yaml": SWEEP_ONE_CELL, "out/sweep.json": "{}", "out/summary.md": "mine"},
+     ["sweep", "{d}/w.yaml", "--out", "{d}/out", "--workers", "0", "--resume"], "out"),
 ]
 
 
@@ -210,6 +271,10 @@ def materialise(folder: Path, files: dict) -> dict[Path, bytes]:
     for name, content in files.items():
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Link):
+            path.symlink_to(content)
+            written[path] = content
+            continue
         data = content if isinstance(content, bytes) else content.encode()
         path.write_bytes(data)
         written[path] = data
@@ -223,7 +288,7 @@ def test_bad_input_gives_one_clean_error_and_loses_nothing(tmp_path, case_id, fi
     before = materialise(folder, files)
     arguments = [argument.replace("{d}", str(folder)) for argument in argv]
     for path in before:  # a scenario may name a file of the case
-        if path.suffix == ".yaml" and b"{d}" in before[path]:
+        if path.suffix == ".yaml" and not isinstance(before[path], Link) and b"{d}" in before[path]:
             path.write_bytes(before[path].replace(b"{d}", str(folder).encode()))
             before[path] = path.read_bytes()
     outcome = []
@@ -236,7 +301,10 @@ def test_bad_input_gives_one_clean_error_and_loses_nothing(tmp_path, case_id, fi
     message = str(result.exception)
     assert "\n" not in message.strip() and expected.replace("{d}", str(folder)) in message, message
     for path, data in before.items():
-        assert path.read_bytes() == data, f"{case_id}: {path} changed or lost"
+        if isinstance(data, Link):
+            assert path.is_symlink() and os.readlink(path) == data, f"{case_id}: the link {path} changed or lost"
+        else:
+            assert not path.is_symlink() and path.read_bytes() == data, f"{case_id}: {path} changed or lost"
 
 
 def test_the_corpus_covers_every_command_that_reads_user_files():
