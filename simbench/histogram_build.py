@@ -44,9 +44,10 @@ class BuiltHistogram:
 
     def describe(self) -> str:
         """What was counted and what was left out or cut, for the user."""
+        slots = self.histogram.sequences * self.histogram.max_length
         lines = [f"{self.sequences_read} sequences read; {self.histogram.sequences} in the histogram "
-                 f"({self.histogram.real_tokens} tokens, {100 * (1 - self.histogram.efficiency):.2f} % padding "
-                 f"at max length {self.histogram.max_length})"]
+                 f"({self.histogram.real_tokens} tokens, {_percent(slots - self.histogram.real_tokens, slots)} % "
+                 f"padding at max length {self.histogram.max_length})"]
         if self.too_long:
             fate = "truncated to max length" if self.truncated else "left out (pass --truncate to keep them, cut)"
             lines.append(f"{self.too_long} sequences longer than {self.histogram.max_length} tokens: {fate}; "
@@ -59,8 +60,18 @@ class BuiltHistogram:
 
 
 def _percent(part: int, whole: int) -> str:
-    """`part` as a percentage of `whole` (0 of nothing), to two decimals."""
-    return f"{100 * part / whole if whole else 0.0:.2f}"
+    """`part` as a percentage of `whole` (0 of nothing), to two decimals, rounded half up; in whole numbers
+    throughout, so that a part of a whole never shows more than 100 % however large both are."""
+    if not whole:
+        return "0.00"
+    hundredths = (20_000 * part + whole) // (2 * whole)
+    return f"{hundredths // 100}.{hundredths % 100:02d}"
+
+
+def _exact_sum(values: np.ndarray) -> int:
+    """The sum of up to 2^22 non-negative int64 values below 2^62, exactly, as a Python int: in two halves
+    of 31 bits whose sums cannot wrap (np.sum of four lengths of 2^62 - 1 wraps int64)."""
+    return (int((values >> 31).sum()) << 31) + int((values & (2**31 - 1)).sum())
 
 
 def build_histogram(lengths: np.ndarray, max_length: int, *, truncate: bool, name: str = "histogram") -> BuiltHistogram:
@@ -77,8 +88,8 @@ def build_histogram(lengths: np.ndarray, max_length: int, *, truncate: bool, nam
         chunk = lengths[start:start + NPY_CHUNK_ELEMENTS].astype(np.int64)
         over = chunk > max_length
         too_long += int(np.count_nonzero(over))
-        tokens_read += int(chunk.sum())
-        tokens_beyond += int(chunk[over].sum()) - max_length * int(np.count_nonzero(over))
+        tokens_read += _exact_sum(chunk)
+        tokens_beyond += _exact_sum(chunk[over]) - max_length * int(np.count_nonzero(over))
         counts += np.bincount(np.minimum(chunk, max_length) if truncate else chunk[~over], minlength=max_length + 1)
     histogram = LengthHistogram(counts[1:], name=name)
     return BuiltHistogram(histogram, int(lengths.size), too_long, truncate, int(counts[0]), tokens_read, tokens_beyond)

@@ -58,6 +58,14 @@ def npy(values) -> bytes:
     return buffer.getvalue()
 
 
+def mlperf_log(throughputs: list[str]) -> str:
+    """An MLPerf BERT log of 8 GPUs, un-padded, whose steps (from line 3) have these seq/s."""
+    return ("0: python run_pretraining.py --train_batch_size=4 --unpad\n"
+            '0: :::MLLOG {"key": "global_batch_size", "value": 32}\n'
+            + "".join(f"0: {{'training_steps': {step}, 'seq/s': {value}}}\n"
+                      for step, value in enumerate(throughputs, start=1)))
+
+
 NPY_LENGTHS = npy(np.array([5, 7, 3], dtype=np.int64))
 SWEEP_ONE_CELL = "base:\n" + "".join(f"  {line}\n" for line in SCENARIO.splitlines()[1:]) + "axes: {seed: [1]}\n"
 
@@ -261,6 +269,41 @@ CASES = [
     ("run-summary-edited-by-user", {"s.yaml": SCENARIO, "out/summary.md": "# s\nmy own conclusions\n",
                                     "out/.simbench-folder.json": marker({"summary.md": "# s\n"})},
      ["run", "{d}/s.yaml", "--out", "{d}/out"], "changed since simbench wrote them (summary.md)"),
+    # Values no device or log can have
+    ("fit-logs-seq-negative", {"log.txt": mlperf_log(["-5.0"] * 60)}, ["fit-logs", "{d}/log.txt"],
+     "log.txt:3: a step's seq/s must be positive"),
+    ("fit-logs-seq-zero", {"log.txt": mlperf_log(["0"] * 60)}, ["fit-logs", "{d}/log.txt"], "log.txt:3"),
+    ("fit-logs-seq-mixed-sign", {"log.txt": mlperf_log(["5.0", "-5.0"] * 30)}, ["fit-logs", "{d}/log.txt"],
+     "log.txt:4"),
+    ("fit-logs-seq-overflow", {"log.txt": mlperf_log(["1e999"] * 60)}, ["fit-logs", "{d}/log.txt"], "log.txt:3"),
+    ("fit-logs-seq-huge-int", {"log.txt": mlperf_log(["9" * 400] * 60)}, ["fit-logs", "{d}/log.txt"], "log.txt:3"),
+    ("fit-logs-seq-near-max-float", {"log.txt": mlperf_log([f"{k}e307" for k in range(1, 8)] * 9)},
+     ["fit-logs", "{d}/log.txt"], "log.txt:3: a step's seq/s must be positive and at most 1e+12"),
+    ("fit-logs-csv-seq-1e307", {"log.csv": "gpus,per_gpu_batch,unpadded,seq/s\n" + "8,4,true,3e307\n" * 60},
+     ["fit-logs", "{d}/log.csv"], "log.csv:2: a throughput of 3e+307"),
+    ("fit-logs-step-seconds-subnormal", {"log.csv": "gpus,per_gpu_batch,unpadded,step_seconds\n"
+                                         + "8,4,true,1e-320\n" * 60}, ["fit-logs", "{d}/log.csv"], "log.csv:2"),
+    ("fit-logs-set-noise-inf", {"log.csv": "gpus,per_gpu_batch,unpadded,seq/s\n" + "8,4,true,300\n" * 60},
+     ["fit-logs", "{d}/log.csv", "--set", "unpadded_noise_cv=inf"], "`unpadded_noise_cv`: must be finite"),
+    ("fit-logs-set-noise-huge", {"log.csv": "gpus,per_gpu_batch,unpadded,seq/s\n" + "8,4,true,300\n" * 60},
+     ["fit-logs", "{d}/log.csv", "--set", "unpadded_noise_cv=1e308", "--fit", ""], "`unpadded_noise_cv`: must be at "
+                                                                                 "most 10"),
+    ("fit-logs-set-rate-nan", {"log.csv": "gpus,per_gpu_batch,unpadded,seq/s\n" + "8,4,true,300\n" * 60},
+     ["fit-logs", "{d}/log.csv", "--set", "linear_flops_per_s=nan"], "`linear_flops_per_s`"),
+    ("simulate-set-launch-inf", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--set",
+                                     "kernel_launch_seconds=inf"], "`kernel_launch_seconds`: must be finite"),
+    ("yaml-override-inf", {"s.yaml": scenario_with("hardware: {overrides: {step_overhead_seconds: .inf}}\n")},
+     VALIDATE, "s.yaml:6"),
+    ("yaml-override-1e308", {"s.yaml": scenario_with("hardware: {overrides: {kernel_launch_seconds: 1.0e+308}}\n")},
+     VALIDATE, "`kernel_launch_seconds`: must be at most"),
+    ("run-override-1e308", {"s.yaml": scenario_with("hardware: {overrides: {allreduce_latency_seconds: 1.0e+308}}\n")},
+     ["run", "{d}/s.yaml", "--out", "{d}/out"], "allreduce_latency_seconds"),
+    ("profile-inf-rate", {"p.yaml": "name: x\nsource: y\nlinear_flops_per_s: .inf\nattention_flops_per_s: 1e12\n"},
+     ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--hardware", "{d}/p.yaml"], "p.yaml"),
+    ("sweep-axis-override-inf", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}",
+                                                                  "axes: {hardware.overrides.kernel_launch_seconds: "
+                                                                  "[0.0, .inf]}")},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "cell 1"),
     ("sweep-summary-edited-by-user", {"w.yaml": SWEEP_ONE_CELL, "out/sweep.json": "{}", "out/summary.md": "mine"},
      ["sweep", "{d}/w.yaml", "--out", "{d}/out", "--workers", "0", "--resume"], "out"),
 ]
