@@ -67,6 +67,7 @@ def mlperf_log(throughputs: list[str]) -> str:
 
 
 NPY_LENGTHS = npy(np.array([5, 7, 3], dtype=np.int64))
+SWEEP_RUN = ["sweep", "{d}/w.yaml", "--out", "{d}/out", "--workers", "0"]
 SWEEP_ONE_CELL = "base:\n" + "".join(f"  {line}\n" for line in SCENARIO.splitlines()[1:]) + "axes: {seed: [1]}\n"
 
 
@@ -304,8 +305,68 @@ CASES = [
                                                                   "axes: {hardware.overrides.kernel_launch_seconds: "
                                                                   "[0.0, .inf]}")},
      ["sweep", "{d}/w.yaml", "--dry-run"], "cell 1"),
-    ("sweep-summary-edited-by-user", {"w.yaml": SWEEP_ONE_CELL, "out/sweep.json": "{}", "out/summary.md": "mine"},
-     ["sweep", "{d}/w.yaml", "--out", "{d}/out", "--workers", "0", "--resume"], "out"),
+    # Sweep folders: checked before any work
+    ("sweep-out-is-file", {"w.yaml": SWEEP_ONE_CELL, "out": "mine"}, SWEEP_RUN, "--out is a file"),
+    ("sweep-out-dev-null", {"w.yaml": SWEEP_ONE_CELL}, ["sweep", "{d}/w.yaml", "--out", "/dev/null", "--workers", "0"],
+     "--out is a file (or a device)"),
+    ("sweep-out-is-the-sweep", {"w.yaml": SWEEP_ONE_CELL}, ["sweep", "{d}/w.yaml", "--out", "{d}/w.yaml", "--workers",
+                                                           "0"], "--out is this command's input"),
+    ("sweep-out-holds-the-sweep", {"out/w.yaml": SWEEP_ONE_CELL}, ["sweep", "{d}/out/w.yaml", "--out", "{d}/out",
+                                                                   "--workers", "0"], "--out holds this command's input"),
+    ("sweep-out-dangling-link", {"w.yaml": SWEEP_ONE_CELL, "out": Link("nowhere")}, SWEEP_RUN,
+     "--out is a symbolic link to nothing"),
+    ("sweep-out-dot-dot", {"w.yaml": SWEEP_ONE_CELL}, ["sweep", "{d}/w.yaml", "--out", "{d}/..", "--workers", "0"],
+     "--out must name a folder"),
+    ("sweep-named-dot-dot", {"w.yaml": 'name: ".."\n' + SWEEP_ONE_CELL}, ["sweep", "{d}/w.yaml", "--workers", "0"],
+     "w.yaml:1: `name` names the results folder"),
+    ("sweep-named-a-path", {"w.yaml": "name: ../../etc\n" + SWEEP_ONE_CELL}, ["sweep", "{d}/w.yaml", "--dry-run"],
+     "w.yaml:1"),
+    ("sweep-name-a-list", {"w.yaml": "name: [a, b]\n" + SWEEP_ONE_CELL}, ["sweep", "{d}/w.yaml", "--dry-run"],
+     "w.yaml:1"),
+    ("sweep-garbage-ledger", {"w.yaml": SWEEP_ONE_CELL, "out/sweep.json": "{garbage", "out/results/x": "mine"},
+     SWEEP_RUN + ["--resume"], "sweep.json: not the JSON simbench writes"),
+    ("sweep-ledger-a-list", {"w.yaml": SWEEP_ONE_CELL, "out/sweep.json": "[1, 2]"}, SWEEP_RUN + ["--resume"],
+     "not the ledger simbench writes"),
+    ("sweep-ledger-deep", {"w.yaml": SWEEP_ONE_CELL, "out/sweep.json": "[" * 200_000 + "]" * 200_000},
+     SWEEP_RUN + ["--resume"], "sweep.json"),
+    ("sweep-ledger-binary", {"w.yaml": SWEEP_ONE_CELL, "out/sweep.json": bytes(range(256))}, SWEEP_RUN + ["--resume"],
+     "sweep.json"),
+    ("sweep-other-sweeps-ledger", {"w.yaml": SWEEP_ONE_CELL, "out/sweep.json": '{"ledger": 1, "fingerprint": "x"}',
+                                   "out/summary.md": "mine"}, SWEEP_RUN + ["--resume"], "a different sweep"),
+    ("sweep-axis-key-number", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}", "axes: {1: [2]}")},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "w.yaml:6: axis key 1 is no scenario key"),
+    ("sweep-axis-key-null", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}", "axes:\n  seed: [1]\n  ~: [2]")},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "w.yaml:8: axis key ~ (null)"),
+    ("sweep-axis-key-empty-part", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}", "axes: {hardware..x: [2]}")},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "w.yaml:6"),
+    ("sweep-cell-key-number", {"w.yaml": SWEEP_ONE_CELL + "cells:\n  - {seed: 2}\n  - {7: 1}\n"},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "w.yaml:9: cells[1] key 7"),
+    ("sweep-report-list", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}", "axes: {seed: [1], devices: [1, 2]}")
+                           + "report: {x: [devices], y: seed}\n"}, ["sweep", "{d}/w.yaml", "--dry-run"],
+     "w.yaml:7: `report` names two swept keys"),
+    ("sweep-report-not-mapping", {"w.yaml": SWEEP_ONE_CELL + "report: [seed]\n"}, ["sweep", "{d}/w.yaml", "--dry-run"],
+     "w.yaml:7"),
+    ("sweep-axis-through-a-name", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}",
+                                                                    "axes: {model.layers: [2]}")},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "cell 0 (model.layers=2): model:"),
+    ("sweep-axis-value-mapping", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}", "axes: {seed: [{a: 1}]}")},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "cell 0"),
+    ("sweep-axis-value-bool", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}", "axes: {steps: [2, true]}")},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "cell 1 (steps=True)"),
+    ("sweep-axis-devices-text", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}", "axes: {devices: [1, x]}")},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "cell 1 (devices=x)"),
+    ("sweep-axis-date", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}", "axes: {seed: [2024-01-01]}")},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "cell 0"),
+    ("sweep-scheduler-not-a-url", {"w.yaml": SWEEP_ONE_CELL}, SWEEP_RUN + ["--scheduler", "not a url"],
+     "--scheduler must be a Dask scheduler's address"),
+    ("sweep-scheduler-bad-port", {"w.yaml": SWEEP_ONE_CELL}, SWEEP_RUN + ["--scheduler", "tcp://localhost:99999"],
+     "--scheduler must be"),
+    ("sweep-scheduler-http", {"w.yaml": SWEEP_ONE_CELL}, SWEEP_RUN + ["--scheduler", "http://localhost:8786"],
+     "--scheduler must be"),
+    ("sweep-scheduler-unreachable", {"w.yaml": SWEEP_ONE_CELL}, SWEEP_RUN + ["--scheduler", "tcp://127.0.0.1:9"],
+     "cannot reach the Dask scheduler at tcp://127.0.0.1:9 (from --scheduler) within 5 s"),
+    ("sweep-scheduler-environment", {"w.yaml": SWEEP_ONE_CELL}, ["sweep", "{d}/w.yaml", "--out", "{d}/out"],
+     "DASK_SCHEDULER_ADDRESS must be a Dask scheduler's address", {"DASK_SCHEDULER_ADDRESS": "garbage"}),
 ]
 
 
@@ -324,8 +385,9 @@ def materialise(folder: Path, files: dict) -> dict[Path, bytes]:
     return written
 
 
-@pytest.mark.parametrize("case_id, files, argv, expected", CASES, ids=[case[0] for case in CASES])
-def test_bad_input_gives_one_clean_error_and_loses_nothing(tmp_path, case_id, files, argv, expected):
+@pytest.mark.parametrize("case_id, files, argv, expected, environment",
+                         [(*case, {}) if len(case) == 4 else case for case in CASES], ids=[case[0] for case in CASES])
+def test_bad_input_gives_one_clean_error_and_loses_nothing(tmp_path, case_id, files, argv, expected, environment):
     folder = tmp_path / "case"
     folder.mkdir()
     before = materialise(folder, files)
@@ -335,7 +397,8 @@ def test_bad_input_gives_one_clean_error_and_loses_nothing(tmp_path, case_id, fi
             path.write_bytes(before[path].replace(b"{d}", str(folder).encode()))
             before[path] = path.read_bytes()
     outcome = []
-    worker = threading.Thread(target=lambda: outcome.append(CliRunner().invoke(app, arguments)), daemon=True)
+    worker = threading.Thread(target=lambda: outcome.append(CliRunner().invoke(app, arguments, env=environment)),
+                              daemon=True)
     worker.start()
     worker.join(HANG_SECONDS)
     assert outcome, f"{case_id}: no answer within {HANG_SECONDS} s"
@@ -351,7 +414,7 @@ def test_bad_input_gives_one_clean_error_and_loses_nothing(tmp_path, case_id, fi
 
 
 def test_the_corpus_covers_every_command_that_reads_user_files():
-    commands = {argv[0] for _, _, argv, _ in CASES}
+    commands = {case[2][0] for case in CASES}
     assert {"pack", "bound", "validate", "run", "simulate", "sweep", "assign", "gumbel", "fit-logs", "plot",
             "histogram", "calibrate-decoder"} <= commands
     assert len(CASES) >= 100
