@@ -66,6 +66,25 @@ def mlperf_log(throughputs: list[str]) -> str:
                       for step, value in enumerate(throughputs, start=1)))
 
 
+def corrupt_parquet() -> bytes:
+    """A Parquet file of token lists whose snappy-compressed pages have 200 flipped bytes."""
+    import pyarrow
+    import pyarrow.parquet
+
+    buffer = io.BytesIO()
+    pyarrow.parquet.write_table(pyarrow.table({"ids": [[index] * (index % 50) for index in range(20_000)]}), buffer,
+                                compression="snappy")
+    data = bytearray(buffer.getvalue())
+    for index in range(len(data) // 3, len(data) // 3 + 200):
+        data[index] ^= 0x5A
+    return bytes(data)
+
+
+# Gzip members repeated: a few MB of file, gigabytes once decompressed.
+GZIP_3_GIB_OF_LINES = gzip.compress(b"0: hello\n" * (2**20 // 9), 9) * 3072
+GZIP_2M_STEP_LINES = gzip.compress(b"0: {'training_steps': 1, 'seq/s': 2}\n" * (2**20 // 37), 9) * 64
+GZIP_8_GIB_ONE_LINE = gzip.compress(b"a" * 2**20, 9) * 8192
+CORRUPT_PARQUET = corrupt_parquet()
 NPY_LENGTHS = npy(np.array([5, 7, 3], dtype=np.int64))
 SWEEP_RUN = ["sweep", "{d}/w.yaml", "--out", "{d}/out", "--workers", "0"]
 SWEEP_ONE_CELL = "base:\n" + "".join(f"  {line}\n" for line in SCENARIO.splitlines()[1:]) + "axes: {seed: [1]}\n"
@@ -305,6 +324,40 @@ CASES = [
                                                                   "axes: {hardware.overrides.kernel_launch_seconds: "
                                                                   "[0.0, .inf]}")},
      ["sweep", "{d}/w.yaml", "--dry-run"], "cell 1"),
+    # Bounded after decompression; empty, truncated and corrupt binary inputs named
+    ("mlperf-gzip-3gib-of-lines", {"log.txt.gz": GZIP_3_GIB_OF_LINES}, ["gumbel", "--log", "{d}/log.txt.gz"],
+     "log.txt.gz:7456541: the MLPerf log holds more than 64 MiB (after decompression)"),
+    ("mlperf-gzip-2m-step-lines", {"log.txt.gz": GZIP_2M_STEP_LINES}, ["fit-logs", "{d}/log.txt.gz"],
+     "log.txt.gz:300001: more than 300,000 step and event lines"),
+    ("mlperf-gzip-8gib-one-line", {"log.txt.gz": GZIP_8_GIB_ONE_LINE}, ["fit-logs", "{d}/log.txt.gz"],
+     "log.txt.gz:1: a line longer than 1 MiB"),
+    ("mlperf-event-nested-deep", {"log.txt": mlperf_log(["5.0"] * 60) + '0: :::MLLOG {"key": ' + "[" * 200_000
+                                  + "]" * 200_000 + "}\n"}, ["fit-logs", "{d}/log.txt", "--after-step", "100"],
+     "log.txt: only 0 steps after step 100"),
+    ("build-jsonl-nested-deep", {"l.jsonl": '{"length": 5}\n{"length": ' + "[" * 200_000 + "]" * 200_000 + "}\n"},
+     ["histogram", "build", "{d}/l.jsonl", "--column", "length", "--max-length", "8", "-o", "{d}/h.csv"],
+     "l.jsonl:2: JSON nested too deep"),
+    ("build-one-huge-line", {"l.txt": b"5" * (17 * 2**20)},
+     ["histogram", "build", "{d}/l.txt", "--max-length", "8", "-o", "{d}/h.csv"], "l.txt:1: a line longer than 16 MiB"),
+    ("build-npy-empty", {"l.npy": b""}, ["histogram", "build", "{d}/l.npy", "--max-length", "8", "-o", "{d}/h.csv"],
+     "l.npy: the file is empty (0 bytes)"),
+    ("assign-npy-empty", {"l.npy": b""},
+     ["assign", "squad_1_1_384", "--lengths", "{d}/l.npy", "--strategy", "spfhp", "-o", "{d}/p.npy"],
+     "l.npy: the file is empty (0 bytes)"),
+    ("build-npy-truncated", {"l.npy": npy(np.arange(1000, dtype=np.int64))[:500]},
+     ["histogram", "build", "{d}/l.npy", "--max-length", "8", "-o", "{d}/h.csv"],
+     "l.npy: truncated: its header promises 1,000 values of int64 (8,000 bytes) but 372 bytes follow it"),
+    ("build-npy-header-cut", {"l.npy": npy(np.arange(10))[:30]},
+     ["histogram", "build", "{d}/l.npy", "--max-length", "8", "-o", "{d}/h.csv"], "l.npy: not a readable .npy"),
+    ("build-parquet-corrupt-snappy", {"l.parquet": CORRUPT_PARQUET},
+     ["histogram", "build", "{d}/l.parquet", "--column", "ids", "--max-length", "64", "-o", "{d}/h.csv"],
+     "l.parquet: not a readable Parquet file: Corrupt snappy compressed data"),
+    ("build-dataset-corrupt-snappy", {"data/train-0.parquet": CORRUPT_PARQUET},
+     ["histogram", "build", "{d}/data", "--column", "ids", "--max-length", "64", "-o", "{d}/h.csv"],
+     "train-0.parquet: not a readable Parquet file"),
+    ("assign-parquet-truncated", {"l.parquet": CORRUPT_PARQUET[:-100]},
+     ["assign", "squad_1_1_384", "--lengths", "{d}/l.parquet", "--column", "ids", "--strategy", "spfhp", "-o",
+      "{d}/p.npy"], "l.parquet"),
     # Sweep folders: checked before any work
     ("sweep-out-is-file", {"w.yaml": SWEEP_ONE_CELL, "out": "mine"}, SWEEP_RUN, "--out is a file"),
     ("sweep-out-dev-null", {"w.yaml": SWEEP_ONE_CELL}, ["sweep", "{d}/w.yaml", "--out", "/dev/null", "--workers", "0"],

@@ -18,6 +18,7 @@ import gzip
 import io
 import json
 import re
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simbench.errors import InputError, read_text_file
+from simbench.errors import MAX_TEXT_FILE_BYTES, InputError, bounded_lines, read_text_file
 
 _STEP_MARK = "{'training_steps'"
 _EVENT_MARK = ":::MLLOG"
@@ -36,7 +37,11 @@ _RANK_PREFIX = re.compile(r"^\s*(\d+):")
 # sequences per second each is 10^9): 0, negatives, 1e999 or 1e307 are a broken log, whose statistics
 # would overflow to inf or NaN.
 SEQUENCES_PER_S_MAX = 1e12
-STEP_SECONDS_MIN = 1e-6  # a microsecond: no training step of a transformer is shorter
+STEP_SECONDS_MIN = 1e-6
+MAX_LOG_LINE_BYTES = 2**20  # an MLPerf log's lines are about 1.5 KB
+# Step and event lines parsed (each ~10 us): a BERT run's log holds a few thousand; 64 MiB of short
+# step lines would be 2 million and take half a minute.
+MAX_PARSED_LINES = 300_000  # a microsecond: no training step of a transformer is shorter
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,9 +76,12 @@ def parse_mlperf_log(path: str | Path) -> MlperfRun:
         raise InputError("no such MLPerf log file", source=str(path))
     opener = gzip.open if _head(path, 2) == b"\x1f\x8b" else open
     try:
-        with opener(path, "rt", errors="replace") as handle:
-            return parse_mlperf_lines(handle, source=str(path))
-    except (OSError, EOFError) as error:
+        with opener(path, "rb") as handle:
+            # Bounded as read: a 3 MB gzip of 3 GiB of lines, or of one 8 GiB line, is refused in a second.
+            lines = bounded_lines(handle, str(path), "MLPerf log", max_bytes=MAX_TEXT_FILE_BYTES,
+                                  max_line_bytes=MAX_LOG_LINE_BYTES)
+            return parse_mlperf_lines((raw.decode("utf-8", errors="replace") for _, raw in lines), source=str(path))
+    except (OSError, EOFError, zlib.error) as error:
         raise InputError(f"cannot read the log: {error}", source=str(path)) from None
 
 
@@ -188,10 +196,16 @@ def parse_mlperf_lines(lines: Iterable[str], source: str = "log") -> MlperfRun:
     accumulation_options: set[int] = set()
     unpadded = False
     malformed = 0
+    parsed = 0
     for number, line in enumerate(lines, start=1):
         rank = _RANK_PREFIX.match(line)
         if rank:
             ranks.add(int(rank.group(1)))
+        if _STEP_MARK in line or _EVENT_MARK in line:
+            parsed += 1
+            if parsed > MAX_PARSED_LINES:
+                raise InputError(f"more than {MAX_PARSED_LINES:,} step and event lines, far more than any training "
+                                 "log holds", source=source, line=number)
         if _STEP_MARK in line:
             record = _step_record(line[line.index(_STEP_MARK):].strip())
             if record is None:
