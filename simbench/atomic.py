@@ -58,7 +58,7 @@ def check_output_file(path: Path, *, inputs=(), force: bool = False, option: str
         >>> import tempfile
         >>> from pathlib import Path
         >>> with tempfile.TemporaryDirectory() as root:
-        ...     _ = Path(root, "lengths.txt").write_text("3\n")
+        ...     _ = Path(root, "lengths.txt").write_text("3")
         ...     try:
         ...         check_output_file(Path(root, "lengths.txt"), inputs=[Path(root, "lengths.txt")])
         ...     except InputError as error:

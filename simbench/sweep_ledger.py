@@ -7,6 +7,7 @@ its SHA-256, so that --resume trusts only what it can prove it wrote, and never 
     ...     ledger = SweepLedger.open(Path(root, "out"), name="demo", fingerprint="f" * 64, resume=False)
     ...     ledger.write_cell(RESULTS, "cell=00000.parquet", b"rows")
     ...     ledger.save()
+    ...     ledger.close()  # the lock: one sweep at a time writes a folder
     ...     sorted(SweepLedger.open(Path(root, "out"), name="demo", fingerprint="f" * 64, resume=True).finished)
     ['cell=00000.parquet']
 

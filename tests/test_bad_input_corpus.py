@@ -441,6 +441,11 @@ def materialise(folder: Path, files: dict) -> dict[Path, bytes]:
 @pytest.mark.parametrize("case_id, files, argv, expected, environment",
                          [(*case, {}) if len(case) == 4 else case for case in CASES], ids=[case[0] for case in CASES])
 def test_bad_input_gives_one_clean_error_and_loses_nothing(tmp_path, case_id, files, argv, expected, environment):
+    run_case(tmp_path, case_id, files, argv, expected, environment)
+
+
+def run_case(tmp_path, case_id, files, argv, expected, environment):
+    """Run the command of a case in its own folder; require one clean InputError and every file kept."""
     folder = tmp_path / "case"
     folder.mkdir()
     before = materialise(folder, files)
@@ -464,6 +469,65 @@ def test_bad_input_gives_one_clean_error_and_loses_nothing(tmp_path, case_id, fi
             assert path.is_symlink() and os.readlink(path) == data, f"{case_id}: the link {path} changed or lost"
         else:
             assert not path.is_symlink() and path.read_bytes() == data, f"{case_id}: {path} changed or lost"
+
+
+# Plug-ins: third-party code is checked, not trusted. Each case installs one strategy plug-in, `plug`, from
+# a module of its own (`{module}` in its source is the module's name); the watchdog is 2 s.
+LOSSY_PACKER = """
+import numpy as np
+from simbench.strategies import Strategy
+from simbench.strategies.packing import Packing
+
+def pack(histogram, max_length, max_depth, options):
+    counts = histogram.counts // 2  # drops half the sequences
+    return Packing.from_rows("plug", max_length, max_depth, histogram.lengths[counts > 0], counts[counts > 0])
+
+STRATEGY = Strategy("plug", "drops half", pack)
+"""
+NOT_A_PACKING = LOSSY_PACKER.replace("    counts = histogram.counts // 2  # drops half the sequences\n",
+                                     "    return {'packs': []}\n")
+SLEEPING_PACKER = LOSSY_PACKER.replace("    counts = histogram.counts // 2", "    import time; time.sleep(3600)\n"
+                                       "    counts = histogram.counts")
+PLUGIN_SCENARIO = SCENARIO.replace("[unpad]", "[plug]")
+PLUGIN_CASES = [
+    ("plugin-drops-half", LOSSY_PACKER, {"s.yaml": PLUGIN_SCENARIO}, ["run", "{d}/s.yaml", "--out", "{d}/out"],
+     "the plug-in strategy 'plug' returned a packing that breaks the rule: every sequence placed exactly once"),
+    ("plugin-drops-half-pack", LOSSY_PACKER, {}, ["pack", "squad_1_1_384", "--strategy", "plug"],
+     "breaks the rule: every sequence placed exactly once"),
+    ("plugin-returns-a-dict", NOT_A_PACKING, {}, ["pack", "squad_1_1_384", "--strategy", "plug"],
+     "breaks the rule: a strategy returns a simbench.strategies.Packing; found a dict"),
+    ("plugin-exits-at-import", "import sys\nsys.exit(0)\n", {"s.yaml": PLUGIN_SCENARIO}, ["validate", "{d}/s.yaml"],
+     "cannot load the strategy plug-in 'plug' ({module}:STRATEGY): SystemExit: 0"),
+    ("plugin-interrupts-at-import", "raise KeyboardInterrupt\n", {}, ["pack", "squad_1_1_384", "--strategy", "plug"],
+     "cannot load the strategy plug-in 'plug' ({module}:STRATEGY): KeyboardInterrupt"),
+    ("plugin-sleeps-at-import", "import time\ntime.sleep(3600)\n", {"s.yaml": PLUGIN_SCENARIO},
+     ["validate", "{d}/s.yaml"], "loading the strategy plug-in 'plug' ({module}:STRATEGY) did not return within 2 s"),
+    ("plugin-sleeps-packing", SLEEPING_PACKER, {"s.yaml": PLUGIN_SCENARIO}, ["run", "{d}/s.yaml", "--out", "{d}/out"],
+     "the plug-in strategy 'plug' did not return within 2 s and was abandoned"),
+    ("plugin-raises-packing", LOSSY_PACKER.replace("counts = histogram.counts // 2", "raise MemoryError('x')"), {},
+     ["pack", "squad_1_1_384", "--strategy", "plug"], "the plug-in strategy 'plug' failed: MemoryError: x"),
+]
+
+
+@pytest.mark.parametrize("case_id, source, files, argv, expected", PLUGIN_CASES, ids=[case[0] for case in PLUGIN_CASES])
+def test_a_plugin_is_checked_not_trusted(tmp_path, monkeypatch, case_id, source, files, argv, expected):
+    import sys
+    from importlib.metadata import EntryPoint
+
+    import simbench.registry
+    from simbench.strategies import STRATEGIES, available_strategies
+
+    module = "plugin_" + case_id.replace("-", "_")
+    (tmp_path / f"{module}.py").write_text(source.replace("{module}", module))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    available_strategies()
+    monkeypatch.setattr(STRATEGIES, "entries", dict(STRATEGIES.entries))
+    plugin = EntryPoint(name="plug", value=f"{module}:STRATEGY", group="simbench.strategies")
+    monkeypatch.setattr(simbench.registry, "entry_points",
+                        lambda group: [plugin] if group == "simbench.strategies" else [])
+    monkeypatch.setenv("SIMBENCH_WORKERS", "0")
+    run_case(tmp_path, case_id, files, argv, expected.replace("{module}", module), {"SIMBENCH_PLUGIN_TIMEOUT": "2"})
+    sys.modules.pop(module, None)
 
 
 def test_the_corpus_covers_every_command_that_reads_user_files():
