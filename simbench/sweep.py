@@ -497,7 +497,8 @@ def _legacy_fingerprint(sweep: Sweep) -> dict:
 
 # Where a Dask scheduler can be: an address of one of these transports, host and port.
 SCHEDULER_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
-_SCHEDULER_ADDRESS = re.compile(r"(?:(?P<scheme>[a-z]+)://)?(?P<host>\[[0-9A-Fa-f:]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})")
+_SCHEDULER_ADDRESS = re.compile(r"(?:(?P<scheme>[a-z]+)://)?(?P<host>\[[0-9A-Fa-f:]+\]|[A-Za-z0-9_.-]+)"
+                                r":(?P<port>\d{1,5})")
 SCHEDULER_TIMEOUT_SECONDS = 5
 
 

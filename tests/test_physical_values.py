@@ -94,3 +94,16 @@ def test_a_log_whose_steps_never_vary_is_fitted_without_dividing_by_zero(tmp_pat
     path.write_text("gpus,per_gpu_batch,unpadded,seq/s\n" + "8,4,true,300\n" * 60)
     fit = fit_logs([parse_step_csv(path)], steps=20)
     assert np.isfinite(fit.table["simbench"]).all() and 0 <= fit.fitted["unpadded_noise_cv"] <= 1
+
+
+def test_histogram_build_never_prints_a_share_over_100_percent(tmp_path):
+    from typer.testing import CliRunner
+
+    from simbench.cli import app
+
+    path = tmp_path / "l.txt"
+    path.write_text(f"{2**62 - 1}\n" * 4)
+    result = CliRunner().invoke(app, ["histogram", "build", str(path), "--max-length", "512", "-o",
+                                      str(tmp_path / "h.csv")])
+    assert result.exit_code == 0, result.output
+    assert "100.00 % of the sequences, 100.00 % of the tokens lie past 512" in result.output
