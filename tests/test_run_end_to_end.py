@@ -228,6 +228,22 @@ def test_plot_of_a_damaged_report_is_an_input_error(report, tmp_path, damage, me
     assert message in str(result.exception)
 
 
+def test_plot_refuses_to_redraw_over_a_plot_you_edited_and_records_what_it_redraws(report, scenario_path, tmp_path):
+    from simbench.atomic import changed_files
+
+    copy = tmp_path / "copy"
+    shutil.copytree(report, copy)
+    (copy / "scaling.svg").write_text("<svg>my annotations</svg>")
+    result = CliRunner().invoke(app, ["plot", str(copy)])
+    assert isinstance(result.exception, InputError) and "scaling.svg changed since simbench wrote" in str(
+        result.exception)
+    assert (copy / "scaling.svg").read_text() == "<svg>my annotations</svg>"
+    (copy / "scaling.svg").unlink()
+    assert CliRunner().invoke(app, ["plot", str(copy)]).exit_code == 0
+    assert changed_files(copy) == []  # the marker holds the redrawn files' hashes: the folder stays replaceable
+    assert run(scenario_path, copy).exit_code == 0
+
+
 def test_plot_of_a_folder_that_is_no_report(tmp_path):
     result = CliRunner().invoke(app, ["plot", str(tmp_path)])
     assert "resolved.yaml" in str(result.exception)
