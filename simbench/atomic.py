@@ -19,6 +19,7 @@ writes carries a marker listing its files, and a folder holding anything else is
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -49,8 +50,68 @@ def resolve_output_folder(target: Path, option: str = "--out") -> Path:
         raise InputError(f"unusable {option}: {error.strerror}", source=str(target)) from None
 
 
+def check_output_file(path: Path, *, inputs=(), force: bool = False, option: str = "-o") -> Path:
+    """Refuse, before any work, a file output that would destroy something: one of the command's `inputs`
+    (the same file under any name: through symbolic or hard links), a folder, a device, FIFO or socket, or
+    (unless `force`) any existing file or link, whoever wrote it.
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     _ = Path(root, "lengths.txt").write_text("3")
+        ...     try:
+        ...         check_output_file(Path(root, "lengths.txt"), inputs=[Path(root, "lengths.txt")])
+        ...     except InputError as error:
+        ...         print(error.message)
+        -o is also an input of this command (lengths.txt): writing it would destroy what is read; choose another -o
+    """
+    path = Path(path)
+    for item in inputs:
+        if item is not None and _same_file(path, Path(item)):
+            name = Path(item).name or str(item)
+            raise InputError(f"{option} is also an input of this command ({name}): writing it would destroy what "
+                             f"is read; choose another {option}", source=str(path))
+    if not (path.is_symlink() or path.exists()):
+        return path
+    target = path.resolve()
+    if target.is_dir():
+        raise InputError(f"{option} is a folder; give a file name", source=str(path))
+    if target.exists() and not target.is_file():
+        raise InputError("the output is not a regular file (a device, FIFO or socket); simbench writes only "
+                         "regular files", source=str(path))
+    if not force:
+        what = f"a symbolic link to {target}" if path.is_symlink() else "a file"
+        raise InputError(f"{option} is {what} that exists; pass --force to replace it, or choose another {option}",
+                         source=str(path))
+    return path
+
+
+def check_output_folder(target: Path, *, inputs=(), option: str = "--out") -> Path:
+    """Refuse, before any work, a folder output that is or holds one of the command's `inputs`: replacing
+    the folder would delete them. Returns the folder a write really replaces (see `resolve_output_folder`)."""
+    folder = resolve_output_folder(target, option)
+    real_folder = Path(os.path.realpath(folder))
+    for item in inputs:
+        if item is None or not os.path.exists(item):
+            continue
+        real_input = Path(os.path.realpath(item))
+        if real_input == real_folder or real_folder in real_input.parents:
+            held = "is" if real_input == real_folder else "holds"
+            raise InputError(f"{option} {held} this command's input {item}: replacing the folder would destroy it; "
+                             f"choose another {option}", source=str(target))
+    return folder
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    try:
+        return first.exists() and second.exists() and os.path.samefile(first, second)
+    except OSError:
+        return False
+
+
 def check_owned_folder(target: Path, option: str = "--out") -> None:
-    """Refuse to replace a folder that is not empty and was not written whole by simbench."""
+    """Refuse to replace a folder that is not empty and was not written whole by simbench, or whose files
+    a user has changed since (their content no longer has the hash the marker recorded)."""
     try:
         entries = [path for path in Path(target).rglob("*") if path.is_file() or path.is_symlink()]
     except OSError as error:
@@ -58,24 +119,72 @@ def check_owned_folder(target: Path, option: str = "--out") -> None:
                          source=str(target)) from None
     if not entries and not any(Path(target).iterdir()):
         return
-    listed = _marker_files(Path(target))
-    if listed is None:
+    record = _marker(Path(target))
+    if record is None:
         raise InputError(f"the folder is not empty and holds no {MARKER}, so simbench did not write it and will "
                          f"not replace it; choose another {option}", source=str(target))
+    listed = set(record["files"])
     foreign = sorted(str(path.relative_to(target)) for path in entries
                      if path.name != MARKER and str(path.relative_to(target)) not in listed)
     if foreign:
-        names = ", ".join(foreign[:_LISTED_FOREIGN_FILES]) + (" ..." if len(foreign) > _LISTED_FOREIGN_FILES else "")
-        raise InputError(f"the folder holds {len(foreign)} file(s) simbench did not write ({names}); move them out "
-                         f"or choose another {option}", source=str(target))
+        raise InputError(f"the folder holds {len(foreign)} file(s) simbench did not write ({_names(foreign)}); move "
+                         f"them out or choose another {option}", source=str(target))
+    changed = changed_files(Path(target), record)
+    if changed:
+        raise InputError(f"the folder holds {len(changed)} file(s) changed since simbench wrote them "
+                         f"({_names(changed)}): their content no longer has the hash in {MARKER}, so they may "
+                         f"hold your edits; move them out or choose another {option}", source=str(target))
 
 
-def _marker_files(folder: Path) -> set[str] | None:
+def changed_files(folder: Path, record: dict | None = None) -> list[str]:
+    """The files of a folder simbench wrote whose content is no longer what it wrote (by the hashes its
+    marker recorded; none for a marker of a version that recorded none), or that became links or folders."""
+    record = record if record is not None else _marker(Path(folder))
+    hashes = (record or {}).get("sha256")
+    if not isinstance(hashes, dict):
+        return []
+    changed = []
+    for name, digest in sorted(hashes.items()):
+        path = Path(folder) / name
+        if path.is_symlink() or (path.exists() and (not path.is_file() or file_sha256(path) != digest)):
+            changed.append(name)
+    return changed
+
+
+def record_rewritten(folder: Path, written: list[Path]) -> None:
+    """After simbench rewrote `written` in a folder it wrote: list them in its marker, with their new hashes."""
+    record = _marker(Path(folder))
+    if record is None:
+        return
+    names = [str(Path(path).relative_to(folder)) for path in written]
+    record["files"] = sorted(set(record["files"]) | set(names))
+    if isinstance(record.get("sha256"), dict):
+        record["sha256"] = {**record["sha256"], **{name: file_sha256(Path(folder) / name) for name in names}}
+    with atomic_file(Path(folder) / MARKER) as temporary:
+        temporary.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def _names(paths: list[str]) -> str:
+    return ", ".join(paths[:_LISTED_FOREIGN_FILES]) + (" ..." if len(paths) > _LISTED_FOREIGN_FILES else "")
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read a megabyte at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _marker(folder: Path) -> dict | None:
     try:
         record = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-        return set(record["files"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        if isinstance(record, dict) and isinstance(record["files"], list):
+            return record
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        pass
+    return None
 
 
 @contextmanager
@@ -99,7 +208,8 @@ def atomic_directory(target: Path, option: str = "--out", metadata: dict | None 
             staging.chmod(0o777 & ~_umask())  # mkdtemp makes folders private; give the usual mode
             yield staging
             files = sorted(str(path.relative_to(staging)) for path in staging.rglob("*") if path.is_file())
-            record = {"written_by": "simbench", "version": __version__, **(metadata or {}), "files": files}
+            record = {"written_by": "simbench", "version": __version__, **(metadata or {}), "files": files,
+                      "sha256": {name: file_sha256(staging / name) for name in files}}
             (staging / MARKER).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
             _swap_into_place(staging, target)
         except BaseException:

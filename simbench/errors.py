@@ -12,6 +12,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 
 class InputError(Exception):
@@ -68,6 +69,33 @@ def did_you_mean(name: str, known: list[str]) -> str:
 # Far above any scenario, profile, log or histogram a user has (a CSV of every length to 2^20 with
 # 2^40-sized counts is ~25 MB), and far below what takes long to parse: bigger inputs are refused.
 MAX_TEXT_FILE_BYTES = 64 * 2**20
+
+
+# Far beyond any line of lengths, token lists or a log (an MLPerf log's are 1.5 KB; a JSON line of 10^6 token
+# ids ~8 MB), far below a line that exhausts memory before it ends (a one-line 8 GiB file).
+MAX_LINE_BYTES = 16 * 2**20
+
+
+def bounded_lines(handle: BinaryIO, source: str, what: str, *, max_bytes: int | None = None,
+                  max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each line of a binary stream, never holding more than one line: a line over
+    `max_line_bytes`, or with `max_bytes` more than that in all, is an InputError naming `source` (and the
+    line). Counted as read, so after decompression for a gzip stream (3 MB of gzip can hold 3 GiB)."""
+    total = 0
+    number = 0
+    while True:
+        raw = handle.readline(max_line_bytes + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > max_line_bytes:
+            raise InputError(f"a line longer than {max_line_bytes // 2**20} MiB, more than any {what} holds",
+                             source=source, line=number)
+        total += len(raw)
+        if max_bytes is not None and total > max_bytes:
+            raise InputError(f"the {what} holds more than {max_bytes // 2**20} MiB (after decompression), more than "
+                             f"any valid one needs", source=source, line=number)
+        yield number, raw
 
 
 def read_text_file(path: str | Path, what: str, max_bytes: int = MAX_TEXT_FILE_BYTES) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simbench.errors import InputError
+from simbench.errors import InputError, bounded_lines
 from simbench.histogram import LengthHistogram
 from simbench.validation import check_max_length
 
@@ -44,9 +44,10 @@ class BuiltHistogram:
 
     def describe(self) -> str:
         """What was counted and what was left out or cut, for the user."""
+        slots = self.histogram.sequences * self.histogram.max_length
         lines = [f"{self.sequences_read} sequences read; {self.histogram.sequences} in the histogram "
-                 f"({self.histogram.real_tokens} tokens, {100 * (1 - self.histogram.efficiency):.2f} % padding "
-                 f"at max length {self.histogram.max_length})"]
+                 f"({self.histogram.real_tokens} tokens, {_percent(slots - self.histogram.real_tokens, slots)} % "
+                 f"padding at max length {self.histogram.max_length})"]
         if self.too_long:
             fate = "truncated to max length" if self.truncated else "left out (pass --truncate to keep them, cut)"
             lines.append(f"{self.too_long} sequences longer than {self.histogram.max_length} tokens: {fate}; "
@@ -59,8 +60,18 @@ class BuiltHistogram:
 
 
 def _percent(part: int, whole: int) -> str:
-    """`part` as a percentage of `whole` (0 of nothing), to two decimals."""
-    return f"{100 * part / whole if whole else 0.0:.2f}"
+    """`part` as a percentage of `whole` (0 of nothing), to two decimals, rounded half up; in whole numbers
+    throughout, so that a part of a whole never shows more than 100 % however large both are."""
+    if not whole:
+        return "0.00"
+    hundredths = (20_000 * part + whole) // (2 * whole)
+    return f"{hundredths // 100}.{hundredths % 100:02d}"
+
+
+def _exact_sum(values: np.ndarray) -> int:
+    """The sum of up to 2^22 non-negative int64 values below 2^62, exactly, as a Python int: in two halves
+    of 31 bits whose sums cannot wrap (np.sum of four lengths of 2^62 - 1 wraps int64)."""
+    return (int((values >> 31).sum()) << 31) + int((values & (2**31 - 1)).sum())
 
 
 def build_histogram(lengths: np.ndarray, max_length: int, *, truncate: bool, name: str = "histogram") -> BuiltHistogram:
@@ -77,8 +88,8 @@ def build_histogram(lengths: np.ndarray, max_length: int, *, truncate: bool, nam
         chunk = lengths[start:start + NPY_CHUNK_ELEMENTS].astype(np.int64)
         over = chunk > max_length
         too_long += int(np.count_nonzero(over))
-        tokens_read += int(chunk.sum())
-        tokens_beyond += int(chunk[over].sum()) - max_length * int(np.count_nonzero(over))
+        tokens_read += _exact_sum(chunk)
+        tokens_beyond += _exact_sum(chunk[over]) - max_length * int(np.count_nonzero(over))
         counts += np.bincount(np.minimum(chunk, max_length) if truncate else chunk[~over], minlength=max_length + 1)
     histogram = LengthHistogram(counts[1:], name=name)
     return BuiltHistogram(histogram, int(lengths.size), too_long, truncate, int(counts[0]), tokens_read, tokens_beyond)
@@ -155,7 +166,8 @@ def _lines(path: Path, progress: Progress) -> Iterator[tuple[int, str]]:
     except OSError as error:
         raise InputError(f"cannot read: {error.strerror or error}", source=str(path)) from None
     with handle:
-        for line_number, raw in enumerate(handle, start=1):
+        # A line at a time, each bounded: a one-line file of gigabytes is refused, not read into memory.
+        for line_number, raw in bounded_lines(handle, str(path), "file of lengths or text"):
             read_bytes += len(raw)
             if line_number % PROGRESS_LINES == 0:
                 progress(read_bytes)
@@ -177,9 +189,10 @@ def _read_npy(path: Path) -> np.ndarray:
     """The lengths of a 1-D integer .npy array, without a widening copy: in the file's own type where
     it is 32 bits or narrower, else read a chunk at a time into 32 bits where every length fits
     (100M 64-bit lengths then take 400 MB, never 800 MB beside a second copy)."""
+    _check_npy_size(path)
     try:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as error:
+    except (ValueError, OSError, EOFError) as error:
         raise InputError(f"not a readable .npy array: {error}", source=str(path)) from None
     if not isinstance(mapped, np.ndarray):
         raise InputError("expected one .npy array of lengths, found an .npz archive", source=str(path))
@@ -204,6 +217,31 @@ def _read_npy(path: Path) -> np.ndarray:
     return lengths
 
 
+def _check_npy_size(path: Path) -> None:
+    """An empty or truncated .npy named as such: numpy says "No data left in file" (click then prints only
+    "Aborted!") or "mmap length is greater than file size"."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                           (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            if read_header is None:
+                return  # a newer format: np.load reads it
+            shape, _, dtype = read_header(handle)
+            offset = handle.tell()
+    except OSError as error:
+        raise InputError(f"cannot read: {error.strerror or error}", source=str(path)) from None
+    except (ValueError, EOFError, SyntaxError, TypeError):
+        if size == 0:
+            raise InputError("the file is empty (0 bytes), not a .npy array of lengths", source=str(path)) from None
+        return  # not a .npy header: np.load says what is wrong with it
+    expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if size - offset < expected:
+        raise InputError(f"truncated: its header promises {int(np.prod(shape, dtype=object)):,} values of {dtype} "
+                         f"({expected:,} bytes) but {size - offset:,} bytes follow it", source=str(path))
+
+
 def _npy_chunks(path: Path, dtype: np.dtype, size: int, offset: int) -> Iterator[tuple[int, np.ndarray]]:
     with path.open("rb") as handle:
         handle.seek(offset)
@@ -225,6 +263,9 @@ def _read_jsonl(path: Path, column: str, tokenizer: Tokenizer | None, progress: 
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise InputError(f"not valid JSON: {error.msg}", source=str(path), line=line_number) from None
+        except RecursionError:
+            raise InputError("JSON nested too deep to be a record of lengths, tokens or text", source=str(path),
+                             line=line_number) from None
         if not isinstance(record, dict) or column not in record:
             raise InputError(f"no column {column!r} in this record", source=str(path), line=line_number)
         lengths.append(_value_length(record[column], tokenizer, str(path), line=line_number))
@@ -242,8 +283,11 @@ def _read_parquet(path: Path, column: str, tokenizer: Tokenizer | None) -> np.nd
         raise InputError(f"not a readable Parquet file: {error}", source=str(path)) from None
     if column not in schema.names:
         raise InputError(f"no column {column!r}; columns: {', '.join(schema.names)}", source=str(path))
-    return column_lengths(pyarrow.parquet.read_table(path, columns=[column]).column(column), column, tokenizer,
-                          str(path))
+    try:
+        values = pyarrow.parquet.read_table(path, columns=[column]).column(column)
+    except (pyarrow.ArrowException, OSError) as error:  # corrupt pages: a bad snappy block, a short page
+        raise InputError(f"not a readable Parquet file: {error}", source=str(path)) from None
+    return column_lengths(values, column, tokenizer, str(path))
 
 
 def _value_length(value, tokenizer: Tokenizer | None, source: str, *, line: int | None = None,

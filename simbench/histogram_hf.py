@@ -94,7 +94,11 @@ def _column_batches(folder: Path, column: str, split: str | None) -> Iterator[tu
         if column not in parquet.schema_arrow.names:
             raise InputError(f"no column {column!r}; columns: {', '.join(parquet.schema_arrow.names)}",
                              source=str(shard))
-        yield from ((batch.column(0), str(shard)) for batch in parquet.iter_batches(columns=[column]))
+        try:
+            for batch in parquet.iter_batches(columns=[column]):
+                yield batch.column(0), str(shard)
+        except (pyarrow.ArrowException, OSError) as error:  # corrupt pages: a bad snappy block, a short page
+            raise InputError(f"not a readable Parquet file: {error}", source=str(shard)) from None
 
 
 def _saved_dataset(folder: Path, split: str | None):

@@ -41,6 +41,8 @@ class Registry(Generic[Item]):
         self.module_of = module_of or (lambda item: getattr(item, "__module__", ""))
         self.on_add = on_add  # told of every item added, plug-ins included (e.g. to register what it brings)
         self.entries: dict[str, Item] = {}
+        self._builtins_loaded = False
+        self._hung: dict[tuple[str, str], InputError] = {}  # plug-ins whose import did not return
         for name, item in (entries or {}).items():
             self.register(name, item)
 
@@ -109,8 +111,12 @@ class Registry(Generic[Item]):
         return self.builtin_modules.index(module) if module in self.builtin_modules else len(self.builtin_modules)
 
     def _load_builtins(self) -> None:
+        # Once: a sweep's dry run asks registries millions of times (a 10^5-cell plan spent 11 s here).
+        if self._builtins_loaded:
+            return
         for module in self.builtin_modules:
             importlib.import_module(module)
+        self._builtins_loaded = True
 
     def _entry_points(self) -> list[EntryPoint]:
         return list(entry_points(group=self.entry_point_group)) if self.entry_point_group else []
@@ -128,12 +134,23 @@ class Registry(Generic[Item]):
                                   f"{self.kind}, {name!r}, and is ignored: rename it", stacklevel=2)
 
     def _load(self, entry: EntryPoint) -> Item:
-        # A broken plug-in is an installation problem the user can fix: name it rather than crash.
+        # A broken plug-in is an installation problem the user can fix: name it rather than crash, exit with
+        # its SystemExit or hang on its import. One whose import hung stays refused: the thread still holds
+        # the module's import lock, so a second try would wait on it.
+        from simbench.plugins import LOAD_TIMEOUT_SECONDS, PluginFailure, PluginTimeout, guarded, timeout_seconds
+
+        key = (entry.name, entry.value)
+        if key in self._hung:
+            raise self._hung[key]
+        named = f"the {self.kind} plug-in {entry.name!r} ({entry.value})"
         try:
-            item = entry.load()
-        except Exception as error:  # noqa: BLE001 - any failure of third-party code at import (SyntaxError too)
-            raise InputError(f"cannot load the {self.kind} plug-in {entry.name!r} ({entry.value}): "
-                             f"{type(error).__name__}: {error}") from None
+            item = guarded(f"loading {named}", entry.load, timeout=timeout_seconds(LOAD_TIMEOUT_SECONDS))
+        except PluginFailure as failure:
+            error = failure.error
+            raise InputError(f"cannot load {named}: {type(error).__name__}: {error}") from None
+        except PluginTimeout as error:
+            self._hung[key] = error
+            raise
         if self.item_type is not None and not isinstance(item, self.item_type):
             expected = f"{self.item_type.__module__}.{self.item_type.__qualname__}"
             raise InputError(f"the {self.kind} plug-in {entry.name!r} ({entry.value}) is a {type(item).__name__}, "

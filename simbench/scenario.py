@@ -437,6 +437,11 @@ class Scenario(_Strict):
         return self.model_copy(update={"steps": self.quick.steps, "devices": tuple(sorted(set(devices))),
                                        "outputs": outputs})
 
+    def input_files(self) -> list[Path]:
+        """The user's files this scenario reads (a histogram, a hardware profile): what no output may replace."""
+        names = [self.dataset.histogram, self.hardware.profile]
+        return [Path(name) for name in names if isinstance(name, str) and Path(name).is_file()]
+
     def to_yaml(self) -> str:
         """The resolved scenario: defaults filled in and paths absolute; `load_scenario` reads it back."""
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, default_flow_style=None)
@@ -526,13 +531,15 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
     return scenario
 
 
-def check_scenario_work(scenario: Scenario, root: yaml.Node, source: str) -> None:
+def check_scenario_work(scenario: Scenario, root: yaml.Node, source: str, rows: int | None = None) -> None:
     """The simulation's work estimated from the scenario alone, so that `validate` refuses what `run` would
-    only refuse after reading it (and names the scenario's keys, not simulate's options)."""
+    only refuse after reading it (and names the scenario's keys, not simulate's options); `rows`, when the
+    caller knows them already (a sweep's cells, from a figure per step)."""
     from simbench.sim.simulate import simulation_rows
 
-    rows = simulation_rows([spec.plan() for spec in scenario.strategies], scenario.dataset.load(),
-                           list(scenario.devices), scenario.batch_size, scenario.steps)
+    if rows is None:
+        rows = simulation_rows([spec.plan() for spec in scenario.strategies], scenario.dataset.load(),
+                               list(scenario.devices), scenario.batch_size, scenario.steps)
     try:
         check_simulation_work(rows, raising="simulate the largest sizes alone with `simbench simulate --max-rows`")
     except InputError as error:

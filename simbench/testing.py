@@ -13,7 +13,6 @@ It draws random histograms with hypothesis, a development dependency: `pip insta
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +20,8 @@ import numpy as np
 
 from simbench.histogram import LengthHistogram
 from simbench.strategies import PackFunction, PackOptions, Packing, Strategy, get_strategy
+from simbench.plugins import PluginFailure
+from simbench.strategies.invariants import BrokenPacking, broken_rule
 
 # Enough random histograms to meet sparse, dense, deep and shallow cases; a few seconds per packer.
 DEFAULT_EXAMPLES = 30
@@ -94,58 +95,11 @@ def check_invariants_on_random_histograms(strategy: Strategy, max_examples: int 
 
 
 def check_packing(strategy: Strategy, packing: Packing, problem: PackingProblem) -> None:
-    """The rules every packing of `problem` keeps, whatever the strategy (read in the flat form, which every
-    packing has: a dense table of deep packs at long context may not fit in memory)."""
-    lengths, starts, repeats, slots = packing.pack_lengths, packing.pack_starts, packing.repeats, packing.slot_lengths
-    histogram = problem.histogram
-
-    def require(holds: bool, rule: str, found: str) -> None:
-        _require(holds, strategy, rule, problem, found)
-
-    def pack(index: int) -> list[int]:
-        return lengths[starts[index]:starts[index + 1]].tolist()
-
-    require(starts.size == repeats.size + 1 == slots.size + 1 and starts[0] == 0 and starts[-1] == lengths.size
-            and bool(np.all(np.diff(starts) >= 0)), "one repeat count and one slot length per pack",
-            f"{starts.size - 1} packs, {repeats.size} repeats, {slots.size} slot lengths")
-    require(bool(np.all(repeats > 0)), "every listed pack is used", f"repeat counts {sorted(set(repeats.tolist()))}")
-    depths = np.diff(starts)
-    pack_of = np.repeat(np.arange(depths.size), depths)
-    rising = np.flatnonzero((np.diff(lengths) > 0) & (pack_of[1:] == pack_of[:-1]))
-    require(rising.size == 0, "packs hold lengths in descending order",
-            f"pack {pack(pack_of[rising[0]])}" if rising.size else "")
-    repeated = _repeated_pack(packing)
-    require(repeated is None, "packs are distinct", f"pack {pack(repeated)} listed twice" if repeated is not None
-            else "")
-    placed = packing.placed_histogram().counts
-    wrong = np.flatnonzero(placed != histogram.counts)
-    require(wrong.size == 0, "every sequence placed exactly once",
-            f"{placed[wrong[0]]} sequences of length {wrong[0] + 1} placed where the histogram has "
-            f"{histogram.counts[wrong[0]]}" if wrong.size else "")
-    pack_tokens = packing.pack_tokens()
-    over = np.flatnonzero(pack_tokens > slots)
-    require(over.size == 0, "no pack holds more tokens than its slots",
-            f"pack {pack(over[0])} in {slots[over[0]]} slots" if over.size else "")
-    require(bool(np.all(slots <= problem.max_length)), "no pack longer than max_length",
-            f"a pack of {int(slots.max(initial=0))} slots")
-    if problem.max_depth is not None:
-        deep = np.flatnonzero(depths > problem.max_depth)
-        require(deep.size == 0, "no pack deeper than max_depth", f"pack {pack(deep[0])}" if deep.size else "")
-    metrics = packing.metrics()
-    tokens = int(repeats @ slots)
-    real = int(repeats @ pack_tokens)
-    expected = {"sequences": histogram.sequences, "packs": int(repeats.sum()), "tokens": tokens,
-                "padding_tokens": tokens - real, "strategies_used": repeats.size,
-                "depth_used": int(depths.max(initial=0))}
-    require(real == histogram.real_tokens, "the packs hold every real token",
-            f"{real} real tokens where the histogram has {histogram.real_tokens}")
-    for key, value in expected.items():
-        require(metrics[key] == value, f"metrics agree with the packs ({key})", f"{metrics[key]}, packs say {value}")
-    ratios = {"efficiency": real / tokens if tokens else 1.0,
-              "packing_factor": histogram.sequences / repeats.sum() if repeats.sum() else 0.0}
-    for key, value in ratios.items():
-        require(math.isclose(metrics[key], value, rel_tol=1e-6, abs_tol=1e-12),
-                f"metrics agree with the packs ({key})", f"{metrics[key]}, packs say {value}")
+    """The rules every packing of `problem` keeps, whatever the strategy (`simbench.strategies.invariants`,
+    which every plug-in's packing also passes before it is used)."""
+    broken = broken_rule(packing, problem.histogram, problem.max_length, problem.max_depth)
+    if broken is not None:
+        _require(False, strategy, *broken[:1], problem, broken[1])
 
 
 def check_deterministic(strategy: Strategy) -> None:
@@ -210,6 +164,13 @@ STRATEGY_CHECKS: tuple[Callable[[Strategy], None], ...] = (*FIXED_INPUT_CHECKS, 
 def _pack(strategy: Strategy, problem: PackingProblem) -> Packing:
     try:
         return strategy(problem.histogram, problem.max_length, problem.max_depth, problem.options)
+    except BrokenPacking as error:  # the check every plug-in's packing passes before it is used
+        raise StrategyCheckFailure(f"strategy {strategy.name!r} broke the rule: {error.rule}; found {error.found}; "
+                                   f"input: {problem}") from None
+    except PluginFailure as failure:  # what the plug-in itself raised, under the watchdog
+        error = failure.error
+        raise StrategyCheckFailure(f"strategy {strategy.name!r} raised {type(error).__name__}: {error}; "
+                                   f"input: {problem}") from error
     except Exception as error:
         raise StrategyCheckFailure(f"strategy {strategy.name!r} raised {type(error).__name__}: {error}; "
                                    f"input: {problem}") from error
@@ -226,22 +187,6 @@ def _same_packs(first: Packing, second: Packing, slots: bool = True) -> bool:
             and np.array_equal(first.pack_starts, second.pack_starts)
             and np.array_equal(first.repeats, second.repeats)
             and (not slots or np.array_equal(first.slot_lengths, second.slot_lengths)))
-
-
-def _repeated_pack(packing: Packing) -> int | None:
-    """A pack listed twice (same lengths and slots), if any: only packs alike in depth, slots and tokens
-    are compared length by length."""
-    depths, tokens = np.diff(packing.pack_starts), packing.pack_tokens()
-    keys = np.column_stack([depths, packing.slot_lengths, tokens])
-    _, group, sizes = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
-    seen: set[tuple] = set()
-    for index in np.flatnonzero(sizes[group.ravel()] > 1):
-        content = (int(packing.slot_lengths[index]),
-                   *packing.pack_lengths[packing.pack_starts[index]:packing.pack_starts[index + 1]].tolist())
-        if content in seen:
-            return int(index)
-        seen.add(content)
-    return None
 
 
 def packing_problems():

@@ -34,7 +34,7 @@ class ReportWorkers:
         self.executor = None
         if processes > 0:
             self.executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_import_plotting)
+                                                initializer=_start_worker, initargs=(os.getpid(),))
 
     def submit(self, function, *arguments) -> Future:
         """Run `function(*arguments)` in a worker, or here and now without workers."""
@@ -61,5 +61,27 @@ def _processes_asked() -> int:
     return check_whole_number(int(text) if text.strip().isdigit() else text, PROCESSES_VARIABLE, minimum=0)
 
 
-def _import_plotting() -> None:
+# How often a worker checks that the process it works for is still there.
+PARENT_CHECK_SECONDS = 0.2
+
+
+def _start_worker(parent: int) -> None:
+    _exit_with(parent)
     import simbench.report.plots  # noqa: F401  (matplotlib and seaborn load while the main process simulates)
+
+
+def _exit_with(parent: int) -> None:
+    """End this worker within PARENT_CHECK_SECONDS of the process it works for, however that one ends
+    (SIGKILL included, which runs no clean-up in it): a worker is reparented when its parent dies, and
+    without this its pool's pipes close only when it next looks at them (workers stayed 30 s and more)."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(1)  # no clean-up: the work it would finish is for no one
+
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=watch, name="simbench: exit with the parent", daemon=True).start()

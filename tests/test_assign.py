@@ -244,5 +244,5 @@ def test_assign_command_reports_an_unwritable_output_as_an_input_error(tmp_path)
     result = CliRunner().invoke(app, ["assign", str(tmp_path / "h.csv"), "--lengths", str(tmp_path / "lengths.npy"),
                                       "--strategy", "spfhp", "-o", str(tmp_path / "packs.npy")])
     assert isinstance(result.exception, InputError)
-    assert f"{tmp_path / 'packs.npy'}: cannot write: Is a directory" in str(result.exception)
+    assert f"{tmp_path / 'packs.npy'}: -o is a folder; give a file name" in str(result.exception)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["h.csv", "lengths.npy", "packs.npy"]

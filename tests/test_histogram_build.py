@@ -134,7 +134,7 @@ def test_too_long_sequences_are_reported(tmp_path):
     assert load_histogram(out).sequences == 2
 
     result = CliRunner().invoke(app, ["histogram", "build", str(path), "--max-length", "512", "-o", str(out),
-                                      "--truncate"])
+                                      "--truncate", "--force"])
     assert "truncated" in result.output
     assert load_histogram(out).counts[511] == 2
 
@@ -197,7 +197,7 @@ def test_failed_build_keeps_the_previous_csv(tmp_path):
 
 
 @pytest.mark.parametrize("output, message", [
-    ("folder", "folder: cannot write: Is a directory"),
+    ("folder", "folder: -o is a folder; give a file name"),
     ("lengths.txt/h.csv", "lengths.txt/h.csv: cannot write: File exists"),
     ("h.json", "the histogram is written as CSV; name it .csv, not 'h.json'"),
 ])

@@ -76,6 +76,26 @@ def test_a_folder_with_files_simbench_did_not_write_is_never_replaced(tmp_path, 
     assert listing(tmp_path) == ["report"]
 
 
+def test_a_file_simbench_wrote_and_the_user_edited_is_never_replaced(tmp_path):
+    target = tmp_path / "report"
+    old_report(target)
+    (target / "old.csv").write_text("old, with my notes")
+    with pytest.raises(InputError, match=r"1 file\(s\) changed since simbench wrote them \(old.csv\)"):
+        with atomic_directory(target) as staging:
+            (staging / "new.csv").write_text("new")
+    assert (target / "old.csv").read_text() == "old, with my notes" and listing(tmp_path) == ["report"]
+
+
+def test_a_report_written_before_hashes_were_recorded_is_still_replaced(tmp_path):
+    target = tmp_path / "report"
+    target.mkdir()
+    (target / "old.csv").write_text("old")
+    (target / MARKER).write_text('{"written_by": "simbench", "files": ["old.csv"]}')
+    with atomic_directory(target) as staging:
+        (staging / "new.csv").write_text("new")
+    assert listing(target) == [MARKER, "new.csv"]
+
+
 def test_leftovers_of_killed_runs_are_swept_and_a_report_moved_aside_is_restored(tmp_path):
     target = tmp_path / "report"
     old_report(target)

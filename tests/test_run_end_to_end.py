@@ -125,8 +125,11 @@ def test_same_seed_gives_identical_files_with_or_without_worker_processes(report
     again = tmp_path / "again"
     assert run(scenario_path, again).exit_code == 0
     for path in sorted(report.iterdir()):
-        if path.name not in MEASURED:
+        if path.name not in MEASURED | {".simbench-folder.json"}:
             assert path.read_bytes() == (again / path.name).read_bytes(), path.name
+    # The marker differs by the measured files' hashes alone.
+    hashes = [json.loads((folder / ".simbench-folder.json").read_text())["sha256"] for folder in (report, again)]
+    assert {name for name in hashes[0] if hashes[0][name] != hashes[1][name]} <= MEASURED
 
 
 def test_other_seed_changes_the_simulation(report, scenario_path, tmp_path):
@@ -227,6 +230,22 @@ def test_plot_of_a_damaged_report_is_an_input_error(report, tmp_path, damage, me
     result = CliRunner().invoke(app, ["plot", str(copy)])
     assert isinstance(result.exception, InputError), result.output
     assert message in str(result.exception)
+
+
+def test_plot_refuses_to_redraw_over_a_plot_you_edited_and_records_what_it_redraws(report, scenario_path, tmp_path):
+    from simbench.atomic import changed_files
+
+    copy = tmp_path / "copy"
+    shutil.copytree(report, copy)
+    (copy / "scaling.svg").write_text("<svg>my annotations</svg>")
+    result = CliRunner().invoke(app, ["plot", str(copy)])
+    assert isinstance(result.exception, InputError) and "scaling.svg changed since simbench wrote" in str(
+        result.exception)
+    assert (copy / "scaling.svg").read_text() == "<svg>my annotations</svg>"
+    (copy / "scaling.svg").unlink()
+    assert CliRunner().invoke(app, ["plot", str(copy)]).exit_code == 0
+    assert changed_files(copy) == []  # the marker holds the redrawn files' hashes: the folder stays replaceable
+    assert run(scenario_path, copy).exit_code == 0
 
 
 def test_plot_of_a_folder_that_is_no_report(tmp_path):

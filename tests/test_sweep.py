@@ -193,3 +193,185 @@ def test_a_cells_rows_carry_the_packs_its_packers_made(sweep_file):
     by_strategy = rows.drop_duplicates("strategy").set_index("strategy")["packs"]
     assert by_strategy["spfhp:3"] == packed["spfhp:3"] > 0
     assert pd.isna(by_strategy["unpad"])  # un-padding makes no packs
+
+
+# The folder as a ledger
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory) -> tuple[Path, Path]:
+    """A finished run of the 4-cell sweep (its report written), kept as the pristine copy tests start from."""
+    folder = tmp_path_factory.mktemp("finished")
+    path = folder / "small.yaml"
+    path.write_text(SWEEP)
+    result = CliRunner().invoke(app, ["sweep", str(path), "--out", str(folder / "out"), "--workers", "0"])
+    assert result.exit_code == 0, result.output
+    return path, folder / "out"
+
+
+def copy_of(finished_sweep, tmp_path) -> Path:
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(finished_sweep[1], out, symlinks=True)
+    return out
+
+
+def resume(sweep_path: Path, out: Path):
+    return CliRunner().invoke(app, ["sweep", str(sweep_path), "--out", str(out), "--workers", "0", "--resume"])
+
+
+def test_every_finished_cell_and_report_is_in_the_ledger_with_its_hash(finished_sweep):
+    import hashlib
+    import json
+
+    out = finished_sweep[1]
+    ledger = json.loads((out / "sweep.json").read_text())
+    assert sorted(ledger["finished"]) == [f"cell={index:05d}.parquet" for index in range(4)]
+    for name, digest in ledger["finished"].items():
+        assert hashlib.sha256((out / "results" / name).read_bytes()).hexdigest() == digest
+    assert set(ledger["reports"]) == {"summary.md", "scaling.png", "winners.png"}
+
+
+def test_resume_runs_again_each_cell_whose_file_is_damaged_or_anothers_says_so_and_removes_only_its_own(
+        finished_sweep, tmp_path):
+    out = copy_of(finished_sweep, tmp_path)
+    results = out / "results"
+    original = {path.name: path.read_bytes() for path in results.iterdir()}
+    (results / "cell=00000.parquet").write_bytes(original["cell=00000.parquet"][:100])  # truncated
+    (results / "cell=00001.parquet").write_bytes(b"")  # emptied
+    (results / "cell=00002.parquet").write_bytes(original["cell=00002.parquet"][::-1])  # scrambled
+    (results / "cell=00003.parquet").write_bytes(original["cell=00000.parquet"])  # another cell's
+    (results / ".cell=00001.parquet.partial-k1ll3d").write_bytes(b"half")  # left by SIGKILL
+    (out / "failures").mkdir(exist_ok=True)
+    (out / "failures" / "my-notes.json").write_text('{"mine": true}')
+    (out / "notes.txt").write_text("mine")
+    result = resume(finished_sweep[0], out)
+    assert result.exit_code == 0, result.output
+    assert "changed since it was written (damaged, or another cell's): running cells 0, 1, 2, 3 again" \
+        in result.output
+    assert {path.name: path.read_bytes() for path in results.iterdir()} == original  # the same cells again
+    assert (out / "failures" / "my-notes.json").read_text() == '{"mine": true}'
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_resume_runs_again_a_missing_or_unrecorded_cell_and_nothing_else(finished_sweep, tmp_path, monkeypatch):
+    import json
+
+    out = copy_of(finished_sweep, tmp_path)
+    (out / "results" / "cell=00001.parquet").unlink()
+    ledger = json.loads((out / "sweep.json").read_text())
+    del ledger["finished"]["cell=00002.parquet"]  # killed before the ledger caught up
+    (out / "sweep.json").write_text(json.dumps(ledger))
+    ran = []
+    real = sweeps.run_cell
+    monkeypatch.setattr(sweeps, "run_cell", lambda cell, packings: ran.append(cell.index) or real(cell, packings))
+    result = resume(finished_sweep[0], out)
+    assert result.exit_code == 0, result.output
+    assert ran == [1, 2]
+    assert "its file is missing: running cell 1 again" in result.output
+    assert "its file is not in sweep.json (the run stopped before recording it): running cell 2 again" \
+        in result.output
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("folder", "cell 1's file is not a file simbench wrote (a folder or a link)"),
+    ("link", "cell 1's file is not a file simbench wrote (a folder or a link)"),
+    ("foreign", "cell 1's file is not in sweep.json and holds no rows of cell 1"),
+    ("results-file", "results is not a folder"),
+    ("summary-edited", "summary.md changed since simbench wrote it"),
+    ("failure-foreign", "cell 2's failure record is not the file simbench wrote"),
+])
+def test_resume_refuses_before_any_work_what_simbench_did_not_write(finished_sweep, tmp_path, damage, message,
+                                                                      monkeypatch):
+    import json
+    import shutil
+
+    out = copy_of(finished_sweep, tmp_path)
+    cell = out / "results" / "cell=00001.parquet"
+    if damage == "folder":
+        cell.unlink()
+        cell.mkdir()
+        (cell / "mine.txt").write_text("mine")
+    elif damage == "link":
+        (tmp_path / "mine.parquet").write_bytes(cell.read_bytes())
+        cell.unlink()
+        cell.symlink_to(tmp_path / "mine.parquet")
+    elif damage == "foreign":
+        ledger = json.loads((out / "sweep.json").read_text())
+        del ledger["finished"]["cell=00001.parquet"]
+        (out / "sweep.json").write_text(json.dumps(ledger))
+        cell.write_text("my own table")
+    elif damage == "results-file":
+        shutil.rmtree(out / "results")
+        (out / "results").write_text("mine")
+    elif damage == "summary-edited":
+        with (out / "summary.md").open("a") as summary:
+            summary.write("my conclusions\n")
+    elif damage == "failure-foreign":
+        (out / "results" / "cell=00002.parquet").unlink()
+        (out / "failures").mkdir(exist_ok=True)
+        (out / "failures" / "cell=00002.json").write_text('{"mine": true}')
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    ran = []
+    monkeypatch.setattr(sweeps, "run_cell", lambda cell, packings: ran.append(cell.index))
+    result = resume(finished_sweep[0], out)
+    assert isinstance(result.exception, InputError) and message in str(result.exception), result.output
+    assert ran == [] and {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+
+
+def test_with_no_workers_a_failing_packing_is_recorded_per_cell_as_on_dask(sweep_file, tmp_path, monkeypatch):
+    real = sweeps.run_packing
+
+    def broken(job):
+        if job.packer == "spfhp":
+            raise RuntimeError("packer crashed")
+        return real(job)
+
+    monkeypatch.setattr(sweeps, "run_packing", broken)
+    sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", workers=0)
+    failures = sweeps.read_failures(tmp_path / "out")
+    assert [failure["cell"] for failure in failures] == [0, 1, 2, 3]
+    assert all("RuntimeError: packer crashed" in failure["error"] for failure in failures)
+
+
+def test_a_sweep_refused_before_work_leaves_a_new_folder_empty_so_a_plain_rerun_works(sweep_file, tmp_path):
+    with pytest.raises(InputError, match="cannot reach the Dask scheduler"):
+        sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", scheduler="tcp://127.0.0.1:9")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_second_sweep_into_the_same_folder_waits_for_none_and_is_refused(sweep_file, tmp_path):
+    from simbench.sweep_ledger import SweepLedger
+
+    sweep = sweeps.load_sweep(sweep_file)
+    held = SweepLedger.open(tmp_path / "out", name=sweep.name, fingerprint="x", resume=False)
+    try:
+        with pytest.raises(InputError, match="another simbench sweep is writing this folder"):
+            sweeps.run_sweep(sweep, tmp_path / "out", workers=0)
+    finally:
+        held.close()
+
+
+def test_a_ten_thousand_cell_dry_run_validates_each_own_value_once(tmp_path, monkeypatch):
+    from simbench import scenario
+
+    path = tmp_path / "big.yaml"
+    path.write_text(SWEEP.replace("model: [bert-base, bert-large]", f"seed: {list(range(100))}")
+                    .replace("devices: [1, 8]", f"batch_size: {list(range(1, 101))}").replace("report: {x: devices, "
+                                                                                              "y: model}\n", ""))
+    validations = []
+    real = sweeps.scenario_from_mapping
+    monkeypatch.setattr(sweeps, "scenario_from_mapping", lambda *args: validations.append(1) or real(*args))
+    sweep = sweeps.load_sweep(path)
+    assert len(sweep.cells) == 10_000 and len(validations) <= 1 + 100 + 100
+    assert [(cell.scenario.seed, cell.scenario.batch_size) for cell in sweep.cells[99:102]] == [(0, 100), (1, 1),
+                                                                                                 (1, 2)]
+    assert sweep.cells[5].scenario == scenario.scenario_from_mapping(
+        {**yaml_base(SWEEP), "name": "small-00005", "seed": 0, "batch_size": 6}, None, str(path), tmp_path)
+
+
+def yaml_base(text: str) -> dict:
+    import yaml
+
+    return yaml.safe_load(text)["base"]

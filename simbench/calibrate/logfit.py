@@ -47,6 +47,9 @@ MATCH_PERCENT = 1.0  # a fitted quantity further from its log than this was not 
 # cores (the 16- and 512-GPU V100 runs at 1,000 steps draw 9.6e6 and fit in 9 s); 10^5 steps of the 256-GPU
 # log would have drawn 5e8 sequences and run out of memory.
 FIT_SIMULATED_SEQUENCES_MAX = 30_000_000
+# A log whose steps barely vary (or not at all) is matched on the absolute spread: its relative error
+# would divide by zero.
+CV_FLOOR = 1e-3
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ def fit_logs(fit_on: Sequence[TrainingRun], predict: Sequence[TrainingRun] = (),
             simulated = LogStatistics.of(simulation.sequences_per_s(cost_model))
             errors.append(np.log(simulated.median_sequences_per_s / measured.median_sequences_per_s))
             if run.unpadded and "unpadded_noise_cv" in free:
-                errors.append(simulated.cv / measured.cv - 1)
+                errors.append((simulated.cv - measured.cv) / max(measured.cv, CV_FLOOR))
         return np.array(errors)
 
     if free:
@@ -202,6 +205,10 @@ def fit_logs(fit_on: Sequence[TrainingRun], predict: Sequence[TrainingRun] = (),
     for cases in (fit_cases, predict_cases):
         for run, measured, simulation in cases:
             simulated = LogStatistics.of(simulation.sequences_per_s(cost_model))
+            if not (np.isfinite(simulated.median_sequences_per_s) and np.isfinite(simulated.cv)):
+                raise InputError(f"the profile prices no finite throughput for this log (median "
+                                 f"{simulated.median_sequences_per_s}, CV {simulated.cv}): check its fields "
+                                 f"and --set values", source=run.source)
             reference = reference or (simulated, measured, run.gpus)
             fitted_quantities = _fitted_quantities(run, fit_on, free)
             rows += [{**row, "role": "fitted" if row["quantity"] in fitted_quantities else "predicted"}

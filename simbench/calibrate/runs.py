@@ -66,10 +66,14 @@ def check_unpadded_attention(name: str | None, device: str | None = None) -> str
     return name
 
 
-def check_profile_output(path: Path) -> None:
-    """Refuse, before minutes of timing, a profile path that cannot be written."""
+def check_profile_output(path: Path, *, inputs=(), force: bool = False) -> None:
+    """Refuse, before minutes of timing, a profile path that cannot be written, that is one of `inputs`, or
+    (unless `force`) that exists."""
+    from simbench.atomic import check_output_file
+
     if path.is_dir():
         raise InputError("is a folder; output names the profile file to write", source=str(path), parameter="output")
+    check_output_file(path, inputs=inputs, force=force, option="output")
     blocking = next((parent for parent in path.absolute().parents if parent.exists()), None)
     if blocking is not None and not blocking.is_dir():
         raise InputError(f"cannot write the profile: {blocking} is a file, not a folder", source=str(path))
@@ -78,9 +82,10 @@ def check_profile_output(path: Path) -> None:
 def calibrate_profile(output: Path, *, model, max_length: int = DEFAULT_MAX_LENGTH, device: str | None = None,
                       threads: int | None = None, seed: int = 0, quick: bool = False,
                       unpadded_attention: str | None = None, wall_clock: bool = False,
-                      progress: Progress = lambda total: None):
-    """Time padded, packed and un-padded steps, fit a profile to them and write it to `output` (YAML)."""
-    check_profile_output(output)
+                      progress: Progress = lambda total: None, force: bool = False):
+    """Time padded, packed and un-padded steps, fit a profile to them and write it to `output` (YAML); an
+    existing file at `output` is replaced only with `force`."""
+    check_profile_output(output, force=force)
     torch = import_torch()
     from simbench.atomic import atomic_file
     from simbench.calibrate.calibration import CalibrationSettings, calibration_steps, run_calibration
@@ -115,14 +120,17 @@ def grid_timings_path(output: Path) -> Path:
 def calibrate_grid(output: Path, *, model, layers: int | None = None, device: str | None = None,
                    threads: int | None = None, seed: int = 0, quick: bool = False,
                    unpadded_attention: str | None = None, wall_clock: bool = False, base=None,
-                   progress: Progress = lambda total: None) -> GridRun:
+                   progress: Progress = lambda total: None, force: bool = False) -> GridRun:
     """Time the primitive-shape grid of `model`'s layers on the device, write the raw timings beside `output`
     (`grid_timings_path`), fit the profile's GPU terms on them with `gridfit` and write the profile.
 
     `base` gives every field the grid does not fit (default: h200 on a GPU; on a CPU a profile with no
     optimizer, transfer or communication cost). `layers` defaults to the model's (at most 4 of a decoder's).
+    Existing files at `output` or beside it are replaced only with `force`.
     """
-    check_profile_output(output)
+    base_inputs = [Path(base)] if isinstance(base, str | Path) else []
+    check_profile_output(output, inputs=base_inputs, force=force)
+    check_profile_output(grid_timings_path(output), inputs=[*base_inputs, output], force=force)
     torch = import_torch()
     from simbench.atomic import atomic_file
     from simbench.calibrate.grid import GRID_RECORD_FIELDS, GridSettings, time_grid
@@ -274,7 +282,7 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     histogram, scenario_seed, plans = _measure_source(source, strategies)
     output_dir = output_dir or Path(f"measure-{histogram.name}")
     # Checked before minutes of timing; and never swap away a folder that is not an earlier result.
-    check_replaceable(output_dir, option="-o")
+    check_replaceable(output_dir, option="-o", inputs=[Path(source), profile_path])
     device = resolve_device(device)
     model = measured_model(source, model, device, layers, note)
     if max_length > model.max_positions:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from simbench.commands.common import command, say
+from simbench.commands.common import FORCE_HELP, command, say
 from simbench.errors import InputError, writing_to
 
 
@@ -22,11 +22,12 @@ def assign(
     max_length: int = typer.Option(None, "--max-length", help="pack length in tokens [default: the histogram's]"),
     seed: int = typer.Option(0, "--seed", help="seed of the shuffles (same seed, same assignment)"),
     output: Path = typer.Option(..., "-o", "--output", help="OUT.npy (packs x depth, -1 = empty) or OUT.parquet"),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Pack the histogram, then say which dataset sequence goes into each pack slot."""
     import numpy as np
 
-    from simbench.atomic import atomic_file
+    from simbench.atomic import atomic_file, check_output_file
     from simbench.histogram import load_histogram
     from simbench.histogram_build import read_lengths
     from simbench.strategies import PackOptions, get_strategy
@@ -34,6 +35,7 @@ def assign(
 
     if output.suffix not in (".npy", ".parquet"):
         raise InputError(f"output must end in .npy or .parquet, found {output.name!r}")
+    check_output_file(output, inputs=[Path(histogram_name), lengths_path], force=force)
     histogram = load_histogram(histogram_name)
     lengths = read_lengths(lengths_path, column=column)
     packing = get_strategy(strategy)(histogram, max_length, max_depth, PackOptions(seed=seed))

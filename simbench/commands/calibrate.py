@@ -10,8 +10,8 @@ from pathlib import Path
 import typer
 
 from simbench.calibrate.runs import DEFAULT_MAX_LENGTH
-from simbench.commands.common import (UNPADDED_HELP, WALL_CLOCK_HELP, advancing, command, parse_model, print_table,
-                                      progress_bar, say)
+from simbench.commands.common import (FORCE_HELP, UNPADDED_HELP, WALL_CLOCK_HELP, advancing, command, parse_model,
+                                      print_table, progress_bar, say)
 from simbench.errors import InputError
 
 
@@ -43,6 +43,7 @@ def calibrate(
                              help="with --timings or --grid: the preset or profile whose other fields the profile "
                                   "keeps (default: h200; a --grid on the CPU: no optimizer, transfer or "
                                   "communication cost)"),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Time padded, packed and un-padded training steps and fit the cost model's parameters to them; or fit the
     GPU terms (launch floor, dense efficiency, varlen attention, first sight) on a primitive-shape grid, stored
@@ -54,11 +55,11 @@ def calibrate(
         raise InputError("give --timings (fit a stored grid) or --grid (time one here), not both",
                          parameter="timings")
     if timings is not None:
-        _fit_timings(timings, base or "h200", output)
+        _fit_timings(timings, base or "h200", output, force)
         return
     if grid:
         _time_grid(output, model=model, layers=layers, device=device, threads=threads, seed=seed, quick=quick,
-                   unpadded_attention=unpadded_attention, wall_clock=wall_clock, base=base)
+                   unpadded_attention=unpadded_attention, wall_clock=wall_clock, base=base, force=force)
         return
     if layers is not None or base is not None:
         raise InputError("--layers and --hardware go with --grid or --timings", parameter="layers")
@@ -68,7 +69,8 @@ def calibrate(
     with progress_bar(Console(stderr=True)) as progress:
         fit = calibrate_profile(output, model=parse_model(model), max_length=max_length, device=device,
                                 threads=threads, seed=seed, quick=quick, unpadded_attention=unpadded_attention,
-                                wall_clock=wall_clock, progress=advancing(progress, progress.add_task("calibrating")))
+                                wall_clock=wall_clock, progress=advancing(progress, progress.add_task("calibrating")),
+                                force=force)
     errors = abs(fit.relative_errors)
     print_table("fitted parameters", ["parameter", "value"],
                 [*([name, f"{value:.4g}"] for name, value in fit.parameters.items()),
@@ -97,15 +99,14 @@ def _print_grid_fit(fit) -> None:
                  for row in fit.error_rows()], left=["timings"], stderr=True)
 
 
-def _fit_timings(timings: Path, base: str, output: Path) -> None:
-    from simbench.atomic import atomic_file
+def _fit_timings(timings: Path, base: str, output: Path, force: bool) -> None:
+    from simbench.atomic import atomic_file, check_output_file
     from simbench.calibrate.gridfit import HELD_OUT_RULE, fit_grid, fitted_profile, load_timing_grid
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
 
     if output.is_dir():
         raise InputError("the output is a folder; give a .yaml file name", source=str(output))
-    if output.resolve() == timings.resolve():
-        raise InputError("the output is the timing grid itself; give another file name", source=str(output))
+    check_output_file(output, inputs=[timings, Path(base)], force=force)
     load_hardware(base)  # a bad base is refused before the fit
     fit = fit_grid(load_timing_grid(timings), base)
     profile = fitted_profile(fit, base, f"simbench calibrate --timings {timings.name}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from simbench.commands.common import command, parse_counts, parse_model, print_table, say
+from simbench.commands.common import FORCE_HELP, command, parse_counts, parse_model, print_table, say
 from simbench.errors import InputError
 
 
@@ -23,14 +23,17 @@ def calibrate_decoder(
     device: str = typer.Option("cuda", "--device", help="cuda[:N] (cpu works, for small models)"),
     repeats: int = typer.Option(5, "--repeats", min=1),
     seed: int = typer.Option(0, "--seed", min=0),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Time a few layers of a decoder LLM on rows of several lengths and fit its two rates."""
+    from simbench.atomic import check_output_file
     from simbench.calibrate.runs import import_torch
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
 
     # The options are checked before torch is needed, so a mistake in them reads the same without it.
     if output.is_dir():
         raise InputError("the output is a folder; give a .yaml file name", source=str(output))
+    check_output_file(output, inputs=[Path(base)], force=force)
     base_profile = load_hardware(base)
     row_lengths = None if lengths is None else parse_counts(lengths, "--lengths")
     import_torch()

@@ -136,6 +136,7 @@ def stage_lines(console, quiet: bool = False) -> Callable[[str], None] | None:
     return report
 
 
+FORCE_HELP = "replace the output file if it exists (never one the command reads)"
 QUIET_HELP = "no progress: neither the live bar in a terminal nor the line per finished stage elsewhere"
 
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import typer
 
-from simbench.commands.common import command, field_values, print_json_lines
-from simbench.errors import InputError
+from simbench.commands.common import FORCE_HELP, command, field_values, print_json_lines
 
 FREE_HELP = ("comma-separated profile fields to fit: unpadded_flops_fraction, unpadded_noise_cv, "
              "unpad_group_half_saturation_tokens (un-padding priced per length group), "
@@ -32,18 +31,19 @@ def fit_logs(
     seed: int = typer.Option(0, "--seed", min=0),
     output: Path = typer.Option(None, "-o", "--output", help="write the fitted hardware profile (YAML) here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object per table row"),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Fit profile fields on some logs, then compare simbench with every log: fitted or predicted, and the error."""
     from rich.console import Console
     from rich.table import Table
 
-    from simbench.atomic import atomic_file
+    from simbench.atomic import atomic_file, check_output_file
     from simbench.calibrate.logfit import fit_logs as fit
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
     from simbench.costmodels.mlperf import read_training_log
 
-    if output is not None and output.is_dir():
-        raise InputError("the output is a folder; give a .yaml file name", source=str(output))
+    if output is not None:
+        check_output_file(output, inputs=[*logs, *predict, Path(hardware), Path(histogram)], force=force)
     names = tuple(name.strip() for name in free.split(",") if name.strip())
     profile = load_hardware(hardware, field_values(settings))
     result = fit([read_training_log(path) for path in logs], [read_training_log(path) for path in predict],

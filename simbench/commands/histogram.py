@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from simbench.commands.common import command
+from simbench.commands.common import FORCE_HELP, command
 from simbench.errors import InputError, writing_to
 
 histogram_app = typer.Typer(help="Build length histograms from your own data.", no_args_is_help=True)
@@ -30,17 +30,19 @@ def build(
                                              "template renders chat rows (implies --tokenize)"),
     truncate: bool = typer.Option(False, "--truncate",
                                   help="cut sequences longer than --max-length instead of leaving them out"),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Count per-sequence lengths into a histogram; sequences over --max-length are reported, never dropped silently."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from simbench.atomic import atomic_file
+    from simbench.atomic import atomic_file, check_output_file
     from simbench.histogram_build import build_histogram, load_tokenizer, read_lengths
 
     if output.suffix.lower() == ".json":
         # Histograms are read back by suffix: a .json name would be parsed as JSON and fail.
         raise InputError(f"the histogram is written as CSV; name it .csv, not {output.name!r}")
+    check_output_file(output, inputs=[input_path, tokenizer_file], force=force)
     tokenizer = load_tokenizer(tokenizer_file) if (tokenize or tokenizer_file) else None
     console = Console(stderr=True)
     size_bytes = input_path.stat().st_size if input_path.is_file() else None

@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from simbench.commands.common import QUIET_HELP, command, progress_bar, say, stage_lines
+from simbench.errors import InputError
 
 REPORTS_DIR = Path("reports")
 SCENARIO_HELP = "scenario YAML file, or a bundled scenario's name (simbench list)"
@@ -39,8 +40,10 @@ def run(
         scenarios = [scenario.quickened() for scenario in scenarios]
     targets = [out if out is not None and len(scenarios) == 1 else (out or REPORTS_DIR) / scenario.name
                for scenario in scenarios]
+    inputs = [scenario_path, *(path for scenario in scenarios for path in scenario.input_files())]
     for target in targets:
-        check_replaceable(target)  # every one before minutes of simulation, not after the first report
+        # Every one before minutes of simulation, not after the first report.
+        check_replaceable(target, inputs=inputs)
     # Workers start now: their imports overlap the packing, their LP bounds the simulation.
     with ReportWorkers() as workers:
         for scenario, target in zip(scenarios, targets):
@@ -82,10 +85,16 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
 
 def plot(report: Path = typer.Argument(..., metavar="DIR", help="an existing report folder")) -> None:
     """Redraw a report's plots from its CSVs and resolved scenario."""
-    from simbench.report.folder import draw_plots, read_report
+    from simbench.atomic import changed_files, record_rewritten
+    from simbench.report.folder import PLOT_SUFFIXES, draw_plots, read_report
 
     scenario, histogram, tables = read_report(report)
+    edited = [name for name in changed_files(report) if Path(name).suffix in PLOT_SUFFIXES]
+    if edited:
+        raise InputError(f"the report's plot file(s) {', '.join(edited)} changed since simbench wrote them; "
+                         "redrawing would replace your edits: move them out first", source=str(report))
     written = draw_plots(report, scenario, histogram, tables)
+    record_rewritten(report, written)
     say(f"redrew {len(written)} files in {report}/")
 
 

@@ -42,7 +42,7 @@ def sweep(
         say(f"{state.done}/{state.total} cells done, {state.failed} failed, {state.elapsed_seconds:.0f} s elapsed"
             + (f", about {remaining:.0f} s left" if remaining is not None else ""))
 
-    run_sweep(spec, out, workers=workers, scheduler=scheduler, resume=resume, progress=report_progress)
+    run_sweep(spec, out, workers=workers, scheduler=scheduler, resume=resume, progress=report_progress, note=say)
     failures = read_failures(out)
     write_sweep_report(out, spec.name, spec.axes, spec.report_axes, failures, read_results(out))
     say(f"wrote {out}/ in {time.perf_counter() - start:.0f} s; start with {out / 'summary.md'}")

@@ -6,14 +6,65 @@ A profile is a preset (see `HARDWARE_PRESETS`) or a YAML file, e.g. one written 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from simbench.errors import InputError, did_you_mean, read_text_file
 from simbench.registry import Registry
 from simbench.yamlfile import load_yaml_documents
+
+
+# Where infinity means "no limit" (a transfer or a link that costs nothing), it is the default and allowed.
+UNLIMITED_FIELDS = ("host_to_device_bytes_per_s", "allreduce_bytes_per_s", "intra_node_bytes_per_s")
+# What no device has, by the kind of quantity a field's name says; a value past these is a typo (1e308 s,
+# 1e-300 B/s) and, multiplied into a step's price or divided into it, overflows to inf or NaN downstream.
+_PHYSICAL_RANGES = (  # (name ends with or holds, highest value, what it counts)
+    ("flops_per_s", 1e21, "FLOP/s (a zettaFLOP/s is beyond any device)"),
+    ("bytes_per_s", 1e18, "bytes/s (an exabyte/s is beyond any link; write .inf for no limit)"),
+    ("seconds", 86_400.0, "seconds (a day)"),
+    ("tokens", 2.0**40, "tokens"),
+    ("width", 2.0**40, "model widths"),
+    ("efficiency", 1.0, "(a factor)"),
+    ("fraction", 1e3, "(a factor)"),
+    ("noise_cv", 10.0, "(a coefficient of variation)"),
+    ("bytes_per", 2.0**20, "bytes"),
+    ("per_layer", 2.0**20, "kernels"),
+    ("per_stage", 2.0**20, "layers"),
+    ("samples", 2.0**30, "samples"),
+    ("per_node", 2.0**20, "devices"),
+    ("boundaries", 2.0**40, "tokens"),
+)
+# Rates and factors that a step's work is divided by: a tiny positive one makes every step last forever.
+_LOWEST_DIVISORS = (("bytes_per_s", 1.0, "bytes/s"), ("attention_fraction", 1e-3, "(a factor)"),
+                    ("unpadded_flops_fraction", 1e-3, "(a factor)"), ("efficiency", 1e-3, "(a factor)"))
+
+
+def check_physical(name: str, value: Any) -> Any:
+    """`value` of the profile field `name` if a device can have it: finite (infinite only for the links of
+    UNLIMITED_FIELDS), within the range its kind allows (_PHYSICAL_RANGES) and, for a divisor, not so small
+    that a step never ends (_LOWEST_DIVISORS); else ValueError."""
+    numbers = value if isinstance(value, tuple) else (value,)
+    for number in numbers:
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            continue
+        if isinstance(number, float) and math.isnan(number):
+            raise ValueError("must be a number, found NaN")
+        if isinstance(number, float) and math.isinf(number):
+            if name in UNLIMITED_FIELDS and number > 0:
+                continue
+            raise ValueError("must be finite" + (f" (.inf, meaning no limit, is for {', '.join(UNLIMITED_FIELDS)})"
+                                                 if "bytes_per_s" in name else ""))
+        highest = next((kind for kind in _PHYSICAL_RANGES if kind[0] in name), None)
+        if highest is not None and number > highest[1]:
+            raise ValueError(f"must be at most {highest[1]:.4g} {highest[2]}")
+        lowest = next((kind for kind in _LOWEST_DIVISORS if kind[0] in name), None)
+        if lowest is not None and 0 < number < lowest[1]:
+            raise ValueError(f"must be at least {lowest[1]:.4g} {lowest[2]}")
+    return value
 
 
 class HardwareProfile(BaseModel):
@@ -95,6 +146,12 @@ class HardwareProfile(BaseModel):
     unpad_group_half_saturation_tokens: float = Field(0.0, ge=0, allow_inf_nan=False,
                                                       description="tokens in one length group at which its "
                                                       "attention kernels reach half the attention rate")
+
+    @field_validator("*")
+    @classmethod
+    def _physical(cls, value: Any, info: ValidationInfo) -> Any:
+        # After each field's own bounds: no value a device cannot have, none that overflows a step's price.
+        return check_physical(info.field_name, value)
 
     @field_validator("unpad_group_boundaries")
     @classmethod
@@ -533,16 +590,24 @@ def _describe_validation_error(error: ValidationError) -> str:
     problems = []
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "(profile)"
-        message = item["msg"]
+        message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             known = list(HardwareProfile.model_fields)
             hint = did_you_mean(key, known)
             message = f"unknown field;{hint}" if hint else f"unknown field; allowed: {', '.join(known)}"
         elif item["type"] == "missing":
             message = "required field is missing"
-        problems.append(f"`{key}`: {message} (found {item.get('input')!r})" if item["type"] != "missing"
+        problems.append(f"`{key}`: {message} (found {_shown(item.get('input'))})" if item["type"] != "missing"
                         else f"`{key}`: {message}")
     return "invalid hardware profile: " + "; ".join(problems)
+
+
+def _shown(value: Any) -> str:
+    """A value as a message quotes it: a whole number of hundreds of digits by its size alone."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"a {len(str(abs(value)))}-digit number"
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def field_provenance(profile: HardwareProfile) -> dict[str, str]:

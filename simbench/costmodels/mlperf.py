@@ -18,6 +18,7 @@ import gzip
 import io
 import json
 import re
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +26,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simbench.errors import InputError, read_text_file
+from simbench.errors import MAX_TEXT_FILE_BYTES, InputError, bounded_lines, read_text_file
 
 _STEP_MARK = "{'training_steps'"
 _EVENT_MARK = ":::MLLOG"
 _BATCH_OPTION = re.compile(r"--train_batch_size=(\d+)")
 _ACCUMULATION_OPTION = re.compile(r"--gradient_accumulation_steps=(\d+)")
 _RANK_PREFIX = re.compile(r"^\s*(\d+):")
+# A step's throughput is a positive, finite number below what any cluster reaches (10^5 GPUs at 10^4
+# sequences per second each is 10^9): 0, negatives, 1e999 or 1e307 are a broken log, whose statistics
+# would overflow to inf or NaN.
+SEQUENCES_PER_S_MAX = 1e12
+STEP_SECONDS_MIN = 1e-6
+MAX_LOG_LINE_BYTES = 2**20  # an MLPerf log's lines are about 1.5 KB
+# Step and event lines parsed (each ~10 us): a BERT run's log holds a few thousand; 64 MiB of short
+# step lines would be 2 million and take half a minute.
+MAX_PARSED_LINES = 300_000  # a microsecond: no training step of a transformer is shorter
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,9 +76,12 @@ def parse_mlperf_log(path: str | Path) -> MlperfRun:
         raise InputError("no such MLPerf log file", source=str(path))
     opener = gzip.open if _head(path, 2) == b"\x1f\x8b" else open
     try:
-        with opener(path, "rt", errors="replace") as handle:
-            return parse_mlperf_lines(handle, source=str(path))
-    except (OSError, EOFError) as error:
+        with opener(path, "rb") as handle:
+            # Bounded as read: a 3 MB gzip of 3 GiB of lines, or of one 8 GiB line, is refused in a second.
+            lines = bounded_lines(handle, str(path), "MLPerf log", max_bytes=MAX_TEXT_FILE_BYTES,
+                                  max_line_bytes=MAX_LOG_LINE_BYTES)
+            return parse_mlperf_lines((raw.decode("utf-8", errors="replace") for _, raw in lines), source=str(path))
+    except (OSError, EOFError, zlib.error) as error:
         raise InputError(f"cannot read the log: {error}", source=str(path)) from None
 
 
@@ -133,9 +146,20 @@ def parse_step_csv(path: str | Path) -> MlperfRun:
     values = pd.to_numeric(frame[throughput], errors="coerce").to_numpy(dtype=float)
     bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
     if bad.size:
-        raise InputError(f"`{throughput}` must be a positive number, found {frame[throughput].iloc[bad[0]]!r}",
+        raise InputError(f"`{throughput}` must be a positive number, found {str(frame[throughput].iloc[bad[0]])!r}",
                          source=str(path), line=int(bad[0]) + 2)
-    sequences_per_s = gpus * batch / values if throughput == "step_seconds" else values
+    with np.errstate(over="ignore"):
+        sequences_per_s = gpus * batch / values if throughput == "step_seconds" else values
+    if throughput == "step_seconds":
+        short = np.flatnonzero(values < STEP_SECONDS_MIN)
+        if short.size:
+            raise InputError(f"`step_seconds` must be at least {STEP_SECONDS_MIN:g} (no training step is shorter), "
+                             f"found {str(frame[throughput].iloc[short[0]])!r}", source=str(path),
+                             line=int(short[0]) + 2)
+    fast = np.flatnonzero(sequences_per_s > SEQUENCES_PER_S_MAX)
+    if fast.size:
+        raise InputError(f"a throughput of {sequences_per_s[fast[0]]:.3g} sequences/s is beyond any cluster "
+                         f"(at most {SEQUENCES_PER_S_MAX:.0e})", source=str(path), line=int(fast[0]) + 2)
     steps = (pd.to_numeric(frame["step"], errors="coerce").to_numpy() if "step" in frame.columns
              else np.arange(1, len(frame) + 1))
     if not (np.all(np.isfinite(steps)) and np.all(np.diff(steps) > 0)):
@@ -172,22 +196,29 @@ def parse_mlperf_lines(lines: Iterable[str], source: str = "log") -> MlperfRun:
     accumulation_options: set[int] = set()
     unpadded = False
     malformed = 0
-    for line in lines:
+    parsed = 0
+    for number, line in enumerate(lines, start=1):
         rank = _RANK_PREFIX.match(line)
         if rank:
             ranks.add(int(rank.group(1)))
+        if _STEP_MARK in line or _EVENT_MARK in line:
+            parsed += 1
+            if parsed > MAX_PARSED_LINES:
+                raise InputError(f"more than {MAX_PARSED_LINES:,} step and event lines, far more than any training "
+                                 "log holds", source=source, line=number)
         if _STEP_MARK in line:
             record = _step_record(line[line.index(_STEP_MARK):].strip())
             if record is None:
                 malformed += 1
             else:
+                _check_throughput(record["sequences_per_s"], source, number)
                 steps.setdefault(record["step"], record)  # when several ranks log a step, the first line wins
             continue
         if _EVENT_MARK in line:
             try:
                 event = json.loads(line[line.index(_EVENT_MARK) + len(_EVENT_MARK):])
                 events.setdefault(event["key"], event.get("value"))
-            except (json.JSONDecodeError, KeyError, TypeError):
+            except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
                 malformed += 1
             continue
         if "run_pretraining.py" in line:
@@ -207,6 +238,12 @@ def parse_mlperf_lines(lines: Iterable[str], source: str = "log") -> MlperfRun:
     return MlperfRun(source, frame, events, gpus, per_gpu_batch or 0, unpadded, malformed)
 
 
+def _check_throughput(sequences_per_s: float, source: str, line: int) -> None:
+    if not (0 < sequences_per_s <= SEQUENCES_PER_S_MAX):  # NaN fails too
+        raise InputError(f"a step's seq/s must be positive and at most {SEQUENCES_PER_S_MAX:.0e}, found "
+                         f"{sequences_per_s!r}", source=source, line=line)
+
+
 def _step_record(text: str) -> dict | None:
     try:
         raw = ast.literal_eval(text)
@@ -217,7 +254,11 @@ def _step_record(text: str) -> dict | None:
     throughput = raw.get("seq/s")
     if isinstance(throughput, bool) or not isinstance(throughput, (int, float)):
         return None
-    record = {"step": raw["training_steps"], "sequences_per_s": float(throughput)}
+    try:
+        sequences_per_s = float(throughput)
+    except OverflowError:  # a whole number of hundreds of digits
+        sequences_per_s = float("inf")
+    record = {"step": raw["training_steps"], "sequences_per_s": sequences_per_s}
     for key, value in raw.items():
         if key not in ("training_steps", "seq/s") and isinstance(value, (int, float)) and not isinstance(value, bool):
             record[key] = value

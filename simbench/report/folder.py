@@ -33,10 +33,11 @@ from simbench.report import html
 from simbench.report.summary import speedup_reference, summary_markdown, summary_record
 from simbench.report.tables import read_tables, write_tables
 from simbench.workers import ReportWorkers
-from simbench.atomic import atomic_directory, check_owned_folder, resolve_output_folder
+from simbench.atomic import atomic_directory, check_output_folder, check_owned_folder
 from simbench.scenario import Scenario, load_scenario
 
 RESOLVED_SCENARIO = "resolved.yaml"
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # what `simbench plot` redraws
 HISTOGRAM_BINS = 256  # enough to see the shape, few enough for a light page at 128k tokens
 
 
@@ -88,10 +89,11 @@ def report_charts(histogram: LengthHistogram, tables: ExperimentResult) -> list[
     return charts
 
 
-def check_replaceable(target: Path, option: str = "--out") -> None:
+def check_replaceable(target: Path, option: str = "--out", inputs=()) -> None:
     """Refuse, before any work, to write where the write would fail or lose a user's files: a folder
-    simbench did not write whole (see `simbench.atomic`), a file in the way, an unwritable place."""
-    target = resolve_output_folder(target, option)
+    simbench did not write whole or whose files were edited since (see `simbench.atomic`), a folder that
+    is or holds one of the command's `inputs`, a file in the way, an unwritable place."""
+    target = check_output_folder(target, inputs=inputs, option=option)
     if not target.exists():
         blocking = next((parent for parent in target.parents if parent.exists()), None)
         if blocking is not None and not blocking.is_dir():

@@ -81,7 +81,13 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
                                            "error": failure["error"][:200]} for failure in failures]))]
     with atomic_file(out / "summary.md") as temporary:
         temporary.write_text("\n".join(lines) + "\n")
-    return [out / "summary.md", *written]
+    written = [out / "summary.md", *written]
+    from simbench.sweep_ledger import read_ledger
+
+    ledger = read_ledger(out)
+    if ledger is not None:  # so that --resume tells these files from a user's edits
+        ledger.record_reports(written)
+    return written
 
 
 FACETS_MAX = 12  # panels of scaling.png; more would be unreadable

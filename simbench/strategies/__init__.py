@@ -46,7 +46,10 @@ class Strategy:
         """Validate the arguments, run the packer and record its solve time."""
         max_length = check_pack_limits(histogram, max_length, max_depth)
         start = time.perf_counter()
-        packing = self.pack_function(histogram, max_length, max_depth, options or PackOptions())
+        if self.is_builtin:
+            packing = self.pack_function(histogram, max_length, max_depth, options or PackOptions())
+        else:
+            packing = self._plugin_packing(histogram, max_length, max_depth, options or PackOptions())
         # A packer that reused a cached result (optimal's LP bound) reports what that result cost.
         seconds = time.perf_counter() - start + packing.details.get("reused_bound_seconds", 0.0)
         # The depth the packing was made under: the caller's, else the packer's own (nnlshp's default of 3,
@@ -56,6 +59,22 @@ class Strategy:
         else:
             depth = packing.max_depth
         return packing.replace(strategy=self.name, max_depth=depth, seconds=seconds)
+
+    @property
+    def is_builtin(self) -> bool:
+        return getattr(self.pack_function, "__module__", "").startswith("simbench.")
+
+    def _plugin_packing(self, histogram: LengthHistogram, max_length: int, max_depth: int | None,
+                        options: PackOptions) -> Packing:
+        """A plug-in's packing, checked not trusted: called under a watchdog (simbench.plugins), then held to
+        the rules every packing keeps before anything uses it."""
+        from simbench.plugins import CALL_TIMEOUT_SECONDS, guarded, timeout_seconds
+        from simbench.strategies.invariants import check_plugin_packing
+
+        packing = guarded(f"the plug-in strategy {self.name!r}", self.pack_function, histogram, max_length,
+                          max_depth, options, timeout=timeout_seconds(CALL_TIMEOUT_SECONDS))
+        check_plugin_packing(self.name, packing, histogram, max_length, max_depth)
+        return packing
 
 
 STRATEGIES: Registry[Strategy] = Registry(
