@@ -10,7 +10,7 @@
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     write_tables(tables, folder)
     ...     read_tables(folder).scaling.columns[:4].tolist()
-    ['strategy', 'devices', 'speedup', 'tokens_per_s']
+    ['strategy', 'devices', 'speedup', 'speedup_noise']
 """
 
 from __future__ import annotations
