@@ -131,11 +131,9 @@ def read_report(folder: Path) -> tuple[Scenario, LengthHistogram, ExperimentResu
     return scenario, scenario.dataset.load(), read_tables(folder)
 
 
-def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
-               workers: ReportWorkers | None = None) -> list[Path]:
-    """Every plot the scenario asks for that its tables have data for, drawn by `workers` side by side."""
-    from simbench.report.plots import render
-
+def plot_arguments(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> dict[str, tuple]:
+    """The arguments of each plot the scenario asks for that its tables have data for, by plot name:
+    `simbench.report.plots.FIGURES[name](*arguments)` draws it."""
     arguments = {
         "histogram": (histogram,),
         "packing": (tables.packing, tables.timings, histogram.real_tokens, histogram.max_length),
@@ -147,10 +145,18 @@ def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tab
     }
     has_data = {"packing": not tables.packing.empty, "gumbel": not tables.gumbel.empty,
                 "timeline": not tables.timeline.empty}
-    names = [name for name in scenario.outputs.plots if has_data.get(name, True)]
+    return {name: arguments[name] for name in scenario.outputs.plots if has_data.get(name, True)}
+
+
+def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
+               workers: ReportWorkers | None = None) -> list[Path]:
+    """Every plot the scenario asks for that its tables have data for, drawn by `workers` side by side."""
+    from simbench.report.plots import render
+
+    arguments = plot_arguments(scenario, histogram, tables)
     formats = tuple(scenario.outputs.formats)
     drawing = workers or ReportWorkers(processes=0)
-    pending = {name: drawing.submit(render, name, arguments[name], formats) for name in names}
+    pending = {name: drawing.submit(render, name, values, formats) for name, values in arguments.items()}
     written = []
     for name, future in pending.items():
         for extension, content in future.result().items():
