@@ -38,6 +38,8 @@ from simbench.scenario import Scenario, load_scenario
 
 RESOLVED_SCENARIO = "resolved.yaml"
 HISTOGRAM_BINS = 256  # enough to see the shape, few enough for a light page at 128k tokens
+# As histogram.png: a last bin this many times higher than the rest is cut, its share written at the top.
+SPIKE_CLIP_RATIO = 4
 
 
 def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
@@ -55,36 +57,45 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
                                                         allow_nan=False) + "\n")
         written = draw_plots(folder, scenario, histogram, stored, workers)
         (folder / "report.html").write_text(html.report_html(
-            scenario.name, summary, [("scaling", stored.scaling), ("packing", stored.packing),
-                                     ("breakdown", stored.breakdown)],
+            scenario.name, summary, [("scaling.csv", stored.scaling), ("packing.csv", stored.packing),
+                                     ("breakdown.csv", stored.breakdown)],
             report_charts(histogram, stored), [path for path in written if path.suffix == ".png"]))
     return Path(target)
 
 
 def report_charts(histogram: LengthHistogram, tables: ExperimentResult) -> list[dict]:
-    """The interactive charts of report.html: speed-up against devices for each baseline, and the
-    length histogram in at most `HISTOGRAM_BINS` bins by sequences and by tokens."""
+    """The interactive charts of report.html: speed-up against devices for each baseline, each strategy in
+    its style (simbench.report.styles, as in the PNG plots), and the length histogram in at most
+    `HISTOGRAM_BINS` bins by sequences and by tokens, cut above the rest where the last bin towers."""
+    from simbench.report.styles import Style, strategy_styles
+
     charts = []
     reference = tables.scaling.get("reference", pd.Series("none", index=tables.scaling.index))
     line, line_label = speedup_reference(histogram, tables.scaling)
+    styles = strategy_styles(tables.scaling["strategy"], tables.scaling)
     for name in dict.fromkeys(reference):
         over = "padding" if name == "none" else name
         charts.append(html.line_chart(
-            f"Speed-up over {over} (real tokens per second) against devices: click a name to hide or show it",
+            f"Speed-up over {over} (real tokens per second) against devices",
             tables.scaling[reference == name], "devices", "speedup", "strategy", x_label="devices",
-            y_label=f"speed-up over {over}", log2_x=True,
+            y_label=f"speed-up over {over}", log2_x=True, styles=styles, y_format="x",
             reference=line if name == "none" else None, reference_label=line_label))
     bins = min(HISTOGRAM_BINS, histogram.max_length)
     edges = np.linspace(0, histogram.max_length, bins + 1).round().astype(int)
     lengths = np.arange(1, histogram.max_length + 1)
     sequences = np.add.reduceat(histogram.counts, edges[:-1])
     tokens = np.add.reduceat(histogram.counts * lengths, edges[:-1])
-    shares = pd.DataFrame({"length": np.tile(edges[1:], 2),
-                           "share": np.concatenate([sequences / max(sequences.sum(), 1), tokens / max(tokens.sum(), 1)]),
+    percent = [100 * sequences / max(sequences.sum(), 1), 100 * tokens / max(tokens.sum(), 1)]
+    shares = pd.DataFrame({"length": np.tile(edges[1:], 2), "share": np.concatenate(percent),
                            "of": np.repeat(["sequences", "tokens"], bins)})
+    rest = max(float(share[:-1].max(initial=0.0)) for share in percent)
+    spike = max(float(share[-1]) for share in percent)
+    colours = {"sequences": Style("lengths", "#4c72b0", "o", False), "tokens": Style("lengths", "#dd8452", "s", False)}
     charts.append(html.line_chart(f"Lengths of {histogram.name}: share of sequences and of tokens per bin of "
                                   f"{histogram.max_length / bins:.3g} lengths", shares, "length", "share", "of",
-                                  x_label="length up to (tokens)", y_label="share"))
+                                  x_label="length up to (tokens)", y_label="share per bin", styles=colours,
+                                  y_format="%", y_max=1.3 * rest if rest > 0 and spike > SPIKE_CLIP_RATIO * rest
+                                  else None))
     return charts
 
 
