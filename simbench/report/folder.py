@@ -1,7 +1,8 @@
 """A report folder: the resolved scenario, the tables, summary.md and the plots, written atomically.
 
     >>> import tempfile
-    >>> from pathlib import Path
+    >>> from collections.abc import Callable
+from pathlib import Path
     >>> from simbench.report.folder import write_report
     >>> from simbench.experiment import run_experiment
     >>> from simbench.scenario import Scenario
@@ -31,7 +32,7 @@ from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report import html
 from simbench.report.summary import speedup_reference, summary_markdown, summary_record
-from simbench.report.tables import read_tables, write_tables
+from simbench.report.tables import file_names, read_tables, write_tables
 from simbench.workers import ReportWorkers
 from simbench.atomic import atomic_directory, check_owned_folder, resolve_output_folder
 from simbench.scenario import Scenario, load_scenario
@@ -43,23 +44,29 @@ SPIKE_CLIP_RATIO = 4
 
 
 def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
-                 workers: ReportWorkers | None = None) -> Path:
-    """Write everything into a fresh sibling folder, then swap it in place of `target`; `workers` draw the plots."""
+                 workers: ReportWorkers | None = None, stage: Callable[[str], None] | None = None) -> Path:
+    """Write everything into a fresh sibling folder, then swap it in place of `target`; `workers` draw the plots.
+    `stage(text)` hears of each file or group of files as it is written."""
+    tell = stage or (lambda text: None)
     check_replaceable(Path(target))
     with atomic_directory(target, metadata={"scenario_sha256": _sha256(scenario.to_yaml())}) as folder:
         (folder / RESOLVED_SCENARIO).write_text(scenario.to_yaml())
         write_tables(tables, folder)
+        tell(f"wrote {RESOLVED_SCENARIO} and {len(file_names())} tables ({', '.join(file_names().values())})")
         # Summary and plots use the tables as stored, so `simbench plot` redraws them byte for byte.
         stored = read_tables(folder)
         summary = summary_markdown(scenario, histogram, stored)
         (folder / "summary.md").write_text(summary)
         (folder / "summary.json").write_text(json.dumps(summary_record(scenario, histogram, stored), indent=1,
                                                         allow_nan=False) + "\n")
-        written = draw_plots(folder, scenario, histogram, stored, workers)
-        (folder / "report.html").write_text(html.report_html(
+        tell("wrote summary.md and summary.json")
+        written = draw_plots(folder, scenario, histogram, stored, workers, stage)
+        page = html.report_html(
             scenario.name, summary, [("scaling.csv", stored.scaling), ("packing.csv", stored.packing),
                                      ("breakdown.csv", stored.breakdown)],
-            report_charts(histogram, stored), [path for path in written if path.suffix == ".png"]))
+            report_charts(histogram, stored), [path for path in written if path.suffix == ".png"])
+        (folder / "report.html").write_text(page)
+        tell(f"wrote report.html ({len(page.encode()) / 2**20:.1f} MB)")
     return Path(target)
 
 
@@ -160,18 +167,23 @@ def plot_arguments(scenario: Scenario, histogram: LengthHistogram, tables: Exper
 
 
 def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
-               workers: ReportWorkers | None = None) -> list[Path]:
-    """Every plot the scenario asks for that its tables have data for, drawn by `workers` side by side."""
+               workers: ReportWorkers | None = None, stage: Callable[[str], None] | None = None) -> list[Path]:
+    """Every plot the scenario asks for that its tables have data for, drawn by `workers` side by side;
+    `stage(text)` hears of each as it is written, and every few seconds while none is."""
     from simbench.report.plots import render
 
+    tell = stage or (lambda text: None)
     arguments = plot_arguments(scenario, histogram, tables)
     formats = tuple(scenario.outputs.formats)
     drawing = workers or ReportWorkers(processes=0)
-    pending = {name: drawing.submit(render, name, values, formats) for name, values in arguments.items()}
-    written = []
-    for name, future in pending.items():
-        for extension, content in future.result().items():
+    jobs = {name: (render, name, values, formats) for name, values in arguments.items()}
+    written = {}
+    for name, contents in drawing.completed(jobs, lambda seconds: tell(
+            f"drawing plots: {len(written)} of {len(jobs)} written ({seconds:.0f} s since the last)")):
+        written[name] = []
+        for extension, content in contents.items():
             path = Path(folder) / f"{name}.{extension}"
             path.write_bytes(content)
-            written.append(path)
-    return written
+            written[name].append(path)
+        tell(f"drew {' and '.join(path.name for path in written[name])} ({len(written)} of {len(jobs)} plots)")
+    return [path for name in jobs for path in written[name]]  # in the scenario's order, whichever came first
