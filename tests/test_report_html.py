@@ -87,7 +87,21 @@ CHECK = """<script>addEventListener("load", () => {
     lines: chart.querySelectorAll("polyline").length, points: chart.querySelectorAll(".series title").length,
     yTicks: chart.querySelectorAll(".axes text[text-anchor=end]").length,
     colours: [...new Set([...chart.querySelectorAll("polyline")].map((line) => line.getAttribute("stroke")))].length}));
+  // A reader hides a line, then drags across the first chart to zoom into a band of it.
+  const first = document.querySelector(".chart");
+  first.querySelector(".legend").dispatchEvent(new MouseEvent("click"));
+  const hidden = first.querySelectorAll(".series.hidden").length;
+  const box = first.querySelector(".zoom-area").getBoundingClientRect();
+  const at = (type, fraction) => first.querySelector(".zoom-area").dispatchEvent(new PointerEvent(type,
+    {clientX: box.left + box.width / 2, clientY: box.top + fraction * box.height, pointerId: 1, bubbles: true}));
+  const ticksBefore = [...first.querySelectorAll(".axes text[text-anchor=end]")].map((t) => t.textContent);
+  at("pointerdown", 0.2); at("pointermove", 0.4); at("pointerup", 0.4);
+  const zoomed = first.querySelector(".chart-hint").textContent.includes("Zoomed in") &&
+    [...first.querySelectorAll(".axes text[text-anchor=end]")].map((t) => t.textContent).join() !== ticksBefore.join();
+  first.querySelector(".zoom-area").dispatchEvent(new MouseEvent("dblclick"));
+  const unzoomed = !first.querySelector(".chart-hint").textContent.includes("Zoomed in");
   document.body.dataset.check = JSON.stringify({width: document.documentElement.scrollWidth, window: innerWidth,
+    interaction: {hidden, zoomed, unzoomed},
     errors: window.caught, headings: [...document.querySelectorAll("h1, h2, h3")].map((h) => h.textContent),
     tables, charts, details: document.querySelectorAll("details .table-scroll").length});
 });</script>"""
@@ -125,6 +139,7 @@ def test_the_page_fits_a_1280_pixel_window_draws_every_chart_and_sorts_every_tab
     for chart in check["charts"]:
         assert chart["lines"] >= 1 and chart["points"] >= 2 * chart["lines"] and chart["yTicks"] >= 5, chart
         assert chart["colours"] == chart["lines"], chart
+    assert check["interaction"] == {"hidden": 1, "zoomed": True, "unzoomed": True}
 
 
 def test_table_numbers_carry_their_units_and_only_the_digits_that_matter():

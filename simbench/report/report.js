@@ -211,7 +211,14 @@ function drawChart(container, chart, state = {hidden: new Set(), zoom: null, foc
     return Math.min(Math.max(y, top), height - bottom);
   };
   let start = null;
-  area.addEventListener("pointerdown", (event) => { start = toY(event); area.setPointerCapture(event.pointerId); });
+  area.addEventListener("pointerdown", (event) => {
+    start = toY(event);
+    try {
+      area.setPointerCapture(event.pointerId);  // the drag goes on past the chart's edge
+    } catch (error) {
+      // A pointer that is not down (a scripted event) cannot be captured: the drag works inside the chart.
+    }
+  });
   area.addEventListener("pointermove", (event) => {
     if (start === null) return;
     const y = toY(event);
