@@ -1,8 +1,7 @@
 """A report folder: the resolved scenario, the tables, summary.md and the plots, written atomically.
 
     >>> import tempfile
-    >>> from collections.abc import Callable
-from pathlib import Path
+    >>> from pathlib import Path
     >>> from simbench.report.folder import write_report
     >>> from simbench.experiment import run_experiment
     >>> from simbench.scenario import Scenario
@@ -22,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
