@@ -27,7 +27,9 @@ def pytest_addoption(parser):
 # - `target_ratio` with `reference_seconds`: its fastest round over a reference measured in the same run
 #   (the same work done another way, or a smaller case) must be at most the ratio: robust to load;
 # - `target_at_least` with `measured_value`: a figure the benchmark computes (a parallel efficiency) must
-#   reach it.
+#   reach it;
+# - `target_at_most_seconds` with `measured_value`: a duration the benchmark measures within its round (the
+#   longest a piped run stays silent) must stay under it, scaled by load as `target_seconds` is.
 
 
 def load_factor() -> float:
@@ -49,6 +51,10 @@ def missed_target(info: dict, fastest_seconds: float, load: float) -> str | None
     least, value = info.get("target_at_least"), info.get("measured_value")
     if least is not None and value is not None and value < least:
         return f"{info.get('measured', 'measured value')} {value:.3f}, target at least {least}"
+    most = info.get("target_at_most_seconds")
+    if most is not None and value is not None and value > most * load:
+        scaled = f" (x {load:.2f} for the machine's load)" if load > 1 else ""
+        return f"{info.get('measured', 'measured value')} {value:.2f} s, target at most {most} s{scaled}"
     return None
 
 

@@ -31,7 +31,7 @@ from simbench.sim.simulate import pack_plans
 from simbench.strategies import get_strategy
 from simbench.strategies.lp_bound import lp_lower_bound
 from simbench.strategies.packing import Packing
-from simbench.workers import ReportWorkers
+from simbench.workers import ReportWorkers, result_of
 
 Progress = Callable[[int], None]
 PAPER_FIT_LABEL = f"paper's {PAPER_DEVICES}-GPU MLPerf fit"
@@ -81,7 +81,7 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     histogram, cost_model, plans, labels = run.histogram, run.cost_model, list(run.plans), dict(run.labels)
     progress = progress or (lambda units: None)
     packings = pack_plans(histogram, plans, batch_size=scenario.batch_size, seed=scenario.seed, packings=packings,
-                          progress=progress)
+                          progress=progress, stage=stage)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = run.simulate(progress=progress, packings=packings, stage=stage)
     summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
@@ -166,10 +166,14 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
     rows, timing_rows, told = [], [], set()
     for name, packing in packings.items():
         depth = _bound_depth(packing)
-        bound = bounds[depth].result() if depth in bounds else None
+        depth_name = "max" if depth is None else depth
+        bound = None
+        if depth in bounds:  # computed beside the simulation; what is left of it is waited for, aloud
+            bound = result_of(bounds[depth], lambda seconds: stage(
+                f"waiting for the LP bound at depth {depth_name} ({seconds:.0f} s so far)"))
         if bound is not None and depth not in told:
             told.add(depth)
-            stage(f"LP bound at depth {'max' if depth is None else depth} in {bound.seconds:.2f} s")
+            stage(f"LP bound at depth {depth_name} in {bound.seconds:.2f} s")
         progress(1)
         # A bound on packs of max length bounds no batch padded to its own longest (sort), as in `simbench pack`.
         if not bool((packing.slot_lengths == histogram.max_length).all()):

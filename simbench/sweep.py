@@ -41,11 +41,14 @@ from simbench.yamlfile import load_yaml_documents
 SWEEP_KEYS = ("name", "base", "axes", "cells", "report")
 BUNDLED_FOLDER = "scenarios/sweeps"
 CELLS_MAX = 100_000
-# The dry run's estimate, an order of magnitude: rows drawn and priced per second and worker, and the
-# fixed cost of a cell (running the experiment, fits, writing): the bundled 200-cell context-vs-scale
-# sweep took 16.4 s serially on one core of this project's 2-core machine, about 0.08 s a cell.
+# The dry run's estimate, an order of magnitude: rows drawn and priced per second and worker, the fixed
+# cost of a cell (running the experiment, fits, writing) and, per strategy, of each device count past
+# simulate.PER_DEVICE_MAX (the order-statistics engine's draws). The bundled 200-cell context-vs-scale
+# sweep took 16.4 s serially on one core of this project's 2-core machine; its cells of up to 64 devices
+# took about a fifth of those of 128 to 524,288.
 ROWS_PER_SECOND = 3e6
-CELL_OVERHEAD_SECONDS = 0.08
+CELL_OVERHEAD_SECONDS = 0.025
+LARGE_CLUSTER_SECONDS = 0.032
 
 
 @dataclass(frozen=True)
@@ -68,14 +71,23 @@ class Sweep:
     source: str
 
     def estimated_seconds(self, workers: int) -> float:
-        """Rows every cell draws and prices, at `ROWS_PER_SECOND` per worker, plus a fixed cost per cell."""
-        rows = sum(len(cell.scenario.strategies) * cell.scenario.steps * cell.scenario.batch_size
-                   * len(cell.scenario.devices) + CELL_OVERHEAD_SECONDS * ROWS_PER_SECOND for cell in self.cells)
-        return rows / ROWS_PER_SECOND / max(workers, 1)
+        """Every cell's `cell_seconds`, shared by `workers`: a rough figure that a run calibrates."""
+        return sum(cell_seconds(cell) for cell in self.cells) / max(workers, 1)
 
     def input_files(self) -> list[Path]:
         """The user's files the cells read (histograms, hardware profiles): what no --out may replace."""
         return list(dict.fromkeys(path for cell in self.cells for path in cell.scenario.input_files()))
+
+
+def cell_seconds(cell: SweepCell) -> float:
+    """A cell's work in nominal seconds: the rows it draws and prices at `ROWS_PER_SECOND`, plus a fixed cost.
+    Cells differ by orders of magnitude (one device or 524,288), so a sweep's progress is measured in it."""
+    from simbench.sim.simulate import PER_DEVICE_MAX
+
+    scenario = cell.scenario
+    rows = len(scenario.strategies) * scenario.steps * scenario.batch_size * len(scenario.devices)
+    large = sum(devices > PER_DEVICE_MAX for devices in scenario.devices)
+    return rows / ROWS_PER_SECOND + CELL_OVERHEAD_SECONDS + LARGE_CLUSTER_SECONDS * len(scenario.strategies) * large
 
 
 def bundled_sweeps() -> dict:
@@ -403,15 +415,26 @@ def _outcome(cell: SweepCell, packings: dict[str, Any]) -> CellOutcome:
 
 @dataclass(frozen=True)
 class SweepProgress:
+    """Where a sweep stands. In the "packing" phase (cells run here, in turn: their shared packings come
+    first), `done` and `total` count packings; in the "cells" phase, cells (those of an earlier run resumed
+    included in `done`)."""
+
     done: int
     failed: int
     total: int
     elapsed_seconds: float
+    phase: str = "cells"
+    finished_work: float = 0.0  # nominal seconds (`cell_seconds`) of the cells timed so far
+    remaining_work: float = 0.0  # nominal seconds of the cells still to run
+    cells_seconds: float = 0.0  # wall seconds the cells timed so far took
 
     @property
     def remaining_seconds(self) -> float | None:
-        finished = self.done + self.failed
-        return None if not finished else self.elapsed_seconds / finished * (self.total - finished)
+        """Calibrated on the cells timed so far: their wall seconds per nominal second of work, times the
+        work left; None before any is timed."""
+        if self.phase != "cells" or self.finished_work <= 0:
+            return None
+        return self.cells_seconds / self.finished_work * self.remaining_work
 
 
 def run_sweep(sweep: Sweep, out: Path, *, workers: int | None = None, scheduler: str | None = None,
@@ -425,6 +448,7 @@ def run_sweep(sweep: Sweep, out: Path, *, workers: int | None = None, scheduler:
     `workers=0` runs in this process, one cell after another; otherwise on a Dask cluster: the one at
     `scheduler` (or DASK_SCHEDULER_ADDRESS), else a local one of `workers` processes (default: one per core).
     A failing cell (or the packing it needs) is recorded in `out`/failures either way; the sweep goes on.
+    `progress` hears of each packing made here and each cell finished (`SweepProgress`).
     """
     address = scheduler_address(scheduler)
     ledger = SweepLedger.open(Path(out), name=sweep.name, fingerprint=_fingerprint(sweep), resume=resume,
@@ -434,9 +458,12 @@ def run_sweep(sweep: Sweep, out: Path, *, workers: int | None = None, scheduler:
         todo = _cells_to_run(sweep, ledger, note)
         jobs = {job.key: job for cell in todo for job in packing_jobs(cell)}
         start = time.perf_counter()
-        counts = {"done": len(sweep.cells) - len(todo), "failed": 0}
+        counts = {"done": len(sweep.cells) - len(todo), "failed": 0, "finished_work": 0.0,
+                  "remaining_work": sum(cell_seconds(cell) for cell in todo)}
+        tell = progress or (lambda state: None)
 
-        def finished(cell: SweepCell, outcome: CellOutcome) -> None:
+        def finished(cell: SweepCell, outcome: CellOutcome, at: float | None = None) -> None:
+            """`cell` is done; `at`: when its task finished (the cells of one Dask task finish together)."""
             if outcome.failure is None:
                 ledger.write_cell(RESULTS, cell_file(cell.index, "parquet"), outcome.parquet)
                 counts["done"] += 1
@@ -444,21 +471,31 @@ def run_sweep(sweep: Sweep, out: Path, *, workers: int | None = None, scheduler:
                 ledger.write_cell(FAILURES, cell_file(cell.index, "json"),
                                   json.dumps(outcome.failure, indent=1).encode())
                 counts["failed"] += 1
-            if progress is not None:
-                progress(SweepProgress(counts["done"], counts["failed"], len(sweep.cells),
-                                       time.perf_counter() - start))
+            work = cell_seconds(cell)
+            counts["finished_work"] += work
+            counts["remaining_work"] = max(counts["remaining_work"] - work, 0.0)
+            now = time.perf_counter() if at is None else at
+            # Timed from the first cells to finish: a worker's first task also pays for its start (imports, the
+            # first packings), once, where the later cells show the rate at which the rest will go.
+            first = counts.setdefault("first", now)
+            if now == first:
+                counts["first_work"] = counts["finished_work"]
+            tell(SweepProgress(counts["done"], counts["failed"], len(sweep.cells), now - start, "cells",
+                               counts["finished_work"] - counts["first_work"], counts["remaining_work"], now - first))
 
         if not todo:
             return Path(out)
         if workers == 0 and address is None:
-            packed = {key: _pack_or_fail(job) for key, job in jobs.items()}
+            packed = {}
+            for number, (key, job) in enumerate(jobs.items(), start=1):
+                packed[key] = _pack_or_fail(job)
+                tell(SweepProgress(number, 0, len(jobs), time.perf_counter() - start, "packing"))
             with _on_one_thread():
                 for cell in todo:
                     finished(cell, _outcome(cell, packed))
             return Path(out)
         _run_on_dask(todo, jobs, finished, workers, address)
     return Path(out)
-
 
 def _cells_to_run(sweep: Sweep, ledger: SweepLedger, note: Callable[[str], None]) -> list[SweepCell]:
     """The cells without a finished file recorded in the ledger; each one that had a file is named with the
@@ -535,6 +572,7 @@ def _connect(address: tuple[str, str]):
                          "this machine (--workers N)") from None
 
 
+
 def _run_on_dask(todo, jobs, finished, workers, address) -> None:
     try:
         import distributed  # noqa: F401
@@ -550,13 +588,13 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
             needed = {job.key: packed[job.key] for cell in batch for job in packing_jobs(cell)}
             tasks[client.submit(run_cells, batch, needed, key=f"cells-{number}-{batch[0].index}", pure=False)] = batch
         for future in as_completed(tasks):
-            batch = tasks[future]
+            batch, at = tasks[future], time.perf_counter()
             if future.status == "error":  # the task itself failed (a worker lost, say): every cell of it did
                 outcomes = [CellOutcome(failure=_failure_record(cell, future.exception())) for cell in batch]
             else:
                 outcomes = future.result()
             for cell, outcome in zip(batch, outcomes):
-                finished(cell, outcome)
+                finished(cell, outcome, at)
     finally:
         cluster = client.cluster
         client.close()

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import Future, ProcessPoolExecutor
+import time
+from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
 from simbench.validation import check_whole_number
 
@@ -23,6 +25,9 @@ from simbench.validation import check_whole_number
 PROCESSES_MAX = 2
 # Set to 0 to compute everything in the calling process (tests do; so may a machine short of memory).
 PROCESSES_VARIABLE = "SIMBENCH_WORKERS"
+# While waiting on a worker, `waiting(seconds)` is told this often, so that a run's progress lines never stop
+# for longer (a piped run should never fall silent for more than a few seconds).
+HEARTBEAT_SECONDS = 3.0
 
 
 class ReportWorkers:
@@ -43,6 +48,24 @@ class ReportWorkers:
         future = Future()
         future.set_result(function(*arguments))
         return future
+
+    def completed(self, jobs: dict[Hashable, tuple], waiting: Callable[[float], None] | None = None,
+                  every: float = HEARTBEAT_SECONDS) -> Iterator[tuple[Hashable, object]]:
+        """(key, result) of each job `key: (function, *arguments)` as it finishes: in the workers, all at
+        once, in the order they finish; without workers, one after another here, each yielded as soon as
+        it is done. `waiting(seconds so far)` hears every `every` seconds that nothing has finished."""
+        if self.executor is None:
+            for key, (function, *arguments) in jobs.items():
+                yield key, function(*arguments)
+            return
+        pending = {self.executor.submit(function, *arguments): key for key, (function, *arguments) in jobs.items()}
+        start = time.perf_counter()
+        while pending:
+            done, _ = wait(pending, timeout=every, return_when=FIRST_COMPLETED)
+            if not done and waiting is not None:
+                waiting(time.perf_counter() - start)
+            for future in done:
+                yield pending.pop(future), future.result()
 
     def __enter__(self) -> ReportWorkers:
         return self
@@ -85,3 +108,14 @@ def _exit_with(parent: int) -> None:
     if os.getppid() != parent:
         os._exit(1)
     threading.Thread(target=watch, name="simbench: exit with the parent", daemon=True).start()
+
+
+def result_of(future: Future, waiting: Callable[[float], None] | None = None, every: float = HEARTBEAT_SECONDS):
+    """`future.result()`, telling `waiting(seconds so far)` every `every` seconds until it comes."""
+    start = time.perf_counter()
+    while True:
+        done, _ = wait([future], timeout=every)
+        if done:
+            return future.result()
+        if waiting is not None:
+            waiting(time.perf_counter() - start)

@@ -27,3 +27,10 @@ def test_floor_targets():
     assert "parallel efficiency 0.800" in bench.missed_target(info, 1.0, 1.0)
     assert bench.missed_target({**info, "measured_value": 0.9}, 1.0, 1.0) is None
     assert bench.missed_target({}, 100.0, 1.0) is None
+
+
+def test_ceiling_targets_on_a_measured_duration_scale_with_the_load():
+    info = {"target_at_most_seconds": 5.0, "measured_value": 6.0, "measured": "longest silence"}
+    assert "longest silence 6.00 s, target at most 5.0 s" in bench.missed_target(info, 100.0, 1.0)
+    assert bench.missed_target(info, 100.0, 1.5) is None  # a machine half again as busy as its cores
+    assert bench.missed_target({**info, "measured_value": 4.0}, 100.0, 1.0) is None

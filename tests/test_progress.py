@@ -56,4 +56,63 @@ def test_a_run_tells_its_announced_total_and_moves_while_packing(monkeypatch, st
     monkeypatch.setattr(simulate_module, "simulate", simulate_after_packing)  # the resolved Run calls it
     run_experiment(scenario, progress=progress, stage=stage, stragglers=stragglers)  # a sweep cell fits none
     assert sum(value for kind, value in events if kind == "progress") == progress_total(scenario)
-    assert events.index(("simulate", None)) == 5  # one unit per plan packed (padding's too) before simulating
+    before = events[:events.index(("simulate", None))]
+    assert [kind for kind, _ in before].count("progress") == 5  # a unit per plan packed (padding's too) first
+
+
+def test_a_run_says_each_packing_before_it_simulates():
+    scenario = Scenario(name="progress", dataset={"histogram": "squad_1_1_384"}, devices=[1, 8], steps=3,
+                        batch_size=4, strategies=["greedy", "spfhp:2", "unpad", "sort"])
+    events, progress, stage = recorder()
+    run_experiment(scenario, progress=progress, stage=stage)
+    lines = [text for kind, text in events if kind == "stage"]
+    first_simulated = next(index for index, line in enumerate(lines) if line.startswith("simulated"))
+    packed = [line.split(": ")[0].removeprefix("packed ") for line in lines[:first_simulated]]
+    assert packed == ["none", "greedy", "spfhp:2", "sort"]  # every packing as it is made, none left silent
+
+
+def test_waiting_on_a_worker_is_told_every_few_seconds_until_it_answers():
+    import threading
+    import time
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from simbench.workers import ReportWorkers, result_of
+
+    future, told = Future(), []
+    threading.Timer(0.3, future.set_result, args=(42,)).start()
+    assert result_of(future, told.append, every=0.05) == 42
+    assert len(told) >= 2 and told == sorted(told)  # seconds so far, growing
+
+    def slow(value):
+        time.sleep(0.2 if value == "slow" else 0.0)
+        return value
+
+    workers = ReportWorkers(processes=0)
+    # Without workers each job runs when its turn comes and is handed back at once, before the next runs.
+    order = []
+    for key, value in workers.completed({"a": (lambda: order.append("ran a") or "a",),
+                                         "b": (lambda: order.append("ran b") or "b",)}):
+        order.append(f"got {key}")
+    assert order == ["ran a", "got a", "ran b", "got b"]
+    workers.executor = ThreadPoolExecutor(2)  # a pool: the quickest first, and word while none is done
+    waited = []
+    with workers:
+        results = list(workers.completed({"slow": (slow, "slow"), "quick": (slow, "quick")}, waited.append,
+                                         every=0.05))
+    assert [key for key, _ in results] == ["quick", "slow"] and waited
+
+
+def test_writing_a_report_says_each_file_as_it_is_written(tmp_path):
+    from simbench.report.folder import write_report
+
+    scenario = Scenario(name="writing", dataset={"histogram": "squad_1_1_384"}, devices=[1, 8], steps=3,
+                        strategies=["spfhp:2", "unpad"], outputs={"formats": ["png"]})
+    histogram = scenario.dataset.load()
+    lines = []
+    write_report(tmp_path / "report", scenario, histogram, run_experiment(scenario, histogram), stage=lines.append)
+    assert lines[0].startswith("wrote resolved.yaml and 9 tables (packing.csv, scaling.csv")
+    assert lines[1] == "wrote summary.md and summary.json"
+    plots = [line for line in lines if line.startswith("drew ")]
+    assert [line.split()[1] for line in plots] == ["histogram.png", "packing.png", "scaling.png", "gumbel.png",
+                                                   "breakdown.png"]  # no timeline: no VTS plan
+    assert plots[-1].endswith("(5 of 5 plots)") and lines[-1].startswith("wrote report.html (")

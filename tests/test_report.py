@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simbench.report import plots
+from simbench.report import plots, styles
 from simbench.report.summary import _headline, _winners_table
 from simbench.atomic import atomic_directory, atomic_file
 from simbench.errors import InputError
@@ -245,23 +245,46 @@ def test_atomic_file_never_replaces_a_device_or_fifo(tmp_path, special):
     assert os.stat(path).st_mode == before
 
 
-@pytest.mark.parametrize("label, family", [("none", "padding"), ("sort", "sorting"), ("spfhp:3", "packing"),
-                                           ("packed-varlen:lpfhp:max", "packing"), ("unpad-exchange", "un-padding"),
-                                           ("vts-bucketed", "VTS"), ("not-a-plan", "other")])
-def test_every_strategy_of_the_scaling_plot_falls_in_its_family(label, family):
-    assert plots.plan_family(label) == family
+@pytest.mark.parametrize("label, family", [("none", "padding"), ("sort", "length grouping"),
+                                           ("token-budget", "length grouping"), ("group-by-length", "length grouping"),
+                                           ("spfhp:3", "packing"), ("greedy", "packing"),
+                                           ("packed-varlen:lpfhp:max", "packed-varlen"),
+                                           ("unpad-exchange", "un-padding"), ("vts-bucketed", "VTS"),
+                                           ("not-a-plan", "other")])
+def test_every_strategy_falls_in_its_family(label, family):
+    assert styles.plan_family(label) == family
 
 
-def test_scaling_plot_names_only_the_best_of_each_family_and_draws_the_dashed_line():
+def test_a_label_of_the_scenarios_own_is_placed_by_its_table_row():
+    table = pd.DataFrame({"strategy": ["mine", "my-varlen", "my-unpad", "my-vts"], "packer": ["spfhp", "spfhp", None, None],
+                          "mode": ["padded", "packed_varlen", "unpadded", "unpadded"],
+                          "reference": ["none", "none", "none", "vts-padded"]})
+    assert [style.family for style in styles.strategy_styles(table["strategy"], table).values()] == \
+        ["packing", "packed-varlen", "un-padding", "VTS"]
+
+
+def test_each_strategy_of_a_family_has_a_shade_and_marker_of_its_own():
+    labels = ["none", "greedy", "spfhp:2", "spfhp:3", "spfhp:4", "spfhp:8", "spfhp:max", "lpfhp:max", "nnlshp:3",
+              "optimal:3", "ffd", "bfd", "lpfhp:2", "lpfhp:4", "unpad", "unpad-exchange"]
+    drawn = styles.strategy_styles(labels)
+    packers = [style for style in drawn.values() if style.family == "packing"]
+    assert len(packers) == 13 and len({style.colour for style in packers}) == 13
+    assert len({(style.marker, style.dashed) for style in packers}) == 13  # the 13th is dashed
+    assert drawn["unpad"].colour != drawn["unpad-exchange"].colour and drawn["none"].family == "padding"
+
+
+def test_scaling_plot_names_the_best_of_each_family_and_lists_every_strategy_under_its_family():
     scaling = scaling_table([("none", 1, 1.0), ("spfhp:2", 1, 1.5), ("spfhp:3", 1, 1.8), ("greedy", 1, 1.6),
                              ("unpad", 1, 1.9), ("none", 8, 1.0), ("spfhp:2", 8, 1.5), ("spfhp:3", 8, 1.8),
                              ("greedy", 8, 1.6), ("unpad", 8, 1.4)])
     figure = plots.scaling_figure(scaling, "wikipedia_512, bert-large on a100", dashed=(2.0, "ideal"))
     axis = figure.axes[0]
     legend = [text.get_text() for text in axis.get_legend().get_texts()]
-    assert legend == ["padding: none", "packing: 2 more", "packing: spfhp:3", "un-padding: unpad",
+    assert legend == ["padding", "none", "packing", "spfhp:2", "spfhp:3", "greedy", "un-padding", "unpad",
                       "ideal: 2.000x"]
-    assert "wikipedia_512, bert-large on a100" in axis.get_title()
+    named = sorted(text.get_text() for text in axis.texts)
+    assert named == ["none", "spfhp:3", "unpad"]  # the best of each family, at the right end
+    assert "wikipedia_512, bert-large on a100" in figure.get_suptitle()
     assert axis.get_ylim()[1] > 2.0  # the dashed line is inside the frame
     plots.plt.close(figure)
 
@@ -321,7 +344,7 @@ def test_histogram_cuts_a_truncation_spike_and_prints_it_clear_of_the_legend(tru
     if truncated_share:
         assert shares.get_ylim()[1] < last_bin_tokens / 10  # the rest of the histogram is not flattened
         assert len(notes) == 1 and f"{last_bin_tokens:.1f} % of tokens" in notes[0].get_text()
-        assert not notes[0].get_window_extent().overlaps(shares.get_legend().get_window_extent())
+        assert not notes[0].get_window_extent().overlaps(figure.legends[0].get_window_extent())
     else:
         assert not notes and shares.get_ylim()[1] >= last_bin_tokens
     plots.plt.close(figure)

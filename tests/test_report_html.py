@@ -63,6 +63,102 @@ def test_chromium_draws_every_chart_without_script_errors(report, tmp_path):
     assert all(f'data-name="{strategy}"' in dom for strategy in strategies)
 
 
+# Injected first: every script error and console.error is kept, for the check below to report.
+ERRORS = ('<script>window.caught = []; addEventListener("error", (e) => caught.push(String(e.message)));'
+          'const logged = console.error; console.error = (...a) => { caught.push(a.join(" ")); logged(...a); };'
+          '</script>')
+# Injected last, run once the page has loaded: what a reader at a 1,280-pixel window gets.
+CHECK = """<script>addEventListener("load", () => {
+  // The value a cell stands for: its data-value where it has one (a rate shown "25.97 k"), else its text.
+  const number = (cell) => parseFloat(cell.dataset.value ?? cell.textContent.replace(/,/g, ""));
+  const tables = [...document.querySelectorAll("table")].map((table) => {
+    const headers = [...table.querySelectorAll("thead th")];
+    const sorted = headers.map((header, column) => {
+      header.click();
+      const values = [...table.tBodies[0].rows].map((row) => number(row.cells[column]));
+      const numbers = values.filter(Number.isFinite);
+      if (numbers.length !== values.length || numbers.length < 2) return null;  // a column of words or blanks
+      return numbers.every((value, index) => !index || numbers[index - 1] <= value);
+    });
+    return {sortable: table.hasAttribute("data-sortable"), numeric: sorted.filter((s) => s !== null).length,
+            unsorted: headers.filter((_, column) => sorted[column] === false).map((header) => header.textContent)};
+  });
+  const charts = [...document.querySelectorAll(".chart")].map((chart) => ({
+    lines: chart.querySelectorAll("polyline").length, points: chart.querySelectorAll(".series title").length,
+    yTicks: chart.querySelectorAll(".axes text[text-anchor=end]").length,
+    colours: [...new Set([...chart.querySelectorAll("polyline")].map((line) => line.getAttribute("stroke")))].length}));
+  // A reader hides a line, then drags across the first chart to zoom into a band of it.
+  const first = document.querySelector(".chart");
+  first.querySelector(".legend").dispatchEvent(new MouseEvent("click"));
+  const hidden = first.querySelectorAll(".series.hidden").length;
+  const box = first.querySelector(".zoom-area").getBoundingClientRect();
+  const at = (type, fraction) => first.querySelector(".zoom-area").dispatchEvent(new PointerEvent(type,
+    {clientX: box.left + box.width / 2, clientY: box.top + fraction * box.height, pointerId: 1, bubbles: true}));
+  const ticksBefore = [...first.querySelectorAll(".axes text[text-anchor=end]")].map((t) => t.textContent);
+  at("pointerdown", 0.2); at("pointermove", 0.4); at("pointerup", 0.4);
+  const zoomed = first.querySelector(".chart-hint").textContent.includes("Zoomed in") &&
+    [...first.querySelectorAll(".axes text[text-anchor=end]")].map((t) => t.textContent).join() !== ticksBefore.join();
+  first.querySelector(".zoom-area").dispatchEvent(new MouseEvent("dblclick"));
+  const unzoomed = !first.querySelector(".chart-hint").textContent.includes("Zoomed in");
+  document.body.dataset.check = JSON.stringify({width: document.documentElement.scrollWidth, window: innerWidth,
+    interaction: {hidden, zoomed, unzoomed},
+    errors: window.caught, headings: [...document.querySelectorAll("h1, h2, h3")].map((h) => h.textContent),
+    tables, charts, details: document.querySelectorAll("details .table-scroll").length});
+});</script>"""
+
+
+def browser_check(page: Path, tmp_path: Path, width: int = 1280) -> tuple[dict, str]:
+    """What CHECK found on `page` in a headless Chromium window `width` pixels wide, and Chromium's log."""
+    import html
+
+    checked = tmp_path / "checked.html"
+    text = page.read_text()
+    checked.write_text(text.replace("<head>", "<head>" + ERRORS, 1).replace("</body>", CHECK + "</body>"))
+    result = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+         f"--window-size={width},900", "--hide-scrollbars", "--virtual-time-budget=10000",
+         f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", checked.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    found = re.search(r'data-check="([^"]*)"', result.stdout)
+    assert found, result.stderr[-2000:]
+    return json.loads(html.unescape(found.group(1))), result.stderr
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed")
+def test_the_page_fits_a_1280_pixel_window_draws_every_chart_and_sorts_every_table(report, tmp_path):
+    check, log = browser_check(report / "report.html", tmp_path)
+    assert check["errors"] == [] and "Uncaught" not in log, (check["errors"], log[-2000:])
+    assert check["width"] <= check["window"] == 1280  # no sideways scrolling: wide tables scroll on their own
+    headings = check["headings"]
+    assert len(headings) == len(set(headings)), sorted(h for h in headings if headings.count(h) > 1)
+    assert check["details"] == 3  # scaling.csv, packing.csv and breakdown.csv, folded away
+    assert [table for table in check["tables"] if not table["sortable"] or table["unsorted"]] == []
+    assert sum(table["numeric"] for table in check["tables"]) >= 20
+    # Speed-up over padding, over VTS's padded pipeline, and the lengths: each drawn, its lines told apart.
+    assert len(check["charts"]) == 3
+    for chart in check["charts"]:
+        assert chart["lines"] >= 1 and chart["points"] >= 2 * chart["lines"] and chart["yTicks"] >= 5, chart
+        assert chart["colours"] == chart["lines"], chart
+    assert check["interaction"] == {"hidden": 1, "zoomed": True, "unzoomed": True}
+
+
+def test_table_numbers_carry_their_units_and_only_the_digits_that_matter():
+    import pandas as pd
+
+    from simbench.report.html import _column
+
+    assert _column("waiting_seconds", pd.Series([0.06832, 7.79e-16, 0.0])) == \
+        ("waiting_seconds (ms)", ["68.32", "0.00", "0.00"])
+    assert _column("tokens_per_s", pd.Series([1.61145e6, 25967.0, 60.5])) == \
+        ("tokens_per_s", ["1.611 M", "25.97 k", "60.5"])
+    assert _column("efficiency", pd.Series([0.999494, 0.4997])) == ("efficiency (%)", ["99.949", "49.970"])
+    assert _column("speedup", pd.Series([1.97712, 1.0])) == ("speedup (x)", ["1.977", "1.000"])
+    assert _column("packs", pd.Series([16279552.0, float("nan")])) == ("packs", ["16,279,552", ""])
+    assert _column("throughput_noise", pd.Series([0.01118, 0.0038])) == ("throughput_noise (%)", ["1.12", "0.38"])
+    assert _column("proof", pd.Series(["proven optimal (LP bound)", None])) == \
+        ("proof", ["proven optimal (LP bound)", ""])
+
+
 def chromium_dom(page: Path, tmp_path: Path, width: int = 1000) -> str:
     result = subprocess.run(
         ["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},2000",

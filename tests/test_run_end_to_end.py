@@ -265,3 +265,19 @@ def test_report_folder_module_reads_what_it_wrote(report):
     scenario, histogram, tables = folder.read_report(report)
     assert scenario.name == "smoke" and histogram.name == "squad_1_1_384"
     assert len(tables.scaling) == 7 * 3
+
+
+def test_a_profile_with_unlimited_bandwidth_writes_strict_json(tmp_path):
+    """cs-2's host link has no limit (inf): summary.json says "inf" rather than writing invalid JSON."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from simbench.cli import app
+
+    result = CliRunner().invoke(app, ["run", "vts", "--quick", "--out", str(tmp_path / "vts"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    (summary,) = (tmp_path / "vts").glob("vts-wiki512/summary.json")  # the file holds two scenarios
+    record = json.loads(summary.read_text(), parse_constant=lambda name: 1 / 0)
+    values = {row["field"]: row["value"] for row in record["hardware_provenance"]}
+    assert values["host_to_device_bytes_per_s"] == "inf"

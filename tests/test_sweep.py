@@ -375,3 +375,47 @@ def yaml_base(text: str) -> dict:
     import yaml
 
     return yaml.safe_load(text)["base"]
+
+
+def states(cells: int, seconds_per_cell: float, work_per_cell: float = 0.05):
+    """The progress a sweep of `cells` equal cells reports, each taking `seconds_per_cell`."""
+    return [sweeps.SweepProgress(done, 0, cells, done * seconds_per_cell, "cells", (done - 1) * work_per_cell,
+                                 (cells - done) * work_per_cell, (done - 1) * seconds_per_cell)
+            for done in range(1, cells + 1)]
+
+
+@pytest.mark.parametrize("cells, seconds_per_cell, most", [(200, 0.05, 11), (200, 0.5, 13), (10_000, 0.01, 13)])
+def test_a_sweep_says_where_it_is_every_tenth_or_ten_seconds_not_every_cell(cells, seconds_per_cell, most):
+    from simbench.commands.sweep import ProgressLines
+
+    lines = []
+    report = ProgressLines(rough_seconds=3.0, say=lines.append)
+    for state in states(cells, seconds_per_cell):
+        report(state)
+    assert len(lines) <= most and lines[-1].startswith(f"{cells:,}/{cells:,} cells done")
+    calibrated = [line for line in lines if "estimate calibrated on the first" in line]
+    assert len(calibrated) == 1 and "the rough one was 3 s in all" in calibrated[0]
+    # Every line after the calibration says how long is left; with equal cells, what the cells took.
+    left = float(calibrated[0].split("about ")[1].split(" s left")[0])
+    done = int(calibrated[0].split("/")[0].replace(",", ""))
+    assert left == pytest.approx((cells - done) * seconds_per_cell, rel=0.02, abs=0.5)
+    elapsed = [float(line.split(" failed, ")[1].split(" s elapsed")[0]) for line in lines]
+    assert all(later - earlier <= max(10.0, cells * seconds_per_cell / 10) + 1
+               for earlier, later in zip(elapsed, elapsed[1:]))
+
+
+def test_a_sweep_calibrates_its_estimate_on_work_not_cell_counts():
+    # Half the work done in a tenth of the cells: half the time is left, not nine tenths of it.
+    state = sweeps.SweepProgress(20, 0, 200, 12.0, "cells", finished_work=5.0, remaining_work=5.0, cells_seconds=10.0)
+    assert state.remaining_seconds == pytest.approx(10.0)
+    assert sweeps.SweepProgress(1, 0, 200, 1.0).remaining_seconds is None  # nothing timed yet
+
+
+def test_a_sweep_reports_its_packings_then_its_cells_with_the_work_they_hold(sweep_file, tmp_path):
+    told = []
+    sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", workers=0, progress=told.append)
+    assert [state.phase for state in told] == ["packing"] * 2 + ["cells"] * 4
+    cells = [state for state in told if state.phase == "cells"]
+    assert [state.done for state in cells] == [1, 2, 3, 4] and cells[-1].remaining_work == pytest.approx(0, abs=1e-9)
+    assert cells[0].remaining_seconds is None  # the first cell to finish is not timed: it paid for the start
+    assert all(state.remaining_seconds is not None for state in cells[1:])

@@ -48,16 +48,19 @@ def run(
     with ReportWorkers() as workers:
         for scenario, target in zip(scenarios, targets):
             start = time.perf_counter()
+            stage = stage_lines(console, quiet)
             histogram = scenario.dataset.load()
+            if stage is not None:
+                stage(f"{scenario.name}: {histogram.name}, {histogram.sequences:,} sequences up to "
+                      f"{histogram.max_length:,} tokens; packing {len(scenario.strategies)} strategies")
             with progress_bar(console, quiet) as progress:
                 task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
-                stage = stage_lines(console, quiet)
                 tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units),
                                         stage=stage, workers=workers)
                 progress.update(task, description=f"writing {target}")
                 if stage is not None:
-                    stage(f"writing {target}/ (tables, summary, {len(scenario.outputs.plots)} plots, report.html)")
-                write_report(target, scenario, histogram, tables, workers)
+                    stage(f"writing {target}/")
+                write_report(target, scenario, histogram, tables, workers, stage)
             say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")
             warning = overdraw_warning(tables.scaling, histogram.sequences)
             if warning:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -37,15 +38,53 @@ def sweep(
         return
     out = out or REPORTS_DIR / spec.name
 
-    def report_progress(state) -> None:
-        remaining = state.remaining_seconds
-        say(f"{state.done}/{state.total} cells done, {state.failed} failed, {state.elapsed_seconds:.0f} s elapsed"
-            + (f", about {remaining:.0f} s left" if remaining is not None else ""))
-
-    run_sweep(spec, out, workers=workers, scheduler=scheduler, resume=resume, progress=report_progress, note=say)
+    run_sweep(spec, out, workers=workers, scheduler=scheduler, resume=resume,
+              progress=ProgressLines(spec.estimated_seconds(planned), say), note=say)
     failures = read_failures(out)
     write_sweep_report(out, spec.name, spec.axes, spec.report_axes, failures, read_results(out))
     say(f"wrote {out}/ in {time.perf_counter() - start:.0f} s; start with {out / 'summary.md'}")
+
+
+class ProgressLines:
+    """A sweep's progress as a few lines: one as soon as the first cells calibrate the time estimate, then
+    one every `STEP_FRACTION` of the cells or every `STEP_SECONDS`, whichever comes first, and the last
+    (a 200-cell sweep printed a line per cell); likewise for the shared packings made first."""
+
+    STEP_FRACTION = 0.1
+    STEP_SECONDS = 10.0
+    # The estimate is first given once the cells timed (those after the first to finish) have taken this long,
+    # and at least CALIBRATION_CELLS are done: fewer, and one slow or quick cell would set it.
+    CALIBRATION_SECONDS = 2.0
+    CALIBRATION_CELLS = 3
+
+    def __init__(self, rough_seconds: float, say: Callable[[str], None]):
+        self.rough_seconds, self.say = rough_seconds, say
+        self.phase, self.first, self.last_seconds, self.last_step, self.calibrated = None, 0, 0.0, 0, False
+
+    def __call__(self, state) -> None:
+        finished = state.done + state.failed
+        if state.phase != self.phase:  # a new phase counts from where it starts (a resumed sweep's cells)
+            self.phase, self.first, self.last_step, self.calibrated = state.phase, finished - 1, 0, False
+        run, left = finished - self.first, state.total - self.first
+        step = int(run / max(left, 1) / self.STEP_FRACTION)
+        calibrating = (state.phase == "cells" and not self.calibrated and state.remaining_seconds is not None
+                       and run >= min(self.CALIBRATION_CELLS, left) and state.cells_seconds >= self.CALIBRATION_SECONDS)
+        if not (calibrating or step > self.last_step or finished == state.total
+                or state.elapsed_seconds - self.last_seconds >= self.STEP_SECONDS):
+            return
+        self.last_step, self.last_seconds = step, state.elapsed_seconds
+        if state.phase == "packing":
+            self.say(f"packed {state.done} of {state.total} shared packings, {state.elapsed_seconds:.0f} s elapsed")
+            return
+        remaining = state.remaining_seconds
+        line = (f"{state.done:,}/{state.total:,} cells done, {state.failed} failed, {state.elapsed_seconds:.0f} s "
+                f"elapsed" + (f", about {remaining:.0f} s left" if remaining is not None and finished < state.total
+                              else ""))
+        if calibrating:
+            self.calibrated = True
+            line += (f" (estimate calibrated on the first {run} cells; the rough one was {self.rough_seconds:.0f} s "
+                     "in all)")
+        self.say(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report import html
 from simbench.report.summary import speedup_reference, summary_markdown, summary_record
-from simbench.report.tables import read_tables, write_tables
+from simbench.report.tables import file_names, read_tables, write_tables
 from simbench.workers import ReportWorkers
 from simbench.atomic import atomic_directory, check_output_folder, check_owned_folder
 from simbench.scenario import Scenario, load_scenario
@@ -39,53 +40,70 @@ from simbench.scenario import Scenario, load_scenario
 RESOLVED_SCENARIO = "resolved.yaml"
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # what `simbench plot` redraws
 HISTOGRAM_BINS = 256  # enough to see the shape, few enough for a light page at 128k tokens
+# As histogram.png: a last bin this many times higher than the rest is cut, its share written at the top.
+SPIKE_CLIP_RATIO = 4
 
 
 def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
-                 workers: ReportWorkers | None = None) -> Path:
-    """Write everything into a fresh sibling folder, then swap it in place of `target`; `workers` draw the plots."""
+                 workers: ReportWorkers | None = None, stage: Callable[[str], None] | None = None) -> Path:
+    """Write everything into a fresh sibling folder, then swap it in place of `target`; `workers` draw the plots.
+    `stage(text)` hears of each file or group of files as it is written."""
+    tell = stage or (lambda text: None)
     check_replaceable(Path(target))
     with atomic_directory(target, metadata={"scenario_sha256": _sha256(scenario.to_yaml())}) as folder:
         (folder / RESOLVED_SCENARIO).write_text(scenario.to_yaml())
         write_tables(tables, folder)
+        tell(f"wrote {RESOLVED_SCENARIO} and {len(file_names())} tables ({', '.join(file_names().values())})")
         # Summary and plots use the tables as stored, so `simbench plot` redraws them byte for byte.
         stored = read_tables(folder)
         summary = summary_markdown(scenario, histogram, stored)
         (folder / "summary.md").write_text(summary)
         (folder / "summary.json").write_text(json.dumps(summary_record(scenario, histogram, stored), indent=1,
                                                         allow_nan=False) + "\n")
-        written = draw_plots(folder, scenario, histogram, stored, workers)
-        (folder / "report.html").write_text(html.report_html(
-            scenario.name, summary, [("scaling", stored.scaling), ("packing", stored.packing),
-                                     ("breakdown", stored.breakdown)],
-            report_charts(histogram, stored), [path for path in written if path.suffix == ".png"]))
+        tell("wrote summary.md and summary.json")
+        written = draw_plots(folder, scenario, histogram, stored, workers, stage)
+        page = html.report_html(
+            scenario.name, summary, [("scaling.csv", stored.scaling), ("packing.csv", stored.packing),
+                                     ("breakdown.csv", stored.breakdown)],
+            report_charts(histogram, stored), [path for path in written if path.suffix == ".png"])
+        (folder / "report.html").write_text(page)
+        tell(f"wrote report.html ({len(page.encode()) / 2**20:.1f} MB)")
     return Path(target)
 
 
 def report_charts(histogram: LengthHistogram, tables: ExperimentResult) -> list[dict]:
-    """The interactive charts of report.html: speed-up against devices for each baseline, and the
-    length histogram in at most `HISTOGRAM_BINS` bins by sequences and by tokens."""
+    """The interactive charts of report.html: speed-up against devices for each baseline, each strategy in
+    its style (simbench.report.styles, as in the PNG plots), and the length histogram in at most
+    `HISTOGRAM_BINS` bins by sequences and by tokens, cut above the rest where the last bin towers."""
+    from simbench.report.styles import Style, strategy_styles
+
     charts = []
     reference = tables.scaling.get("reference", pd.Series("none", index=tables.scaling.index))
     line, line_label = speedup_reference(histogram, tables.scaling)
+    styles = strategy_styles(tables.scaling["strategy"], tables.scaling)
     for name in dict.fromkeys(reference):
         over = "padding" if name == "none" else name
         charts.append(html.line_chart(
-            f"Speed-up over {over} (real tokens per second) against devices: click a name to hide or show it",
+            f"Speed-up over {over} (real tokens per second) against devices",
             tables.scaling[reference == name], "devices", "speedup", "strategy", x_label="devices",
-            y_label=f"speed-up over {over}", log2_x=True,
+            y_label=f"speed-up over {over}", log2_x=True, styles=styles, y_format="x",
             reference=line if name == "none" else None, reference_label=line_label))
     bins = min(HISTOGRAM_BINS, histogram.max_length)
     edges = np.linspace(0, histogram.max_length, bins + 1).round().astype(int)
     lengths = np.arange(1, histogram.max_length + 1)
     sequences = np.add.reduceat(histogram.counts, edges[:-1])
     tokens = np.add.reduceat(histogram.counts * lengths, edges[:-1])
-    shares = pd.DataFrame({"length": np.tile(edges[1:], 2),
-                           "share": np.concatenate([sequences / max(sequences.sum(), 1), tokens / max(tokens.sum(), 1)]),
+    percent = [100 * sequences / max(sequences.sum(), 1), 100 * tokens / max(tokens.sum(), 1)]
+    shares = pd.DataFrame({"length": np.tile(edges[1:], 2), "share": np.concatenate(percent),
                            "of": np.repeat(["sequences", "tokens"], bins)})
+    rest = max(float(share[:-1].max(initial=0.0)) for share in percent)
+    spike = max(float(share[-1]) for share in percent)
+    colours = {"sequences": Style("lengths", "#4c72b0", "o", False), "tokens": Style("lengths", "#dd8452", "s", False)}
     charts.append(html.line_chart(f"Lengths of {histogram.name}: share of sequences and of tokens per bin of "
                                   f"{histogram.max_length / bins:.3g} lengths", shares, "length", "share", "of",
-                                  x_label="length up to (tokens)", y_label="share"))
+                                  x_label="length up to (tokens)", y_label="share per bin", styles=colours,
+                                  y_format="%", y_max=1.3 * rest if rest > 0 and spike > SPIKE_CLIP_RATIO * rest
+                                  else None))
     return charts
 
 
@@ -133,11 +151,9 @@ def read_report(folder: Path) -> tuple[Scenario, LengthHistogram, ExperimentResu
     return scenario, scenario.dataset.load(), read_tables(folder)
 
 
-def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
-               workers: ReportWorkers | None = None) -> list[Path]:
-    """Every plot the scenario asks for that its tables have data for, drawn by `workers` side by side."""
-    from simbench.report.plots import render
-
+def plot_arguments(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> dict[str, tuple]:
+    """The arguments of each plot the scenario asks for that its tables have data for, by plot name:
+    `simbench.report.plots.FIGURES[name](*arguments)` draws it."""
     arguments = {
         "histogram": (histogram,),
         "packing": (tables.packing, tables.timings, histogram.real_tokens, histogram.max_length),
@@ -149,14 +165,27 @@ def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tab
     }
     has_data = {"packing": not tables.packing.empty, "gumbel": not tables.gumbel.empty,
                 "timeline": not tables.timeline.empty}
-    names = [name for name in scenario.outputs.plots if has_data.get(name, True)]
+    return {name: arguments[name] for name in scenario.outputs.plots if has_data.get(name, True)}
+
+
+def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
+               workers: ReportWorkers | None = None, stage: Callable[[str], None] | None = None) -> list[Path]:
+    """Every plot the scenario asks for that its tables have data for, drawn by `workers` side by side;
+    `stage(text)` hears of each as it is written, and every few seconds while none is."""
+    from simbench.report.plots import render
+
+    tell = stage or (lambda text: None)
+    arguments = plot_arguments(scenario, histogram, tables)
     formats = tuple(scenario.outputs.formats)
     drawing = workers or ReportWorkers(processes=0)
-    pending = {name: drawing.submit(render, name, arguments[name], formats) for name in names}
-    written = []
-    for name, future in pending.items():
-        for extension, content in future.result().items():
+    jobs = {name: (render, name, values, formats) for name, values in arguments.items()}
+    written = {}
+    for name, contents in drawing.completed(jobs, lambda seconds: tell(
+            f"drawing plots: {len(written)} of {len(jobs)} written ({seconds:.0f} s since the last)")):
+        written[name] = []
+        for extension, content in contents.items():
             path = Path(folder) / f"{name}.{extension}"
             path.write_bytes(content)
-            written.append(path)
-    return written
+            written[name].append(path)
+        tell(f"drew {' and '.join(path.name for path in written[name])} ({len(written)} of {len(jobs)} plots)")
+    return [path for name in jobs for path in written[name]]  # in the scenario's order, whichever came first

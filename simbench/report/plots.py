@@ -25,9 +25,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import NullFormatter  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+from matplotlib.transforms import ScaledTranslation  # noqa: E402
 
 from simbench.histogram import LengthHistogram  # noqa: E402
+from simbench.report.styles import Style, strategy_styles  # noqa: E402
 from simbench.sim.results import BREAKDOWN_COLUMNS  # noqa: E402
 
 # Fixed ids and no timestamps, so that the same tables always give byte-identical files.
@@ -37,8 +40,6 @@ matplotlib.rcParams["svg.fonttype"] = "path"
 TIMELINE_SAMPLES_SHOWN = 48
 # Stage numbers one panel of the timeline can label without their text touching (24 stages did).
 STAGE_LABELS_MAX = 8
-# Families of strategies in the order the scaling plot's legend lists them (a plug-in plan's family follows).
-FAMILY_ORDER = ["padding", "sorting", "packing", "un-padding", "VTS"]
 HISTOGRAM_BINS = 256  # enough to see the shape, few enough to read a bar at 128k tokens
 # A last histogram bin this many times higher than every other one flattens them: the axis is cut above them.
 SPIKE_CLIP_RATIO = 4
@@ -46,6 +47,11 @@ SPIKE_CLIP_RATIO = 4
 EFFICIENCY_SHOWN_MIN, EFFICIENCY_SHOWN_MAX = 0.4, 1 - 1e-6
 # A dot this far across the efficiency axis has room on its left for its figure ("99.949" at 7 points).
 LABEL_ROOM_FRACTION = 0.15
+# Decades a log axis of seconds labels at most: more, and every second or third decade is labelled.
+SECONDS_LABELS_MAX = 6
+# Tick labels one device axis shows at most (every device count is still a point on the lines).
+DEVICE_LABELS_MAX = 12
+LEGEND_ROW_INCHES = 0.19  # one 8-point legend entry, for sizing a figure to its legend
 _METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
 
 
@@ -95,15 +101,14 @@ def histogram_figure(histogram: LengthHistogram) -> Figure:
         total = max(weights.sum(), 1)
         binned = np.add.reduceat(weights, edges[:-1]) / total
         shares.stairs(100 * binned, edges + 0.5, fill=True, alpha=0.35, color=color)
-        shares.stairs(100 * binned, edges + 0.5, color=color, label=f"share of {label}")
-        cumulative.plot(lengths, 100 * np.cumsum(weights) / total, color=color, label=f"{label} up to this length")
+        shares.stairs(100 * binned, edges + 0.5, color=color, label=f"by {label}")
+        cumulative.plot(lengths, 100 * np.cumsum(weights) / total, color=color, label=f"by {label}")
         last_bins.append((label, 100 * binned[-1], 100 * binned[:-1].max(initial=0.0)))
     _clip_truncation_spike(shares, last_bins, f"{edges[-2] + 1:,}-{edges[-1]:,}")
     width = histogram.max_length / bins
     shares.set_xlim(0, histogram.max_length * 1.01)
     shares.set_xlabel(f"sequence length (tokens), bins of {width:.3g}")
     shares.set_ylabel("share per bin (%)")
-    shares.legend(fontsize=8, loc="upper center")
     at_max = histogram.counts[-1] / max(histogram.sequences, 1)
     if at_max > 0:
         shares.set_title(f"{100 * at_max:.1f} % of sequences are exactly {histogram.max_length:,} tokens long",
@@ -112,8 +117,10 @@ def histogram_figure(histogram: LengthHistogram) -> Figure:
     cumulative.set_xlim(0, histogram.max_length * 1.01)
     cumulative.set_ylim(0, 100)
     cumulative.set_xlabel("sequence length (tokens)")
-    cumulative.set_ylabel("cumulative share (%)")
-    cumulative.legend(fontsize=8, loc="lower right")
+    cumulative.set_ylabel("cumulative share up to this length (%)")
+    # One legend for both panels (their colours mean the same), below them: inside, it hid a peak or the
+    # last bin's note at some lengths.
+    figure.legend(*cumulative.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=9)
     # The figures go in the title, where they cannot hide a peak of the histogram.
     figure.suptitle(f"{histogram.name}: {histogram.sequences:,} sequences, max length {histogram.max_length:,}; "
                     f"padding at max length {100 * (1 - histogram.efficiency):.1f} %, "
@@ -131,7 +138,7 @@ def _clip_truncation_spike(axis, last_bins: list[tuple[str, float, float]], leng
     top = 1.3 * rest
     axis.set_ylim(0, top)
     shares = "\n".join(f"{last:.1f} % of {label}" for label, last, _ in last_bins)
-    # Top right, beside the cut bar and clear of the legend (upper centre).
+    # Top right, beside the cut bar.
     axis.annotate(f"last bin ({lengths} tokens):\n{shares}", (1, 1), xycoords="axes fraction", xytext=(-10, -6),
                   textcoords="offset points", ha="right", va="top", fontsize=8,
                   bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
@@ -159,18 +166,45 @@ def packing_figure(packing: pd.DataFrame, timings: pd.DataFrame, real_tokens: in
     left.xaxis.set_minor_formatter(NullFormatter())
     left.set_xlim(min(EFFICIENCY_SHOWN_MIN, efficiency.min() * 0.98), EFFICIENCY_SHOWN_MAX)
     _label_dots(left, efficiency, packing["efficiency"], positions)
-    left.legend(fontsize=8, loc="upper right", framealpha=0.9)  # in the headroom above the first row
+    # Above the panel, outside the data: inside, it covered a row's dot at some efficiencies.
+    left.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False, borderaxespad=0.2)
     left.set_yticks(positions, labels)
-    left.set_ylim(len(labels) - 0.5, -1.6)
+    left.set_ylim(len(labels) - 0.5, -0.5)
     left.set_xlabel("efficiency: real tokens / token slots (%, logit scale)")
-    seconds = timings.set_index("strategy")["solve_seconds"].reindex(labels)
-    right.barh(positions, seconds.clip(lower=1e-6), color=sns.color_palette()[1])
-    right.set_xscale("log")
+    seconds = timings.set_index("strategy")["solve_seconds"].reindex(labels).astype(float)
+    right.barh(positions, seconds.clip(lower=SOLVE_SECONDS_MIN), color=sns.color_palette()[1])
+    _seconds_axis(right, seconds.dropna().to_numpy())
     right.set_yticks(positions, [""] * len(labels))
-    right.set_ylim(len(labels) - 0.5, -1.6)
-    right.set_xlabel("solve time (s, log scale)")
+    right.set_ylim(len(labels) - 0.5, -0.5)
+    right.set_xlabel("solve time (log scale)")
     figure.suptitle("Packing efficiency and solve time")
     return figure
+
+
+SOLVE_SECONDS_MIN = 1e-6  # a solve time shown on a log axis: nothing takes less than a microsecond to pack
+
+
+def _seconds_axis(axis, seconds: np.ndarray) -> None:
+    """A log axis of seconds labelled only at whole decades, with units ("10 ms", "1 s"), spanning at least
+    one decade: labelled between decades, matplotlib wrote "4x10^-2" at every minor tick, into a smear."""
+    seconds = np.clip(seconds[np.isfinite(seconds)], SOLVE_SECONDS_MIN, None)
+    low, high = (seconds.min(), seconds.max()) if seconds.size else (1e-3, 1.0)
+    first, last = int(np.floor(np.log10(low))), int(np.ceil(np.log10(high)))
+    last = max(last, first + 1)
+    step = -(-(last - first + 1) // SECONDS_LABELS_MAX)
+    decades = [10.0 ** exponent for exponent in range(first, last + 1, step)]
+    axis.set_xscale("log")
+    axis.set_xlim(10.0 ** first, 10.0 ** last)
+    axis.set_xticks(decades, [seconds_text(value) for value in decades])
+    axis.xaxis.set_minor_formatter(NullFormatter())
+
+
+def seconds_text(seconds: float) -> str:
+    """A duration with its unit and at most three significant digits: 1 µs, 10 ms, 1.5 s, 100 s."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if seconds >= scale or unit == "ns":
+            return f"{seconds / scale:.3g} {unit}"
+    raise AssertionError("unreachable")
 
 
 def _label_dots(axis, shown: np.ndarray, values: pd.Series, positions: np.ndarray) -> None:
@@ -187,106 +221,150 @@ def _label_dots(axis, shown: np.ndarray, values: pd.Series, positions: np.ndarra
                                       "alpha": 0.85})
 
 
-def plan_family(label: str) -> str:
-    """The family a simulated strategy belongs to (padding, sorting, packing, un-padding, VTS), read from
-    its plan so that a plug-in packer lands among the packers; a plug-in plan is its own family."""
-    from simbench.errors import InputError
-    from simbench.sim.plans import PlanKind, parse_plan
-
-    try:
-        plan = parse_plan(label)
-    except InputError:
-        return "other"
-    if plan.kind == PlanKind.PACKING:
-        return {"none": "padding", "sort": "sorting"}.get(plan.packer, "packing")
-    return {PlanKind.UNPAD: "un-padding", PlanKind.VTS: "VTS"}.get(plan.kind, str(plan.kind))
-
-
 def scaling_figure(scaling: pd.DataFrame, title: str = "", dashed: tuple[float, str] | None = None) -> Figure:
-    """Realized speed-up versus device count (paper's Figure 5), one colour per family of strategies: its
-    best (highest mean speed-up) drawn bold and named, the rest faded, and `dashed` (speed-up, name:
-    the ideal, simbench.report.summary.speedup_reference) dashed. `title` names the dataset, model and hardware."""
-    figure, (axis,) = _figure(width=10.0, height=5.0)
-    scaling = scaling.assign(family=[plan_family(label) for label in scaling["strategy"]])
+    """Realized speed-up versus device count (paper's Figure 5): a line per strategy in its family's hue, each
+    with a shade and marker of its own (simbench.report.styles); the best of each family (highest mean
+    speed-up) bold and named at its right end; `dashed` (speed-up, name: the ideal,
+    simbench.report.summary.speedup_reference) dashed black. `title` names the dataset, model and hardware.
+    The legend, beside the plot, lists every strategy under its family."""
     if "reference" not in scaling:
         scaling = scaling.assign(reference="none")
-    families = list(dict.fromkeys(FAMILY_ORDER + list(scaling["family"])))
-    colors = dict(zip(families, sns.color_palette("deep", len(families))))
+    styles = strategy_styles(scaling["strategy"], scaling)
+    families = list(dict.fromkeys(style.family for style in styles.values()))
+    rows_shown = len(styles) + len(families) + (dashed is not None)
+    figure, (axis,) = _figure(width=10.0, height=max(5.0, 1.6 + LEGEND_ROW_INCHES * rows_shown))
+    mean_speedup = scaling.groupby("strategy", sort=False)["speedup"].mean()
+    # The best of each family against each baseline (VTS plans are measured against their padded pipeline).
+    family_of = scaling["strategy"].map(lambda label: styles[label].family)
+    bests = {mean_speedup[labels.unique()].idxmax()
+             for _, labels in scaling.groupby([family_of, "reference"], sort=False)["strategy"]}
+    handles, labels, headers = [], [], []
     ends = []  # (speed-up at the largest cluster, name, colour) of each family's best, named at the right end
-    for (family, reference), rows in scaling.groupby(["family", "reference"], sort=False):
-        mean_speedup = rows.groupby("strategy", sort=False)["speedup"].mean()
-        best = mean_speedup.idxmax()
-        # Plans measured against another baseline (VTS: the padded pipeline) are dashed and say so.
-        style = "-" if reference == "none" else "--"
-        over = "" if reference == "none" else f" (over {reference})"
-        others = [label for label in mean_speedup.index if label != best]
-        for number, label in enumerate(others):
-            line = rows[rows["strategy"] == label].sort_values("devices")
-            axis.plot(line["devices"], line["speedup"], color=colors[family], alpha=0.25, linewidth=1, linestyle=style,
-                      label=f"{family}: {len(others)} more{over}" if number == 0 else None)
-        line = rows[rows["strategy"] == best].sort_values("devices")
-        axis.plot(line["devices"], line["speedup"], color=colors[family], linewidth=2.4, marker="o", markersize=5,
-                  linestyle=style, label=f"{family}: {best}{over}", zorder=3)
-        ends.append((line["speedup"].iloc[-1], best, colors[family]))
-    _name_line_ends(axis, ends, scaling["devices"].max())
+    for family in families:
+        headers.append(len(labels))
+        handles.append(Line2D([], [], linestyle="none"))
+        labels.append(family)
+        for label in [label for label, style in styles.items() if style.family == family]:
+            style, rows = styles[label], scaling[scaling["strategy"] == label].sort_values("devices")
+            reference = rows["reference"].iloc[0]
+            bold = label in bests
+            # Plans measured against another baseline are dashed and say so; so are a family's 13th and later.
+            line, = axis.plot(rows["devices"], rows["speedup"], color=style.colour, marker=style.marker,
+                              markersize=5.5 if bold else 3.5, linewidth=2.4 if bold else 1.1,
+                              linestyle="--" if reference != "none" or style.dashed else "-", zorder=3 if bold else 2)
+            handles.append(line)
+            labels.append(label + ("" if reference == "none" else f" (over {reference})"))
+            if bold:
+                ends.append((rows["speedup"].iloc[-1], label, style.colour))
     line = dashed[0] if dashed is not None else 0.0
     if dashed is not None:
-        axis.axhline(line, color="black", linewidth=1.2, linestyle="--", label=f"{dashed[1]}: {line:.3f}x")
+        handles.append(axis.axhline(line, color="black", linewidth=1.2, linestyle="--"))
+        labels.append(f"{dashed[1]}: {line:.3f}x")
     axis.set_xscale("log", base=2)
     devices = sorted(scaling["devices"].unique())
-    axis.set_xticks(devices, [str(count) for count in devices])
-    axis.minorticks_off()
-    axis.set_xlim(devices[0] / 1.3, devices[-1] * 2.5)  # room for the names at the right end
+    device_ticks(axis, devices)
+    axis.set_xlim(devices[0] / 1.2, devices[-1] * 1.2)
     axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
     top = max(scaling["speedup"].max(), line)
     axis.set_ylim(top=1.0 + (top - 1.0) * 1.06 if top > 1.0 else None)  # keep the dashed line off the frame
-    axis.set_xlabel("devices (data parallel)")
+    axis.set_xlabel(device_axis_label(devices, "devices (data parallel)"))
     axis.set_ylabel("speed-up over padding (same devices)")
-    axis.set_title(f"Realized speed-up versus cluster size{': ' + title if title else ''}", fontsize=11)
-    axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), title="bold: best of its family",
-                title_fontsize=8)
+    # Over the whole figure: over the axis alone, a long setting ran off its left edge.
+    figure.suptitle(f"Realized speed-up versus cluster size{': ' + title if title else ''}", fontsize=11)
+    names_inches = _name_line_ends(axis, ends, figure)
+    # Beside the names at the lines' ends, level with the frame's top (a figure legend rose into the title).
+    beside = axis.transAxes + ScaledTranslation(names_inches + 0.1, 0.0, figure.dpi_scale_trans)
+    legend = axis.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 1.0), bbox_transform=beside,
+                         borderaxespad=0.0, fontsize=8, title="bold: best of its family", title_fontsize=8)
+    for index in headers:
+        legend.get_texts()[index].set_fontweight("bold")
     return figure
 
 
-def _name_line_ends(axis, ends: list[tuple[float, str, tuple]], devices: int) -> None:
-    """Names at the right ends of lines, nudged apart so that two lines ending close stay readable, on a
-    white ground where they cross the ceiling or a faded line."""
-    low, high = min(end[0] for end in ends), max(end[0] for end in ends)
-    gap = 0.045 * max(high - min(low, 1.0), 0.1)  # about one line of 8-point text on a 5-inch plot
+def device_ticks(axis, devices: list[int], most: int = DEVICE_LABELS_MAX) -> None:
+    """Label at most `most` of the device counts on a log axis (every one when they fit), written short."""
+    devices = sorted(set(int(count) for count in devices))
+    shown = devices[::-(-len(devices) // most)]
+    axis.set_xticks(shown, [count_text(count) for count in shown])
+    axis.minorticks_off()
+
+
+def count_text(count: int) -> str:
+    """A device count as a tick label: 512, 2k (2,048), 512k, 1M (1,048,576); others with separators."""
+    if count >= 2**20 and count % 2**20 == 0:
+        return f"{count >> 20}M"
+    if count >= 2**10 and count % 2**10 == 0:
+        return f"{count >> 10}k"
+    return f"{count:,}"
+
+
+def device_axis_label(devices: list[int], label: str) -> str:
+    """`label`, saying what k and M mean where a tick uses them."""
+    return label + (", k = 1,024" if any(count_text(int(count))[-1] in "kM" for count in devices) else "")
+
+
+def _name_line_ends(axis, ends: list[tuple[float, str, str]], figure: Figure) -> float:
+    """Names just right of the frame, level with the right ends of their lines, nudged apart so that two
+    lines ending close stay readable; returns the width they take (inches)."""
+    low, high = axis.get_ylim()
+    axis_inches = max(figure.get_figheight() - 1.3, 1.0)  # the frame's height within the figure, about
+    gap = (high - low) * 11.5 / 72 / axis_inches  # one line of 8-point text, in data units
+    ends = sorted(ends, key=lambda end: end[0])
     placed = []
-    for speedup, name, color in sorted(ends, key=lambda end: end[0]):
-        y = max(speedup, placed[-1] + gap) if placed else speedup
-        placed.append(y)
-        axis.annotate(name, (devices, speedup), xytext=(devices * 1.12, y), textcoords="data", va="center",
-                      fontsize=8, color=color, zorder=5, bbox={"boxstyle": "round,pad=0.1", "facecolor": "white",
-                                                               "edgecolor": "none", "alpha": 0.8})
+    for speedup, _, _ in ends:
+        placed.append(max(speedup, placed[-1] + gap) if placed else speedup)
+    shift = max(placed[-1] - high + gap / 2, 0.0) if placed else 0.0  # the highest stays below the frame's top
+    at_right = axis.get_yaxis_transform()  # x in axis fractions, y in data
+    renderer = figure.canvas.get_renderer()
+    widest = 0.0
+    for (_, name, colour), y in zip(ends, placed):
+        text = axis.annotate(name, (1.0, y - shift), xycoords=at_right, xytext=(4, 0), textcoords="offset points",
+                             va="center", ha="left", fontsize=8, color=colour, annotation_clip=False)
+        widest = max(widest, text.get_window_extent(renderer).width / figure.dpi)
+    return widest + 4 / 72
 
 
 def gumbel_figure(latency: pd.DataFrame, fit: pd.DataFrame, extrapolation: pd.DataFrame) -> Figure:
-    """Per-device step speed-up samples with their Gumbel fit, and the expected cluster speed-up it implies."""
+    """Per-device step speed-up samples with their Gumbel fit, and the expected cluster speed-up it implies;
+    one legend below both panels (a strategy has one colour in both)."""
     from scipy.stats import gumbel_r
 
-    figure, (left, right) = _figure(width=11.0, height=4.6, columns=2)
-    for (label, rows), color in zip(latency.groupby("strategy", sort=False), sns.color_palette()):
+    fitted = list(dict.fromkeys(fit["strategy"]))
+    styles = strategy_styles(fitted)
+    handles, labels = [], []
+    # Extrapolated rows of no fitted strategy are the published fit's (experiment.PAPER_FIT_LABEL).
+    rows_shown = 2 * len(styles) + extrapolation["strategy"].isin(fitted).eq(False).any()
+    figure, (left, right) = _figure(width=11.0, height=4.4 + LEGEND_ROW_INCHES * -(-rows_shown // 2), columns=2)
+    for label, rows in latency.groupby("strategy", sort=False):
+        colour = styles[label].colour
         samples = rows["speedup"].to_numpy()
-        left.hist(samples, bins=40, density=True, alpha=0.45, color=color, label=f"{label} (simulated)")
+        bars = left.hist(samples, bins=40, density=True, alpha=0.4, color=colour)[2]
         row = fit[fit["strategy"] == label].iloc[0]
         grid = np.linspace(samples.min(), samples.max(), 200)
-        left.plot(grid, gumbel_r.pdf(grid, loc=row["location"], scale=row["scale"]), color=color,
-                  label=f"Gumbel loc {row['location']:.3f}, scale {row['scale']:.3f}")
+        curve, = left.plot(grid, gumbel_r.pdf(grid, loc=row["location"], scale=row["scale"]), color=colour)
+        handles += [bars[0], curve]
+        labels += [f"{label}: simulated steps (bars), clusters (dots)",
+                   f"{label}: Gumbel fit, location {row['location']:.3f}, scale {row['scale']:.3f} (curves)"]
     left.set_xlabel("per-device speed-up over padding in one step")
     left.set_ylabel("density")
-    left.legend(fontsize=7)
-    for (label, rows), color in zip(extrapolation.groupby("strategy", sort=False), sns.color_palette()):
+    for label, rows in extrapolation.groupby("strategy", sort=False):
         rows = rows.sort_values("devices")
-        right.plot(rows["devices"], rows["expected_speedup"], color=color, label=f"{label}: Gumbel minimum")
-        if rows["simulated_speedup"].notna().any():
-            right.scatter(rows["devices"], rows["simulated_speedup"], color=color, s=14, label=f"{label}: simulated")
+        paper = label not in styles
+        curve, = right.plot(rows["devices"], rows["expected_speedup"], color="black" if paper else styles[label].colour,
+                            linestyle="--" if paper else "-")
+        if paper:
+            handles.append(curve)
+            labels.append(f"{label}: expected minimum")
+        elif rows["simulated_speedup"].notna().any():
+            right.scatter(rows["devices"], rows["simulated_speedup"], color=styles[label].colour, s=14, zorder=3)
     right.set_xscale("log", base=2)
-    right.set_xlabel("devices")
+    devices = sorted(extrapolation["devices"].unique())
+    device_ticks(right, devices, most=8)
+    right.set_xlabel(device_axis_label(devices, "devices"))
     right.set_ylabel("expected speed-up over padding")
     right.set_title("a step waits for its slowest device", fontsize=10)
-    right.legend(fontsize=7)
+    figure.legend(handles, labels, loc="outside lower center", ncols=2 if len(labels) > 3 else len(labels),
+                  fontsize=8)
     figure.suptitle("Gumbel fit of per-device speed-up, extrapolated to clusters")
     return figure
 
@@ -312,6 +390,7 @@ def timeline_figure(timeline: pd.DataFrame) -> Figure:
         stages = sorted(rows["stage"].unique())
         labelled = stages[::-(-len(stages) // STAGE_LABELS_MAX)]
         axis.set_yticks(labelled, [str(stage) for stage in labelled])
+        axis.tick_params(labelbottom=True)  # every panel's time axis labelled, not only the last one's
         axis.invert_yaxis()
         axis.set_ylabel("stage")
         busy = (rows["leave_seconds"] - rows["enter_seconds"]).sum()
@@ -320,14 +399,15 @@ def timeline_figure(timeline: pd.DataFrame) -> Figure:
                        f"whole batch, blocked {100 * rows['blocked_seconds'].sum() / busy:.1f} % of stage time",
                        fontsize=10)
     axes[-1].set_xlim(0.0, window_seconds)
-    axes[-1].set_xlabel("time (s)")
-    figure.suptitle(f"VTS pipeline timelines on one time scale: the first {_seconds_text(window_seconds)} of a batch\n"
+    # Ticks in the window's own unit: "0.5" (ms), not "0.00050" (s).
+    unit = seconds_text(window_seconds).split()[-1]
+    scale = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}[unit]
+    for axis in axes:
+        axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value / scale:g}"))
+    axes[-1].set_xlabel(f"time ({unit})")
+    figure.suptitle(f"VTS pipeline timelines on one time scale: the first {seconds_text(window_seconds)} of a batch\n"
                     "(hatched: a finished sample waits for the next stage)")
     return figure
-
-
-def _seconds_text(seconds: float) -> str:
-    return f"{seconds:.3g} s" if seconds >= 1 else f"{1e3 * seconds:.3g} ms"
 
 
 def breakdown_figure(breakdown: pd.DataFrame) -> Figure:

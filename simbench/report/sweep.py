@@ -103,77 +103,100 @@ def _facet_count(results: pd.DataFrame, axes: tuple[str, ...]) -> int:
 
 
 def _scaling_facets(path: Path, results: pd.DataFrame, axes: tuple[str, ...]) -> Path:
-    """Speed-up over padding against devices (log2), a line per strategy, a panel per other-axes combination."""
-    import matplotlib
+    return _save(scaling_facets_figure(results, axes), path, dpi=100)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
 
-    from simbench.atomic import atomic_file
+def scaling_facets_figure(results: pd.DataFrame, axes: tuple[str, ...]):
+    """Speed-up over padding against devices (log2), a line per strategy in its family's style
+    (simbench.report.styles), a panel per combination of the other axes (the first `FACETS_MAX`), each with
+    its own tick labels; the legend beside the panels."""
+    from simbench.report.plots import _figure, device_axis_label, device_ticks
+    from simbench.report.styles import strategy_styles
 
     keys = _facet_keys(axes)
     rows = results[(results["reference"] == "none") & (results["strategy"] != "none")]
     panels = (list(rows.groupby(keys, sort=True)) if keys else [((), rows)])[:FACETS_MAX]
-    strategies = sorted(rows["strategy"].unique())
-    colours = dict(zip(strategies, sns.color_palette("tab10", len(strategies))))
+    styles = strategy_styles(sorted(rows["strategy"].unique()), rows)
     columns = min(len(panels), 3)
-    figure, grid = plt.subplots((len(panels) + columns - 1) // columns, columns, squeeze=False, sharex=True,
-                                figsize=(4.2 * columns, 3.0 * ((len(panels) + columns - 1) // columns)))
-    for axis, (key, panel) in zip(grid.flat, panels):
-        for strategy, lines in panel.groupby("strategy", sort=True):
-            points = lines.groupby("devices")["speedup"].mean()
-            axis.plot(points.index, points.to_numpy(), marker="o", markersize=3, color=colours[strategy],
-                      label=strategy)
+    grid_rows = -(-len(panels) // columns)
+    figure, grid = _figure(width=4.4 * columns + 1.8, height=3.1 * grid_rows + 0.3, columns=columns, rows=grid_rows)
+    devices = sorted(rows["devices"].unique())
+    for axis, (key, panel) in zip(grid, panels):
+        for strategy, style in styles.items():
+            points = panel[panel["strategy"] == strategy].groupby("devices")["speedup"].mean()
+            if not points.empty:
+                axis.plot(points.index, points.to_numpy(), marker=style.marker, markersize=3.5, color=style.colour,
+                          linestyle="--" if style.dashed else "-", label=strategy)
         axis.set_xscale("log", base=2)
+        axis.set_xlim(devices[0] / 1.3, devices[-1] * 1.3)  # one device range in every panel, all labelled
+        device_ticks(axis, devices, most=6)
         key = key if isinstance(key, tuple) else (key,)
         axis.set_title(", ".join(f"{name} = {value}" for name, value in zip(keys, key)), fontsize=9)
-        axis.set_xlabel("devices")
-        axis.set_ylabel("speed-up over padding")
-    for axis in list(grid.flat)[len(panels):]:
+        axis.set_xlabel(device_axis_label(devices, "devices"), fontsize=9)
+        axis.set_ylabel("speed-up over padding", fontsize=9)
+        axis.tick_params(labelsize=8)
+    for axis in grid[len(panels):]:
         axis.set_visible(False)
-    handles, labels = grid.flat[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="upper right", frameon=False)
-    figure.tight_layout(rect=(0, 0, 0.86, 1))
+    handles, labels = grid[0].get_legend_handles_labels()
+    if len(labels) < len(styles):  # a strategy missing from the first panel still has its legend entry
+        for axis in grid[1:len(panels)]:
+            for handle, label in zip(*axis.get_legend_handles_labels()):
+                if label not in labels:
+                    handles.append(handle)
+                    labels.append(label)
+    order = [labels.index(label) for label in styles if label in labels]
+    figure.legend([handles[index] for index in order], [labels[index] for index in order],
+                  loc="outside right upper", fontsize=9)
+    return figure
+
+
+def _save(figure, path: Path, dpi: int) -> Path:
+    import matplotlib.pyplot as plt
+
+    from simbench.atomic import atomic_file
+
     with atomic_file(path) as temporary:
-        figure.savefig(temporary, format="png", dpi=100, metadata={"Software": None})
+        figure.savefig(temporary, format="png", dpi=dpi, metadata={"Software": None})
     plt.close(figure)
     return path
 
 
 def _winner_heatmap(path: Path, table: pd.DataFrame, report_axes: tuple[str, str]) -> Path:
-    """The winner over the two report axes, one panel per combination of the other swept axes."""
-    import matplotlib
+    return _save(winners_figure(table, report_axes), path, dpi=110)
 
-    matplotlib.use("Agg")
+
+def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str]):
+    """The winner over the two report axes, one panel per combination of the other swept axes, each
+    strategy in its family's colour (simbench.report.styles)."""
     import matplotlib.pyplot as plt
     import seaborn as sns
+    from matplotlib.colors import ListedColormap
 
-    from simbench.atomic import atomic_file
+    from simbench.report.plots import _figure
+    from simbench.report.styles import strategy_styles
 
     x, y = report_axes
     largest = table.sort_values("devices").groupby("cell").tail(1)
     others = [column for column in largest.columns
               if column not in ("cell", "devices", "strategy", "speedup", x, y)]
     panels = list(largest.groupby(others, sort=True)) if others else [((), largest)]
-    strategies = sorted(largest["strategy"].unique())
-    palette = sns.color_palette("tab20", len(strategies))
+    styles = strategy_styles(sorted(largest["strategy"].unique()))
+    strategies = list(styles)
+    palette = ListedColormap([style.colour for style in styles.values()])
     columns, rows = largest[x].nunique(), largest[y].nunique()
-    figure, axes = plt.subplots(len(panels), 1, squeeze=False,
-                                figsize=(2.5 + 0.75 * columns, (0.8 + 0.45 * rows) * len(panels) + 0.6))
-    for axis, (key, rows_of_panel) in zip(axes[:, 0], panels):
+    figure, axes = _figure(width=3.5 + 0.75 * columns, height=(0.9 + 0.45 * rows) * len(panels) + 0.6,
+                           rows=len(panels))
+    for axis, (key, rows_of_panel) in zip(axes, panels):
         grid = rows_of_panel.pivot_table(index=y, columns=x, values="strategy", aggfunc="first")
         speedups = rows_of_panel.pivot_table(index=y, columns=x, values="speedup", aggfunc="max")
         codes = grid.apply(lambda column: column.map(strategies.index))
         sns.heatmap(codes.astype(float), cmap=palette, cbar=False, ax=axis, linewidths=0.5, vmin=-0.5,
-                    vmax=len(strategies) - 0.5, annot=speedups.map("{:.2f}".format).to_numpy(), fmt="")
+                    vmax=len(strategies) - 0.5, annot=speedups.map("{:.2f}".format).to_numpy(), fmt="",
+                    annot_kws={"fontsize": 8})
         key = key if isinstance(key, tuple) else (key,)
         axis.set_title(", ".join(f"{name} = {value}" for name, value in zip(others, key)) or None, fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=palette[index]) for index in range(len(strategies))]
-    figure.legend(handles, strategies, title="fastest", loc="upper right", frameon=False)
+        axis.tick_params(labelsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=style.colour) for style in styles.values()]
+    figure.legend(handles, strategies, title="fastest", loc="outside right upper", frameon=False)
     figure.suptitle("fastest strategy and its speed-up over padding", x=0.02, ha="left")
-    figure.tight_layout(rect=(0, 0, 0.88, 0.97))
-    with atomic_file(path) as temporary:
-        figure.savefig(temporary, format="png", dpi=110, metadata={"Software": None})
-    plt.close(figure)
-    return path
+    return figure

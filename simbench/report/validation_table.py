@@ -53,7 +53,9 @@ def profile_provenance(hardware: str, overrides: dict | None = None) -> list[dic
 
     profile = load_hardware(hardware, overrides)
     origins = {**field_provenance(profile), **{name: "set by the scenario" for name in overrides or {}}}
-    return [{"field": name, "value": getattr(profile, name), "source": origin} for name, origin in origins.items()]
+    # A bandwidth of inf means no limit; JSON has no infinity, so it is written "inf".
+    return [{"field": name, "value": "inf" if getattr(profile, name) == float("inf") else getattr(profile, name),
+             "source": origin} for name, origin in origins.items()]
 
 
 def provenance_section(hardware: str, overrides: dict | None = None) -> str:

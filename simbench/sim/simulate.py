@@ -96,16 +96,20 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
 
 def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, batch_size: int, seed: int,
                packings: dict[str, Packing] | None = None,
-               progress: Callable[[int], None] | None = None) -> dict[str, Packing]:
+               progress: Callable[[int], None] | None = None,
+               stage: Callable[[str], None] | None = None) -> dict[str, Packing]:
     """The packings `simulate` would make for these plans (padding's included), by plan name, reusing
     `packings` given: made ahead and passed as `simulate(packings=...)`, they can be bounded elsewhere
-    while the simulation runs. `progress(1)` is told as each plan has its packing (or needs none)."""
+    while the simulation runs. `progress(1)` is told as each plan has its packing (or needs none);
+    `stage(text)` as each packing is made."""
     settings = SimulationSettings(histogram, None, batch_size, 1, seed, "auto")
     given, packings = dict(packings or {}), {}
     for plan in _with_reference(plans):
         packing = given.get(plan.name) or _packing(plan, settings, {**given, **packings})
         if packing is not None:
             packings[plan.name] = packing
+            if plan.name not in given and stage is not None:
+                stage(f"packed {plan.name}: {packing.packs_total:,} packs in {packing.seconds:.2f} s")
         if progress is not None:
             progress(1)
     return packings
