@@ -268,7 +268,7 @@ def test_report_folder_module_reads_what_it_wrote(report):
 
 
 def test_a_profile_with_unlimited_bandwidth_writes_strict_json(tmp_path):
-    """cs-2's host link has no limit (inf): summary.json says "inf" rather than writing invalid JSON."""
+    """cs-2 has no intra-node link (inf, no limit): summary.json says "inf" rather than writing invalid JSON."""
     import json
 
     from typer.testing import CliRunner
@@ -280,4 +280,4 @@ def test_a_profile_with_unlimited_bandwidth_writes_strict_json(tmp_path):
     (summary,) = (tmp_path / "vts").glob("vts-wiki512/summary.json")  # the file holds two scenarios
     record = json.loads(summary.read_text(), parse_constant=lambda name: 1 / 0)
     values = {row["field"]: row["value"] for row in record["hardware_provenance"]}
-    assert values["host_to_device_bytes_per_s"] == "inf"
+    assert values["intra_node_bytes_per_s"] == "inf"  # no intra-node link on a wafer: no limit
