@@ -113,7 +113,8 @@ def test_assign_command_streams_at_max_length_8192(benchmark, long_context_datas
     folder, sequences = long_context_dataset
     name, _, depth = strategy.partition(":")
     command = [sys.executable, "-c", "from simbench.cli import main; main()", "assign", str(folder / "histogram.csv"),
-               "--lengths", str(folder / "lengths.npy"), "--strategy", name, "-o", str(folder / "packs.parquet")]
+               "--lengths", str(folder / "lengths.npy"), "--strategy", name, "-o", str(folder / "packs.parquet"),
+               "--force"]  # every round and strategy writes the same file
     if depth:
         command += ["--max-depth", depth]
     usages = []
