@@ -121,14 +121,17 @@ def _assumption_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
     # Every column simulated alone at this size with the same seed, so that the batches are the same ones and
     # an assumption that changes nothing changes no digit.
     variants = {"as simulated": (run.cost_model, run.shapes)}
-    if ideal_kernels(profile).model_dump(exclude={"name", "source", "provenance"}) != profile.model_dump(
+    ideal = ideal_kernels(profile)
+    if ideal.model_dump(exclude={"name", "source", "provenance"}) != profile.model_dump(
             exclude={"name", "source", "provenance"}):
-        variants["ideal kernels"] = (run.cost_model_on(ideal_kernels(profile)), run.shapes)
+        variants["ideal kernels"] = (run.cost_model_on(ideal), run.shapes)
     pays_first_sight = any(getattr(run.cost_model, "first_sight_seconds", lambda mode: 0.0)(plan.mode) > 0
                            for plan in run.all_plans)
     for shapes in ("seen", "new") if pays_first_sight else ():
         if shapes != run.shapes:
             variants[f"shapes {shapes}"] = (run.cost_model, shapes)
+    if len(variants) == 1:
+        return pd.DataFrame()  # no assumption to weigh: the run itself need not be simulated again
     columns = {}
     for name, (cost_model, shapes) in variants.items():
         result = run.simulate(cost_model=cost_model, devices=[devices], shapes=shapes, packings=packings)
