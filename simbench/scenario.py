@@ -26,6 +26,7 @@ from simbench.data import bundled_files
 from simbench.errors import InputError, InputErrors, did_you_mean, read_text_file
 from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
+from simbench.sim.layout import ParallelLayout
 from simbench.sim.plans import (ExecutionPlan, PlanType, packing_refusals, plan_fields, plan_from_fields,
                                 plan_type)
 from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_gpus_per_replica, check_max_depth, \
@@ -323,6 +324,31 @@ class QuickSpec(_Strict):
     lp_bounds: bool = Field(False, description="compute the LP bounds under --quick too")
 
 
+class ParallelSpec(_Strict):
+    """A replica's 4D layout (`simbench.sim.layout.ParallelLayout`); with it, `devices` count GPUs."""
+
+    tp: StrictInt = Field(1, ge=1, description="tensor-parallel GPUs: each layer's heads and feed-forward width split "
+                          "over them, inside one node")
+    pp: StrictInt = Field(1, ge=1, description="pipeline stages, each holding layers / pp of the model")
+    cp: StrictInt = Field(1, ge=1, description="context-parallel ranks, each holding 1 / cp of a row's tokens")
+    dp: StrictInt | None = Field(None, ge=1, description="data-parallel replicas; default devices / (tp x pp x cp), and "
+                                 "with it `devices` defaults to dp x tp x pp x cp")
+    microbatches: StrictInt = Field(1, ge=1, description="microbatches per replica and step, each of `batch_size` "
+                                    "rows, run through the pipeline")
+    virtual_stages: StrictInt = Field(1, ge=1, description="interleaved chunks per pipeline stage (interleaved 1F1B "
+                                      "when above 1)")
+    cp_sharding: Literal["contiguous", "zigzag", "per-document"] = Field(
+        "zigzag", description="how a row's tokens are cut over the cp ranks: contiguous blocks, zigzag (chunks i and "
+        "2 cp - 1 - i to rank i) or per document (each document cut over every rank)")
+    zero_stage: Literal[0, 1, 2, 3] = Field(1, description="ZeRO stage over the data-parallel replicas: 1 shards the "
+                                            "optimizer state, 2 the gradients too, 3 the parameters too")
+    recompute: Literal["none", "selective", "full"] = Field(
+        "none", description="activation recomputation in the backward pass: none, selective (attention) or full")
+
+    def layout(self) -> ParallelLayout:
+        return ParallelLayout(**self.model_dump())
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="report folder name: letters, digits, _ . -")
     description: str = Field("", description="one line shown at the top of `summary.md`")
@@ -338,7 +364,10 @@ class Scenario(_Strict):
                                    "is short for `{profile: cs-2}`), or a mapping (see below)")
     gpus_per_replica: int = Field(1, description="GPUs in one data-parallel device (tensor or context "
                                   "parallel); `devices` count replicas and `scaling.csv` adds per-GPU throughput "
-                                  "(`simbench simulate --gpus-per-replica`)")
+                                  "(`simbench simulate --gpus-per-replica`); with `parallel`, tp x pp x cp instead")
+    parallel: ParallelSpec | None = Field(None, description="a 4D layout of each replica (tensor, pipeline, context "
+                                          "parallel, microbatches; see below): `devices` then count GPUs, and each "
+                                          "replica's step runs a pipeline of context-parallel groups")
     cost_model: str = Field("transformer", description="what prices a step: a cost model of the registry (`simbench "
                                                        "list`)")
     strategies: tuple[Annotated[
@@ -420,6 +449,26 @@ class Scenario(_Strict):
     @classmethod
     def _sorted_devices(cls, devices: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(sorted(set(devices)))
+
+    @model_validator(mode="after")
+    def _devices_of_layout(self) -> Scenario:
+        # With a layout, devices count GPUs; dp alone says how many.
+        if self.parallel is not None and "devices" not in self.model_fields_set:
+            if self.parallel.dp is None:
+                raise ValueError("with `parallel`, give `devices` (GPUs, a multiple of tp x pp x cp) or `parallel.dp`")
+            object.__setattr__(self, "devices", (self.parallel.dp * self.parallel.layout().gpus_per_replica,))
+        return self
+
+    @property
+    def layout(self) -> ParallelLayout | None:
+        """The replica's 4D layout, None without `parallel`."""
+        return self.parallel.layout() if self.parallel is not None else None
+
+    @property
+    def replica_devices(self) -> tuple[int, ...]:
+        """The data-parallel device counts the simulator runs: `devices`, or with a layout the replicas they make."""
+        layout = self.layout
+        return self.devices if layout is None else tuple(layout.replicas_of(self.devices))
 
     @model_validator(mode="after")
     def _unique_labels(self) -> Scenario:
@@ -524,7 +573,7 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
                   for each, path in zip(found, paths)
                   if not any(len(other) > len(path) and other[:len(path)] == path for other in paths)]
         raise InputErrors(sorted(errors, key=lambda each: each.line or 0)) from None
-    refused = _packings_refused(scenario, root, source)
+    refused = _packings_refused(scenario, root, source) + _layout_refused(scenario, root, source)
     if refused:
         raise InputErrors(refused)
     check_scenario_work(scenario, root, source)
@@ -539,7 +588,8 @@ def check_scenario_work(scenario: Scenario, root: yaml.Node, source: str, rows: 
 
     if rows is None:
         rows = simulation_rows([spec.plan() for spec in scenario.strategies], scenario.dataset.load(),
-                               list(scenario.devices), scenario.batch_size, scenario.steps)
+                               list(scenario.replica_devices), scenario.batch_size * _microbatches(scenario),
+                               scenario.steps)
     try:
         check_simulation_work(rows, raising="simulate the largest sizes alone with `simbench simulate --max-rows`")
     except InputError as error:
@@ -561,6 +611,40 @@ def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[
             key = key[:-1]
         refused.append(InputError(f"{'.'.join(map(str, key))} ({plans[index].name}): {error.message}",
                                   source=source, line=_line_of(root, key)))
+    return refused
+
+
+def _microbatches(scenario: Scenario) -> int:
+    return scenario.parallel.microbatches if scenario.parallel is not None else 1
+
+
+def _layout_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
+    """Each way the scenario's 4D layout cannot hold its model, rows, cluster or strategies, at the key that
+    set it, so that `validate` reports them all and `run` starts no work."""
+    layout = scenario.layout
+    if layout is None:
+        return []
+    refused = []
+
+    def refuse(key: tuple, message: str) -> None:
+        refused.append(InputError(f"{'.'.join(map(str, key))}: {message}", source=source, line=_line_of(root, key)))
+
+    if scenario.gpus_per_replica != 1:
+        refuse(("gpus_per_replica",), f"{scenario.gpus_per_replica} contradicts `parallel`, whose tp x pp x cp = "
+                                      f"{layout.gpus_per_replica:,} GPUs make a replica; leave gpus_per_replica out")
+    try:
+        layout.replicas_of(scenario.devices)
+    except InputError as error:
+        refuse(("devices",), error.message.removeprefix("devices "))
+    model = get_model(scenario.model)
+    max_length = scenario.dataset.max_length or scenario.dataset.load().max_length
+    for key, message in layout.problems(layers=model.layers, heads=model.heads, kv_heads=model.kv_heads or model.heads,
+                                        max_length=max_length):
+        refuse(("parallel", key) if _written(root, ("parallel", key)) else ("parallel",), message)
+    for index, spec in enumerate(scenario.strategies):
+        if not spec.plan().source.layout_aware:
+            refuse(("strategies", index), f"{spec.plan().name} runs its own pipeline and cannot run inside a 4D "
+                                          f"layout; leave `parallel` out to simulate it")
     return refused
 
 

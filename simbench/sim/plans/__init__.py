@@ -121,6 +121,9 @@ class BatchSource:
     # Whether its un-padded batches take the profile's per-device step noise (`unpadded_noise_cv`, fitted on
     # GPU un-padding kernels); a source that prices without `step_costs` (VTS pipelines) takes none.
     step_noise: ClassVar[bool] = True
+    # Whether its batches can be priced as a 4D replica's microbatches (`sim.parallel_costs`); a source that
+    # times its own pipeline (VTS) cannot.
+    layout_aware: ClassVar[bool] = True
 
     def __init__(self, plan: ExecutionPlan, packing: Packing | None, settings: SimulationSettings, purpose: int = 0,
                  simpy_devices: int = 0):

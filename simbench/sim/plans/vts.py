@@ -25,6 +25,7 @@ class VtsSource(SequenceSource):
 
     kind = PlanKind.VTS
     step_noise = False  # a pipeline of stages, not GPU un-padding kernels: priced without step_costs
+    layout_aware = False  # its devices are pipelines already, timed from per-sample stage seconds
 
     def __init__(self, plan, packing, settings, purpose=0, simpy_devices=0):
         super().__init__(plan, packing, settings, purpose, simpy_devices)

@@ -1,0 +1,99 @@
+"""A replica's 4D layout: tensor, pipeline and context parallel degrees, microbatches and their checks.
+
+    >>> from simbench.sim.layout import ParallelLayout
+    >>> layout = ParallelLayout(tp=8, pp=16, cp=16, microbatches=16)
+    >>> layout.gpus_per_replica, layout.replicas_of([16384])
+    (2048, [8])
+
+Every decision a layout implies is made here once: how many GPUs a replica holds, how a cluster of GPUs
+divides into data-parallel replicas, and whether a model and row length can be split this way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from simbench.errors import InputError
+from simbench.validation import check_choice, check_whole_number
+
+CP_SHARDINGS = ("contiguous", "zigzag", "per-document")
+RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """How one data-parallel replica is laid out, and how it trains a step.
+
+    `tp` GPUs split each layer's heads and feed-forward width, `pp` stages (each split further into
+    `virtual_stages` interleaved chunks) hold the layers, `cp` ranks hold a row's tokens; a step runs
+    `microbatches` microbatches through the pipeline. `dp`, when given, is the replica count the
+    cluster must have.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    dp: int | None = None
+    microbatches: int = 1
+    virtual_stages: int = 1
+    cp_sharding: str = "zigzag"
+    zero_stage: int = 1
+    recompute: str = "none"
+
+    def __post_init__(self):
+        for name in ("tp", "pp", "cp", "microbatches", "virtual_stages"):
+            check_whole_number(getattr(self, name), f"parallel.{name}", minimum=1)
+        if self.dp is not None:
+            check_whole_number(self.dp, "parallel.dp", minimum=1)
+        check_choice(self.cp_sharding, "parallel.cp_sharding", CP_SHARDINGS)
+        check_choice(self.recompute, "parallel.recompute", RECOMPUTE)
+        if self.zero_stage not in ZERO_STAGES or isinstance(self.zero_stage, bool):
+            raise InputError(f"parallel.zero_stage must be one of 0, 1, 2, 3, found {self.zero_stage!r}",
+                             parameter="parallel.zero_stage")
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs of one data-parallel replica: tp x pp x cp."""
+        return self.tp * self.pp * self.cp
+
+    @property
+    def stages(self) -> int:
+        """Pipeline chunks a microbatch passes through: pp x virtual_stages."""
+        return self.pp * self.virtual_stages
+
+    def replicas_of(self, gpu_counts: Iterable[int]) -> list[int]:
+        """The data-parallel replica count of each cluster size in GPUs; a size that is not a whole number of
+        replicas, or that contradicts `dp`, is refused with the numbers."""
+        replicas = []
+        for gpus in gpu_counts:
+            if gpus % self.gpus_per_replica:
+                raise InputError(f"devices {gpus:,} is not a multiple of tp x pp x cp = {self.tp} x {self.pp} x "
+                                 f"{self.cp} = {self.gpus_per_replica:,} GPUs per replica", parameter="devices")
+            count = gpus // self.gpus_per_replica
+            if self.dp is not None and count != self.dp:
+                raise InputError(f"devices {gpus:,} makes {count:,} replicas of {self.gpus_per_replica:,} GPUs, "
+                                 f"but parallel.dp is {self.dp}", parameter="devices")
+            replicas.append(count)
+        return replicas
+
+    def problems(self, *, layers: int, heads: int, kv_heads: int, max_length: int) -> list[tuple[str, str]]:
+        """(key, message) for each way the model or row length cannot be split this way; empty if none."""
+        found = []
+        if layers % self.stages:
+            found.append(("pp", f"the model's {layers} layers do not divide into pp x virtual_stages = {self.pp} x "
+                                f"{self.virtual_stages} = {self.stages} equal pipeline chunks"))
+        if heads % self.tp:
+            found.append(("tp", f"the model's {heads} attention heads do not divide over tp = {self.tp} GPUs"))
+        if kv_heads % self.tp:
+            found.append(("tp", f"the model's {kv_heads} key-value heads do not divide over tp = {self.tp} GPUs"))
+        if self.cp_sharding == "zigzag" and max_length % (2 * self.cp):
+            found.append(("cp", f"zigzag sharding cuts a row of max_length {max_length:,} tokens into 2 x cp = "
+                                f"{2 * self.cp} equal chunks, and {max_length:,} is not a multiple of {2 * self.cp}"))
+        elif max_length % self.cp:
+            found.append(("cp", f"a row of max_length {max_length:,} tokens does not divide over cp = {self.cp} ranks"))
+        if self.virtual_stages > 1 and self.microbatches % self.pp:
+            found.append(("microbatches", f"interleaved 1F1B runs microbatches in groups of pp = {self.pp}; "
+                                          f"{self.microbatches} microbatches is not a multiple of it"))
+        return found
