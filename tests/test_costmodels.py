@@ -273,8 +273,16 @@ def test_allreduce_ring_formulas():
     hardware = a100.hardware
     in_node = 2 * 7 * hardware.intra_node_latency_seconds + 2 * 7 / 8 * gradient_bytes / hardware.intra_node_bytes_per_s
     assert a100.allreduce_seconds(8) == pytest.approx(in_node)
-    across = 2 * 3 * hardware.allreduce_latency_seconds + 2 * 3 / 4 * gradient_bytes / 8 / hardware.allreduce_bytes_per_s
-    assert a100.allreduce_seconds(32) == pytest.approx(in_node + across)
+    # 4 nodes: NCCL's ring through all 32 GPUs, 2 x 3 of its 2 x 31 hops across the network; its bus bandwidth
+    # the node's 8 NICs together (8 rails of 1/8 of the buffer each), below NVLink's
+    bus_bytes_per_s = min(hardware.intra_node_bytes_per_s, 8 * hardware.allreduce_bytes_per_s)
+    ring = (2 * 28 * hardware.intra_node_latency_seconds + 2 * 3 * hardware.allreduce_latency_seconds
+            + 2 * 31 / 32 * gradient_bytes / bus_bytes_per_s)
+    assert a100.allreduce_seconds(32) == pytest.approx(ring)
+    # 2^17 nodes: a double binary tree, 2 x 17 hops across nodes, not a ring's 2 x (2^17 - 1) (2.6 s of latency)
+    tree = (2 * (7 * hardware.intra_node_latency_seconds + 17 * hardware.allreduce_latency_seconds)
+            + 2 * gradient_bytes / (0.9 * bus_bytes_per_s))
+    assert a100.allreduce_seconds(2**20) == pytest.approx(tree)
     seconds = [a100.allreduce_seconds(devices) for devices in (1, 2, 8, 16, 256, 2048)]
     assert seconds == sorted(seconds)
     with pytest.raises(InputError):

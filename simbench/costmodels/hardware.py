@@ -168,9 +168,10 @@ class HardwareProfile(BaseModel):
     unpadded_noise_cv: float = Field(0.0, ge=0, description="per-device, per-step coefficient of variation of "
                                      "un-padded device time beyond its FLOPs (mean-one lognormal)")
 
-    # Data-parallel all-reduce, ring algorithm: 2 (N - 1) latency + 2 (N - 1) / N * bytes / bandwidth.
-    # With devices_per_node set, a two-level ring: reduce-scatter and all-gather inside a node over
-    # the intra-node links, and a ring across nodes (allreduce_*) of each device's 1/k shard.
+    # Data-parallel all-reduce as NCCL runs it (costmodels/collectives.py): ring, 2 (N - 1) hops of latency +
+    # 2 (N - 1) / N * bytes / bandwidth, or double binary tree, 2 log2 N hops + 2 bytes / (0.9 bandwidth),
+    # whichever is faster. With devices_per_node set, hierarchical: reduce-scatter and all-gather inside a
+    # node over the intra-node links, and across nodes (allreduce_*) an all-reduce of each device's 1/k shard.
     allreduce_latency_seconds: float = Field(0.0, ge=0, description="per-hop latency of the (inter-node) ring")
     allreduce_bytes_per_s: float = Field(float("inf"), gt=0, description="per-device bandwidth of the (inter-node) ring")
     devices_per_node: int | None = Field(None, ge=1, description="devices sharing the intra-node links; None: one flat ring")

@@ -16,6 +16,7 @@ from functools import cached_property
 import numpy as np
 
 from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
+from simbench.costmodels.collectives import Link, allreduce
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.costmodels.registry import CostModelType, register_cost_model
@@ -153,27 +154,23 @@ class TransformerCostModel:
         return self.model.layers * per_layer
 
     def allreduce_seconds(self, devices: int) -> float:
-        """Ring all-reduce of the gradients across `devices` replicas; two-level (in node, then across
-        nodes) when the profile sets `devices_per_node` and the replicas span more than one node.
+        """All-reduce of the gradients across `devices` replicas as NCCL runs it (`collectives.allreduce`):
+        hierarchical (in node, then across nodes) when the profile sets `devices_per_node` and the replicas
+        span more than one node, ring or double binary tree across nodes, whichever is faster.
 
         Each GPU of a replica reduces its own parameter shard with the same GPU of the other
-        replicas, all shards at once: the rings carry 1/gpus_per_replica of the gradients each.
+        replicas, all shards at once: the collectives carry 1/gpus_per_replica of the gradients each.
+        The simulator adds these seconds after each step's slowest device: none of it is hidden behind
+        the backward pass.
         """
         check_device_count(devices, maximum=None)
         hardware = self.hardware
         gradient_bytes = self.model.parameters * hardware.gradient_bytes_per_parameter / self.gpus_per_replica
         per_node = hardware.devices_per_node
-        if per_node is None:
-            return _ring_seconds(devices, gradient_bytes, hardware.allreduce_latency_seconds,
-                                 hardware.allreduce_bytes_per_s)
-        replicas_per_node = max(1, per_node // self.gpus_per_replica)
-        in_node = min(devices, replicas_per_node)
-        nodes = -(-devices // replicas_per_node)
-        # Each device's inter-node ring carries only its 1/in_node shard, all rings in parallel.
-        return (_ring_seconds(in_node, gradient_bytes, hardware.intra_node_latency_seconds,
-                              hardware.intra_node_bytes_per_s)
-                + _ring_seconds(nodes, gradient_bytes / in_node, hardware.allreduce_latency_seconds,
-                                hardware.allreduce_bytes_per_s))
+        replicas_per_node = None if per_node is None else max(1, per_node // self.gpus_per_replica)
+        return allreduce(devices, replicas_per_node, gradient_bytes,
+                         Link(hardware.intra_node_latency_seconds, hardware.intra_node_bytes_per_s),
+                         Link(hardware.allreduce_latency_seconds, hardware.allreduce_bytes_per_s)).seconds
 
     def vts_stage_seconds(self, sequence_lengths: np.ndarray, stages: int) -> np.ndarray:
         """Per-stage seconds of each sample in a `stages`-stage pipeline: a fixed cost plus the sample's
@@ -335,12 +332,6 @@ def _saturation_slowdown(tokens: np.ndarray, half_saturation_tokens: float) -> n
     return np.where(tokens > 0, (safe_tokens + half_saturation_tokens) / safe_tokens, 1.0)
 
 
-def _ring_seconds(devices: int, payload_bytes: float, latency_seconds: float, bytes_per_s: float) -> float:
-    if devices <= 1:
-        return 0.0
-    return 2 * (devices - 1) * latency_seconds + 2 * (devices - 1) / devices * payload_bytes / bytes_per_s
-
-
 register_cost_model(CostModelType("transformer", "FLOPs of a transformer on a hardware profile's achieved rates, "
-                                  "plus launches, shape changes, transfers and a ring all-reduce",
+                                  "plus launches, shape changes, transfers and an all-reduce as NCCL runs it",
                                   TransformerCostModel))
