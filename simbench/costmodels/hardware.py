@@ -190,6 +190,10 @@ class HardwareProfile(BaseModel):
     vts_layers_per_stage: int = Field(1, ge=1, description="model layers per pipeline stage")
     vts_buffer_samples: int = Field(1, ge=0, description="samples each inter-stage FIFO holds (0: hand-off only)")
 
+    # Memory: what `costmodels.memory` holds a layout's peak per GPU against (None: not stated, not checked).
+    hbm_capacity_bytes: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                             description="device memory (HBM) of one GPU, bytes")
+
     # Raw measurements a calibrated profile was fitted on (device, torch version, timings)
     calibration: dict | None = None
     # Where each field's value comes from: field -> "measured: ...", "fitted: ...", "datasheet: ..." or
@@ -269,9 +273,11 @@ H200_GRID_FIT = {
 H200_GRID_SOURCE = ("the H200 timing grid (simbench/data/measurements/h200-2026-11/grid.jsonl, "
                     "`simbench calibrate --timings`)")
 # Fitted on NVIDIA's MLPerf v0.7 BERT runs on V100 (DGX-2H: 16 GPUs un-padded, 512 GPUs padded, same code and
-# container; `simbench fit-logs`, see validation_runs): NVIDIA's 2020 un-padded kernels reach 0.836 of the padded
+# container; `simbench fit-logs`, see validation_runs): NVIDIA's 2020 un-padded kernels reach 0.860 of the padded
 # kernels' FLOP/s, and their step time varies with CV 0.102 beyond its FLOPs. The A100 logs alone give 0.833.
-MLPERF_UNPADDED_FLOPS_FRACTION = 0.8365
+# (0.836 while the 512-GPU run's gradient all-reduce was priced as a flat ring across nodes; NCCL's tree and
+# NIC rails make that step's communication shorter, so the fitted compute is slower and un-padding less lossy.)
+MLPERF_UNPADDED_FLOPS_FRACTION = 0.8601
 MLPERF_UNPADDED_NOISE_CV = 0.1023
 MLPERF_UNPADDED_SOURCE = ("NVIDIA's MLPerf v0.7 BERT V100 runs (16 GPUs un-padded, 512 padded; "
                           "`simbench fit-logs`)")
@@ -283,6 +289,16 @@ IDEAL_KERNELS = {"unpadded_flops_fraction": 1.0, "unpadded_noise_cv": 0.0, "host
                  "first_sight_padded_seconds_per_layer": 0.0, "first_sight_padded_seconds_per_layer_per_width": 0.0,
                  "first_sight_varlen_seconds_per_layer": 0.0,
                  "dense_half_saturation_width": 0.0}
+
+# Datasheet memory per GPU. A datasheet's "GB" of HBM counts whole stacks of 2^30 bytes (H100 SXM: 5 x 16 GiB), so
+# the capacities are in GiB; nvidia-smi reports slightly less as usable (81,559 MiB of an 80 GB H100).
+GIB = 2**30
+A100_HBM_CAPACITY_BYTES = 40 * GIB  # A100 40 GB SXM (the preset's 1,555 GB/s is the 40 GB part's HBM2 bandwidth)
+V100_HBM_CAPACITY_BYTES = 32 * GIB  # DGX-2H datasheet: V100 SXM3 32 GB
+H100_HBM_CAPACITY_BYTES = 80 * GIB  # H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3
+H200_HBM_CAPACITY_BYTES = 141 * GIB  # H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e
+B200_HBM_CAPACITY_BYTES = 180 * GIB  # DGX B200 datasheet: 1,440 GB of GPU memory for 8 GPUs
+MI300X_HBM_CAPACITY_BYTES = 192 * GIB  # AMD Instinct MI300X datasheet: 192 GB HBM3
 
 # Chosen, not measured (docs/decoder-llms.md gives how far the headlines move for +-10 % on each):
 LLM_LINEAR_FRACTION = 0.50  # large bf16 GEMMs reach 60-75 % of peak; norms, activations, rotary and the
@@ -387,6 +403,11 @@ def ideal_kernels(profile: HardwareProfile) -> HardwareProfile:
                  "or first-sight cost.")
 
 
+def _memory(profile: HardwareProfile, capacity_bytes: float, datasheet: str) -> HardwareProfile:
+    """The profile with its HBM capacity, from the datasheet named."""
+    return _with(profile, {"hbm_capacity_bytes": float(capacity_bytes)}, f"datasheet: {datasheet}")
+
+
 def _grid_fitted(profile: HardwareProfile, device: str) -> HardwareProfile:
     note = (" GPU terms fitted on the H200 timing grid (simbench/data/measurements/h200-2026-11): launch floor, "
             "dense efficiency by width and tokens, varlen attention by document length, first-sight costs"
@@ -412,7 +433,7 @@ def _a100() -> HardwareProfile:
             "\"Fitted on some logs\"); NCCL ring bandwidth 240 GB/s in a node, 22.5 GB/s (90 % of HDR) "
             "across nodes; LAMB reads and writes ~36 bytes per parameter at HBM speed; packing overhead "
             "assumed equal to the IPU's measured one (the paper has no GPU figure). Fitted: un-padded "
-            "kernels at 0.836 of the padded FLOP/s with per-step noise CV 0.102, as NVIDIA's MLPerf v0.7 "
+            "kernels at 0.860 of the padded FLOP/s with per-step noise CV 0.102, as NVIDIA's MLPerf v0.7 "
             "un-padding code ran on V100 (`a100-ideal` prices them at the padded rate)."
         ),
         **_achieved_rates(A100_PEAK_FLOPS_PER_S, linear_fraction=0.36, attention_fraction=0.25),
@@ -444,8 +465,8 @@ def _a100() -> HardwareProfile:
 
 
 HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
-    "a100": _a100(),
-    "a100-ideal": ideal_kernels(_a100()),
+    "a100": _memory(_a100(), A100_HBM_CAPACITY_BYTES, "A100 40 GB HBM2"),
+    "a100-ideal": ideal_kernels(_memory(_a100(), A100_HBM_CAPACITY_BYTES, "A100 40 GB HBM2")),
     "ipu-m2000": HardwareProfile(
         name="ipu-m2000",
         source=(
@@ -485,7 +506,7 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
         gradient_bytes_per_parameter=2.0,
         vts_stage_fixed_seconds=1e-6,
     ),
-    "v100-dgx2h": HardwareProfile(
+    "v100-dgx2h": _memory(HardwareProfile(
         name="v100-dgx2h",
         source=(
             "DGX-2H datasheet: 16 V100 SXM3 32 GB at 450 W, 2.1 PFLOP/s fp16 tensor in all (131 TFLOP/s per GPU), "
@@ -510,25 +531,28 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
         intra_node_latency_seconds=5e-6,
         intra_node_bytes_per_s=0.8 * V100_DGX2H_NVLINK_BYTES_PER_S,
         gradient_bytes_per_parameter=2.0,  # fp16 gradients, as in MLPerf BERT
-    ),
-    "h100-sxm": _grid_fitted(_measured_llm_gpu(
+    ), V100_HBM_CAPACITY_BYTES, "V100 SXM3 32 GB HBM2"),
+    "h100-sxm": _memory(_grid_fitted(_measured_llm_gpu(
         "h100-sxm", "H100 SXM",
         "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989 TFLOP/s bf16 dense (1,979 with sparsity), 3.35 TB/s HBM3, "
         "NVLink 4 at 900 GB/s per GPU; DGX H100: 8 GPUs per node, one 400 Gb/s ConnectX-7 NDR InfiniBand port per "
         "GPU. ", H100_MEASURED_LINEAR_FLOPS_PER_S, H100_MEASURED_ATTENTION_FLOPS_PER_S, H100_HBM_BYTES_PER_S), "H100"),
-    "h200": _grid_fitted(_measured_llm_gpu(
+        H100_HBM_CAPACITY_BYTES, "H100 SXM5 80 GB HBM3"),
+    "h200": _memory(_grid_fitted(_measured_llm_gpu(
         "h200", "H200",
         "NVIDIA H200 Tensor Core GPU datasheet (SXM): 989 TFLOP/s bf16 dense (1,979 with sparsity, as H100), "
         "4.8 TB/s HBM3e (141 GB), NVLink 4 at 900 GB/s per GPU; DGX H200: 8 GPUs per node, one 400 Gb/s "
         "ConnectX-7 NDR InfiniBand port per GPU. ",
         H200_MEASURED_LINEAR_FLOPS_PER_S, H200_MEASURED_ATTENTION_FLOPS_PER_S, H200_HBM_BYTES_PER_S), "H200"),
-    "b200": _llm_gpu(
+        H200_HBM_CAPACITY_BYTES, "H200 SXM 141 GB HBM3e"),
+    "b200": _memory(_llm_gpu(
         "b200",
         "NVIDIA HGX B200 / DGX B200 datasheets: 2.25 PFLOP/s bf16 dense per GPU (4.5 with sparsity), 8 TB/s "
         "HBM3e, NVLink 5 at 1.8 TB/s per GPU; DGX B200: 8 GPUs per node, one 400 Gb/s ConnectX-7 port per GPU. "
         + _LLM_CHOICES,
         B200_PEAK_FLOPS_PER_S, B200_HBM_BYTES_PER_S, NVLINK5_BYTES_PER_S),
-    "mi300x": _llm_gpu(
+        B200_HBM_CAPACITY_BYTES, "DGX B200, 1,440 GB HBM3e for 8 GPUs"),
+    "mi300x": _memory(_llm_gpu(
         "mi300x",
         "AMD Instinct MI300X datasheet: 1,307 TFLOP/s bf16 dense (2,615 with sparsity), 5.3 TB/s HBM3 (192 GB), "
         "7 Infinity Fabric (xGMI) links of 128 GB/s to the other 7 GPUs of an 8-GPU platform. Assumed, as no "
@@ -538,6 +562,7 @@ HARDWARE_PRESETS: Registry[HardwareProfile] = Registry("hardware preset", {
         "per parameter of HBM traffic, packing overhead 0.5 % of the step.",
         MI300X_PEAK_FLOPS_PER_S, MI300X_HBM_BYTES_PER_S, XGMI_BYTES_PER_S, linear_fraction=0.35,
         attention_fraction=0.30, ring_fraction=0.7, tensor_parallel_efficiency=0.80),
+        MI300X_HBM_CAPACITY_BYTES, "MI300X 192 GB HBM3"),
 })
 
 

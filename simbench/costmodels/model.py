@@ -123,17 +123,24 @@ class ModelSpec:
         return float(self.sequence_training_flops(lengths).sum())
 
     @property
-    def parameters(self) -> int:
-        """Trainable parameters: encoders with pooler and MLM head (decoder tied to the embeddings),
-        decoders with the final norm and the LM head (unless tied)."""
+    def parameters_per_layer(self) -> int:
+        """Trainable parameters of one block: attention (Q, K, V, output), feed-forward, their norms and biases."""
         h, f = self.hidden, self.ffn
         norm = 2 * h if self.norm == "layernorm" else h
         attention_biases = {"all": 2 * h + 2 * self.kv_hidden, "qkv": h + 2 * self.kv_hidden, "none": 0}[self.biases]
         attention = 2 * h * h + 2 * h * self.kv_hidden + attention_biases + norm
         matrices = 3 if self.gated_mlp else 2
         feed_forward = matrices * h * f + ((matrices - 1) * f + h if self.biases == "all" else 0) + norm
+        return attention + feed_forward
+
+    @property
+    def parameters(self) -> int:
+        """Trainable parameters: encoders with pooler and MLM head (decoder tied to the embeddings),
+        decoders with the final norm and the LM head (unless tied)."""
+        h = self.hidden
+        norm = 2 * h if self.norm == "layernorm" else h
         positions = self.max_positions * h if self.positions == "learned" else 0
-        layers = self.layers * (attention + feed_forward)
+        layers = self.layers * self.parameters_per_layer
         if self.is_decoder:
             lm_head = 0 if self.tied_embeddings else self.vocab * h
             return self.vocab * h + positions + layers + norm + lm_head
