@@ -80,7 +80,8 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     run = resolve(scenario, histogram)
     histogram, cost_model, plans, labels = run.histogram, run.cost_model, list(run.plans), dict(run.labels)
     progress = progress or (lambda units: None)
-    packings = pack_plans(histogram, plans, batch_size=scenario.batch_size, seed=scenario.seed, packings=packings,
+    packings = pack_plans(histogram, plans, batch_size=run.batch_size, seed=scenario.seed, packings=packings,
+                          cost_model=cost_model,
                           progress=progress, stage=stage)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = run.simulate(progress=progress, packings=packings, stage=stage)
@@ -90,16 +91,16 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     plans_by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(plans)}
     samples = result.latency_samples if stragglers else {}
     latency, gumbel, extrapolation = _straggler_tables(samples, labels, plans_by_label, summary,
-                                                       scenario.batch_size, progress)
+                                                       run.batch_size, progress)
     timeline = _timelines(result.vts_timeline, labels)
     # Plans without a packing had no bound to compute, plans without samples no fit.
     progress(2 * len(plans_by_label) - len(packing) - len(samples))
     scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                        "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
                        "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise"]
-    summary = with_per_gpu_columns(summary, scenario.gpus_per_replica)
+    summary = with_per_gpu_columns(summary, run.gpus_per_replica)
     # The most any strategy can gain over padding (None: the cost model cannot say); not over other baselines.
-    ideal = ideal_speedup(cost_model, histogram, scenario.batch_size)
+    ideal = ideal_speedup(cost_model, histogram, run.batch_size)
     summary["ideal_speedup"] = np.where(summary["reference"] == "none", np.nan if ideal is None else ideal, np.nan)
     summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "real_tokens_per_device_step"]

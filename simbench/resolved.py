@@ -22,6 +22,7 @@ from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.costmodels.registry import COST_MODELS
 from simbench.histogram import LengthHistogram, load_histogram
+from simbench.sim.layout import ParallelLayout
 from simbench.sim.plans import ExecutionPlan, parse_plans, with_reference
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS
 
@@ -50,18 +51,23 @@ class Run:
     gpus_per_replica: int = 1
     cost_model_name: str = "transformer"
     labels: Mapping[str, str] = field(default_factory=dict)  # plan name -> the scenario's label for it
+    # A replica's 4D layout: `devices` then count replicas, `batch_size` rows per replica step (all microbatches).
+    layout: ParallelLayout | None = None
 
     @classmethod
     def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
         """The scenario's run, on `histogram` if given (a sweep shares one between cells)."""
         plans = tuple(spec.plan() for spec in scenario.strategies)
-        model, hardware = get_model(scenario.model), scenario.hardware.load()
+        model, hardware, layout = get_model(scenario.model), scenario.hardware.load(), scenario.layout
+        gpus_per_replica = scenario.gpus_per_replica if layout is None else layout.gpus_per_replica
+        # With a layout a replica's step holds every microbatch's rows: that is what a simulated device draws.
+        batch_size = scenario.batch_size * (1 if layout is None else layout.microbatches)
         return cls(scenario.name, histogram if histogram is not None else scenario.dataset.load(), model, hardware,
-                   _cost_model(scenario.cost_model, model, hardware, scenario.gpus_per_replica), plans,
-                   tuple(scenario.devices), scenario.batch_size, scenario.steps, scenario.seed,
+                   _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout), plans,
+                   scenario.replica_devices, batch_size, scenario.steps, scenario.seed,
                    shapes=scenario.shapes, training_steps=scenario.training_steps,
-                   gpus_per_replica=scenario.gpus_per_replica, cost_model_name=scenario.cost_model,
-                   labels={plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)})
+                   gpus_per_replica=gpus_per_replica, cost_model_name=scenario.cost_model,
+                   labels={plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}, layout=layout)
 
     @classmethod
     def from_options(cls, histogram: LengthHistogram | str | Path, strategies: Sequence[str | ExecutionPlan],
@@ -105,11 +111,17 @@ class Run:
 
     def cost_model_on(self, hardware: HardwareProfile) -> object:
         """This run's kind of cost model for its model on other hardware (the assumptions a report weighs)."""
-        return _cost_model(self.cost_model_name, self.model, hardware, self.gpus_per_replica)
+        return _cost_model(self.cost_model_name, self.model, hardware, self.gpus_per_replica, self.layout)
 
 
-def _cost_model(name: str, model: ModelSpec, hardware: HardwareProfile, gpus_per_replica: int):
-    return COST_MODELS.get(name).build(model, hardware, gpus_per_replica)
+def _cost_model(name: str, model: ModelSpec, hardware: HardwareProfile, gpus_per_replica: int,
+                layout: ParallelLayout | None = None):
+    """The registry's cost model; with a layout, one GPU's, priced as a 4D replica by `ReplicaCostModel`."""
+    if layout is None:
+        return COST_MODELS.get(name).build(model, hardware, gpus_per_replica)
+    from simbench.sim.replica import ReplicaCostModel
+
+    return ReplicaCostModel(COST_MODELS.get(name).build(model, hardware, 1), layout)
 
 
 def resolve(scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:

@@ -638,14 +638,43 @@ def _layout_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[In
         refuse(("devices",), error.message.removeprefix("devices "))
     model = get_model(scenario.model)
     max_length = scenario.dataset.max_length or scenario.dataset.load().max_length
-    for key, message in layout.problems(layers=model.layers, heads=model.heads, kv_heads=model.kv_heads or model.heads,
-                                        max_length=max_length):
+    problems = layout.problems(layers=model.layers, heads=model.heads, kv_heads=model.kv_heads or model.heads,
+                               ffn=model.ffn, max_length=max_length)
+    for key, message in problems:
         refuse(("parallel", key) if _written(root, ("parallel", key)) else ("parallel",), message)
+    memory = None if problems or refused else _memory_refused(scenario, layout, model, max_length)
+    if memory is not None:
+        refuse(("parallel",), memory)
     for index, spec in enumerate(scenario.strategies):
         if not spec.plan().source.layout_aware:
             refuse(("strategies", index), f"{spec.plan().name} runs its own pipeline and cannot run inside a 4D "
                                           f"layout; leave `parallel` out to simulate it")
     return refused
+
+
+def _memory_refused(scenario: Scenario, layout: ParallelLayout, model, max_length: int) -> str | None:
+    """Why the layout's peak HBM per GPU exceeds the hardware's, at the fewest replicas simulated (ZeRO shards
+    least there); None when it fits or the profile states no capacity."""
+    from simbench.costmodels.memory import check_fits
+
+    hardware = scenario.hardware.load()
+    if hardware.hbm_capacity_bytes is None:
+        return None
+    try:
+        check_fits(layout_memory(layout, model, scenario.batch_size * max_length, min(scenario.replica_devices)),
+                   hardware)
+    except InputError as error:
+        return error.message
+    return None
+
+
+def layout_memory(layout: ParallelLayout, model, tokens_per_microbatch: int, replicas: int):
+    """The layout's peak memory per GPU (`costmodels.memory.peak_memory`) with `replicas` data-parallel replicas."""
+    from simbench.costmodels.memory import peak_memory
+
+    return peak_memory(model, tokens_per_microbatch=tokens_per_microbatch, tp=layout.tp, pp=layout.pp, cp=layout.cp,
+                       dp=replicas, microbatches=layout.microbatches, virtual_stages=layout.virtual_stages,
+                       zero_stage=layout.zero_stage, recompute=layout.recompute)
 
 
 def _written(root: yaml.Node, path: tuple) -> bool:

@@ -19,7 +19,7 @@ SCENARIO_HELP = "scenario YAML file, or a bundled scenario's name (simbench list
 
 def run(
     scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
-    out: Path = typer.Option(None, "--out", help="report folder; default: reports/<scenario name> "
+    out: Path = typer.Option(None, "--out", "-o", help="report folder; default: reports/<scenario name> "
                                                  "(a file of several scenarios: DIR/<scenario name>)"),
     quick: bool = typer.Option(False, "--quick", help="every strategy, but few steps and device counts (seconds)"),
     seed: int = typer.Option(None, "--seed", min=0, help="replace the scenario's seed"),

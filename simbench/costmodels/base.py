@@ -53,10 +53,14 @@ class StepCosts:
     compute_seconds: np.ndarray  # useful work on real tokens
     padding_seconds: np.ndarray  # work spent on padding tokens
     overhead_seconds: np.ndarray  # masks, loss unpacking, kernel launches, shape changes, host transfer
+    # Seconds a device waits inside its own step: a replica's pipeline bubbles and stalls, its slowest
+    # context-parallel rank (None: none, one device computing alone).
+    stall_seconds: np.ndarray | None = None
 
     @property
     def total_seconds(self) -> np.ndarray:
-        return self.compute_seconds + self.padding_seconds + self.overhead_seconds
+        total = self.compute_seconds + self.padding_seconds + self.overhead_seconds
+        return total if self.stall_seconds is None else total + self.stall_seconds
 
 
 class CostModel(Protocol):

@@ -119,6 +119,46 @@ class TransformerCostModel:
         return StepCosts(compute_seconds=compute_seconds, padding_seconds=padding_seconds,
                          overhead_seconds=overhead_seconds + launch_bound)
 
+    def attention_seconds(self, batches: BatchSet, mode: ExecutionMode) -> np.ndarray:
+        """The attention part of each batch's compute and padding seconds in `step_costs` (real and padded
+        positions, at the same achieved rates): what context parallelism splits over its ranks."""
+        mode = ExecutionMode(mode)
+        work = self._work(batches, mode)
+        hardware = self.hardware
+        slowdown = _saturation_slowdown(work.tokens, hardware.half_saturation_tokens) / self.replica_speed
+        if mode in VARLEN_MODES and self._varlen_kernels_differ:
+            real = self._varlen_attention_seconds(batches)
+        else:
+            real = work.real_attention_flops / hardware.attention_flops_per_s
+        seconds = slowdown * (real + work.padding_attention_flops / hardware.attention_flops_per_s)
+        if mode is ExecutionMode.UNPADDED:
+            groups = _length_groups(batches, hardware.unpad_group_boundaries)
+            seconds = (seconds + slowdown * self._small_group_attention_seconds(groups)) / hardware.unpadded_flops_fraction
+        return seconds
+
+    @property
+    def attention_parity_tokens(self) -> float:
+        """The sequence length at which its attention takes as long as its dense layers on this hardware: what
+        packers balancing predicted work (`wlb`) weigh l^2 against l with."""
+        model, hardware = self.model, self.hardware
+        dense_seconds_per_token = model.linear_flops_per_token / self.dense_flops_per_s
+        attention_seconds_per_token_squared = model.attention_flops_per_token_squared / hardware.attention_flops_per_s
+        return float(dense_seconds_per_token / attention_seconds_per_token_squared)
+
+    @property
+    def fixed_step_seconds(self) -> float:
+        """What every step costs whatever its batch: kernel launches, the optimizer update, the fixed step cost."""
+        return self.fixed_step_seconds_of(layers=self.model.layers,
+                                          parameters=self.model.parameters / self.gpus_per_replica)
+
+    def fixed_step_seconds_of(self, *, layers: float, parameters: float) -> float:
+        """The fixed step cost of a device running `layers` layers and updating `parameters` parameters (a
+        pipeline stage's share, a tensor-parallel shard)."""
+        hardware = self.hardware
+        launches = hardware.kernels_per_layer * layers * hardware.kernel_launch_seconds
+        optimizer = hardware.optimizer_seconds_per_parameter * parameters
+        return launches + optimizer + hardware.step_overhead_seconds
+
     @property
     def dense_flops_per_s(self) -> float:
         """The dense layers' rate at this model's width: hidden / (hidden + the profile's half-saturation width)
@@ -246,10 +286,8 @@ class TransformerCostModel:
 
     def _fixed_overhead_seconds(self, work: _Work, batches: int) -> np.ndarray:
         hardware = self.hardware
-        launches = hardware.kernels_per_layer * self.model.layers * hardware.kernel_launch_seconds
-        optimizer = hardware.optimizer_seconds_per_parameter * self.model.parameters / self.gpus_per_replica
         transfer = hardware.input_bytes_per_token * work.transferred_tokens / hardware.host_to_device_bytes_per_s
-        return np.full(batches, launches + optimizer + hardware.step_overhead_seconds) + transfer
+        return np.full(batches, self.fixed_step_seconds) + transfer
 
     def _packing_overhead_seconds(self, batches: BatchSet, work_seconds: np.ndarray) -> np.ndarray:
         """Masks, position ids and per-sequence losses of packs: a share of the step growing with depth."""

@@ -78,7 +78,7 @@ class ParallelLayout:
             replicas.append(count)
         return replicas
 
-    def problems(self, *, layers: int, heads: int, kv_heads: int, max_length: int) -> list[tuple[str, str]]:
+    def problems(self, *, layers: int, heads: int, kv_heads: int, ffn: int, max_length: int) -> list[tuple[str, str]]:
         """(key, message) for each way the model or row length cannot be split this way; empty if none."""
         found = []
         if layers % self.stages:
@@ -86,8 +86,12 @@ class ParallelLayout:
                                 f"{self.virtual_stages} = {self.stages} equal pipeline chunks"))
         if heads % self.tp:
             found.append(("tp", f"the model's {heads} attention heads do not divide over tp = {self.tp} GPUs"))
-        if kv_heads % self.tp:
-            found.append(("tp", f"the model's {kv_heads} key-value heads do not divide over tp = {self.tp} GPUs"))
+        if kv_heads % self.tp and self.tp % kv_heads:
+            # Fewer key-value heads than GPUs is fine when each GPU keeps a copy of one.
+            found.append(("tp", f"the model's {kv_heads} key-value heads neither divide over tp = {self.tp} GPUs "
+                                f"nor replicate evenly onto them"))
+        if ffn % self.tp:
+            found.append(("tp", f"the model's feed-forward width {ffn} does not divide over tp = {self.tp} GPUs"))
         if self.cp_sharding == "zigzag" and max_length % (2 * self.cp):
             found.append(("cp", f"zigzag sharding cuts a row of max_length {max_length:,} tokens into 2 x cp = "
                                 f"{2 * self.cp} equal chunks, and {max_length:,} is not a multiple of {2 * self.cp}"))

@@ -63,7 +63,7 @@ def price_batches(cost_model, batches: BatchSet, mode: ExecutionMode, steps: int
         np.asarray(costs.compute_seconds, dtype=np.float64).reshape(shape),
         np.asarray(costs.padding_seconds, dtype=np.float64).reshape(shape),
         np.asarray(costs.overhead_seconds, dtype=np.float64).reshape(shape),
-        np.zeros(shape),
+        np.zeros(shape) if costs.stall_seconds is None else np.asarray(costs.stall_seconds, np.float64).reshape(shape),
         real_tokens.reshape(shape),
         sequences.astype(np.float64).reshape(shape),
     )

@@ -95,14 +95,15 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
 
 
 def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, batch_size: int, seed: int,
-               packings: dict[str, Packing] | None = None,
+               packings: dict[str, Packing] | None = None, cost_model=None,
                progress: Callable[[int], None] | None = None,
                stage: Callable[[str], None] | None = None) -> dict[str, Packing]:
     """The packings `simulate` would make for these plans (padding's included), by plan name, reusing
     `packings` given: made ahead and passed as `simulate(packings=...)`, they can be bounded elsewhere
-    while the simulation runs. `progress(1)` is told as each plan has its packing (or needs none);
+    while the simulation runs; `cost_model` weighs attention against dense work for packers that balance
+    predicted work (`wlb`), as `simulate` does. `progress(1)` is told as each plan has its packing (or needs none);
     `stage(text)` as each packing is made."""
-    settings = SimulationSettings(histogram, None, batch_size, 1, seed, "auto")
+    settings = SimulationSettings(histogram, cost_model, batch_size, 1, seed, "auto")
     given, packings = dict(packings or {}), {}
     for plan in _with_reference(plans):
         packing = given.get(plan.name) or _packing(plan, settings, {**given, **packings})
@@ -167,8 +168,10 @@ def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[s
         return None
     packer, depth = request
     cached = next((p for p in packings.values() if (p.strategy, p.max_depth) == (packer, depth)), None)
+    parity = getattr(settings.cost_model, "attention_parity_tokens", None)
     return cached or get_strategy(packer)(settings.histogram, settings.histogram.max_length, depth,
-                                          PackOptions(seed=settings.seed, batch_size=settings.batch_size))
+                                          PackOptions(seed=settings.seed, batch_size=settings.batch_size,
+                                                      attention_parity_tokens=parity))
 
 
 class _Progress:

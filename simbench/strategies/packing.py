@@ -16,7 +16,7 @@ import numpy as np
 from simbench.distinct import merged_rows
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
-from simbench.validation import check_non_negative_float, check_seed, check_whole_number
+from simbench.validation import check_non_negative_float, check_positive_float, check_seed, check_whole_number
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,17 @@ class PackOptions:
     batch_size: int = 32  # sequences per batch, for batchers such as `sort`
     # Time `optimal` may spend searching for packs its bound proves optimal, once the bound is known.
     time_limit_seconds: float = 5.0
+    # The length at which a sequence's attention costs as much as its dense layers, for packers that balance
+    # predicted work (`wlb`); None: max_length. The simulator passes its cost model's.
+    attention_parity_tokens: float | None = None
 
     def __post_init__(self):
         # Checked here, once, so that no strategy meets numpy's traceback for a negative seed.
         check_seed(self.seed)
         check_whole_number(self.batch_size, "batch_size", minimum=1)
         check_non_negative_float(self.time_limit_seconds, "time_limit_seconds")
+        if self.attention_parity_tokens is not None:
+            check_positive_float(self.attention_parity_tokens, "attention_parity_tokens")
 
 
 # A dense table of the packs (`Packing.rows`) is built only below this size; long contexts hold

@@ -1,0 +1,347 @@
+"""A 4D replica's training step, priced from its own microbatches: a pipeline of context-parallel groups.
+Wraps a one-GPU cost model, so that every plan whose batches go through `step_costs` runs inside the layout.
+
+    >>> from simbench.costmodels import TransformerCostModel
+    >>> from simbench.sim.layout import ParallelLayout
+    >>> from simbench.sim.replica import ReplicaCostModel
+    >>> replica = ReplicaCostModel(TransformerCostModel("llama-3.1-8b", "h100-sxm"), ParallelLayout(pp=4, microbatches=8))
+    >>> replica.gpus_per_replica
+    4
+
+A batch of the simulator is one replica's step: its rows are cut, in order, into `microbatches` microbatches
+of equal token slots. Each microbatch is priced by the one-GPU model (its tokens' dense layers, its documents'
+attention, padding, per-token overheads), then split: dense work over tp x cp GPUs and pp x virtual_stages
+model chunks, attention over tp GPUs and the cp ranks as the sharding gives each rank its causal pairs, the
+slowest rank setting the chunk's time (`sim.parallel.context_parallel`). Tensor-parallel all-reduces and the
+part of the ring KV exchange that attention does not cover add to each chunk; a forward is a third of a
+chunk's work, a backward two thirds (plus what recomputation repeats). The pipeline schedule
+(`sim.parallel.pipeline`) turns those into the step; the gradients' reduce-scatter and all-gather across
+replicas and context-parallel ranks is `allreduce_seconds`, which the simulator adds after the slowest replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
+from simbench.costmodels.collectives import Link, allgather, allreduce, reduce_scatter
+from simbench.errors import InputError
+from simbench.sim.layout import ParallelLayout
+from simbench.sim.parallel.context_parallel import context_parallel_work, kv_bytes_per_token, ring_attention_seconds
+from simbench.sim.parallel.pipeline import pipeline_step
+
+# Microbatches priced at once: each holds (cp, cp) pair counts and (chunks) stage times, so a block of
+# this many stays within tens of MB at cp 16 and 80 model chunks.
+MICROBATCHES_PER_BLOCK = 4096
+# Distinct packed rows whose context-parallel work a cost model remembers (a few KB each at cp 16).
+ROW_WORK_CACHE_MAX = 200_000
+# Backward of a layer: the gradients of its inputs and of its weights, each as much work as the forward.
+BACKWARD_SHARE = 2 / 3
+# Megatron's tensor parallelism all-reduces a layer's activations twice in the forward pass (after attention
+# and after the feed-forward block) and twice in the backward.
+TP_ALLREDUCES_PER_LAYER = 4
+ACTIVATION_BYTES = 2  # bf16 activations, sent between stages and all-reduced between tensor-parallel GPUs
+# The backward ring sends keys, values and their gradients: twice the forward's bytes, over twice its compute.
+RING_BACKWARD_FACTOR = 2
+
+
+@dataclass(frozen=True, eq=False)
+class ReplicaSteps:
+    """Each replica step's seconds by cause (arrays over the batches); the busy causes are those of one
+    pipeline stage, every stage holding as many layers."""
+
+    step_seconds: np.ndarray
+    compute_seconds: np.ndarray  # real tokens' work at the mean context-parallel rank
+    padding_seconds: np.ndarray  # padding's work at the mean rank
+    overhead_seconds: np.ndarray  # the step's fixed cost and per-token overheads (transfer, pack masks)
+    communication_seconds: np.ndarray  # tensor-parallel all-reduces and ring KV exchange left exposed
+    recompute_seconds: np.ndarray  # forward work the backward repeats
+    cp_imbalance_seconds: np.ndarray  # the slowest context-parallel rank's attention beyond the mean rank's
+    bubble_seconds: np.ndarray  # the schedule's fill and drain with every microbatch at the step's mean
+    stall_seconds: np.ndarray  # what unequal microbatches add beyond that
+
+    @property
+    def fields(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+class ReplicaCostModel:
+    """The cost model of one data-parallel replica laid out as `layout`, over `gpu_model`, a cost model of
+    one GPU (built with gpus_per_replica 1): `step_costs` prices a replica's step, `allreduce_seconds`
+    the gradient synchronisation between replicas. Anything else is the GPU model's."""
+
+    def __init__(self, gpu_model, layout: ParallelLayout):
+        if getattr(gpu_model, "gpus_per_replica", 1) != 1:
+            raise InputError("a 4D replica is priced from a cost model of one GPU (gpus_per_replica 1)")
+        for needed in ("attention_seconds", "fixed_step_seconds"):
+            if not hasattr(gpu_model, needed):
+                raise InputError(f"cost model {type(gpu_model).__name__} cannot price a 4D layout: it has no "
+                                 f"`{needed}`; use the transformer cost model")
+        self.gpu_model, self.layout = gpu_model, layout
+
+    def __getattr__(self, name):
+        if name in ("gpu_model", "layout"):
+            raise AttributeError(name)
+        return getattr(self.gpu_model, name)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.layout.gpus_per_replica
+
+    def ideal_sequence_seconds(self, sequence_lengths) -> np.ndarray:
+        """A sequence's least time on the replica: one GPU's over every GPU of it, no bubble, rank or link lost."""
+        return self.gpu_model.ideal_sequence_seconds(sequence_lengths) / self.gpus_per_replica
+
+    def vts_stage_seconds(self, sequence_lengths, stages):
+        raise InputError("VTS plans run their own pipeline; they cannot run inside a 4D layout")
+
+    def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
+        steps = self.replica_steps(batches, mode)
+        return StepCosts(compute_seconds=steps.compute_seconds, padding_seconds=steps.padding_seconds,
+                         overhead_seconds=steps.overhead_seconds + steps.communication_seconds
+                         + steps.recompute_seconds,
+                         stall_seconds=steps.bubble_seconds + steps.stall_seconds + steps.cp_imbalance_seconds)
+
+    def replica_steps(self, batches: BatchSet, mode: ExecutionMode) -> ReplicaSteps:
+        """Each batch as one replica's step, its seconds by cause."""
+        mode = ExecutionMode(mode)
+        per_block = max(1, MICROBATCHES_PER_BLOCK // self.layout.microbatches)
+        parts = [self._block(_batches_between(batches, first, min(first + per_block, batches.batches)), mode)
+                 for first in range(0, batches.batches, per_block)]
+        if not parts:
+            return ReplicaSteps(*(np.zeros(0) for _ in ReplicaSteps.__dataclass_fields__))
+        return ReplicaSteps(*(np.concatenate([getattr(part, name) for part in parts])
+                              for name in ReplicaSteps.__dataclass_fields__))
+
+    def allreduce_seconds(self, devices: int) -> float:
+        """The gradients' synchronisation across `devices` replicas: every GPU reduces its tp x pp shard of the
+        gradients with the GPUs holding the same shard, cp per replica. An all-reduce at ZeRO stage 0;
+        from stage 1 a reduce-scatter and an all-gather of the updated parameters, and at stage 3 two more
+        all-gathers (the parameters before the forward and before the backward)."""
+        layout, hardware, model = self.layout, self.gpu_model.hardware, self.gpu_model.model
+        ranks = devices * layout.cp
+        payload = model.parameters * hardware.gradient_bytes_per_parameter / (layout.tp * layout.pp)
+        per_node = hardware.devices_per_node
+        # Tensor-parallel GPUs fill a node first, then context-parallel ranks: how many of one shard's ranks share a node.
+        ranks_per_node = None if per_node is None else max(1, min(layout.cp, per_node // layout.tp))
+        intra = Link(hardware.intra_node_latency_seconds, hardware.intra_node_bytes_per_s)
+        inter = Link(hardware.allreduce_latency_seconds, hardware.allreduce_bytes_per_s)
+        if layout.zero_stage == 0:
+            return allreduce(ranks, ranks_per_node, payload, intra, inter).seconds
+        gathers = 3 if layout.zero_stage == 3 else 1
+        return (reduce_scatter(ranks, ranks_per_node, payload, intra, inter).seconds
+                + gathers * allgather(ranks, ranks_per_node, payload, intra, inter).seconds)
+
+    # ------------------------------------------------------------------------------------------ pricing
+
+    @cached_property
+    def _links(self) -> tuple[Link, Link]:
+        """The links tensor-parallel and context-parallel groups talk over: NVLink while the group fits a node."""
+        hardware, layout = self.gpu_model.hardware, self.layout
+        intra = Link(hardware.intra_node_latency_seconds, hardware.intra_node_bytes_per_s)
+        inter = Link(hardware.allreduce_latency_seconds, hardware.allreduce_bytes_per_s)
+        per_node = hardware.devices_per_node or 1
+        return (intra if layout.tp <= per_node else inter), (intra if layout.tp * layout.cp <= per_node else inter)
+
+    @property
+    def _links_intra(self) -> Link:
+        hardware = self.gpu_model.hardware
+        return Link(hardware.intra_node_latency_seconds, hardware.intra_node_bytes_per_s)
+
+    def _block(self, batches: BatchSet, mode: ExecutionMode) -> ReplicaSteps:
+        layout, gpu = self.layout, self.gpu_model
+        m, chunks = layout.microbatches, layout.stages
+        microbatch_of_row = _microbatch_of_row(batches, m)
+        microbatches = BatchSet(batches.sequence_lengths, batches.sequence_row, batches.row_slots,
+                                microbatch_of_row, batches.batches * m)
+        costs = gpu.step_costs(microbatches, mode)
+        attention = gpu.attention_seconds(microbatches, mode)
+        fixed = gpu.fixed_step_seconds
+        # One GPU's work on the microbatch, all layers: per-token overheads stay, the step's fixed cost goes once.
+        variable_overhead = np.maximum(costs.overhead_seconds - fixed, 0.0)
+        shards = layout.tp * layout.cp * chunks
+        work = self._rank_work(batches, microbatches, mode)
+        total_work = work.sum(axis=-1)
+        slowest_share = np.where(total_work > 0, work.max(axis=-1) / np.where(total_work > 0, total_work, 1.0),
+                                 1.0 / layout.cp)
+        cp_imbalance = attention * (slowest_share - 1.0 / layout.cp) / (layout.tp * chunks)
+        compute = costs.compute_seconds / shards
+        padding = costs.padding_seconds / shards
+        overhead = variable_overhead / shards
+        slot_tokens = microbatches.per_batch(microbatches.row_slots.astype(np.float64), of="rows")
+        communication = (self._tp_seconds(slot_tokens) + self._ring_exposed_seconds(work, slot_tokens)) / chunks
+        chunk_busy = compute + padding + overhead + cp_imbalance + communication
+        forward_work = (compute + padding + cp_imbalance) * (1 - BACKWARD_SHARE)
+        if layout.recompute == "full":
+            recompute = forward_work
+        elif layout.recompute == "selective":
+            recompute = (attention / shards + cp_imbalance) * (1 - BACKWARD_SHARE)
+        else:
+            recompute = np.zeros_like(forward_work)
+        forward = chunk_busy * (1 - BACKWARD_SHARE)
+        backward = chunk_busy * BACKWARD_SHARE + recompute
+        per_step = lambda values: values.reshape(batches.batches, m).sum(axis=1) * layout.virtual_stages  # noqa: E731
+        busy = per_step(chunk_busy + recompute)
+        if chunks == 1:
+            # One stage runs its microbatches back to back: nothing to schedule.
+            step_seconds = equal_seconds = busy
+        else:
+            # Replica steps of the same microbatch times (every padded step, say) are scheduled once.
+            times = np.stack([forward, backward, self._p2p_seconds(slot_tokens)]).reshape(3, batches.batches, m)
+            distinct, inverse = np.unique(times.transpose(1, 0, 2).reshape(batches.batches, 3 * m), axis=0,
+                                          return_inverse=True)
+            forward, backward, p2p = distinct.reshape(-1, 3, m, 1).transpose(1, 0, 2, 3)
+            shape = (distinct.shape[0], m, chunks)
+            step = pipeline_step(np.broadcast_to(forward, shape), np.broadcast_to(backward, shape),
+                                 schedule="1f1b" if layout.virtual_stages == 1 else "interleaved-1f1b",
+                                 virtual_stages=layout.virtual_stages, p2p_seconds=p2p)
+            inverse = inverse.ravel()
+            step_seconds, equal_seconds = step.step_seconds[inverse], step.equal_step_seconds[inverse]
+        fixed_here = gpu.fixed_step_seconds_of(layers=gpu.model.layers / layout.pp,
+                                               parameters=gpu.model.parameters / (layout.tp * layout.pp))
+        return ReplicaSteps(step_seconds=step_seconds + fixed_here,
+                            compute_seconds=per_step(compute), padding_seconds=per_step(padding),
+                            overhead_seconds=per_step(overhead) + fixed_here,
+                            communication_seconds=per_step(communication), recompute_seconds=per_step(recompute),
+                            cp_imbalance_seconds=per_step(cp_imbalance),
+                            bubble_seconds=np.maximum(equal_seconds - busy, 0.0),
+                            stall_seconds=step_seconds - np.maximum(equal_seconds, busy))
+
+    def _rank_work(self, batches: BatchSet, microbatches: BatchSet, mode: ExecutionMode) -> np.ndarray:
+        """(microbatches, cp): each context-parallel rank's attention work in squared tokens, its pairs too.
+
+        Whole-row attention (padded rows, a pack under a block-diagonal mask computed densely) is one causal
+        sequence per row; variable-length kernels attend within each document. Rows of one sequence that fills
+        them, alike under both, scale one template; rows of several documents are sharded as laid out."""
+        layout = self.layout
+        cp = layout.cp
+        rows = batches.row_slots.size
+        if cp == 1:
+            return np.bincount(microbatches.row_batch, minlength=microbatches.batches)[:, None].astype(np.float64)
+        documents = np.bincount(batches.sequence_row, minlength=rows)
+        filled = np.bincount(batches.sequence_row, weights=batches.sequence_lengths, minlength=rows)
+        whole_row = (np.ones(rows, dtype=bool) if mode in (ExecutionMode.PADDED, ExecutionMode.SORTED)
+                     else (documents <= 1) & (filled >= batches.row_slots))
+        slots = batches.row_slots.astype(np.float64)
+        row_work = np.zeros((rows, cp))
+        template = self._template_work
+        row_work[whole_row] = (slots[whole_row] / self._template_tokens)[:, None] ** 2 * template[None, :]
+        packed_rows = np.flatnonzero(~whole_row & (documents > 0))
+        if packed_rows.size:
+            row_work[packed_rows] = self._packed_row_work(batches, packed_rows)
+        return np.stack([np.bincount(microbatches.row_batch, weights=row_work[:, rank], minlength=microbatches.batches)
+                         for rank in range(cp)], axis=1)
+
+    def _packed_row_work(self, batches: BatchSet, packed_rows: np.ndarray) -> np.ndarray:
+        """(rows, cp) work of rows holding several documents. Packs repeat from step to step: each distinct row
+        (its documents in order, its slots) is sharded once per cost model and remembered."""
+        layout, cp, cache = self.layout, self.layout.cp, self._row_work_cache
+        keys = [key.tobytes() for key in _row_keys(batches)[packed_rows]]
+        missing = sorted({row for row, key in zip(packed_rows.tolist(), keys) if key not in cache})
+        if missing:
+            if len(cache) + len(missing) > ROW_WORK_CACHE_MAX:
+                cache.clear()
+            distinct = np.asarray(missing)
+            divisor = 2 * cp if layout.cp_sharding == "zigzag" else cp
+            row_tokens = -(-batches.row_slots[distinct] // divisor) * divisor
+            key_of = dict(zip(packed_rows.tolist(), keys))
+            for tokens in np.unique(row_tokens):
+                chosen = distinct[row_tokens == tokens]
+                in_chosen = np.isin(batches.sequence_row, chosen)
+                row_index = np.searchsorted(chosen, batches.sequence_row[in_chosen])
+                found = context_parallel_work(batches.sequence_lengths[in_chosen], int(tokens), cp, layout.cp_sharding,
+                                              row_of_document=row_index).rank_squared_tokens
+                cache.update((key_of[row], work) for row, work in zip(chosen.tolist(), found))
+        return np.array([cache[key] for key in keys])
+
+    @cached_property
+    def _row_work_cache(self) -> dict[bytes, np.ndarray]:
+        return {}
+
+    @cached_property
+    def _template_tokens(self) -> int:
+        return 2 * self.layout.cp * 64
+
+    @cached_property
+    def _template_work(self) -> np.ndarray:
+        """Each rank's work on one row-long causal sequence of `_template_tokens` (scales with the square)."""
+        tokens = self._template_tokens
+        return context_parallel_work([tokens], tokens, self.layout.cp, self.layout.cp_sharding).rank_squared_tokens[0]
+
+    def _tp_seconds(self, slot_tokens: np.ndarray) -> np.ndarray:
+        """Each microbatch's tensor-parallel all-reduces, all layers, on one GPU (a ring inside the group)."""
+        layout, model = self.layout, self.gpu_model.model
+        if layout.tp == 1:
+            return np.zeros_like(slot_tokens)
+        # Inside a node a ring beats a tree at every size (NCCL's tuner): linear in the payload.
+        link = self._links[0]
+        ranks_per_node = layout.tp if link is self._links_intra else None
+        latency = allreduce(layout.tp, ranks_per_node, 0.0, link, link).seconds
+        per_token = allreduce(layout.tp, ranks_per_node, 1e9, link, link).seconds - latency
+        payload_tokens = slot_tokens / layout.cp * model.hidden * ACTIVATION_BYTES / 1e9
+        return TP_ALLREDUCES_PER_LAYER * model.layers * (latency + per_token * payload_tokens)
+
+    def _ring_exposed_seconds(self, work: np.ndarray, slot_tokens: np.ndarray) -> np.ndarray:
+        """Each microbatch's ring KV exchange that its attention does not hide, all layers, forward and backward.
+
+        A rank's step of the ring computes against one shard while the next arrives; the exchange shows where a
+        shard's transfer outlasts that step's compute. Priced per layer from the microbatch's rank work spread
+        evenly over the ring's steps (the slowest rank's pace) at the hardware's attention rate."""
+        layout, model, hardware = self.layout, self.gpu_model.model, self.gpu_model.hardware
+        cp = layout.cp
+        if cp == 1:
+            return np.zeros_like(slot_tokens)
+        link = self._links[1]
+        bytes_per_token = kv_bytes_per_token(model.kv_heads or model.heads, model.hidden // model.heads, tp=layout.tp)
+        transfer = link.latency_seconds + slot_tokens / cp * bytes_per_token / link.bytes_per_s
+        flops = model.forward_attention_flops_per_token_squared / model.layers / layout.tp
+        step_compute = work.max(axis=-1) / cp * flops / hardware.attention_flops_per_s
+        exposed_forward = (cp - 1) * np.maximum(transfer - step_compute, 0.0)
+        return (1 + RING_BACKWARD_FACTOR) * exposed_forward * model.layers
+
+    def _p2p_seconds(self, slot_tokens: np.ndarray) -> np.ndarray:
+        """A microbatch's activations sent from one pipeline chunk to the next (stages sit in different nodes)."""
+        layout, model, hardware = self.layout, self.gpu_model.model, self.gpu_model.hardware
+        payload = slot_tokens / (layout.cp * layout.tp) * model.hidden * ACTIVATION_BYTES
+        return hardware.allreduce_latency_seconds + payload / hardware.allreduce_bytes_per_s
+
+
+def _microbatch_of_row(batches: BatchSet, microbatches: int) -> np.ndarray:
+    """Each row's microbatch (batch x microbatches + k): a batch's rows in order, cut where their token slots
+    cross each k / microbatches of the batch's (equal rows: the first batch_size rows, the next, ...)."""
+    slots = batches.row_slots.astype(np.float64)
+    total = np.bincount(batches.row_batch, weights=slots, minlength=batches.batches)
+    before = np.cumsum(slots) - slots
+    first = np.concatenate([[0.0], np.cumsum(total)[:-1]])
+    middle = before - first[batches.row_batch] + slots / 2
+    share = middle / np.where(total > 0, total, 1.0)[batches.row_batch]
+    k = np.minimum((share * microbatches).astype(np.int64), microbatches - 1)
+    return batches.row_batch * microbatches + k
+
+
+def _row_keys(batches: BatchSet) -> np.ndarray:
+    """(rows, 4) keys equal for rows that hold the same documents in the same order in as many slots: their
+    slots, document count and two sums of each document's length times a fixed random weight of its place.
+    Rows that differ share keys only by a coincidence of random doubles."""
+    rows = batches.row_slots.size
+    first_of_row = np.searchsorted(batches.sequence_row, np.arange(rows))
+    place = np.arange(batches.sequence_row.size) - first_of_row[batches.sequence_row]
+    weights = np.random.default_rng(0).random((2, int(place.max(initial=0)) + 1)) + 1.0
+    lengths = batches.sequence_lengths.astype(np.float64)
+    return np.column_stack([batches.row_slots.astype(np.float64),
+                            np.bincount(batches.sequence_row, minlength=rows).astype(np.float64),
+                            *(np.bincount(batches.sequence_row, weights=lengths * weight[place], minlength=rows)
+                              for weight in weights)])
+
+
+def _batches_between(batches: BatchSet, first: int, last: int) -> BatchSet:
+    """Batches first..last - 1 of a BatchSet, renumbered from 0."""
+    if first == 0 and last == batches.batches:
+        return batches
+    row_first, row_last = np.searchsorted(batches.row_batch, [first, last])
+    seq_first, seq_last = np.searchsorted(batches.sequence_row, [row_first, row_last])
+    return BatchSet(batches.sequence_lengths[seq_first:seq_last], batches.sequence_row[seq_first:seq_last] - row_first,
+                    batches.row_slots[row_first:row_last], batches.row_batch[row_first:row_last] - first, last - first)

@@ -1,0 +1,79 @@
+"""`wlb`: packs balanced on predicted work rather than tokens, as WLB-LLM packs microbatches (arXiv 2503.17924).
+
+A sequence of l tokens costs l + l^2 / parity: its dense layers grow with l, its causal attention with l^2, and
+at `attention_parity_tokens` (PackOptions; the cost model's, when the simulator packs) the two are equal.
+Sequences are placed longest first, each into the pack with the least predicted work that still has room
+(longest-processing-time first with a token capacity), starting from as many packs as the tokens fill.
+Each long document then sets its own pack's work and the shorter ones even out the rest, where token
+packing tops a long document up with whatever comes next and leaves other packs light.
+
+    >>> from simbench.histogram import LengthHistogram
+    >>> from simbench.strategies.packing import PackOptions
+    >>> from simbench.strategies.wlb import pack_wlb
+    >>> packing = pack_wlb(LengthHistogram.from_counts([4, 0, 0, 0, 0, 2]), 8, None, PackOptions())
+    >>> packing.rows.tolist(), packing.repeats.tolist()
+    ([[6, 1, 1]], [2])
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from simbench.histogram import LengthHistogram
+from simbench.strategies import register
+from simbench.strategies.packing import Packing, PackOptions
+
+
+def predicted_work(lengths, parity_tokens: float) -> np.ndarray:
+    """Each sequence's predicted work in token-equivalents: l + l^2 / parity."""
+    lengths = np.asarray(lengths, dtype=np.float64)
+    return lengths + lengths**2 / parity_tokens
+
+
+def balanced_packs(histogram: LengthHistogram, max_length: int, max_depth: int | None,
+                   parity_tokens: float) -> list[list[int]]:
+    """Packs (lists of lengths, longest first) filled longest sequence first into the least-loaded pack with room."""
+    counts = histogram.counts[:max_length]
+    present = np.flatnonzero(counts)[::-1]
+    if present.size == 0:
+        return []
+    total_tokens = int(counts @ np.arange(1, counts.size + 1))
+    packs: list[list[int]] = [[] for _ in range(-(-total_tokens // max_length))]
+    room = [max_length] * len(packs)
+    work = [0.0] * len(packs)
+    open_packs = [(0.0, index) for index in range(len(packs))]  # (work, pack) of packs that may take more
+    waiting: list[tuple[int, int]] = []  # (-room, pack): packs too full for the current length, for shorter ones
+    depth_limit = max_depth if max_depth is not None else max_length
+    for length in (present + 1).tolist():
+        sequence_work = length + length * length / parity_tokens
+        while waiting and -waiting[0][0] >= length:
+            index = heapq.heappop(waiting)[1]
+            heapq.heappush(open_packs, (work[index], index))
+        for _ in range(int(counts[length - 1])):
+            while open_packs and room[open_packs[0][1]] < length:
+                index = heapq.heappop(open_packs)[1]
+                heapq.heappush(waiting, (-room[index], index))
+            if open_packs:
+                index = heapq.heappop(open_packs)[1]
+            else:
+                index = len(packs)
+                packs.append([])
+                room.append(max_length)
+                work.append(0.0)
+            packs[index].append(length)
+            room[index] -= length
+            work[index] += sequence_work
+            if room[index] > 0 and len(packs[index]) < depth_limit:
+                heapq.heappush(open_packs, (work[index], index))
+    return [pack for pack in packs if pack]
+
+
+@register("wlb", "workload-balanced packing (WLB-LLM): longest first into the pack with the least predicted "
+                 "dense + attention work that has room")
+def pack_wlb(histogram, max_length, max_depth, options: PackOptions) -> Packing:
+    parity = options.attention_parity_tokens or max_length
+    packs = balanced_packs(histogram, max_length, max_depth, parity)
+    return Packing.from_groups("wlb", max_length, max_depth, ((1, pack) for pack in packs),
+                               details={"attention_parity_tokens": float(parity)})
