@@ -56,6 +56,9 @@ class ExperimentResult:
     # per strategy at the smallest device count: speed-up as simulated, with ideal kernels, with every shape
     # seen and with every shape new (empty when nothing would differ, or for sweep cells)
     assumptions: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # with a 4D layout, per (strategy, CP sharding): a replica's mean step by cause (`sim.replica.replica_breakdown`)
+    # and its peak memory per GPU; empty without one
+    parallel: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def progress_total(scenario: Scenario) -> int:
@@ -106,9 +109,23 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "real_tokens_per_device_step"]
     assumption_table = (_assumption_table(run, result.packings)
                         if assumptions else pd.DataFrame())
+    parallel = _parallel_table(run, result.packings) if run.layout is not None else pd.DataFrame()
     return ExperimentResult(packing=packing, scaling=summary[scaling_columns], breakdown=summary[breakdown_columns],
                             latency=latency, gumbel=gumbel, extrapolation=extrapolation, timeline=timeline,
-                            timings=timings, assumptions=assumption_table)
+                            timings=timings, assumptions=assumption_table, parallel=parallel)
+
+
+def _parallel_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
+    """A 4D run's replica step by cause under each CP sharding, labelled, with the peak memory per GPU at the
+    fewest replicas simulated (ZeRO shards least there)."""
+    from simbench.scenario import layout_memory
+    from simbench.sim.replica import replica_breakdown
+
+    table = replica_breakdown(run.histogram, run.all_plans, packings, run.cost_model, run.batch_size, run.seed)
+    memory = layout_memory(run.layout, run.model, run.batch_size // run.layout.microbatches * run.histogram.max_length,
+                           min(run.devices))
+    return table.assign(strategy=table["strategy"].map(run.label), peak_memory_gib=memory.peak_bytes / 2**30,
+                        hbm_capacity_gib=(run.hardware.hbm_capacity_bytes or np.nan) / 2**30)
 
 
 def _assumption_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:

@@ -32,7 +32,7 @@ from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report import html
 from simbench.report.summary import speedup_reference, summary_markdown, summary_record
-from simbench.report.tables import file_names, read_tables, write_tables
+from simbench.report.tables import read_tables, write_tables
 from simbench.workers import ReportWorkers
 from simbench.atomic import atomic_directory, check_output_folder, check_owned_folder
 from simbench.scenario import Scenario, load_scenario
@@ -52,8 +52,8 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
     check_replaceable(Path(target))
     with atomic_directory(target, metadata={"scenario_sha256": _sha256(scenario.to_yaml())}) as folder:
         (folder / RESOLVED_SCENARIO).write_text(scenario.to_yaml())
-        write_tables(tables, folder)
-        tell(f"wrote {RESOLVED_SCENARIO} and {len(file_names())} tables ({', '.join(file_names().values())})")
+        tables_written = write_tables(tables, folder)
+        tell(f"wrote {RESOLVED_SCENARIO} and {len(tables_written)} tables ({', '.join(tables_written)})")
         # Summary and plots use the tables as stored, so `simbench plot` redraws them byte for byte.
         stored = read_tables(folder)
         summary = summary_markdown(scenario, histogram, stored)

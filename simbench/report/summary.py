@@ -21,6 +21,7 @@ import pandas as pd
 from simbench.costmodels.base import ExecutionMode
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
+from simbench.report.parallel import parallel_headline, parallel_section
 from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
 from simbench.scenario import Scenario
 from simbench.sim.results import BREAKDOWN_COLUMNS
@@ -54,6 +55,8 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
     sections = [
         f"# {scenario.name}" + (f": {scenario.description.strip()}" if scenario.description.strip() else ""),
         _headline(tables.scaling),
+        parallel_headline(scenario.layout, tables.scaling, tables.parallel, tables.breakdown) if scenario.layout
+        else None,
         _setup(scenario, histogram, tables.scaling),
         overdraw_warning(tables.scaling, histogram.sequences),
         "## Winner at each scale\n\n" + "\n\n".join(
@@ -64,6 +67,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         + _reference_note(tables.scaling),
         _assumptions_section(tables.assumptions),
         _breakdown_section(tables.breakdown),
+        parallel_section(scenario.layout, tables.scaling, tables.parallel) if scenario.layout else None,
         _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling),
         provenance_note(scenario.hardware.profile, scenario.hardware.overrides,
                         unpadded=bool(tables.scaling.get("mode", pd.Series(dtype=str)).eq(
@@ -200,8 +204,8 @@ def _setup(scenario: Scenario, histogram: LengthHistogram, scaling: pd.DataFrame
     return (f"Dataset `{histogram.name}`: {histogram.sequences:,} sequences, max length {histogram.max_length}, "
             f"{100 * (1 - histogram.efficiency):.1f} % padding, padded slots / real tokens "
             f"{histogram.theoretical_speedup:.3f}x{ceiling}. Model `{model}` on hardware `{scenario.hardware.profile}`"
-            f"{_overridden(scenario.hardware.overrides)}{_replicas(scenario.gpus_per_replica)}; "
-            f"batch size {scenario.batch_size} per device, {scenario.steps} steps per strategy and device count, "
+            f"{_overridden(scenario.hardware.overrides)}{_replicas(_gpus_per_replica(scenario))}; "
+            f"batch size {scenario.batch_size} per device{_microbatches(scenario)}, {scenario.steps} steps per strategy and device count, "
             f"seed {scenario.seed}. {_shapes_note(scenario)}")
 
 
@@ -212,6 +216,14 @@ def _shapes_note(scenario: Scenario) -> str:
              "auto": f"as often as a device meets a new shape over a {scenario.training_steps:,}-step run"}
     return (f"First sight of a batch shape (`shapes: {scenario.shapes}`): {phase[scenario.shapes]}; "
             "`seen` gives steady-state throughput, `new` a run's first steps.")
+
+
+def _gpus_per_replica(scenario: Scenario) -> int:
+    return scenario.layout.gpus_per_replica if scenario.layout else scenario.gpus_per_replica
+
+
+def _microbatches(scenario: Scenario) -> str:
+    return f" and microbatch ({scenario.layout.microbatches} microbatches a step)" if scenario.layout else ""
 
 
 def _replicas(gpus_per_replica: int) -> str:

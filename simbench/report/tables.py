@@ -39,10 +39,20 @@ def file_names() -> dict[str, str]:
     return {field.name: f"{field.name}.csv" for field in fields(ExperimentResult)}
 
 
-def write_tables(tables: ExperimentResult, folder: Path) -> None:
+# Tables only some runs have (a 4D layout's): written when they hold rows, so that other reports stay as they were.
+_WRITTEN_WHEN_FILLED = {"parallel"}
+
+
+def write_tables(tables: ExperimentResult, folder: Path) -> list[str]:
+    """Write the tables; the file names written."""
+    written = []
     for name, file_name in file_names().items():
-        getattr(tables, name).to_csv(Path(folder) / file_name, index=False, float_format=FLOAT_FORMAT,
-                                     lineterminator="\n")
+        frame = getattr(tables, name)
+        if name in _WRITTEN_WHEN_FILLED and frame.empty:
+            continue
+        frame.to_csv(Path(folder) / file_name, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+        written.append(file_name)
+    return written
 
 
 def read_tables(folder: Path) -> ExperimentResult:

@@ -21,8 +21,9 @@ replicas and context-parallel ranks is `allreduce_seconds`, which the simulator 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,14 +31,21 @@ from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
 from simbench.costmodels.collectives import Link, allgather, allreduce, reduce_scatter
 from simbench.errors import InputError
 from simbench.sim.layout import ParallelLayout
-from simbench.sim.parallel.context_parallel import context_parallel_work, kv_bytes_per_token, ring_attention_seconds
+from simbench.sim.parallel.context_parallel import (ContextParallelWork, context_parallel_work, kv_bytes_per_token,
+                                                    ring_attention_seconds)
 from simbench.sim.parallel.pipeline import pipeline_step
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Microbatches priced at once: each holds (cp, cp) pair counts and (chunks) stage times, so a block of
 # this many stays within tens of MB at cp 16 and 80 model chunks.
 MICROBATCHES_PER_BLOCK = 4096
-# Distinct packed rows whose context-parallel work a cost model remembers (a few KB each at cp 16).
-ROW_WORK_CACHE_MAX = 200_000
+# Distinct packed rows whose context-parallel work a cost model remembers (2.3 KB each at cp 16).
+ROW_WORK_CACHE_MAX = 50_000
+# Rows sharded in one call: per-document sharding cuts each document into 2 cp pieces, and a call's arrays
+# grow with pieces x cp.
+ROWS_PER_SHARDING = 256
 # Backward of a layer: the gradients of its inputs and of its weights, each as much work as the forward.
 BACKWARD_SHARE = 2 / 3
 # Megatron's tensor parallelism all-reduces a layer's activations twice in the forward pass (after attention
@@ -99,11 +107,7 @@ class ReplicaCostModel:
         raise InputError("VTS plans run their own pipeline; they cannot run inside a 4D layout")
 
     def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
-        steps = self.replica_steps(batches, mode)
-        return StepCosts(compute_seconds=steps.compute_seconds, padding_seconds=steps.padding_seconds,
-                         overhead_seconds=steps.overhead_seconds + steps.communication_seconds
-                         + steps.recompute_seconds,
-                         stall_seconds=steps.bubble_seconds + steps.stall_seconds + steps.cp_imbalance_seconds)
+        return _as_step_costs(self.replica_steps(batches, mode))
 
     def replica_steps(self, batches: BatchSet, mode: ExecutionMode) -> ReplicaSteps:
         """Each batch as one replica's step, its seconds by cause."""
@@ -164,9 +168,13 @@ class ReplicaCostModel:
         variable_overhead = np.maximum(costs.overhead_seconds - fixed, 0.0)
         shards = layout.tp * layout.cp * chunks
         work = self._rank_work(batches, microbatches, mode)
-        total_work = work.sum(axis=-1)
-        slowest_share = np.where(total_work > 0, work.max(axis=-1) / np.where(total_work > 0, total_work, 1.0),
-                                 1.0 / layout.cp)
+        if work is None:
+            slowest_share = np.ones(microbatches.batches)
+        else:
+            rank_work = work.rank_squared_tokens
+            total_work = rank_work.sum(axis=-1)
+            slowest_share = np.where(total_work > 0, rank_work.max(axis=-1) / np.where(total_work > 0, total_work, 1.0),
+                                     1.0 / layout.cp)
         cp_imbalance = attention * (slowest_share - 1.0 / layout.cp) / (layout.tp * chunks)
         compute = costs.compute_seconds / shards
         padding = costs.padding_seconds / shards
@@ -210,35 +218,43 @@ class ReplicaCostModel:
                             bubble_seconds=np.maximum(equal_seconds - busy, 0.0),
                             stall_seconds=step_seconds - np.maximum(equal_seconds, busy))
 
-    def _rank_work(self, batches: BatchSet, microbatches: BatchSet, mode: ExecutionMode) -> np.ndarray:
-        """(microbatches, cp): each context-parallel rank's attention work in squared tokens, its pairs too.
+    def _rank_work(self, batches: BatchSet, microbatches: BatchSet, mode: ExecutionMode) -> ContextParallelWork | None:
+        """Each microbatch's context-parallel work: its rows' causal pairs by (query rank, key rank), summed (the
+        ring runs a microbatch's rows together); None with one rank.
 
         Whole-row attention (padded rows, a pack under a block-diagonal mask computed densely) is one causal
         sequence per row; variable-length kernels attend within each document. Rows of one sequence that fills
         them, alike under both, scale one template; rows of several documents are sharded as laid out."""
-        layout = self.layout
-        cp = layout.cp
-        rows = batches.row_slots.size
+        cp = self.layout.cp
         if cp == 1:
-            return np.bincount(microbatches.row_batch, minlength=microbatches.batches)[:, None].astype(np.float64)
+            return None
+        rows = batches.row_slots.size
         documents = np.bincount(batches.sequence_row, minlength=rows)
         filled = np.bincount(batches.sequence_row, weights=batches.sequence_lengths, minlength=rows)
         whole_row = (np.ones(rows, dtype=bool) if mode in (ExecutionMode.PADDED, ExecutionMode.SORTED)
                      else (documents <= 1) & (filled >= batches.row_slots))
-        slots = batches.row_slots.astype(np.float64)
-        row_work = np.zeros((rows, cp))
+        # Whole rows scale the template (pairs with the square of their slots, tokens with their slots); rows of
+        # several documents, each (cp x cp pairs, cp query tokens, cp key-value tokens), are summed as they are.
+        scale = np.where(whole_row, batches.row_slots / self._template_tokens, 0.0)
         template = self._template_work
-        row_work[whole_row] = (slots[whole_row] / self._template_tokens)[:, None] ** 2 * template[None, :]
+        squares = np.bincount(microbatches.row_batch, weights=scale**2, minlength=microbatches.batches)
+        linear = np.bincount(microbatches.row_batch, weights=scale, minlength=microbatches.batches)
+        summed = np.concatenate([squares[:, None] * template[None, :cp * cp], linear[:, None] * template[None, cp * cp:]],
+                                axis=1)
         packed_rows = np.flatnonzero(~whole_row & (documents > 0))
         if packed_rows.size:
-            row_work[packed_rows] = self._packed_row_work(batches, packed_rows)
-        return np.stack([np.bincount(microbatches.row_batch, weights=row_work[:, rank], minlength=microbatches.batches)
-                         for rank in range(cp)], axis=1)
+            packed_work = self._packed_row_work(batches, packed_rows)
+            owner = microbatches.row_batch[packed_rows]
+            for column in range(summed.shape[1]):
+                summed[:, column] += np.bincount(owner, weights=packed_work[:, column], minlength=microbatches.batches)
+        return ContextParallelWork(pairs=summed[:, :cp * cp].reshape(-1, cp, cp), query_tokens=summed[:, cp * cp:cp * cp + cp],
+                                   kv_tokens=summed[:, cp * cp + cp:])
 
     def _packed_row_work(self, batches: BatchSet, packed_rows: np.ndarray) -> np.ndarray:
-        """(rows, cp) work of rows holding several documents. Packs repeat from step to step: each distinct row
-        (its documents in order, its slots) is sharded once per cost model and remembered."""
-        layout, cp, cache = self.layout, self.layout.cp, self._row_work_cache
+        """(rows, cp x cp + 2 cp) work of rows holding several documents. Packs repeat from step to step: each
+        distinct row (its documents in order, its slots) is sharded once and remembered, whichever cost model meets it."""
+        layout, cp = self.layout, self.layout.cp
+        cache = _ROW_WORK.setdefault((cp, layout.cp_sharding), {})
         keys = [key.tobytes() for key in _row_keys(batches)[packed_rows]]
         missing = sorted({row for row, key in zip(packed_rows.tolist(), keys) if key not in cache})
         if missing:
@@ -249,17 +265,14 @@ class ReplicaCostModel:
             row_tokens = -(-batches.row_slots[distinct] // divisor) * divisor
             key_of = dict(zip(packed_rows.tolist(), keys))
             for tokens in np.unique(row_tokens):
-                chosen = distinct[row_tokens == tokens]
-                in_chosen = np.isin(batches.sequence_row, chosen)
-                row_index = np.searchsorted(chosen, batches.sequence_row[in_chosen])
-                found = context_parallel_work(batches.sequence_lengths[in_chosen], int(tokens), cp, layout.cp_sharding,
-                                              row_of_document=row_index).rank_squared_tokens
-                cache.update((key_of[row], work) for row, work in zip(chosen.tolist(), found))
+                for first in range(0, int(np.count_nonzero(row_tokens == tokens)), ROWS_PER_SHARDING):
+                    chosen = distinct[row_tokens == tokens][first:first + ROWS_PER_SHARDING]
+                    in_chosen = np.isin(batches.sequence_row, chosen)
+                    row_index = np.searchsorted(chosen, batches.sequence_row[in_chosen])
+                    found = _flat(context_parallel_work(batches.sequence_lengths[in_chosen], int(tokens), cp,
+                                                        layout.cp_sharding, row_of_document=row_index))
+                    cache.update((key_of[row], work) for row, work in zip(chosen.tolist(), found))
         return np.array([cache[key] for key in keys])
-
-    @cached_property
-    def _row_work_cache(self) -> dict[bytes, np.ndarray]:
-        return {}
 
     @cached_property
     def _template_tokens(self) -> int:
@@ -267,9 +280,9 @@ class ReplicaCostModel:
 
     @cached_property
     def _template_work(self) -> np.ndarray:
-        """Each rank's work on one row-long causal sequence of `_template_tokens` (scales with the square)."""
+        """A row-long causal sequence of `_template_tokens` as sharded (pairs scale with its square, tokens with it)."""
         tokens = self._template_tokens
-        return context_parallel_work([tokens], tokens, self.layout.cp, self.layout.cp_sharding).rank_squared_tokens[0]
+        return _flat(context_parallel_work([tokens], tokens, self.layout.cp, self.layout.cp_sharding))[0]
 
     def _tp_seconds(self, slot_tokens: np.ndarray) -> np.ndarray:
         """Each microbatch's tensor-parallel all-reduces, all layers, on one GPU (a ring inside the group)."""
@@ -284,22 +297,26 @@ class ReplicaCostModel:
         payload_tokens = slot_tokens / layout.cp * model.hidden * ACTIVATION_BYTES / 1e9
         return TP_ALLREDUCES_PER_LAYER * model.layers * (latency + per_token * payload_tokens)
 
-    def _ring_exposed_seconds(self, work: np.ndarray, slot_tokens: np.ndarray) -> np.ndarray:
-        """Each microbatch's ring KV exchange that its attention does not hide, all layers, forward and backward.
-
-        A rank's step of the ring computes against one shard while the next arrives; the exchange shows where a
-        shard's transfer outlasts that step's compute. Priced per layer from the microbatch's rank work spread
-        evenly over the ring's steps (the slowest rank's pace) at the hardware's attention rate."""
+    def _ring_exposed_seconds(self, work: ContextParallelWork | None, slot_tokens: np.ndarray) -> np.ndarray:
+        """Each microbatch's ring KV exchange that its attention does not hide, all layers, forward and backward:
+        `ring_attention_seconds` of one layer's forward, the slowest rank's time beyond its compute."""
         layout, model, hardware = self.layout, self.gpu_model.model, self.gpu_model.hardware
-        cp = layout.cp
-        if cp == 1:
+        if work is None:
             return np.zeros_like(slot_tokens)
         link = self._links[1]
-        bytes_per_token = kv_bytes_per_token(model.kv_heads or model.heads, model.hidden // model.heads, tp=layout.tp)
-        transfer = link.latency_seconds + slot_tokens / cp * bytes_per_token / link.bytes_per_s
-        flops = model.forward_attention_flops_per_token_squared / model.layers / layout.tp
-        step_compute = work.max(axis=-1) / cp * flops / hardware.attention_flops_per_s
-        exposed_forward = (cp - 1) * np.maximum(transfer - step_compute, 0.0)
+        # Microbatches of the same pairs (padded ones all share a template) run the same ring: priced once.
+        flat = _flat(work)
+        distinct, inverse = np.unique(flat, axis=0, return_inverse=True)
+        cp = layout.cp
+        work = ContextParallelWork(pairs=distinct[:, :cp * cp].reshape(-1, cp, cp), query_tokens=distinct[:, cp * cp:cp * cp + cp],
+                                   kv_tokens=distinct[:, cp * cp + cp:])
+        ring = ring_attention_seconds(
+            work, attention_flops_per_token_squared=model.forward_attention_flops_per_token_squared / model.layers
+            / layout.tp, attention_flops_per_s=hardware.attention_flops_per_s,
+            kv_bytes_per_token=kv_bytes_per_token(model.kv_heads or model.heads, model.hidden // model.heads,
+                                                  tp=layout.tp),
+            link_bytes_per_s=link.bytes_per_s, link_latency_seconds=link.latency_seconds)
+        exposed_forward = np.maximum(ring.layer_seconds - ring.compute_seconds.max(axis=-1), 0.0)[inverse.ravel()]
         return (1 + RING_BACKWARD_FACTOR) * exposed_forward * model.layers
 
     def _p2p_seconds(self, slot_tokens: np.ndarray) -> np.ndarray:
@@ -320,6 +337,16 @@ def _microbatch_of_row(batches: BatchSet, microbatches: int) -> np.ndarray:
     share = middle / np.where(total > 0, total, 1.0)[batches.row_batch]
     k = np.minimum((share * microbatches).astype(np.int64), microbatches - 1)
     return batches.row_batch * microbatches + k
+
+
+# The context-parallel work of rows already sharded, by (cp, sharding) and row key: a memo of a pure function.
+_ROW_WORK: dict[tuple[int, str], dict[bytes, np.ndarray]] = {}
+
+
+def _flat(work: ContextParallelWork) -> np.ndarray:
+    """(rows, cp x cp + 2 cp): each row's pairs, query tokens and key-value tokens side by side."""
+    rows = work.pairs.shape[0]
+    return np.concatenate([work.pairs.reshape(rows, -1), work.query_tokens, work.kv_tokens], axis=1)
 
 
 def _row_keys(batches: BatchSet) -> np.ndarray:
@@ -345,3 +372,76 @@ def _batches_between(batches: BatchSet, first: int, last: int) -> BatchSet:
     seq_first, seq_last = np.searchsorted(batches.sequence_row, [row_first, row_last])
     return BatchSet(batches.sequence_lengths[seq_first:seq_last], batches.sequence_row[seq_first:seq_last] - row_first,
                     batches.row_slots[row_first:row_last], batches.row_batch[row_first:row_last] - first, last - first)
+
+
+def _as_step_costs(steps: ReplicaSteps) -> StepCosts:
+    """The simulator's causes: communication and recomputation count as overhead; bubbles, stalls and the
+    slowest rank's excess as the stall a device spends inside its own step."""
+    return StepCosts(compute_seconds=steps.compute_seconds, padding_seconds=steps.padding_seconds,
+                     overhead_seconds=steps.overhead_seconds + steps.communication_seconds + steps.recompute_seconds,
+                     stall_seconds=steps.bubble_seconds + steps.stall_seconds + steps.cp_imbalance_seconds)
+
+
+class _Recorder:
+    """A replica cost model that keeps every batch it prices, by cause, for `replica_breakdown`."""
+
+    def __init__(self, cost_model: ReplicaCostModel):
+        self.cost_model = cost_model
+        self.priced: list[ReplicaSteps] = []
+
+    def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
+        steps = self.cost_model.replica_steps(batches, mode)
+        self.priced.append(steps)
+        return _as_step_costs(steps)
+
+    def __getattr__(self, name):
+        if name in ("cost_model", "priced"):
+            raise AttributeError(name)
+        return getattr(self.cost_model, name)
+
+    def means_over(self, drawn_seconds: np.ndarray) -> dict[str, float]:
+        """Mean seconds by cause over the drawn steps, each found among the priced batches by its total (a source
+        may price each distinct batch once, then draw from them)."""
+        fields = {name: np.concatenate([getattr(steps, name) for steps in self.priced])
+                  for name in ReplicaSteps.__dataclass_fields__}
+        totals = _as_step_costs(ReplicaSteps(**fields)).total_seconds
+        order = np.argsort(totals, kind="stable")
+        found = order[np.clip(np.searchsorted(totals[order], drawn_seconds), 0, order.size - 1)]
+        return {name: float(values[found].mean()) for name, values in fields.items()}
+
+
+# Replica steps drawn per strategy and sharding for the breakdown: the table's means move by well under 1 %.
+BREAKDOWN_STEPS = 100
+
+
+def replica_breakdown(histogram, plans, packings: dict, cost_model: ReplicaCostModel, batch_size: int, seed: int,
+                      steps: int = BREAKDOWN_STEPS) -> pd.DataFrame:
+    """One row per (strategy, CP sharding): a replica's mean step by cause over `steps` steps drawn as the
+    simulator draws them, under every sharding the row length allows (the layout's own marked `simulated`),
+    with its real tokens and their rate per GPU. Data-parallel waiting and gradient sync are the simulation's."""
+    import pandas as pd
+
+    from simbench.sim.layout import CP_SHARDINGS
+    from simbench.sim.plans import SimulationSettings
+
+    layout = cost_model.layout
+    rows = []
+    for sharding in CP_SHARDINGS:
+        if layout.cp == 1 and sharding != layout.cp_sharding:
+            continue  # one rank: every sharding is the same
+        if sharding == "zigzag" and histogram.max_length % (2 * layout.cp):
+            continue
+        sharded = (cost_model if sharding == layout.cp_sharding
+                   else ReplicaCostModel(cost_model.gpu_model, replace(layout, cp_sharding=sharding)))
+        for plan in plans:
+            recorder = _Recorder(sharded)
+            settings = SimulationSettings(histogram, recorder, batch_size, steps, seed, "auto")
+            source = plan.source(plan, packings.get(plan.name), settings)
+            drawn = source.chunk(steps, [1])
+            costs = drawn[max(drawn)]
+            means = recorder.means_over(costs.total_seconds[:, 0])
+            real_tokens = float(costs.real_tokens[:, 0].mean())
+            rows.append({"strategy": plan.name, "cp_sharding": sharding, "simulated": sharding == layout.cp_sharding,
+                         **means, "real_tokens": real_tokens,
+                         "tokens_per_s_per_gpu": real_tokens / means["step_seconds"] / layout.gpus_per_replica})
+    return pd.DataFrame(rows)

@@ -1,0 +1,172 @@
+"""summary.md's 4D sections: the answer in GPUs, a replica's step by cause under each CP sharding, and what
+workload-balanced packing gains over token-balanced packing at every layout.
+
+The tables come from `ExperimentResult.parallel` (one row per strategy and CP sharding, a replica's mean step)
+and `scaling` (the simulated cluster sizes, whose devices are replicas).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from simbench.sim.layout import ParallelLayout
+
+# The token-balanced packers a workload-balanced plan is measured against, the first present winning: first-fit
+# decreasing packs as tightly as wlb does, so the comparison isolates the balancing.
+TOKEN_BALANCED = ("ffd", "bfd", "lpfhp", "spfhp", "greedy")
+WORKLOAD_BALANCED = "wlb"
+CAUSES = (("compute_seconds", "compute"), ("padding_seconds", "padding"), ("overhead_seconds", "overhead"),
+          ("communication_seconds", "TP/CP communication"), ("recompute_seconds", "recompute"),
+          ("cp_imbalance_seconds", "CP imbalance"), ("bubble_seconds", "pipeline bubble"),
+          ("stall_seconds", "pipeline stall"))
+
+
+def layout_words(layout: ParallelLayout) -> str:
+    interleaved = f", {layout.virtual_stages} virtual stages" if layout.virtual_stages > 1 else ""
+    return (f"TP {layout.tp} x PP {layout.pp} x CP {layout.cp} ({layout.gpus_per_replica:,} GPUs a replica), "
+            f"{layout.microbatches} microbatches{interleaved}, {layout.cp_sharding} CP sharding, ZeRO "
+            f"{layout.zero_stage}, recompute {layout.recompute}")
+
+
+def parallel_headline(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.DataFrame,
+                      breakdown: pd.DataFrame) -> str:
+    """Which strategy trains fastest on the most GPUs, by how much and why; what the CP sharding and
+    workload-balanced packing change."""
+    from simbench.report.summary import _leaders, _ranked
+
+    largest = scaling["devices"].max()
+    rows = scaling[scaling["reference"] == "none"]
+    leaders = _leaders(rows, largest)
+    ranked = _ranked(rows, largest)
+    if len(ranked) < 2:
+        return ""
+    first = leaders.iloc[0]
+    behind = ranked.iloc[len(leaders)] if len(leaders) < len(ranked) else None
+    gpus = int(largest) * layout.gpus_per_replica
+    where = f"on {gpus:,} GPUs ({int(largest)} replicas of {layout_words(layout)})"
+    if len(leaders) > 1:
+        names = " and ".join(f"**{name}**" for name in leaders["strategy"])
+        text = (f"**4D answer:** {where} {names} tie at {first.tokens_per_s_per_gpu:,.0f} real tokens per second "
+                f"per GPU (within the run's sampling error or 0.1 %)")
+    else:
+        text = (f"**4D answer:** {where} the fastest strategy is **{first.strategy}** at "
+                f"{first.tokens_per_s_per_gpu:,.0f} real tokens per second per GPU")
+    if behind is not None:
+        lead = first.tokens_per_s / behind.tokens_per_s - 1
+        text += f", {100 * lead:.1f} % ahead of {behind.strategy} ({behind.tokens_per_s_per_gpu:,.0f})."
+        why = _why(parallel, breakdown[breakdown["devices"] == largest], first.strategy, behind.strategy,
+                   layout.cp_sharding)
+        text += (" " + why) if why else ""
+    else:
+        text += "."
+    return " ".join(part for part in (text, _sharding_sentence(parallel, first.strategy),
+                                      _wlb_sentence(layout, scaling, parallel)) if part)
+
+
+def _sharding_sentence(parallel: pd.DataFrame, strategy: str) -> str:
+    """How much each CP sharding changes the winner's replica step."""
+    rows = parallel[parallel["strategy"] == strategy].set_index("cp_sharding")["tokens_per_s_per_gpu"]
+    if len(rows) < 2:
+        return ""
+    best, worst = rows.idxmax(), rows.idxmin()
+    if rows[best] <= rows[worst] * 1.001:
+        return f"For {strategy} the CP sharding changes nothing."
+    return (f"For {strategy}, {best} CP sharding trains {100 * (rows[best] / rows[worst] - 1):.1f} % faster than "
+            f"{worst} inside a replica (the slowest rank's causal attention sets each layer's time).")
+
+
+def _wlb_sentence(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.DataFrame) -> str:
+    gains = wlb_gains(layout, scaling, parallel)
+    if gains.empty:
+        return ""
+    values = gains["gain %"].astype(float)
+    return (f"Workload-balanced packing gains {values.min():+.1f} % to {values.max():+.1f} % over token-balanced "
+            f"packing across the layouts below.")
+
+
+def _why(parallel: pd.DataFrame, breakdown: pd.DataFrame, winner: str, runner_up: str, sharding: str) -> str:
+    """The two causes whose seconds per real token differ most between the two: a replica's own (the run's
+    sharding), then waiting for the slowest replica and the gradient sync (the simulated cluster)."""
+    rows = parallel[parallel["cp_sharding"] == sharding].set_index("strategy")
+    cluster = breakdown.set_index("strategy")
+    if not all(name in rows.index and name in cluster.index for name in (winner, runner_up)):
+        return ""
+    causes = dict(CAUSES) | {"waiting_seconds": "waiting for the slowest replica",
+                             "communication_seconds": "gradient sync"}
+
+    def per_token(name: str) -> pd.Series:
+        inside = rows.loc[name, [cause for cause, _ in CAUSES]] / rows.loc[name, "real_tokens"]
+        across = cluster.loc[name, ["waiting_seconds", "communication_seconds"]] / cluster.loc[
+            name, "real_tokens_per_device_step"]
+        return pd.concat([inside, across]).astype(float)
+
+    difference = (per_token(runner_up) - per_token(winner)) * 1e6
+    biggest = difference.abs().sort_values(ascending=False).index[:2]
+    parts = [f"{causes[cause]} {'saves' if difference[cause] > 0 else 'costs'} it {abs(difference[cause]):.2f} us "
+             f"per real token" for cause in biggest if abs(difference[cause]) >= 0.005]
+    return f"Why, against {runner_up}: " + "; ".join(parts) + "." if parts else ""
+
+
+def parallel_section(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.DataFrame) -> str:
+    """A replica's step by cause under each CP sharding, peak memory, and the workload-balanced gain."""
+    from simbench.report.summary import markdown_table
+
+    if parallel.empty:
+        return ""
+    table = pd.DataFrame({"strategy": parallel["strategy"],
+                          "CP sharding": parallel["cp_sharding"] + parallel["simulated"].map({True: " (run)",
+                                                                                              False: ""}),
+                          "step": (1e3 * parallel["step_seconds"]).map("{:.1f}".format)})
+    for cause, words in CAUSES:
+        table[words] = (1e3 * parallel[cause]).map("{:.1f}".format)
+    table["real tokens"] = parallel["real_tokens"].map("{:,.0f}".format)
+    table["tokens/s per GPU"] = parallel["tokens_per_s_per_gpu"].map("{:,.0f}".format)
+    peak, capacity = float(parallel["peak_memory_gib"].iloc[0]), float(parallel["hbm_capacity_gib"].iloc[0])
+    memory = (f"Peak memory per GPU: {peak:.1f} GiB of {capacity:.1f} GiB HBM (the most loaded pipeline stage, "
+              f"fewest replicas; parallel.csv)." if capacity == capacity else f"Peak memory per GPU: {peak:.1f} GiB "
+              "(the profile states no HBM capacity to check it against).")
+    text = (f"## Inside a replica ({layout_words(layout)}; ms per replica step)\n\n{memory}\n\n"
+            + markdown_table(table) +
+            "\n\nBusy causes are one pipeline stage's: compute and padding at the mean context-parallel rank, CP "
+            "imbalance the slowest rank's attention beyond it, TP/CP communication the tensor-parallel all-reduces "
+            "and the ring KV exchange attention does not hide; pipeline bubble is the schedule's fill and drain "
+            "with every microbatch at the step's mean, stall what unequal microbatches add. Each row is 100 replica "
+            "steps drawn as the simulation draws them; the shardings not run are priced on the same draws. "
+            "Waiting for the slowest replica and the gradients' reduce-scatter and all-gather are in the "
+            "breakdown above.")
+    gains = wlb_gains(layout, scaling, parallel)
+    if not gains.empty:
+        text += ("\n\n### Workload-balanced packing against token-balanced packing\n\n" + markdown_table(gains) +
+                 "\n\nSame attention kernels on both sides; replica rows compare real tokens per second of one "
+                 "replica's step under each CP sharding, cluster rows the simulated clusters (the run's sharding), "
+                 "slowest replica and gradient sync included.")
+    return text
+
+
+def wlb_gains(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.DataFrame) -> pd.DataFrame:
+    """Each workload-balanced plan's throughput over its token-balanced counterpart (same mode), at every CP
+    sharding (a replica) and every simulated cluster size."""
+    plans = scaling.drop_duplicates("strategy").set_index("strategy")
+    balanced = plans[plans["packer"] == WORKLOAD_BALANCED]
+    rows = []
+    for name, plan in balanced.iterrows():
+        same_mode = plans[(plans["mode"] == plan["mode"]) & plans["packer"].isin(TOKEN_BALANCED)]
+        if same_mode.empty:
+            continue
+        other = min(same_mode.index, key=lambda label: TOKEN_BALANCED.index(same_mode.loc[label, "packer"]))
+        by_sharding = parallel.set_index(["strategy", "cp_sharding"])["tokens_per_s_per_gpu"]
+        for sharding in parallel["cp_sharding"].unique():
+            if (name, sharding) in by_sharding and (other, sharding) in by_sharding:
+                rows.append(_gain_row(name, other, f"one replica, {sharding}", by_sharding[(name, sharding)],
+                                      by_sharding[(other, sharding)]))
+        by_size = scaling.set_index(["strategy", "devices"])["tokens_per_s_per_gpu"]
+        for devices in sorted(scaling["devices"].unique()):
+            rows.append(_gain_row(name, other, f"{int(devices) * layout.gpus_per_replica:,} GPUs, "
+                                  f"{layout.cp_sharding}", by_size[(name, devices)], by_size[(other, devices)]))
+    return pd.DataFrame(rows)
+
+
+def _gain_row(name: str, other: str, where: str, balanced: float, token: float) -> dict:
+    return {"workload-balanced": name, "token-balanced": other, "layout": where,
+            "tokens/s per GPU (wlb)": f"{balanced:,.0f}", "tokens/s per GPU (token)": f"{token:,.0f}",
+            "gain %": f"{100 * (balanced / token - 1):+.1f}"}
