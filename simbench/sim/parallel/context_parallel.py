@@ -236,8 +236,9 @@ def _segments(lengths, row_of_document, rows, row_tokens, cp, sharding, mask) ->
     else:
         # Piece k of a span of n tokens is [floor(k n / 2cp), floor((k + 1) n / 2cp)): the position at
         # offset o lies in piece floor(((o + 1) 2cp - 1) / n).
-        span_start = np.where(in_documents, doc_start[np.maximum(doc, 0)], used[seg_row])
-        span_size = np.where(in_documents, lengths[np.maximum(doc, 0)], row_tokens - used[seg_row])
+        # A sentinel document last, for segments before any (index -1): rows without documents.
+        span_start = np.where(in_documents, np.append(doc_start, 0)[doc], used[seg_row])
+        span_size = np.where(in_documents, np.append(lengths, 1)[doc], row_tokens - used[seg_row])
         offset = seg_start - span_start
         piece = ((offset + 1) * pieces - 1) // np.maximum(span_size, 1)
         owner = np.minimum(piece, pieces - 1 - piece)

@@ -54,6 +54,8 @@ class PipelineStep:
     bubble_fraction: np.ndarray       # idle share of stages x step_seconds
     equal_step_seconds: np.ndarray    # the same schedule with every microbatch at the replica's mean
     stall_seconds: np.ndarray         # step_seconds - equal_step_seconds: what unequal microbatches cost
+    #                                   (the step is convex in the stage times, yet a schedule is not
+    #                                   symmetric in its microbatches: a small negative stall can occur)
 
     @property
     def idle_seconds(self) -> np.ndarray:
@@ -107,10 +109,11 @@ def pipeline_step(forward_seconds, backward_seconds, *, schedule: str = "1f1b", 
                   for values in (forward, backward, p2p)), schedule, p, v)
     busy = (forward + backward).sum(axis=-2)
     busy = busy.reshape(*busy.shape[:-1], v, p).sum(axis=-2)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        bubble = np.where(step > 0, 1.0 - busy.sum(axis=-1) / (p * np.where(step > 0, step, 1.0)), 0.0)
+    safe_step = np.where(step > 0, step, 1.0)
+    # Clipped at 0: a pipeline of one stage is never idle, but its sums round either way.
+    bubble = np.where(step > 0, np.maximum(1.0 - busy.sum(axis=-1) / (p * safe_step), 0.0), 0.0)
     return PipelineStep(step_seconds=step, stage_busy_seconds=busy, bubble_fraction=bubble,
-                        equal_step_seconds=equal, stall_seconds=step - equal)
+                        equal_step_seconds=equal, stall_seconds=np.asarray(step - equal))
 
 
 def operation_end_seconds(forward_seconds, backward_seconds, *, schedule: str = "1f1b", virtual_stages: int = 1,
@@ -284,11 +287,12 @@ def _recurrence_blocks(forward, backward, p2p, schedule, p, v):
     m, chunks = forward.shape[-2:]
     forward = forward.reshape(-1, m * chunks)
     backward = backward.reshape(-1, m * chunks)
-    p2p = p2p.reshape(-1, m * (chunks - 1))
     replicas = forward.shape[0]
+    sends = bool(np.any(p2p))  # without send times the waves skip gathering them
+    if sends:
+        p2p = p2p.reshape(replicas, m * (chunks - 1))
     plan = _plan(schedule, m, p, v)
     block = max(1, _BLOCK_VALUES // (2 * m * chunks + 1))
-    sends = bool(np.any(p2p))
     for first in range(0, replicas, block):
         rows = slice(first, first + block)
         # Operation-major rows, replicas along the row: a wave gathers and scatters contiguous rows.
@@ -321,7 +325,8 @@ def _recurrence_step_seconds(forward, backward, p2p, schedule, p, v) -> np.ndarr
 def _simpy_step_seconds(forward, backward, p2p, schedule, p, v) -> np.ndarray:
     batch_shape = forward.shape[:-2]
     m, chunks = forward.shape[-2:]
-    flat = [values.reshape(-1, *values.shape[-2:]) for values in (forward, backward, p2p)]
+    replicas = int(np.prod(batch_shape, dtype=np.int64))
+    flat = [values.reshape(replicas, *values.shape[-2:]) for values in (forward, backward, p2p)]
     steps = [simpy_end_seconds(f, b, h, schedule, p, v).max() for f, b, h in zip(*flat)]
     return np.array(steps, dtype=np.float64).reshape(batch_shape)
 
