@@ -2,7 +2,7 @@
 GPipe, 1F1B and interleaved 1F1B, on SimPy and on an exact recurrence vectorized over replicas.
 
     >>> from simbench.sim.parallel.pipeline import pipeline_step
-    >>> step = pipeline_step(np.full((8, 4), 1.0), np.full((8, 4), 2.0), schedule="1f1b")
+    >>> step = pipeline_step([[1.0] * 4] * 8, [[2.0] * 4] * 8, schedule="1f1b")   # 8 microbatches, 4 stages
     >>> float(step.step_seconds), round(float(step.bubble_fraction), 4)   # (m + p - 1)(f + b); (p-1)/(m+p-1)
     (33.0, 0.2727)
 
@@ -16,7 +16,13 @@ sequences, so a microbatch holding one long document is slower on every stage an
 
 Arrays are (..., microbatches, chunks): chunks = stages x virtual_stages, chunk c running on stage
 c mod stages (Megatron's interleaving: stage s holds chunks s, s + p, s + 2p, ...). Leading axes are
-independent replicas; the recurrence handles them in one pass.
+independent replicas; the recurrence prices them together, wave by wave of independent operations.
+
+The VTS pipeline (`simbench.sim.vts`) streams samples forward through stages that block when the
+FIFO behind them is full. Here sends are asynchronous, so GPipe's forward phase is that pipeline with
+FIFOs as long as the batch, and the two agree exactly there (tested, equal or unequal samples). VTS's
+short FIFOs have no counterpart: what bounds a pipeline-parallel stage's in-flight microbatches is
+1F1B's schedule (a stage starts a forward only after the backward ahead of it in its order).
 
 One slow microbatch, closed form (tested). With equal microbatches (f forward, b backward per stage,
 no send time) GPipe and 1F1B both take (m + p - 1)(f + b). The step is the longest path through the
@@ -25,7 +31,8 @@ p times going forward and p times going backward (its chunks form one chain thro
 making k slower by df forward and db backward on every stage adds at most p (df + db). For GPipe every
 k has a path of base length (m + p - 1)(f + b) through all 2p of its operations; for 1F1B the last
 microbatch does (stage 0 starts its forward at (m - 1)(f + b), the last stage runs its forward and
-backward back to back, stage 0 ends with its backward). So the step becomes exactly
+backward back to back, stage 0 ends with its backward) when m > p, and so does the first; other 1F1B
+microbatches stay within the bound, some below it. In those cases the step becomes exactly
 (m + p - 1)(f + b) + p (df + db). Against m equal microbatches of the same mean (each df / m, db / m
 slower: (m + p - 1)(f + b + (df + db) / m)) the stall is (df + db)(p - 1)(m - 1) / m.
 """
