@@ -130,6 +130,8 @@ def test_replicas_on_leading_axes_are_priced_independently():
         alone = pipeline_step(forward[index], backward[index], p2p_seconds=p2p[index])
         assert together.step_seconds[index] == alone.step_seconds
         assert together.stall_seconds[index] == alone.stall_seconds
+    alone = pipeline_step(forward, backward, p2p_seconds=p2p, equal_reference=False)
+    assert np.array_equal(alone.step_seconds, together.step_seconds) and np.all(np.isnan(alone.stall_seconds))
 
 
 def test_send_time_adds_a_hop_per_stage_to_fill_and_drain():

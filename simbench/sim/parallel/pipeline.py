@@ -98,13 +98,16 @@ def pipeline_schedule(schedule: str, microbatches: int, stages: int, virtual_sta
 
 
 def pipeline_step(forward_seconds, backward_seconds, *, schedule: str = "1f1b", virtual_stages: int = 1,
-                  p2p_seconds=0.0, engine: str = "recurrence") -> PipelineStep:
+                  p2p_seconds=0.0, engine: str = "recurrence", equal_reference: bool = True) -> PipelineStep:
     """A step of `schedule` over per-(microbatch, chunk) forward and backward seconds.
 
-    `forward_seconds`, `backward_seconds`: (..., microbatches, stages x virtual_stages), >= 0.
+    `forward_seconds`, `backward_seconds`: (..., microbatches, stages x virtual_stages), >= 0; the
+    leading axes are independent pipelines (replicas, steps), priced together.
     `p2p_seconds`: the send between chunk c and c + 1 of a microbatch (activations forward, their
     gradients backward), broadcastable to (..., microbatches, chunks - 1); a scalar for every hop.
     `engine`: "recurrence" (vectorized, exact) or "simpy" (one process per stage; small inputs).
+    `equal_reference`: also price the microbatches at their mean for the stall (half the time);
+    False leaves equal_step_seconds and stall_seconds NaN.
     """
     forward, backward, p2p, schedule, p, v = _check_inputs(forward_seconds, backward_seconds, schedule,
                                                            virtual_stages, p2p_seconds)
@@ -112,8 +115,11 @@ def pipeline_step(forward_seconds, backward_seconds, *, schedule: str = "1f1b", 
     run = _recurrence_step_seconds if engine == "recurrence" else _simpy_step_seconds
     step = run(forward, backward, p2p, schedule, p, v)
     # The reference the stall is measured against: each chunk's (and hop's) mean over microbatches.
-    equal = run(*(np.broadcast_to(values.mean(axis=-2, keepdims=True), values.shape)
-                  for values in (forward, backward, p2p)), schedule, p, v)
+    if equal_reference:
+        equal = run(*(np.broadcast_to(values.mean(axis=-2, keepdims=True), values.shape)
+                      for values in (forward, backward, p2p)), schedule, p, v)
+    else:
+        equal = np.full_like(step, np.nan)
     busy = (forward + backward).sum(axis=-2)
     busy = busy.reshape(*busy.shape[:-1], v, p).sum(axis=-2)
     safe_step = np.where(step > 0, step, 1.0)
@@ -228,8 +234,7 @@ def _interleaved_order(s: int, m: int, p: int, v: int) -> list[tuple[int, int, i
 @lru_cache(maxsize=64)
 def _plan(schedule: str, m: int, p: int, v: int):
     """The operations grouped into waves: every operation's predecessors sit in earlier waves, so one
-    wave is priced at once for all its operations and replicas. Per wave: flat operation, predecessor
-    on its stage, input dependency and send hop indices (sentinels: an always-zero row)."""
+    wave is priced at once for all its operations and replicas."""
     chunks = p * v
     count = 2 * m * chunks
     none_op, none_hop = count, m * (chunks - 1)
@@ -274,12 +279,24 @@ def _plan(schedule: str, m: int, p: int, v: int):
         if not progressed:  # a schedule whose stages wait on each other: a bug, not an input
             raise RuntimeError(f"pipeline schedule {schedule} deadlocks (m={m}, p={p}, v={v})")
     depth = depth[:count]
+    # Operations are stored in wave order, so that a wave reads its durations and writes its end
+    # times as one contiguous block; only the inputs (predecessor, dependency) are gathered.
     order = np.argsort(depth, kind="stable")
-    bounds = np.flatnonzero(np.diff(depth[order])) + 1
-    waves = []
-    for wave in np.split(order, bounds):
-        waves.append((wave, prev[wave], dep[wave], hop[wave]))
-    return waves
+    position = np.empty(count + 1, dtype=np.int64)
+    position[order] = np.arange(count)
+    position[none_op] = count
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(depth[order])) + 1, [count]])
+    prev_position, dep_position = position[prev[order]], position[dep[order]]
+    waves = tuple((int(a), int(b), prev_position[a:b], dep_position[a:b]) for a, b in zip(bounds, bounds[1:]))
+    return _Plan(order=order, position=position[:count], hop=hop[order], waves=waves)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    order: np.ndarray      # operation (flat index) at each position
+    position: np.ndarray   # position of each operation
+    hop: np.ndarray        # send hop feeding each position (m (chunks - 1): none)
+    waves: tuple           # (first position, end position, predecessor positions, dependency positions)
 
 
 # --------------------------------------------------------------------------------------------- engines
@@ -290,42 +307,48 @@ _BLOCK_VALUES = 1 << 21
 
 
 def _recurrence_blocks(forward, backward, p2p, schedule, p, v):
-    """Each block of replicas' operation end seconds, (operations + 1, replicas in block), in order."""
+    """Each block of replicas' operation end seconds, (positions + 1, replicas in block), in wave order."""
     m, chunks = forward.shape[-2:]
-    forward = forward.reshape(-1, m * chunks)
-    backward = backward.reshape(-1, m * chunks)
+    # Views where the input allows: a broadcast input (the equal-microbatch reference) is copied a block
+    # at a time, never whole.
+    forward = forward.reshape(-1, m, chunks)
+    backward = backward.reshape(-1, m, chunks)
     replicas = forward.shape[0]
     sends = bool(np.any(p2p))  # without send times the waves skip gathering them
     if sends:
-        p2p = p2p.reshape(replicas, m * (chunks - 1))
+        p2p = p2p.reshape(replicas, m, chunks - 1)
     plan = _plan(schedule, m, p, v)
-    block = max(1, _BLOCK_VALUES // (2 * m * chunks + 1))
+    count = 2 * m * chunks
+    block = max(1, _BLOCK_VALUES // (count + 1))
     for first in range(0, replicas, block):
         rows = slice(first, first + block)
-        # Operation-major rows, replicas along the row: a wave gathers and scatters contiguous rows.
-        durations = np.concatenate([forward[rows], backward[rows]], axis=1).T.copy()
-        width = durations.shape[1]
-        hops = np.concatenate([p2p[rows].T, np.zeros((1, width))]) if sends else None
-        end = np.zeros((2 * m * chunks + 1, width))
-        for ops, prev, dep, hop in plan:
-            start = end[dep]
+        width = forward[rows].shape[0]
+        # Operation-major rows, replicas along the row, in wave order.
+        values = np.concatenate([forward[rows].reshape(width, -1), backward[rows].reshape(width, -1)], axis=1)
+        durations = values.T[plan.order]
+        if sends:
+            hops = np.concatenate([p2p[rows].reshape(width, -1).T, np.zeros((1, width))])[plan.hop]
+        end = np.zeros((count + 1, width))  # the last row: a zero for operations without an input
+        for a, b, prev, dep in plan.waves:
+            out = end[a:b]
             if sends:
-                start += hops[hop]
-            np.maximum(start, end[prev], out=start)
-            start += durations[ops]
-            end[ops] = start
-        yield end
+                np.add(end[dep], hops[a:b], out=out)
+                np.maximum(out, end[prev], out=out)
+            else:
+                np.maximum(end[dep], end[prev], out=out)
+            out += durations[a:b]
+        yield end, plan
 
 
 def _recurrence_end_seconds(forward, backward, p2p, schedule, p, v) -> np.ndarray:
     *batch_shape, m, chunks = forward.shape
-    blocks = [end[:-1].T for end in _recurrence_blocks(forward, backward, p2p, schedule, p, v)]
+    blocks = [end[plan.position].T for end, plan in _recurrence_blocks(forward, backward, p2p, schedule, p, v)]
     return np.concatenate(blocks).reshape(*batch_shape, 2, m, chunks)
 
 
 def _recurrence_step_seconds(forward, backward, p2p, schedule, p, v) -> np.ndarray:
     batch_shape = forward.shape[:-2]
-    steps = [end.max(axis=0) for end in _recurrence_blocks(forward, backward, p2p, schedule, p, v)]
+    steps = [end.max(axis=0) for end, _ in _recurrence_blocks(forward, backward, p2p, schedule, p, v)]
     return np.concatenate(steps).reshape(batch_shape)
 
 
