@@ -83,6 +83,19 @@ def test_rows_are_counted_independently():
         assert np.array_equal(together.kv_tokens[row], alone.kv_tokens[0])
 
 
+def test_rows_of_one_microbatch_sum_into_one_ring_pass():
+    lengths, rows = [3, 5, 16, 7, 1], [0, 0, 1, 2, 2]
+    work = context_parallel_work(lengths, 16, 2, "zigzag", row_of_document=rows)
+    microbatches = work.grouped([1, 0, 1], groups=3)
+    assert microbatches.pairs.shape == (3, 2, 2)
+    assert np.array_equal(microbatches.pairs[1], work.pairs[0] + work.pairs[2])
+    assert np.array_equal(microbatches.kv_tokens[0], work.kv_tokens[1])
+    assert np.all(microbatches.pairs[2] == 0) and float(microbatches.imbalance[2]) == 1.0
+    assert np.array_equal(microbatches.rank_squared_tokens[1], work.rank_squared_tokens[[0, 2]].sum(axis=0))
+    with pytest.raises(InputError, match="group_of_row"):
+        work.grouped([0, 1])
+
+
 @pytest.mark.parametrize("cp", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("mask", MASKS)
 def test_zigzag_splits_one_full_document_exactly_evenly(cp, mask):

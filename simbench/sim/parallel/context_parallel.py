@@ -45,6 +45,28 @@ class ContextParallelWork:
     query_tokens: np.ndarray   # (rows, cp): document tokens each rank holds (the ones that attend)
     kv_tokens: np.ndarray      # (rows, cp): positions each rank holds, padding included (its KV shard)
 
+    def grouped(self, group_of_row, groups: int | None = None) -> ContextParallelWork:
+        """The rows summed by group (e.g. the rows of one microbatch, which one ring pass computes
+        together): group g holds every row r with group_of_row[r] == g; `groups` defaults to the
+        largest group + 1."""
+        group_of_row = np.asarray(group_of_row)
+        rows = self.pairs.shape[0]
+        if group_of_row.shape != (rows,) or (rows and (not np.issubdtype(group_of_row.dtype, np.integer)
+                                                       or group_of_row.min() < 0)):
+            raise InputError(f"group_of_row must give a whole-number group >= 0 for each of the {rows} rows",
+                             parameter="group_of_row")
+        count = int(group_of_row.max()) + 1 if rows else 0
+        groups = count if groups is None else check_whole_number(groups, "groups", minimum=count)
+
+        def summed(values):
+            flat = values.reshape(rows, -1)
+            out = np.zeros((groups, flat.shape[1]))
+            np.add.at(out, group_of_row, flat)
+            return out.reshape(groups, *values.shape[1:])
+
+        return ContextParallelWork(pairs=summed(self.pairs), query_tokens=summed(self.query_tokens),
+                                   kv_tokens=summed(self.kv_tokens))
+
     @property
     def squared_tokens(self) -> np.ndarray:
         """(rows, cp, cp) work in squared tokens: 2 pairs, less each query's pair with itself."""
