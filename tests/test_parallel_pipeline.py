@@ -88,6 +88,16 @@ def test_one_slow_microbatch_stalls_by_the_closed_form(m, p, slower):
         assert float(one_f_one_b.step_seconds) <= base + p * (df + db) + 1e-9
 
 
+def test_short_first_microbatches_make_1f1b_beat_equal_ones():
+    """The stall is measured against equal microbatches of the same mean, which is no lower bound."""
+    times = np.array([0.45188403, 0.89617712, 0.82368005, 0.64915209])[:, None] * np.ones((4, 3))
+    step = pipeline_step(times, 2 * times, schedule="1f1b")
+    assert float(step.step_seconds) == pytest.approx(12.012016, abs=1e-6)
+    assert float(step.equal_step_seconds) == pytest.approx(18 * times.mean())
+    assert float(step.stall_seconds) < -0.6
+    assert float(pipeline_step(times, 2 * times, schedule="gpipe").stall_seconds) > 0
+
+
 def test_a_long_middle_microbatch_stalls_1f1b_less_than_gpipe():
     forward, backward = _one_slow(8, 4, 3, df=0.1, db=0.1)
     assert float(pipeline_step(forward, backward, schedule="1f1b").stall_seconds) < float(
