@@ -155,6 +155,13 @@ def test_work_is_priced_in_the_cost_models_units():
                                   attention_flops_per_s=rate, kv_bytes_per_token=0.0, link_bytes_per_s=1e9)
     assert float(ring.layer_seconds[0]) == pytest.approx(
         model.attention_flops_per_token_squared * (3000**2 + 1000**2) / rate)
+    assert np.array_equal(work.attention_seconds(model.attention_flops_per_token_squared, rate), ring.compute_seconds)
+
+
+def test_a_row_without_documents_has_no_work():
+    work = context_parallel_work([], 16, 2, "per-document")
+    assert np.all(work.pairs == 0) and work.kv_tokens.tolist() == [[8.0, 8.0]]
+    assert float(work.imbalance[0]) == 1.0
 
 
 def test_ring_hides_the_exchange_behind_compute_where_it_covers_it():

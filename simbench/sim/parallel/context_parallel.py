@@ -83,6 +83,13 @@ class ContextParallelWork:
         """(rows, cp): each rank's work in squared tokens (2 x pairs - tokens)."""
         return 2.0 * self.rank_pairs - self.query_tokens
 
+    def attention_seconds(self, attention_flops_per_token_squared: float, attention_flops_per_s: float
+                          ) -> np.ndarray:
+        """(rows, cp): each rank's attention seconds at the cost model's FLOPs per squared token and rate."""
+        flops = check_non_negative_float(attention_flops_per_token_squared, "attention_flops_per_token_squared")
+        rate = check_positive_float(attention_flops_per_s, "attention_flops_per_s")
+        return self.rank_squared_tokens * (flops / rate)
+
     @property
     def imbalance(self) -> np.ndarray:
         """(rows,): slowest rank's work over the mean rank's (1 = balanced; 1 for rows without work)."""
