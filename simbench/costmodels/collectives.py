@@ -1,5 +1,5 @@
-"""Seconds of the collectives data and model parallelism run (all-reduce, all-gather, reduce-scatter) as NCCL
-runs them: ring or double binary tree, whichever its tuner predicts faster, over NVLink inside a node and the network across.
+"""All-reduce, all-gather and reduce-scatter seconds as NCCL runs them: ring or double binary tree, whichever its
+tuner predicts faster, over NVLink inside a node and one NIC rail per GPU across nodes.
 
     >>> from simbench.costmodels.collectives import Link, allreduce
     >>> time = allreduce(2**20, 8, 672e6, Link(5e-6, 360e9), Link(10e-6, 45e9))
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Real
 
 from simbench.errors import InputError
 from simbench.validation import check_whole_number
@@ -36,10 +37,10 @@ class Link:
     bytes_per_s: float
 
     def __post_init__(self):
-        if not (isinstance(self.latency_seconds, int | float) and 0 <= self.latency_seconds < math.inf):
+        if not (isinstance(self.latency_seconds, Real) and 0 <= self.latency_seconds < math.inf):
             raise InputError(f"link `latency_seconds` must be a finite number >= 0, found {self.latency_seconds!r}",
                              parameter="latency_seconds")
-        if not (isinstance(self.bytes_per_s, int | float) and self.bytes_per_s > 0):
+        if not (isinstance(self.bytes_per_s, Real) and self.bytes_per_s > 0):
             raise InputError(f"link `bytes_per_s` must be a number > 0 (inf: no limit), found {self.bytes_per_s!r}",
                              parameter="bytes_per_s")
 
@@ -120,7 +121,7 @@ def _bus(bus_bytes: float, seconds: float) -> float:
 
 def _check(ranks, payload_bytes) -> int:
     ranks = check_whole_number(ranks, "ranks", minimum=1)
-    if isinstance(payload_bytes, bool) or not isinstance(payload_bytes, int | float) or not (
+    if isinstance(payload_bytes, bool) or not isinstance(payload_bytes, Real) or not (
             0 <= payload_bytes < math.inf):
         raise InputError(f"`payload_bytes` must be a finite number >= 0, found {payload_bytes!r}",
                          parameter="payload_bytes")

@@ -37,6 +37,7 @@ _PHYSICAL_RANGES = (  # (name ends with or holds, highest value, what it counts)
     ("samples", 2.0**30, "samples"),
     ("per_node", 2.0**20, "devices"),
     ("boundaries", 2.0**40, "tokens"),
+    ("capacity_bytes", 2.0**50, "bytes (a pebibyte of memory on one device)"),
 )
 # Rates and factors that a step's work is divided by: a tiny positive one makes every step last forever.
 _LOWEST_DIVISORS = (("bytes_per_s", 1.0, "bytes/s"), ("attention_fraction", 1e-3, "(a factor)"),

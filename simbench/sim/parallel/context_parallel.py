@@ -45,6 +45,28 @@ class ContextParallelWork:
     query_tokens: np.ndarray   # (rows, cp): document tokens each rank holds (the ones that attend)
     kv_tokens: np.ndarray      # (rows, cp): positions each rank holds, padding included (its KV shard)
 
+    def grouped(self, group_of_row, groups: int | None = None) -> ContextParallelWork:
+        """The rows summed by group (e.g. the rows of one microbatch, which one ring pass computes
+        together): group g holds every row r with group_of_row[r] == g; `groups` defaults to the
+        largest group + 1."""
+        group_of_row = np.asarray(group_of_row)
+        rows = self.pairs.shape[0]
+        if group_of_row.shape != (rows,) or (rows and (not np.issubdtype(group_of_row.dtype, np.integer)
+                                                       or group_of_row.min() < 0)):
+            raise InputError(f"group_of_row must give a whole-number group >= 0 for each of the {rows} rows",
+                             parameter="group_of_row")
+        count = int(group_of_row.max()) + 1 if rows else 0
+        groups = count if groups is None else check_whole_number(groups, "groups", minimum=count)
+
+        def summed(values):
+            flat = values.reshape(rows, -1)
+            out = np.zeros((groups, flat.shape[1]))
+            np.add.at(out, group_of_row, flat)
+            return out.reshape(groups, *values.shape[1:])
+
+        return ContextParallelWork(pairs=summed(self.pairs), query_tokens=summed(self.query_tokens),
+                                   kv_tokens=summed(self.kv_tokens))
+
     @property
     def squared_tokens(self) -> np.ndarray:
         """(rows, cp, cp) work in squared tokens: 2 pairs, less each query's pair with itself."""
@@ -60,6 +82,13 @@ class ContextParallelWork:
     def rank_squared_tokens(self) -> np.ndarray:
         """(rows, cp): each rank's work in squared tokens (2 x pairs - tokens)."""
         return 2.0 * self.rank_pairs - self.query_tokens
+
+    def attention_seconds(self, attention_flops_per_token_squared: float, attention_flops_per_s: float
+                          ) -> np.ndarray:
+        """(rows, cp): each rank's attention seconds at the cost model's FLOPs per squared token and rate."""
+        flops = check_non_negative_float(attention_flops_per_token_squared, "attention_flops_per_token_squared")
+        rate = check_positive_float(attention_flops_per_s, "attention_flops_per_s")
+        return self.rank_squared_tokens * (flops / rate)
 
     @property
     def imbalance(self) -> np.ndarray:
@@ -217,7 +246,8 @@ def _segments(lengths, row_of_document, rows, row_tokens, cp, sharding, mask) ->
         chunks = cp if sharding == "contiguous" else pieces
         bounds = np.arange(1, chunks) * (row_tokens // chunks)
         cuts.append((row_codes[:, None] + bounds[None, :]).ravel())
-    points = np.unique(np.concatenate([np.ravel(c) for c in cuts]))
+    points = np.sort(np.concatenate([np.ravel(c) for c in cuts]))
+    points = points[np.concatenate([[True], points[1:] != points[:-1]])]  # np.unique hashes: 20x slower
     row_of_point = points // span
     keep = row_of_point[:-1] == row_of_point[1:]  # consecutive points of one row bound a segment
     start_code = points[:-1][keep]
@@ -236,8 +266,9 @@ def _segments(lengths, row_of_document, rows, row_tokens, cp, sharding, mask) ->
     else:
         # Piece k of a span of n tokens is [floor(k n / 2cp), floor((k + 1) n / 2cp)): the position at
         # offset o lies in piece floor(((o + 1) 2cp - 1) / n).
-        span_start = np.where(in_documents, doc_start[np.maximum(doc, 0)], used[seg_row])
-        span_size = np.where(in_documents, lengths[np.maximum(doc, 0)], row_tokens - used[seg_row])
+        # A sentinel document last, for segments before any (index -1): rows without documents.
+        span_start = np.where(in_documents, np.append(doc_start, 0)[doc], used[seg_row])
+        span_size = np.where(in_documents, np.append(lengths, 1)[doc], row_tokens - used[seg_row])
         offset = seg_start - span_start
         piece = ((offset + 1) * pieces - 1) // np.maximum(span_size, 1)
         owner = np.minimum(piece, pieces - 1 - piece)
@@ -253,18 +284,20 @@ def _work(segments: _Segments, rows: int, cp: int) -> ContextParallelWork:
     row, length, owner, group = (values[real] for values in
                                  (segments.row, segments.length, segments.owner, segments.group))
     # Keys each rank holds in the same group before a segment: an exclusive running sum per rank,
-    # less its value where the group starts (a group's segments are consecutive).
-    held = np.zeros((length.size, cp))
-    held[np.arange(length.size), owner] = length
-    before = np.cumsum(held, axis=0) - held
-    group_start = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]])) if length.size else np.array([], int)
+    # less its value where the group starts (a group's segments are consecutive). One rank at a time:
+    # a (segments x cp) table of a batch of 128k rows runs to gigabytes.
+    first = np.concatenate([[True], group[1:] != group[:-1]]) if length.size else np.zeros(0, dtype=bool)
+    group_start = np.flatnonzero(first)
     starts_of = np.repeat(group_start, np.diff(np.concatenate([group_start, [length.size]])))
-    before -= before[starts_of]
-    # A segment's queries see every earlier key of their group (|Q| x held) and, within the
-    # segment, the causal triangle with its diagonal: |Q| (|Q| + 1) / 2.
-    pairs_by_key = length[:, None] * before
-    index = ((row * cp + owner) * cp)[:, None] + np.arange(cp)[None, :]
-    pairs = np.bincount(index.ravel(), weights=pairs_by_key.ravel(), minlength=rows * cp * cp)
+    query_index = (row * cp + owner) * cp
+    pairs = np.zeros(rows * cp * cp)
+    for key_rank in range(cp):
+        held = np.where(owner == key_rank, length, 0)
+        before = np.cumsum(held) - held
+        before -= before[starts_of]
+        # A segment's queries see every earlier key of their group (|Q| x held before it) and, within
+        # the segment, the causal triangle with its diagonal (added below).
+        pairs += np.bincount(query_index + key_rank, weights=length * before, minlength=rows * cp * cp)
     diagonal = np.bincount((row * cp + owner) * cp + owner, weights=length * (length + 1) / 2,
                            minlength=rows * cp * cp)
     pairs = (pairs + diagonal).reshape(rows, cp, cp)

@@ -2,7 +2,7 @@
 GPipe, 1F1B and interleaved 1F1B, on SimPy and on an exact recurrence vectorized over replicas.
 
     >>> from simbench.sim.parallel.pipeline import pipeline_step
-    >>> step = pipeline_step(np.full((8, 4), 1.0), np.full((8, 4), 2.0), schedule="1f1b")
+    >>> step = pipeline_step([[1.0] * 4] * 8, [[2.0] * 4] * 8, schedule="1f1b")   # 8 microbatches, 4 stages
     >>> float(step.step_seconds), round(float(step.bubble_fraction), 4)   # (m + p - 1)(f + b); (p-1)/(m+p-1)
     (33.0, 0.2727)
 
@@ -16,7 +16,13 @@ sequences, so a microbatch holding one long document is slower on every stage an
 
 Arrays are (..., microbatches, chunks): chunks = stages x virtual_stages, chunk c running on stage
 c mod stages (Megatron's interleaving: stage s holds chunks s, s + p, s + 2p, ...). Leading axes are
-independent replicas; the recurrence handles them in one pass.
+independent replicas; the recurrence prices them together, wave by wave of independent operations.
+
+The VTS pipeline (`simbench.sim.vts`) streams samples forward through stages that block when the
+FIFO behind them is full. Here sends are asynchronous, so GPipe's forward phase is that pipeline with
+FIFOs as long as the batch, and the two agree exactly there (tested, equal or unequal samples). VTS's
+short FIFOs have no counterpart: what bounds a pipeline-parallel stage's in-flight microbatches is
+1F1B's schedule (a stage starts a forward only after the backward ahead of it in its order).
 
 One slow microbatch, closed form (tested). With equal microbatches (f forward, b backward per stage,
 no send time) GPipe and 1F1B both take (m + p - 1)(f + b). The step is the longest path through the
@@ -25,7 +31,8 @@ p times going forward and p times going backward (its chunks form one chain thro
 making k slower by df forward and db backward on every stage adds at most p (df + db). For GPipe every
 k has a path of base length (m + p - 1)(f + b) through all 2p of its operations; for 1F1B the last
 microbatch does (stage 0 starts its forward at (m - 1)(f + b), the last stage runs its forward and
-backward back to back, stage 0 ends with its backward). So the step becomes exactly
+backward back to back, stage 0 ends with its backward) when m > p, and so does the first; other 1F1B
+microbatches stay within the bound, some below it. In those cases the step becomes exactly
 (m + p - 1)(f + b) + p (df + db). Against m equal microbatches of the same mean (each df / m, db / m
 slower: (m + p - 1)(f + b + (df + db) / m)) the stall is (df + db)(p - 1)(m - 1) / m.
 """
@@ -53,7 +60,11 @@ class PipelineStep:
     stage_busy_seconds: np.ndarray    # (..., stages): seconds each stage computes
     bubble_fraction: np.ndarray       # idle share of stages x step_seconds
     equal_step_seconds: np.ndarray    # the same schedule with every microbatch at the replica's mean
-    stall_seconds: np.ndarray         # step_seconds - equal_step_seconds: what unequal microbatches cost
+    # step_seconds - equal_step_seconds: what unequal microbatches cost. Negative where their order
+    # helps: 1F1B fills with its first microbatches and drains with its last, so short ones there can
+    # beat equal ones (4 microbatches of 0.45, 0.90, 0.82, 0.65 s per stage, backward twice that, on 3
+    # stages: 12.01 s against 12.69 s at the mean). GPipe with stage-independent times never gains.
+    stall_seconds: np.ndarray
 
     @property
     def idle_seconds(self) -> np.ndarray:
@@ -89,13 +100,16 @@ def pipeline_schedule(schedule: str, microbatches: int, stages: int, virtual_sta
 
 
 def pipeline_step(forward_seconds, backward_seconds, *, schedule: str = "1f1b", virtual_stages: int = 1,
-                  p2p_seconds=0.0, engine: str = "recurrence") -> PipelineStep:
+                  p2p_seconds=0.0, engine: str = "recurrence", equal_reference: bool = True) -> PipelineStep:
     """A step of `schedule` over per-(microbatch, chunk) forward and backward seconds.
 
-    `forward_seconds`, `backward_seconds`: (..., microbatches, stages x virtual_stages), >= 0.
+    `forward_seconds`, `backward_seconds`: (..., microbatches, stages x virtual_stages), >= 0; the
+    leading axes are independent pipelines (replicas, steps), priced together.
     `p2p_seconds`: the send between chunk c and c + 1 of a microbatch (activations forward, their
     gradients backward), broadcastable to (..., microbatches, chunks - 1); a scalar for every hop.
     `engine`: "recurrence" (vectorized, exact) or "simpy" (one process per stage; small inputs).
+    `equal_reference`: also price the microbatches at their mean for the stall (half the time);
+    False leaves equal_step_seconds and stall_seconds NaN.
     """
     forward, backward, p2p, schedule, p, v = _check_inputs(forward_seconds, backward_seconds, schedule,
                                                            virtual_stages, p2p_seconds)
@@ -103,14 +117,18 @@ def pipeline_step(forward_seconds, backward_seconds, *, schedule: str = "1f1b", 
     run = _recurrence_step_seconds if engine == "recurrence" else _simpy_step_seconds
     step = run(forward, backward, p2p, schedule, p, v)
     # The reference the stall is measured against: each chunk's (and hop's) mean over microbatches.
-    equal = run(*(np.broadcast_to(values.mean(axis=-2, keepdims=True), values.shape)
-                  for values in (forward, backward, p2p)), schedule, p, v)
+    if equal_reference:
+        equal = run(*(np.broadcast_to(values.mean(axis=-2, keepdims=True), values.shape)
+                      for values in (forward, backward, p2p)), schedule, p, v)
+    else:
+        equal = np.full_like(step, np.nan)
     busy = (forward + backward).sum(axis=-2)
     busy = busy.reshape(*busy.shape[:-1], v, p).sum(axis=-2)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        bubble = np.where(step > 0, 1.0 - busy.sum(axis=-1) / (p * np.where(step > 0, step, 1.0)), 0.0)
+    safe_step = np.where(step > 0, step, 1.0)
+    # Clipped at 0: a pipeline of one stage is never idle, but its sums round either way.
+    bubble = np.where(step > 0, np.maximum(1.0 - busy.sum(axis=-1) / (p * safe_step), 0.0), 0.0)
     return PipelineStep(step_seconds=step, stage_busy_seconds=busy, bubble_fraction=bubble,
-                        equal_step_seconds=equal, stall_seconds=step - equal)
+                        equal_step_seconds=equal, stall_seconds=np.asarray(step - equal))
 
 
 def operation_end_seconds(forward_seconds, backward_seconds, *, schedule: str = "1f1b", virtual_stages: int = 1,
@@ -218,8 +236,7 @@ def _interleaved_order(s: int, m: int, p: int, v: int) -> list[tuple[int, int, i
 @lru_cache(maxsize=64)
 def _plan(schedule: str, m: int, p: int, v: int):
     """The operations grouped into waves: every operation's predecessors sit in earlier waves, so one
-    wave is priced at once for all its operations and replicas. Per wave: flat operation, predecessor
-    on its stage, input dependency and send hop indices (sentinels: an always-zero row)."""
+    wave is priced at once for all its operations and replicas."""
     chunks = p * v
     count = 2 * m * chunks
     none_op, none_hop = count, m * (chunks - 1)
@@ -264,12 +281,24 @@ def _plan(schedule: str, m: int, p: int, v: int):
         if not progressed:  # a schedule whose stages wait on each other: a bug, not an input
             raise RuntimeError(f"pipeline schedule {schedule} deadlocks (m={m}, p={p}, v={v})")
     depth = depth[:count]
+    # Operations are stored in wave order, so that a wave reads its durations and writes its end
+    # times as one contiguous block; only the inputs (predecessor, dependency) are gathered.
     order = np.argsort(depth, kind="stable")
-    bounds = np.flatnonzero(np.diff(depth[order])) + 1
-    waves = []
-    for wave in np.split(order, bounds):
-        waves.append((wave, prev[wave], dep[wave], hop[wave]))
-    return waves
+    position = np.empty(count + 1, dtype=np.int64)
+    position[order] = np.arange(count)
+    position[none_op] = count
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(depth[order])) + 1, [count]])
+    prev_position, dep_position = position[prev[order]], position[dep[order]]
+    waves = tuple((int(a), int(b), prev_position[a:b], dep_position[a:b]) for a, b in zip(bounds, bounds[1:]))
+    return _Plan(order=order, position=position[:count], hop=hop[order], waves=waves)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    order: np.ndarray      # operation (flat index) at each position
+    position: np.ndarray   # position of each operation
+    hop: np.ndarray        # send hop feeding each position (m (chunks - 1): none)
+    waves: tuple           # (first position, end position, predecessor positions, dependency positions)
 
 
 # --------------------------------------------------------------------------------------------- engines
@@ -280,48 +309,56 @@ _BLOCK_VALUES = 1 << 21
 
 
 def _recurrence_blocks(forward, backward, p2p, schedule, p, v):
-    """Each block of replicas' operation end seconds, (operations + 1, replicas in block), in order."""
+    """Each block of replicas' operation end seconds, (positions + 1, replicas in block), in wave order."""
     m, chunks = forward.shape[-2:]
-    forward = forward.reshape(-1, m * chunks)
-    backward = backward.reshape(-1, m * chunks)
-    p2p = p2p.reshape(-1, m * (chunks - 1))
+    # Views where the input allows: a broadcast input (the equal-microbatch reference) is copied a block
+    # at a time, never whole.
+    forward = forward.reshape(-1, m, chunks)
+    backward = backward.reshape(-1, m, chunks)
     replicas = forward.shape[0]
+    sends = bool(np.any(p2p))  # without send times the waves skip gathering them
+    if sends:
+        p2p = p2p.reshape(replicas, m, chunks - 1)
     plan = _plan(schedule, m, p, v)
-    block = max(1, _BLOCK_VALUES // (2 * m * chunks + 1))
-    sends = bool(np.any(p2p))
+    count = 2 * m * chunks
+    block = max(1, _BLOCK_VALUES // (count + 1))
     for first in range(0, replicas, block):
         rows = slice(first, first + block)
-        # Operation-major rows, replicas along the row: a wave gathers and scatters contiguous rows.
-        durations = np.concatenate([forward[rows], backward[rows]], axis=1).T.copy()
-        width = durations.shape[1]
-        hops = np.concatenate([p2p[rows].T, np.zeros((1, width))]) if sends else None
-        end = np.zeros((2 * m * chunks + 1, width))
-        for ops, prev, dep, hop in plan:
-            start = end[dep]
+        width = forward[rows].shape[0]
+        # Operation-major rows, replicas along the row, in wave order.
+        values = np.concatenate([forward[rows].reshape(width, -1), backward[rows].reshape(width, -1)], axis=1)
+        durations = values.T[plan.order]
+        if sends:
+            hops = np.concatenate([p2p[rows].reshape(width, -1).T, np.zeros((1, width))])[plan.hop]
+        end = np.zeros((count + 1, width))  # the last row: a zero for operations without an input
+        for a, b, prev, dep in plan.waves:
+            out = end[a:b]
             if sends:
-                start += hops[hop]
-            np.maximum(start, end[prev], out=start)
-            start += durations[ops]
-            end[ops] = start
-        yield end
+                np.add(end[dep], hops[a:b], out=out)
+                np.maximum(out, end[prev], out=out)
+            else:
+                np.maximum(end[dep], end[prev], out=out)
+            out += durations[a:b]
+        yield end, plan
 
 
 def _recurrence_end_seconds(forward, backward, p2p, schedule, p, v) -> np.ndarray:
     *batch_shape, m, chunks = forward.shape
-    blocks = [end[:-1].T for end in _recurrence_blocks(forward, backward, p2p, schedule, p, v)]
+    blocks = [end[plan.position].T for end, plan in _recurrence_blocks(forward, backward, p2p, schedule, p, v)]
     return np.concatenate(blocks).reshape(*batch_shape, 2, m, chunks)
 
 
 def _recurrence_step_seconds(forward, backward, p2p, schedule, p, v) -> np.ndarray:
     batch_shape = forward.shape[:-2]
-    steps = [end.max(axis=0) for end in _recurrence_blocks(forward, backward, p2p, schedule, p, v)]
+    steps = [end.max(axis=0) for end, _ in _recurrence_blocks(forward, backward, p2p, schedule, p, v)]
     return np.concatenate(steps).reshape(batch_shape)
 
 
 def _simpy_step_seconds(forward, backward, p2p, schedule, p, v) -> np.ndarray:
     batch_shape = forward.shape[:-2]
     m, chunks = forward.shape[-2:]
-    flat = [values.reshape(-1, *values.shape[-2:]) for values in (forward, backward, p2p)]
+    replicas = int(np.prod(batch_shape, dtype=np.int64))
+    flat = [values.reshape(replicas, *values.shape[-2:]) for values in (forward, backward, p2p)]
     steps = [simpy_end_seconds(f, b, h, schedule, p, v).max() for f, b, h in zip(*flat)]
     return np.array(steps, dtype=np.float64).reshape(batch_shape)
 
