@@ -129,8 +129,9 @@ class ReplicaCostModel:
         ranks = devices * layout.cp
         payload = model.parameters * hardware.gradient_bytes_per_parameter / (layout.tp * layout.pp)
         per_node = hardware.devices_per_node
-        # Tensor-parallel GPUs fill a node first, then context-parallel ranks: how many of one shard's ranks share a node.
-        ranks_per_node = None if per_node is None else max(1, min(layout.cp, per_node // layout.tp))
+        # Megatron's rank order fills a node with tensor-parallel GPUs first, then context-parallel ranks and
+        # replicas: the rest of a node's GPUs hold the same shard.
+        ranks_per_node = None if per_node is None else max(1, per_node // layout.tp)
         intra = Link(hardware.intra_node_latency_seconds, hardware.intra_node_bytes_per_s)
         inter = Link(hardware.allreduce_latency_seconds, hardware.allreduce_bytes_per_s)
         if layout.zero_stage == 0:

@@ -1,0 +1,159 @@
+"""4D layouts: the scenario's `parallel` keys and their refusals, a replica's step priced from its microbatches
+(reducing to today's data-parallel step with one GPU, the analytic bubble with equal microbatches), the
+workload-balanced packer, and the bundled 128k scenario end to end."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simbench.costmodels import TransformerCostModel, load_hardware
+from simbench.costmodels.base import BatchSet, ExecutionMode
+from simbench.errors import InputErrors
+from simbench.experiment import run_experiment
+from simbench.histogram import LengthHistogram
+from simbench.resolved import resolve
+from simbench.scenario import SyntheticHistogram, load_scenario, parse_scenarios
+from simbench.sim.layout import ParallelLayout
+from simbench.sim.parallel.pipeline import analytic_bubble_fraction
+from simbench.sim.replica import ReplicaCostModel
+from simbench.strategies import PackOptions, get_strategy
+from simbench.strategies.wlb import predicted_step_work
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+LLAMA = """\
+name: layout
+dataset: {histogram: {synthetic: lognormal, sequences: 2000, median_length: 2000, sigma: 1.0}, max_length: 8192}
+model: llama-3.1-8b
+hardware: h100-sxm
+strategies: [ffd, wlb]
+steps: 5
+"""
+
+
+def errors_of(tmp_path: Path, text: str) -> list[str]:
+    with pytest.raises(InputErrors) as raised:
+        parse_scenarios(text, source="s.yaml", base_dir=tmp_path)
+    return [str(error) for error in raised.value.errors]
+
+
+def test_a_layout_that_cannot_split_the_model_names_each_key_and_the_numbers(tmp_path):
+    found = errors_of(tmp_path, LLAMA + "parallel:\n  tp: 3\n  pp: 5\n  cp: 7\ndevices: [100]\n")
+    assert any("s.yaml:11: devices: 100 is not a multiple of tp x pp x cp = 3 x 5 x 7 = 105" in e for e in found)
+    assert any("s.yaml:9: parallel.pp: the model's 32 layers do not divide into pp x virtual_stages = 5 x 1" in e
+               for e in found)
+    assert any("s.yaml:8: parallel.tp: the model's 32 attention heads do not divide over tp = 3" in e for e in found)
+    assert any("parallel.cp: zigzag sharding cuts a row of max_length 8,192 tokens into 2 x cp = 14" in e
+               for e in found)
+
+
+def test_dp_must_agree_with_the_devices_and_gpus_per_replica_with_the_layout(tmp_path):
+    found = errors_of(tmp_path, LLAMA + "gpus_per_replica: 8\nparallel: {tp: 8, pp: 2, dp: 4}\ndevices: [32]\n")
+    assert any("gpus_per_replica: 8 contradicts `parallel`, whose tp x pp x cp = 16 GPUs" in e for e in found)
+    assert any("devices: 32 makes 2 replicas of 16 GPUs, but parallel.dp is 4" in e for e in found)
+
+
+def test_dp_alone_sets_the_devices_and_a_vts_plan_is_refused(tmp_path):
+    (scenario,) = parse_scenarios(LLAMA + "parallel: {tp: 8, pp: 4, dp: 2}\n", source="s.yaml", base_dir=tmp_path)
+    assert scenario.devices == (64,) and scenario.replica_devices == (2,)
+    found = errors_of(tmp_path, LLAMA.replace("[ffd, wlb]", "[ffd, vts]") + "parallel: {tp: 8, dp: 2}\n")
+    assert any("strategies.1: vts runs its own pipeline and cannot run inside a 4D layout" in e for e in found)
+
+
+def test_a_layout_over_the_hbm_is_refused_before_simulating_with_its_numbers(tmp_path):
+    text = LLAMA.replace("llama-3.1-8b", "llama-3.1-70b").replace("max_length: 8192", "max_length: 131072")
+    found = errors_of(tmp_path, text + "parallel: {tp: 8, zero_stage: 0, dp: 1}\n")
+    (memory,) = [e for e in found if "HBM" in e]
+    assert "parallel: the layout needs" in memory and "GiB of HBM" in memory and "optimizer state" in memory
+
+
+def test_without_parallel_nothing_changes():
+    run = resolve(load_scenario(SCENARIOS / "llama70b-pretrain-32k.yaml"))
+    assert run.layout is None and isinstance(run.cost_model, TransformerCostModel)
+    assert run.devices == (1, 2, 4, 8, 16, 32, 64, 128) and run.gpus_per_replica == 8
+
+
+def test_one_gpu_per_replica_reduces_to_the_data_parallel_step(tmp_path):
+    base = "name: dp\ndataset: {histogram: squad_1_1_384}\nstrategies: [spfhp, packed-varlen, token-budget]\n" \
+           "devices: [1, 4]\nsteps: 20\nbatch_size: 8\n"
+    plain = resolve(parse_scenarios(base, source="a.yaml", base_dir=tmp_path)[0]).simulate().summary
+    laid_out = resolve(parse_scenarios(base + "parallel: {zero_stage: 0}\n", source="b.yaml",
+                                       base_dir=tmp_path)[0]).simulate().summary
+    np.testing.assert_allclose(laid_out.step_seconds_mean, plain.step_seconds_mean, rtol=1e-9)
+    np.testing.assert_allclose(laid_out.speedup, plain.speedup, rtol=1e-9)
+
+
+@pytest.mark.parametrize("stages, microbatches", [(4, 8), (8, 8), (16, 64), (64, 256)])
+def test_equal_microbatches_give_the_analytic_bubble(stages, microbatches):
+    # A free network and one layer a stage: every microbatch the same padded row, nothing between stages.
+    free_network = load_hardware("a100", {"allreduce_latency_seconds": 0.0, "allreduce_bytes_per_s": float("inf")})
+    gpu = TransformerCostModel({"layers": stages, "hidden": 1024, "heads": 16, "ffn": 4096}, free_network)
+    replica = ReplicaCostModel(gpu, ParallelLayout(pp=stages, microbatches=microbatches))
+    rows = np.arange(microbatches)
+    batch = BatchSet(np.full(microbatches, 300), rows, np.full(microbatches, 512), np.zeros_like(rows), 1)
+    step = replica.replica_steps(batch, ExecutionMode.PADDED)
+    pipeline_seconds = step.step_seconds[0] - gpu.fixed_step_seconds_of(layers=1, parameters=gpu.model.parameters
+                                                                        / stages)
+    simulated = step.bubble_seconds[0] / pipeline_seconds
+    assert simulated == pytest.approx(analytic_bubble_fraction(microbatches, stages), rel=0.01)
+    assert abs(step.stall_seconds[0]) < 1e-9 * pipeline_seconds
+
+
+def test_a_replicas_causes_add_up_to_its_step_and_zigzag_balances_whole_rows():
+    gpu = TransformerCostModel("llama-3.1-8b", "h100-sxm")
+    rng = np.random.default_rng(1)
+    lengths, row = [], []
+    for index in range(16):  # packs of 8,192 slots, the last few with padding
+        room = 8192 - 500 * (index % 3)
+        while room > 0:
+            length = min(room, int(rng.integers(100, 4000)))
+            lengths.append(length)
+            row.append(index)
+            room -= length
+    batch = BatchSet(np.array(lengths), np.array(row), np.full(16, 8192), np.repeat(np.arange(2), 8), 2)
+    for sharding in ("contiguous", "zigzag", "per-document"):
+        layout = ParallelLayout(tp=2, pp=4, cp=4, microbatches=4, cp_sharding=sharding)
+        for mode in (ExecutionMode.PADDED, ExecutionMode.PACKED_VARLEN):
+            step = ReplicaCostModel(gpu, layout).replica_steps(batch, mode)
+            causes = sum(values for name, values in step.fields.items() if name != "step_seconds")
+            np.testing.assert_allclose(causes, step.step_seconds, rtol=1e-12)
+            if mode is ExecutionMode.PADDED:
+                assert (step.cp_imbalance_seconds > 0).all() == (sharding == "contiguous")
+
+
+def test_wlb_never_predicts_more_work_than_token_balanced_packing():
+    for max_length, median, sigma in [(512, 150, 0.8), (4096, 400, 1.2), (32768, 16000, 0.5), (131072, 2000, 1.5)]:
+        histogram = SyntheticHistogram(synthetic="lognormal", sequences=5000, median_length=median,
+                                       sigma=sigma).build(max_length)
+        options = PackOptions(attention_parity_tokens=max_length / 2)
+        balanced = get_strategy("wlb")(histogram, max_length, None, options)
+        by_tokens = get_strategy("ffd")(histogram, max_length, None, options)
+        assert predicted_step_work(balanced, max_length / 2) <= predicted_step_work(by_tokens, max_length / 2)
+        assert balanced.sequences == histogram.sequences
+
+
+def test_wlb_keeps_short_sequences_off_the_heavy_packs():
+    histogram = LengthHistogram.from_counts([8] + [0] * 4 + [2] + [0] * 2)  # two 6-token sequences, eight of 1
+    options = PackOptions(attention_parity_tokens=4)  # a 6-token sequence: 6 + 36 / 4 = 15, a 1-token one 1.25
+    balanced = get_strategy("wlb")(histogram, 8, None, options)
+    assert [[int(length) for length in row if length] for row in balanced.rows] == [[1] * 8, [6]]
+    assert balanced.repeats.tolist() == [1, 2]  # work 10, 15, 15; first-fit decreasing: 17.5, 17.5, 5
+    by_tokens = get_strategy("ffd")(histogram, 8, None, options)
+    assert predicted_step_work(balanced, 4) < predicted_step_work(by_tokens, 4)
+
+
+def test_the_128k_scenario_runs_end_to_end_and_reports_its_layout():
+    scenario = load_scenario(SCENARIOS / "llama70b-pretrain-128k.yaml").quickened()
+    assert scenario.layout.gpus_per_replica == 2048 and max(scenario.devices) == 16384
+    tables = run_experiment(scenario, assumptions=False)
+    assert set(tables.scaling["devices"]) == set(scenario.replica_devices)
+    parallel = tables.parallel
+    assert set(parallel["cp_sharding"]) == {"contiguous", "zigzag", "per-document"}
+    assert (parallel["peak_memory_gib"] < parallel["hbm_capacity_gib"]).all()
+    padded = parallel[parallel["strategy"] == "none"].set_index("cp_sharding")
+    assert padded.loc["contiguous", "cp_imbalance_seconds"] > 0 == padded.loc["zigzag", "cp_imbalance_seconds"]
+    from simbench.report.summary import summary_markdown
+
+    text = summary_markdown(scenario, scenario.dataset.load(), tables)
+    assert "**4D answer:** on 16,384 GPUs (8 replicas of TP 8 x PP 16 x CP 16" in text
+    assert "### Workload-balanced packing against token-balanced packing" in text
