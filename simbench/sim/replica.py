@@ -143,18 +143,15 @@ class ReplicaCostModel:
     # ------------------------------------------------------------------------------------------ pricing
 
     @cached_property
-    def _links(self) -> tuple[Link, Link]:
-        """The links tensor-parallel and context-parallel groups talk over: NVLink while the group fits a node."""
+    def _links(self) -> tuple[tuple[Link, int | None], Link]:
+        """The tensor-parallel group's link and how many of its GPUs share a node (None: each alone), and the
+        context-parallel ring's link: NVLink while the group fits in a node, the network past it."""
         hardware, layout = self.gpu_model.hardware, self.layout
         intra = Link(hardware.intra_node_latency_seconds, hardware.intra_node_bytes_per_s)
         inter = Link(hardware.allreduce_latency_seconds, hardware.allreduce_bytes_per_s)
         per_node = hardware.devices_per_node or 1
-        return (intra if layout.tp <= per_node else inter), (intra if layout.tp * layout.cp <= per_node else inter)
-
-    @property
-    def _links_intra(self) -> Link:
-        hardware = self.gpu_model.hardware
-        return Link(hardware.intra_node_latency_seconds, hardware.intra_node_bytes_per_s)
+        tensor = (intra, layout.tp) if layout.tp <= per_node else (inter, None)
+        return tensor, (intra if layout.tp * layout.cp <= per_node else inter)
 
     def _block(self, batches: BatchSet, mode: ExecutionMode) -> ReplicaSteps:
         layout, gpu = self.layout, self.gpu_model
@@ -291,8 +288,7 @@ class ReplicaCostModel:
         if layout.tp == 1:
             return np.zeros_like(slot_tokens)
         # Inside a node a ring beats a tree at every size (NCCL's tuner): linear in the payload.
-        link = self._links[0]
-        ranks_per_node = layout.tp if link is self._links_intra else None
+        link, ranks_per_node = self._links[0]
         latency = allreduce(layout.tp, ranks_per_node, 0.0, link, link).seconds
         per_token = allreduce(layout.tp, ranks_per_node, 1e9, link, link).seconds - latency
         payload_tokens = slot_tokens / layout.cp * model.hidden * ACTIVATION_BYTES / 1e9
