@@ -197,14 +197,12 @@ class ReplicaCostModel:
         else:
             # Replica steps of the same microbatch times (every padded step, say) are scheduled once.
             times = np.stack([forward, backward, self._p2p_seconds(slot_tokens)]).reshape(3, batches.batches, m)
-            distinct, inverse = np.unique(times.transpose(1, 0, 2).reshape(batches.batches, 3 * m), axis=0,
-                                          return_inverse=True)
+            distinct, inverse = _distinct_rows(times.transpose(1, 0, 2).reshape(batches.batches, 3 * m))
             forward, backward, p2p = distinct.reshape(-1, 3, m, 1).transpose(1, 0, 2, 3)
             shape = (distinct.shape[0], m, chunks)
             step = pipeline_step(np.broadcast_to(forward, shape), np.broadcast_to(backward, shape),
                                  schedule="1f1b" if layout.virtual_stages == 1 else "interleaved-1f1b",
                                  virtual_stages=layout.virtual_stages, p2p_seconds=p2p)
-            inverse = inverse.ravel()
             step_seconds, equal_seconds = step.step_seconds[inverse], step.equal_step_seconds[inverse]
         fixed_here = gpu.fixed_step_seconds_of(layers=gpu.model.layers / layout.pp,
                                                parameters=gpu.model.parameters / (layout.tp * layout.pp))
@@ -303,7 +301,7 @@ class ReplicaCostModel:
         link = self._links[1]
         # Microbatches of the same pairs (padded ones all share a template) run the same ring: priced once.
         flat = _flat(work)
-        distinct, inverse = np.unique(flat, axis=0, return_inverse=True)
+        distinct, inverse = _distinct_rows(flat)
         cp = layout.cp
         work = ContextParallelWork(pairs=distinct[:, :cp * cp].reshape(-1, cp, cp), query_tokens=distinct[:, cp * cp:cp * cp + cp],
                                    kv_tokens=distinct[:, cp * cp + cp:])
@@ -313,7 +311,7 @@ class ReplicaCostModel:
             kv_bytes_per_token=kv_bytes_per_token(model.kv_heads or model.heads, model.hidden // model.heads,
                                                   tp=layout.tp),
             link_bytes_per_s=link.bytes_per_s, link_latency_seconds=link.latency_seconds)
-        exposed_forward = np.maximum(ring.layer_seconds - ring.compute_seconds.max(axis=-1), 0.0)[inverse.ravel()]
+        exposed_forward = np.maximum(ring.layer_seconds - ring.compute_seconds.max(axis=-1), 0.0)[inverse]
         return (1 + RING_BACKWARD_FACTOR) * exposed_forward * model.layers
 
     def _p2p_seconds(self, slot_tokens: np.ndarray) -> np.ndarray:
@@ -338,6 +336,14 @@ def _microbatch_of_row(batches: BatchSet, microbatches: int) -> np.ndarray:
 
 # The context-parallel work of rows already sharded, by (cp, sharding) and row key: a memo of a pure function.
 _ROW_WORK: dict[tuple[int, str], dict[bytes, np.ndarray]] = {}
+
+
+def _distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of a 2-D array and each row's index among them, found by a fixed random projection
+    (sorting one number a row, not whole rows); distinct rows project alike only by a coincidence of doubles."""
+    weights = np.random.default_rng(0).random(values.shape[1]) + 1.0
+    _, first, inverse = np.unique(values @ weights, return_index=True, return_inverse=True)
+    return values[first], inverse.ravel()
 
 
 def _flat(work: ContextParallelWork) -> np.ndarray:
