@@ -66,7 +66,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         "## Speed-up over padding by device count\n\n" + _speedup_table(tables.scaling)
         + _reference_note(tables.scaling),
         _assumptions_section(tables.assumptions),
-        _breakdown_section(tables.breakdown),
+        _breakdown_section(tables.breakdown, four_d=scenario.layout is not None),
         parallel_section(scenario.layout, tables.scaling, tables.parallel) if scenario.layout else None,
         _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling),
         provenance_note(scenario.hardware.profile, scenario.hardware.overrides,
@@ -315,7 +315,7 @@ def _assumptions_section(assumptions: pd.DataFrame) -> str:
             "\n\n" + markdown_table(text) + "\n\n" + " ".join(lines))
 
 
-def _breakdown_section(breakdown: pd.DataFrame) -> str:
+def _breakdown_section(breakdown: pd.DataFrame, four_d: bool = False) -> str:
     largest = breakdown["devices"].max()
     rows = breakdown[breakdown["devices"] == largest]
     parts = [part for part in BREAKDOWN_COLUMNS if part in rows]
@@ -326,7 +326,10 @@ def _breakdown_section(breakdown: pd.DataFrame) -> str:
     table["real tokens per device"] = rows["real_tokens_per_device_step"].map("{:,.0f}".format)
     return (f"## Where a step's time goes ({_devices(int(largest))}, ms per step)\n\n" + markdown_table(table) +
             "\n\nwaiting: devices idle until the slowest finishes; communication: all-reduce and padding "
-            "exchange; stall: VTS samples blocked by the next pipeline stage.")
+            "exchange; stall: " + ("a replica's pipeline bubble and stalls and its slowest context-parallel rank "
+                                   "beyond the mean (overhead holds its TP/CP communication and recomputation; "
+                                   "both split in the next section); a device is a replica." if four_d else
+                                   "VTS samples blocked by the next pipeline stage."))
 
 
 def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame, scaling: pd.DataFrame) -> str:
