@@ -157,3 +157,22 @@ def test_the_128k_scenario_runs_end_to_end_and_reports_its_layout():
     text = summary_markdown(scenario, scenario.dataset.load(), tables)
     assert "**4D answer:** on 16,384 GPUs (8 replicas of TP 8 x PP 16 x CP 16" in text
     assert "### Workload-balanced packing against token-balanced packing" in text
+
+
+def test_run_writes_the_4d_tables_and_plot_redraws_them(tmp_path):
+    from typer.testing import CliRunner
+
+    from simbench.cli import app
+
+    path = tmp_path / "small4d.yaml"
+    path.write_text("name: small4d\ndataset: {histogram: squad_1_1_384}\nstrategies: [spfhp, packed-varlen, wlb]\n"
+                    "parallel: {tp: 2, pp: 2, cp: 2, microbatches: 4}\ndevices: [8, 32]\nbatch_size: 2\n"
+                    "outputs: {plots: [scaling], formats: [svg]}\n")
+    out = tmp_path / "report"
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(out), "--quick", "--quiet"])
+    assert result.exit_code == 0, result.output
+    summary = (out / "summary.md").read_text()
+    assert "**4D answer:** on 32 GPUs (4 replicas of TP 2 x PP 2 x CP 2" in summary
+    assert (out / "parallel.csv").is_file()
+    redrawn = CliRunner().invoke(app, ["plot", str(out)])
+    assert redrawn.exit_code == 0, redrawn.output

@@ -204,8 +204,10 @@ class ReplicaCostModel:
                                  schedule="1f1b" if layout.virtual_stages == 1 else "interleaved-1f1b",
                                  virtual_stages=layout.virtual_stages, p2p_seconds=p2p)
             step_seconds, equal_seconds = step.step_seconds[inverse], step.equal_step_seconds[inverse]
-        fixed_here = gpu.fixed_step_seconds_of(layers=gpu.model.layers / layout.pp,
-                                               parameters=gpu.model.parameters / (layout.tp * layout.pp))
+        # From ZeRO stage 1 each context-parallel rank updates its own shard of the optimizer state (and each
+        # replica its own, which one replica's price cannot know: left at one replica's share).
+        updated = gpu.model.parameters / (layout.tp * layout.pp * (layout.cp if layout.zero_stage else 1))
+        fixed_here = gpu.fixed_step_seconds_of(layers=gpu.model.layers / layout.pp, parameters=updated)
         return ReplicaSteps(step_seconds=step_seconds + fixed_here,
                             compute_seconds=per_step(compute), padding_seconds=per_step(padding),
                             overhead_seconds=per_step(overhead) + fixed_here,
