@@ -4,7 +4,7 @@
     >>> from simbench.scenario import load_scenario
     >>> scenario = load_scenario(Path("scenarios/wiki512.yaml"))
     >>> scenario.name, [plan.label for plan in scenario.strategies][:3]
-    ('wiki512', ['none', 'sort', 'greedy'])
+    ('wiki512', ['none', 'sort', 'greedy:max'])
 """
 
 from __future__ import annotations
@@ -219,7 +219,8 @@ class StrategySpec(_Strict):
     _plan: ExecutionPlan | None = PrivateAttr(None)
     max_depth: int | Literal["max"] | None = Field(
         None, description="packers and `packed-varlen`: most sequences per pack, or `max` for no limit; default: "
-        "the plan's own (3 for `spfhp`, `lpfhp`, `nnlshp`, `optimal`; no limit otherwise)")
+        "the packer's own: 3 for `nnlshp` (its fit enumerates every pack of that depth), no limit for the others "
+        "(a limit only costs packs: simbench prices a pack by its tokens, not its number of sequences)")
     packer: str | None = Field(None, description="`packed-varlen` only: the packer whose packs it runs with "
                                "per-sequence attention; default `lpfhp`")
     stages: int | None = Field(None, ge=1, description="`vts` and `vts-bucketed`: pipeline stages; default: the "
@@ -485,6 +486,20 @@ class Scenario(_Strict):
         outputs = self.outputs.model_copy(update={"lp_bounds": self.outputs.lp_bounds and self.quick.lp_bounds})
         return self.model_copy(update={"steps": self.quick.steps, "devices": tuple(sorted(set(devices))),
                                        "outputs": outputs})
+
+    def depth_warnings(self) -> list[str]:
+        """A warning for each strategy whose depth limit leaves its rows mostly empty on this dataset
+        (`simbench.strategies.shallow_depth_warning`)."""
+        from simbench.strategies import STRATEGIES, shallow_depth_warning
+
+        histogram, warnings = self.dataset.load(), []
+        for spec in self.strategies:
+            request = spec.plan().source.packing_request(spec.plan())
+            strategy = STRATEGIES.find(request[0]) if request else None
+            if strategy is not None and strategy.uses_depth:
+                warning = shallow_depth_warning(spec.label, histogram, histogram.max_length, request[1])
+                warnings += [warning] if warning else []
+        return warnings
 
     def input_files(self) -> list[Path]:
         """The user's files this scenario reads (a histogram, a hardware profile): what no output may replace."""

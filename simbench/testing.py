@@ -119,8 +119,9 @@ def check_empty_histogram(strategy: Strategy) -> None:
 
 
 def check_full_length_sequences_alone(strategy: Strategy) -> None:
-    """Sequences of exactly max_length fill a pack each, with no padding."""
-    problem = PackingProblem(LengthHistogram.from_counts([0, 0, 0, 5]), 4, None, PackOptions())
+    """Sequences of exactly max_length fill a pack each, with no padding (a batch of one row each, so that a
+    batcher's budget of batch_size rows is filled too)."""
+    problem = PackingProblem(LengthHistogram.from_counts([0, 0, 0, 5]), 4, None, PackOptions(batch_size=1))
     packing = _pack(strategy, problem)
     _require(packing.packs_total == 5 and packing.efficiency == 1.0, strategy,
              "sequences of max_length fill one pack each", problem,

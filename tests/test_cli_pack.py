@@ -16,7 +16,7 @@ from simbench.strategies.baseline import BaselineRecord, write_baseline
 
 RUNNER = CliRunner()
 SMALL_COUNTS = {length: (length * 7) % 5 for length in range(1, 65)}
-KEYS = {"strategy", "max_depth", "sequences", "packs", "tokens", "padding_tokens", "efficiency", "packing_factor",
+KEYS = {"label", "strategy", "max_depth", "sequences", "packs", "tokens", "padding_tokens", "efficiency", "packing_factor",
         "strategies_used", "depth_used", "seconds", "lower_bound_packs", "gap_to_bound", "bound_seconds",
         "bound_depth", "proven_optimal", "proof"}
 
@@ -40,7 +40,8 @@ def test_json_lines_for_one_strategy_match_table_5():
     (line,) = result.stdout.strip().splitlines()
     metrics = json.loads(line)
     assert set(metrics) == KEYS
-    assert (metrics["strategy"], metrics["max_depth"], metrics["sequences"]) == ("spfhp", 2, 88641)
+    assert (metrics["label"], metrics["strategy"], metrics["max_depth"], metrics["sequences"]) == (
+        "spfhp:2", "spfhp", 2, 88641)
     assert (metrics["packs"], metrics["tokens"], metrics["padding_tokens"]) == (45335, 17408640, 2159161)
     assert 0 < metrics["efficiency"] < 1 and round(metrics["efficiency"], 5) == 0.87597
     assert metrics["lower_bound_packs"] <= metrics["packs"]
@@ -65,7 +66,7 @@ def test_json_lines_for_all_strategies(small_histogram):
 def test_table_reads_like_the_papers_table_1(small_histogram):
     result = RUNNER.invoke(app, ["pack", str(small_histogram), "--max-length", "80"])
     assert result.exit_code == 0, result.output
-    for text in ("depth", "algorithm", "strategies used", "padding tokens", "efficiency %", "packing factor",
+    for text in ("depth", "strategy", "strategies used", "padding tokens", "efficiency %", "packing factor",
                  "gap to LP bound", "small: 130 sequences, max length 80", *available_strategies()):
         assert text in result.stdout
 

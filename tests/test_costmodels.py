@@ -152,7 +152,11 @@ def test_modes_by_hand_on_one_pack():
     assert varlen.padding_seconds[0] == pytest.approx(linear * 5 / 1e12)
     assert varlen.overhead_seconds[0] == pytest.approx(launches)
     padded = model.step_costs(pack, ExecutionMode.PADDED)
-    assert padded.padding_seconds[0] == pytest.approx(linear * 5 / 1e12 + attention * (128**2 - 10409) / 5e11)
+    # The row's 128^2 attention pairs: 10,409 within its sequences (compute), 123^2 - 10,409 between two of them
+    # (masked out), the rest with a padding token (padding).
+    assert padded.padding_seconds[0] == pytest.approx(linear * 5 / 1e12 + attention * (128**2 - 123**2) / 5e11)
+    assert padded.masked_attention_seconds[0] == pytest.approx(attention * (123**2 - 10409) / 5e11)
+    assert varlen.masked_attention_seconds[0] == 0
     assert model.step_costs(pack, ExecutionMode.SORTED).overhead_seconds[0] == pytest.approx(launches + 0.5)
     unpadded = model.step_costs(batch_set([[[100], [20], [3]]]), ExecutionMode.UNPADDED)
     assert unpadded.compute_seconds[0] == pytest.approx(varlen.compute_seconds[0])

@@ -357,7 +357,7 @@ def test_strategies_named_on_the_command_line_replace_a_histograms_four():
     assert seed == 0 and [label for label, _ in plans] == ["unpad", "spfhp:3"]
     assert _measure_source("wikipedia_512", None)[2] is None  # padding, sort, lpfhp, unpadding
     _, seed, plans = _measure_source("wiki512", None)  # a bundled scenario: its strategies, labels and seed
-    assert [label for label, _ in plans][:3] == ["none", "sort", "greedy"]
+    assert [label for label, _ in plans][:3] == ["none", "sort", "greedy:max"]
 
 
 def test_measure_times_every_strategy_of_a_scenario_or_says_why_not_and_prints_only_json(tmp_path):
@@ -382,7 +382,7 @@ def test_measure_times_every_strategy_of_a_scenario_or_says_why_not_and_prints_o
     assert completed.returncode == 0, completed.stderr
     records = [json.loads(line) for line in completed.stdout.splitlines()]  # every line is JSON
     by_strategy = {record["strategy"]: record for record in records}
-    assert list(by_strategy) == ["none", "sort", "optimal:2", "packed-varlen", "unpad", "token-budget",
+    assert list(by_strategy) == ["none", "sort", "optimal:2", "packed-varlen:lpfhp:max", "unpad", "token-budget",
                                  "group-by-length", "unpad-exchange", "vts"]
     refused = {name for name, record in by_strategy.items() if record["problem"].startswith("not measured: ")}
     assert refused == {"unpad-exchange", "vts"}
@@ -398,7 +398,7 @@ def test_measure_times_every_strategy_of_a_scenario_or_says_why_not_and_prints_o
             record["predicted_first_sight_speedup"] / record["measured_first_sight_speedup"] - 1)
     assert by_strategy["none"]["measured_speedup"] == 1.0 == by_strategy["none"]["measured_first_sight_speedup"]
     assert by_strategy["none"]["new_shape_steps"] >= 1  # the first batch of padding's one shape
-    assert by_strategy["packed-varlen"]["mode"] == "packed_varlen" and by_strategy["unpad"]["mode"] == "unpadded"
+    assert by_strategy["packed-varlen:lpfhp:max"]["mode"] == "packed_varlen" and by_strategy["unpad"]["mode"] == "unpadded"
     assert "HiGHS" not in completed.stdout  # the solver's banner never reaches stdout
     table = pd.read_csv(output / "measured_vs_predicted.csv")
     assert list(table["strategy"]) == list(by_strategy)
@@ -438,7 +438,7 @@ def test_a_decoder_scenario_is_measured_end_to_end_every_strategy_timed_or_refus
     run, notes = decoder_run
     assert any("tiny-decoder, the CPU stand-in for the scenario's llama-3.1-8b" in note for note in notes)
     table = run.table.set_index("strategy")
-    assert list(table.index) == ["none", "sort", "greedy", "packed-varlen", "unpad", "token-budget",
+    assert list(table.index) == ["none", "sort", "greedy:max", "packed-varlen:lpfhp:max", "unpad", "token-budget",
                                  "group-by-length", "unpad-exchange", "vts"]
     assert set(run.refused) == {"unpad-exchange", "vts"} and all(run.refused.values())
     measured = table.drop(index=list(run.refused))

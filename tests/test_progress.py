@@ -68,7 +68,7 @@ def test_a_run_says_each_packing_before_it_simulates():
     lines = [text for kind, text in events if kind == "stage"]
     first_simulated = next(index for index, line in enumerate(lines) if line.startswith("simulated"))
     packed = [line.split(": ")[0].removeprefix("packed ") for line in lines[:first_simulated]]
-    assert packed == ["none", "greedy", "spfhp:2", "sort"]  # every packing as it is made, none left silent
+    assert packed == ["none", "greedy:max", "spfhp:2", "sort"]  # every packing as it is made, none left silent
 
 
 def test_waiting_on_a_worker_is_told_every_few_seconds_until_it_answers():

@@ -212,7 +212,7 @@ def test_summary_straight_from_the_simulator_without_lp_bounds_shows_dashes():
     from simbench.report.summary import summary_markdown
     from simbench.scenario import Scenario
 
-    scenario = Scenario(name="no-bounds", dataset={"histogram": "squad_1_1_384"}, strategies=["spfhp"],
+    scenario = Scenario(name="no-bounds", dataset={"histogram": "squad_1_1_384"}, strategies=["spfhp:3"],
                         devices=[1], steps=3, outputs={"lp_bounds": False})
     histogram = scenario.dataset.load()
     text = summary_markdown(scenario, histogram, run_experiment(scenario, histogram))
@@ -317,7 +317,8 @@ def test_packing_plot_prints_each_efficiency_by_its_dot_and_clear_of_the_bound()
     axis = figure.axes[0]
     figure.canvas.draw()
     labels = [text for text in axis.texts if text.get_text().replace(".", "").isdigit()]
-    assert [label.get_text() for label in labels] == [f"{100 * value:.3f}" for value in efficiency]
+    # Each to 3 decimals, and 99.9999 % (padding left) as 99.999, not 100.000.
+    assert [label.get_text() for label in labels] == ["41.000", "78.000", "90.000", "99.808", "99.884", "99.999"]
     markers = axis.collections[-1].get_segments()  # the LP bound, one vertical segment per row
     assert len(markers) == len(labels)
     for row, (label, marker) in enumerate(zip(labels, markers)):

@@ -22,7 +22,7 @@ dataset:
   histogram: squad_1_1_384
 strategies:
   - {name: spfhp, max_depth: 2}
-  - lpfhp
+  - {name: lpfhp, max_depth: 3}
   - unpad
   - unpad-exchange
   - vts

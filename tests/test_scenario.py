@@ -45,7 +45,7 @@ def test_bundled_scenarios_are_valid(path):
 def test_five_line_scenario_gets_sensible_defaults(tmp_path):
     scenario = load_scenario(write(tmp_path, FIVE_LINES))
     assert scenario.model == "bert-large" and scenario.hardware.profile == "a100"
-    assert [spec.label for spec in scenario.strategies] == ["none", "spfhp:3", "unpad"]
+    assert [spec.label for spec in scenario.strategies] == ["none", "spfhp:max", "unpad"]
     assert scenario.devices == (1, 8) and scenario.seed == 0 and scenario.batch_size == 32
     assert set(scenario.outputs.plots) == {"histogram", "packing", "scaling", "gumbel", "timeline", "breakdown"}
 
@@ -143,9 +143,9 @@ def test_unknown_model_lists_presets(tmp_path):
 
 
 def test_repeated_labels_are_rejected(tmp_path):
-    repeated = FIVE_LINES.replace("[none, spfhp, unpad]", "[none, spfhp, {name: spfhp, max_depth: 3}]")
+    repeated = FIVE_LINES.replace("[none, spfhp, unpad]", "[none, spfhp, {name: spfhp, max_depth: max}]")
     message = error_of(tmp_path, repeated)
-    assert "repeated: spfhp:3" in message
+    assert "repeated: spfhp:max" in message
 
 
 def test_bad_plot_name_lists_allowed_values(tmp_path):
@@ -214,8 +214,8 @@ def test_synthetic_histogram_that_rounds_to_nothing_names_the_line(tmp_path):
 
 
 def test_one_plan_under_two_labels_is_rejected(tmp_path):
-    text = FIVE_LINES.replace("[none, spfhp, unpad]", "[{name: spfhp, label: a}, {name: spfhp, max_depth: 3, label: b}]")
-    assert ":4: strategies: each plan may be listed once; repeated: spfhp:3" in error_of(tmp_path, text)
+    text = FIVE_LINES.replace("[none, spfhp, unpad]", "[{name: spfhp, label: a}, {name: spfhp, max_depth: max, label: b}]")
+    assert ":4: strategies: each plan may be listed once; repeated: spfhp:max" in error_of(tmp_path, text)
 
 
 def test_label_none_is_reserved_for_padding(tmp_path):

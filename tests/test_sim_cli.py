@@ -89,7 +89,7 @@ def test_version_prints_the_package_version():
 def test_table_says_what_each_speedup_is_over_and_warns_when_a_step_outdraws_the_dataset(tmp_path):
     tiny = tmp_path / "tiny.csv"
     tiny.write_text("length,count\n10,30\n50,40\n64,30\n")  # 100 sequences
-    result = RUNNER.invoke(app, ["simulate", str(tiny), "-s", "vts", "-s", "spfhp", "--devices", "1,16",
+    result = RUNNER.invoke(app, ["simulate", str(tiny), "-s", "vts", "-s", "spfhp:3", "--devices", "1,16",
                                  "--steps", "3", "--batch-size", "8", "--engine", "vectorized"])
     assert result.exit_code == 0, result.output
     rows = {line.split("│")[1].strip() + "@" + line.split("│")[2].strip(): line for line in result.stdout.splitlines()
@@ -112,7 +112,7 @@ def test_outside_a_terminal_each_finished_stage_is_a_line_and_quiet_silences_the
     assert all(float(line[1:line.index(" s]")]) >= 0 for line in lines if line.startswith("["))
     assert RUNNER.invoke(app, [*arguments, "--quiet"]).stderr == ""
     packed = RUNNER.invoke(app, ["pack", str(tiny), "-s", "spfhp"]).stderr
-    assert packed.startswith("[") and "packed spfhp: " in packed
+    assert packed.startswith("[") and "packed spfhp:max: " in packed
     assert RUNNER.invoke(app, ["pack", str(tiny), "-s", "spfhp", "-q"]).stderr == ""
 
 
@@ -122,7 +122,7 @@ dataset: {histogram: squad_1_1_384}
 model: llama-3.1-70b
 hardware: h100-sxm
 gpus_per_replica: 8
-strategies: [spfhp, unpad]
+strategies: [spfhp:3, unpad]
 devices: [1, 4, 128]
 batch_size: 4
 steps: 10
@@ -137,7 +137,7 @@ def test_gpus_per_replica_gives_the_figures_of_the_scenario_key(tmp_path):
 
     (scenario,) = parse_scenarios(REPLICA_SCENARIO, source="replicas.yaml", base_dir=tmp_path)
     scaling = run_experiment(scenario).scaling.set_index(["strategy", "devices"])
-    result = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "spfhp", "-s", "unpad", "--model", "llama-3.1-70b",
+    result = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "spfhp:3", "-s", "unpad", "--model", "llama-3.1-70b",
                                  "--hardware", "h100-sxm", "--gpus-per-replica", "8", "--devices", "1,4,128",
                                  "--batch-size", "4", "--steps", "10", "--seed", "3", "--json"])
     assert result.exit_code == 0, result.output
@@ -149,7 +149,7 @@ def test_gpus_per_replica_gives_the_figures_of_the_scenario_key(tmp_path):
         for column in ("speedup", "tokens_per_s", "tokens_per_s_per_gpu", "step_seconds_mean"):
             assert record[column] == expected[column], column
     # A replica of 8 GPUs is faster than one GPU but not 8 times: per-GPU throughput drops.
-    one_gpu = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "spfhp", "--model", "llama-3.1-70b", "--hardware",
+    one_gpu = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "spfhp:3", "--model", "llama-3.1-70b", "--hardware",
                                   "h100-sxm", "--devices", "1", "--batch-size", "4", "--steps", "10", "--seed", "3",
                                   "--json"])
     single = {record["strategy"]: record for record in map(json.loads, one_gpu.stdout.splitlines())}

@@ -59,7 +59,7 @@ def test_slowest_of_up_to_2_20_devices_is_the_exact_order_statistic():
     assert set(result.summary["engine"]) == {"order-statistics"}
 
 
-@pytest.mark.parametrize("plan", ["unpad", "packed-varlen", "vts", "spfhp:2"])
+@pytest.mark.parametrize("plan", ["unpad", "packed-varlen:lpfhp:max", "vts", "spfhp:2"])
 def test_order_statistics_give_the_per_device_engines_speedup_within_sampling_error(plan):
     """The same plan on 1 to 4,096 devices: every device simulated, or only the slowest drawn.
 
@@ -178,7 +178,7 @@ CHAT_8K = SyntheticHistogram(synthetic="lognormal", sequences=500_000, mixture=[
 @pytest.mark.parametrize("per_depth_fraction, plans, step_costs", [
     # Without a per-depth overhead a fixed-shape batch costs one of two times: with a pack of several
     # sequences (its masks) or without.
-    (0.0, ["greedy", "spfhp:3", "lpfhp:3", "bfd", "ffd", "spfhp:2", "lpfhp:2"], 2),
+    (0.0, ["greedy:max", "spfhp:3", "lpfhp:3", "bfd:max", "ffd:max", "spfhp:2", "lpfhp:2"], 2),
     # With a small one, packs of at most 3 sequences cost one of three (their batch's deepest pack: 1, 2, 3).
     (0.002, ["spfhp:3", "lpfhp:3"], 3)])
 def test_fixed_shape_packs_with_few_step_costs_keep_their_mean_tokens_per_device(per_depth_fraction, plans,

@@ -13,9 +13,25 @@ def test_packer_names_run_padded_with_their_depth():
     plan = parse_plan("spfhp:4")
     assert (plan.name, plan.kind, plan.mode, plan.packer, plan.max_depth) == (
         "spfhp:4", PlanKind.PACKING, ExecutionMode.PADDED, "spfhp", 4)
-    assert parse_plan("spfhp").max_depth == 3
+    assert parse_plan("spfhp").max_depth is None and parse_plan("spfhp").name == "spfhp:max"
     assert parse_plan("spfhp:max").max_depth is None
     assert parse_plan("none").name == "none" and parse_plan("none").max_depth == 1
+
+
+def test_one_default_depth_rule_and_every_label_names_its_depth():
+    """A packer's default depth is its own everywhere (no limit, nnlshp's 3), and the label says which."""
+    from simbench.strategies import available_strategies
+
+    for strategy in available_strategies().values():
+        plan = parse_plan(strategy.name)
+        assert plan.max_depth == (strategy.default_depth if strategy.uses_depth else plan.max_depth)
+        if strategy.uses_depth:
+            depth = "max" if strategy.default_depth is None else str(strategy.default_depth)
+            assert plan.name == f"{strategy.name}:{depth}"
+            assert parse_plan(f"packed-varlen:{strategy.name}").name == f"packed-varlen:{strategy.name}:{depth}"
+        else:
+            assert plan.name == strategy.name
+    assert parse_plan("nnlshp").name == "nnlshp:3"
 
 
 def test_unpad_family_and_exchange_modes():
@@ -28,7 +44,8 @@ def test_unpad_family_and_exchange_modes():
 
 def test_packed_varlen_defaults_to_lpfhp_without_depth_limit():
     plan = parse_plan("packed-varlen")
-    assert (plan.mode, plan.packer, plan.max_depth) == (ExecutionMode.PACKED_VARLEN, "lpfhp", None)
+    assert (plan.name, plan.mode, plan.packer, plan.max_depth) == (
+        "packed-varlen:lpfhp:max", ExecutionMode.PACKED_VARLEN, "lpfhp", None)
     other = parse_plan("packed-varlen:spfhp:2")
     assert (other.name, other.packer, other.max_depth) == ("packed-varlen:spfhp:2", "spfhp", 2)
 

@@ -74,13 +74,15 @@ def predict_seconds(model: ModelSpec, profile: HardwareProfile, layouts: Sequenc
 
 
 def step_seconds_by_term(model: ModelSpec, profile: HardwareProfile, layouts: Sequence[BatchLayout]) -> np.ndarray:
-    """(layouts, 3) predicted compute, padding and overhead seconds of each layout."""
+    """(layouts, 3) predicted compute, padding and overhead seconds of each layout; padding here holds all work
+    on no real pair of tokens (a block-diagonal mask's discarded attention too), so the three add up."""
     cost_model = TransformerCostModel(model, profile)
     terms = np.zeros((len(layouts), 3))
     for mode in {layout.mode for layout in layouts}:
         chosen = [index for index, layout in enumerate(layouts) if layout.mode is mode]
         costs = cost_model.step_costs(batch_set([layouts[index] for index in chosen]), ExecutionMode(mode))
-        terms[chosen] = np.column_stack([costs.compute_seconds, costs.padding_seconds, costs.overhead_seconds])
+        terms[chosen] = np.column_stack([costs.compute_seconds, costs.padding_seconds + costs.masked_attention_seconds,
+                                         costs.overhead_seconds])
     return terms
 
 

@@ -12,7 +12,7 @@ import typer
 from simbench.commands.common import QUIET_HELP, command, print_json_lines, print_table, say, stage_lines
 from simbench.errors import InputError
 
-TABLE_COLUMNS = ("depth", "algorithm", "strategies used", "packs", "tokens", "padding tokens", "efficiency %",
+TABLE_COLUMNS = ("depth", "strategy", "strategies used", "packs", "tokens", "padding tokens", "efficiency %",
                  "packing factor", "seconds", "gap to LP bound %", "proof")
 
 
@@ -61,11 +61,11 @@ def pack(
         if as_json:
             print_json_lines([metrics])
         results.append(metrics)
-        stage(f"packed {metrics['strategy']}: {metrics['packs']:,} packs in {metrics['seconds']:.2f} s")
+        stage(f"packed {metrics['label']}: {metrics['packs']:,} packs in {metrics['seconds']:.2f} s")
     if not as_json:
         # The table is as wide as the paper's; piped output should not fold it into 80 columns.
         print_table(f"{histogram.name}: {histogram.sequences:,} sequences, max length {max_length}", TABLE_COLUMNS,
-                    map(_metrics_row, results), left=["algorithm", "proof"], min_width=200,
+                    map(_metrics_row, results), left=["strategy", "proof"], min_width=200,
                     caption=_bound_caption(results))
 
 
@@ -83,12 +83,14 @@ def _bound_caption(results: list[dict]) -> str | None:
 
 
 def _metrics_row(metrics: dict) -> list[str]:
+    from simbench.strategies.packing import efficiency_text
+
     depth = "max" if metrics["max_depth"] is None else str(metrics["max_depth"])
     if metrics["depth_used"] != metrics["max_depth"]:
         depth += f" ({metrics['depth_used']} used)"
     gap = f"{100 * metrics['gap_to_bound']:.3f}" if "gap_to_bound" in metrics else "-"
-    return [depth, metrics["strategy"], f"{metrics['strategies_used']:,}", f"{metrics['packs']:,}",
-            f"{metrics['tokens']:,}", f"{metrics['padding_tokens']:,}", f"{100 * metrics['efficiency']:.3f}",
+    return [depth, metrics["label"], f"{metrics['strategies_used']:,}", f"{metrics['packs']:,}",
+            f"{metrics['tokens']:,}", f"{metrics['padding_tokens']:,}", efficiency_text(metrics["efficiency"], 3),
             f"{metrics['packing_factor']:.3f}", f"{metrics['seconds']:.3f}", gap, metrics["proof"] or "-"]
 
 

@@ -84,6 +84,8 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
     for scenario in scenarios:
         say(f"{scenario_path}: valid scenario {scenario.name!r} ({len(scenario.strategies)} strategies, "
             f"devices {', '.join(map(str, scenario.devices))})")
+        for warning in scenario.depth_warnings():
+            say(f"warning: {warning}")
 
 
 def plot(report: Path = typer.Argument(..., metavar="DIR", help="an existing report folder")) -> None:

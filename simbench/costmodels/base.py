@@ -51,16 +51,24 @@ class StepCosts:
     """Seconds one device spends on each batch of a `BatchSet`, split by cause (arrays of n_batches)."""
 
     compute_seconds: np.ndarray  # useful work on real tokens
-    padding_seconds: np.ndarray  # work spent on padding tokens
+    padding_seconds: np.ndarray  # work spent on padding tokens (their dense layers and attention)
     overhead_seconds: np.ndarray  # masks, loss unpacking, kernel launches, shape changes, host transfer
+    # Attention between different sequences of one row, computed and then masked out (a block-diagonal mask
+    # on dense kernels): no padding token is involved, yet no real work is done.
+    masked_attention_seconds: np.ndarray | None = None
     # Seconds a device waits inside its own step: a replica's pipeline bubbles and stalls, its slowest
     # context-parallel rank (None: none, one device computing alone).
     stall_seconds: np.ndarray | None = None
 
+    def __post_init__(self):
+        for name in ("masked_attention_seconds", "stall_seconds"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.zeros(np.shape(self.compute_seconds)))
+
     @property
     def total_seconds(self) -> np.ndarray:
-        total = self.compute_seconds + self.padding_seconds + self.overhead_seconds
-        return total if self.stall_seconds is None else total + self.stall_seconds
+        return (self.compute_seconds + self.padding_seconds + self.masked_attention_seconds + self.overhead_seconds
+                + self.stall_seconds)
 
 
 class CostModel(Protocol):

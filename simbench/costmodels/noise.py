@@ -47,8 +47,8 @@ class StepNoise:
             return costs
         factors = step_noise_factors(self.rng.standard_normal(batches.batches), self.cv)
         return StepCosts(costs.compute_seconds * factors, costs.padding_seconds * factors,
-                         costs.overhead_seconds * factors,
-                         None if costs.stall_seconds is None else costs.stall_seconds * factors)
+                         costs.overhead_seconds * factors, costs.masked_attention_seconds * factors,
+                         costs.stall_seconds * factors)
 
     def __getattr__(self, name):
         return getattr(self.cost_model, name)

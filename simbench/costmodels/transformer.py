@@ -38,8 +38,9 @@ class _Work:
     real_linear_flops: np.ndarray
     real_attention_flops: np.ndarray
     padding_linear_flops: np.ndarray
-    padding_attention_flops: np.ndarray
+    padding_attention_flops: np.ndarray  # attention pairs with a padding token on either side
     transferred_tokens: np.ndarray
+    masked_attention_flops: np.ndarray  # pairs of real tokens of different sequences in one row
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ class TransformerCostModel:
         `unpadded_flops_fraction` of the padded rates), its sequences grouped by the profile's length
         boundaries: each group present launches its own attention kernels, whose rate falls in small
         groups (`unpad_group_half_saturation_tokens`; 0, the default, leaves attention at full rate). Padding seconds are the share of the device
-        work spent on padding FLOPs, at the same achieved throughput as the real tokens.
+        work spent on padding FLOPs (pairs of attention with a padding token on either side included),
+        at the same achieved throughput as the real tokens; masked attention seconds are the attention
+        between two sequences of one row that a block-diagonal mask discards.
         Overhead: kernel launches, the fixed step cost, the optimizer update, the input transfer,
         and for rows holding several sequences packing's share of the step (growing with depth).
         """
@@ -101,6 +104,7 @@ class TransformerCostModel:
         compute_seconds = slowdown * (work.real_linear_flops / linear_flops_per_s + real_attention_seconds)
         padding_seconds = slowdown * (work.padding_linear_flops / linear_flops_per_s
                                       + work.padding_attention_flops / hardware.attention_flops_per_s)
+        masked_attention_seconds = slowdown * work.masked_attention_flops / hardware.attention_flops_per_s
         overhead_seconds = self._fixed_overhead_seconds(work, batches.batches)
         if mode is ExecutionMode.UNPADDED:
             groups = _length_groups(batches, hardware.unpad_group_boundaries)
@@ -110,18 +114,19 @@ class TransformerCostModel:
             overhead_seconds = overhead_seconds + launches * hardware.kernel_launch_seconds
         else:
             overhead_seconds = overhead_seconds + self._packing_overhead_seconds(
-                batches, compute_seconds + padding_seconds)
+                batches, compute_seconds + padding_seconds + masked_attention_seconds)
         if mode is ExecutionMode.SORTED:
             overhead_seconds = overhead_seconds + hardware.shape_change_seconds
         # The host issues kernels while the device runs earlier ones: the step takes the longer of the two.
         launch_bound = np.maximum(self.launch_floor_seconds(mode) - (compute_seconds + padding_seconds
-                                                                     + overhead_seconds), 0.0)
+                                                                     + masked_attention_seconds + overhead_seconds), 0.0)
         return StepCosts(compute_seconds=compute_seconds, padding_seconds=padding_seconds,
-                         overhead_seconds=overhead_seconds + launch_bound)
+                         overhead_seconds=overhead_seconds + launch_bound,
+                         masked_attention_seconds=masked_attention_seconds)
 
     def attention_seconds(self, batches: BatchSet, mode: ExecutionMode) -> np.ndarray:
-        """The attention part of each batch's compute and padding seconds in `step_costs` (real and padded
-        positions, at the same achieved rates): what context parallelism splits over its ranks."""
+        """The attention part of each batch's seconds in `step_costs` (real, padded and masked pairs, at the same
+        achieved rates): what context parallelism splits over its ranks."""
         mode = ExecutionMode(mode)
         work = self._work(batches, mode)
         hardware = self.hardware
@@ -130,7 +135,8 @@ class TransformerCostModel:
             real = self._varlen_attention_seconds(batches)
         else:
             real = work.real_attention_flops / hardware.attention_flops_per_s
-        seconds = slowdown * (real + work.padding_attention_flops / hardware.attention_flops_per_s)
+        seconds = slowdown * (real + (work.padding_attention_flops + work.masked_attention_flops)
+                              / hardware.attention_flops_per_s)
         if mode is ExecutionMode.UNPADDED:
             groups = _length_groups(batches, hardware.unpad_group_boundaries)
             seconds = (seconds + slowdown * self._small_group_attention_seconds(groups)) / hardware.unpadded_flops_fraction
@@ -253,17 +259,22 @@ class TransformerCostModel:
         no_padding = np.zeros(batches.batches)
         if mode is ExecutionMode.UNPADDED:
             return _Work(real_tokens, linear * real_tokens, attention * real_squares, no_padding, no_padding,
-                         real_tokens)
+                         real_tokens, no_padding)
         padding_tokens = slot_tokens - real_tokens
         if np.any(padding_tokens < 0):
             batch = int(np.argmax(padding_tokens < 0))
             raise InputError(f"batch {batch} holds more real tokens than token slots; rows overflow their slots")
         if mode is ExecutionMode.PACKED_VARLEN:
-            padding_attention = no_padding
+            padding_attention = masked_attention = no_padding
         else:
-            padding_attention = attention * (batches.per_batch(slots**2, of="rows") - real_squares)
+            # A row's slots^2 pairs: those within its sequences are real work, those between two of its
+            # sequences are masked out, and the rest involve a padding token.
+            row_real = np.bincount(batches.sequence_row, weights=lengths, minlength=slots.size)
+            row_real_squares = batches.per_batch(row_real**2, of="rows")
+            padding_attention = attention * (batches.per_batch(slots**2, of="rows") - row_real_squares)
+            masked_attention = attention * (row_real_squares - real_squares)
         return _Work(slot_tokens, linear * real_tokens, attention * real_squares, linear * padding_tokens,
-                     padding_attention, slot_tokens)
+                     padding_attention, slot_tokens, masked_attention)
 
     def _varlen_attention_seconds(self, batches: BatchSet) -> np.ndarray:
         """Each batch's attention seconds on variable-length kernels: a document of d tokens does its

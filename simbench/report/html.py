@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simbench.strategies.packing import efficiency_text
+
 
 # A heading for each plot of the report (its file name is added), so that none repeats a table's or section's.
 PLOT_HEADINGS = {"histogram": "sequence lengths", "packing": "packing efficiency and solve time",
@@ -144,7 +146,10 @@ def _column(name: str, values: pd.Series) -> tuple[str, list[str]]:
         return f"{name} (%)", _decimals(100 * numbers, 100 * largest, digits=3)
     if "speedup" in name or name == "packing_factor":
         return f"{name} (x)", [_or_blank(value, "{:.3f}") for value in numbers]
-    if name in ("efficiency", "gap_to_bound"):
+    if name == "efficiency":  # 3 decimals, and never 100 with any padding
+        return f"{name} (%)", [_or_blank(value, "{}") if not math.isfinite(value) else efficiency_text(value, 3)
+                               for value in numbers]
+    if name == "gap_to_bound":
         return f"{name} (%)", _decimals(100 * numbers, 100 * largest, digits=5)
     if finite.size and np.all(finite == np.round(finite)):
         return name, [_or_blank(value, "{:,.0f}") for value in numbers]

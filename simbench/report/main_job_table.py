@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 SECTION = "main-job-table"  # the README's generated section (simbench.report.docs_pages markers)
-STRATEGIES = ("none", "sort", "greedy", "spfhp:3", "nnlshp:3", "optimal:3", "packed-varlen", "unpad",
+STRATEGIES = ("none", "sort", "greedy:max", "spfhp:3", "nnlshp:3", "optimal:3", "packed-varlen:lpfhp:max", "unpad",
               "unpad-exchange", "unpad-exchange-overlap")
 DEVICES = (1, 2, 32, 2048)
 
@@ -24,7 +24,7 @@ def _name(record: dict) -> str:
     label, packer = record["strategy"], record.get("packer")
     if label == "none":
         return "none (padding)"
-    if isinstance(packer, str) and not label.startswith(packer):
+    if isinstance(packer, str) and packer not in label.split(":"):
         return f"{label} ({packer})"
     return label
 

@@ -15,7 +15,8 @@ from simbench.sim.layout import ParallelLayout
 # decreasing packs as tightly as wlb does, so the comparison isolates the balancing.
 TOKEN_BALANCED = ("ffd", "bfd", "lpfhp", "spfhp", "greedy")
 WORKLOAD_BALANCED = "wlb"
-CAUSES = (("compute_seconds", "compute"), ("padding_seconds", "padding"), ("overhead_seconds", "overhead"),
+CAUSES = (("compute_seconds", "compute"), ("padding_seconds", "padding"),
+          ("masked_attention_seconds", "masked attention"), ("overhead_seconds", "overhead"),
           ("communication_seconds", "TP/CP communication"), ("recompute_seconds", "recompute"),
           ("cp_imbalance_seconds", "CP imbalance"), ("bubble_seconds", "pipeline bubble"),
           ("stall_seconds", "pipeline stall"))

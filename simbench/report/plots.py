@@ -32,6 +32,7 @@ from matplotlib.transforms import ScaledTranslation  # noqa: E402
 from simbench.histogram import LengthHistogram  # noqa: E402
 from simbench.report.styles import Style, strategy_styles  # noqa: E402
 from simbench.sim.results import BREAKDOWN_COLUMNS  # noqa: E402
+from simbench.strategies.packing import efficiency_text  # noqa: E402
 
 # Fixed ids and no timestamps, so that the same tables always give byte-identical files.
 matplotlib.rcParams["svg.hashsalt"] = "simbench"
@@ -215,7 +216,7 @@ def _label_dots(axis, shown: np.ndarray, values: pd.Series, positions: np.ndarra
     fractions = (np.log(shown / (1 - shown)) - start) / (end - start)  # where each dot is across the logit axis
     for position, value, fraction in zip(positions, values, fractions):
         on_left = fraction > LABEL_ROOM_FRACTION
-        axis.annotate(f"{100 * value:.3f}", (shown[position], position), xytext=(-7 if on_left else 7, 0),
+        axis.annotate(efficiency_text(value, 3), (shown[position], position), xytext=(-7 if on_left else 7, 0),
                       textcoords="offset points", ha="right" if on_left else "left", va="center", fontsize=7,
                       zorder=5, bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none",
                                       "alpha": 0.85})

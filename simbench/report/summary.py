@@ -25,6 +25,7 @@ from simbench.report.parallel import parallel_headline, parallel_section
 from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
 from simbench.scenario import Scenario
 from simbench.sim.results import BREAKDOWN_COLUMNS
+from simbench.strategies.packing import efficiency_text
 
 # A drop in speed-up from the smallest to the largest cluster worth a sentence in the headline.
 SIGNIFICANT_LOSS = 0.05
@@ -59,6 +60,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         else None,
         _setup(scenario, histogram, tables.scaling),
         overdraw_warning(tables.scaling, histogram.sequences),
+        *(f"**Warning**: {warning}." for warning in depth_warnings(tables.packing, histogram)),
         "## Winner at each scale\n\n" + "\n\n".join(
             ("" if reference == "none" else f"Over {reference}:\n\n") + _winners_table(rows)
             for reference, rows in _groups(tables.scaling)),
@@ -76,6 +78,19 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         _files_section(),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def depth_warnings(packing: pd.DataFrame, histogram: LengthHistogram) -> list[str]:
+    """A warning for each packing whose depth limit leaves its rows mostly empty (`shallow_depth_warning`)."""
+    from simbench.strategies import STRATEGIES, shallow_depth_warning
+
+    warnings = []
+    for row in packing.itertuples():
+        strategy = STRATEGIES.find(row.strategy)
+        if strategy is not None and strategy.uses_depth and not pd.isna(row.max_depth):
+            warning = shallow_depth_warning(row.label, histogram, histogram.max_length, int(row.max_depth))
+            warnings += [warning] if warning else []
+    return warnings
 
 
 def overdraw_warning(scaling: pd.DataFrame, dataset_sequences: int) -> str | None:
@@ -258,7 +273,7 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
     table = pd.DataFrame({
         "depth": packing["bound_depth"].map(lambda depth: "max" if pd.isna(depth) else str(int(depth))),
         "strategy": packing["label"],
-        "efficiency %": (100 * packing["efficiency"]).map("{:.1f}".format),
+        "efficiency %": packing["efficiency"].map(efficiency_text),
         "packing factor": packing["packing_factor"].map("{:.3f}".format),
         "packs": packing["packs"].map("{:,}".format),
         "LP bound (packs)": packing["lower_bound_packs"].map(lambda value: _or_dash(value, "{:,.0f}")),
@@ -266,12 +281,15 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
         "proof": packing["proof"].map(lambda proof: proof if isinstance(proof, str) else "-"),
         "realized speed-up": packing["label"].map(lambda label: f"{one_device.get(label, float('nan')):.3f}"),
     })
+    defined = ("Efficiency: real tokens over the token slots a step spends (rows x their length; for "
+               "token-budget, each batch's whole budget of batch_size x max_length slots); padding tokens are "
+               "the slots left. It is shown below 100.0 whenever any padding is left. ")
     bound_note = ("LP bound: the certified lower bound on packs at the same depth limit; proof: packs proven "
                   "optimal and by what, or the gap left and why." if
                   packing["lower_bound_packs"].notna().any() else
                   "LP bounds were not computed in this run (`outputs.lp_bounds: false`, the --quick default).")
     return ("## Packing (laid out like the packing paper's Table 1)\n\n" + markdown_table(table) +
-            f"\n\nRealized speed-up: on {_devices(int(scaling['devices'].min()))}, over padding. {bound_note} "
+            f"\n\n{defined}Realized speed-up: on {_devices(int(scaling['devices'].min()))}, over padding. {bound_note} "
             "Solve times are in timings.csv (measured, so they differ from run to run).")
 
 
@@ -321,11 +339,15 @@ def _breakdown_section(breakdown: pd.DataFrame, four_d: bool = False) -> str:
     parts = [part for part in BREAKDOWN_COLUMNS if part in rows]
     table = pd.DataFrame({"strategy": rows["strategy"]})
     for part in parts:
-        table[part.removesuffix("_seconds")] = (1e3 * rows[part]).map(_milliseconds)
+        table[part.removesuffix("_seconds").replace("_", " ")] = (1e3 * rows[part]).map(_milliseconds)
     table["step"] = (1e3 * rows["step_seconds_mean"]).map(_milliseconds)
     table["real tokens per device"] = rows["real_tokens_per_device_step"].map("{:,.0f}".format)
     return (f"## Where a step's time goes ({_devices(int(largest))}, ms per step)\n\n" + markdown_table(table) +
-            "\n\nwaiting: devices idle until the slowest finishes; communication: all-reduce and padding "
+            "\n\ncompute: work on real tokens (attention within each sequence); padding: work on padding "
+            "tokens (their dense layers, and attention with a padding token on either side); masked attention: "
+            "attention between two sequences of one row, computed and discarded by a block-diagonal mask "
+            "(per-sequence kernels skip it); overhead: masks, kernel launches, shape changes, optimizer, input "
+            "transfer; waiting: devices idle until the slowest finishes; communication: all-reduce and padding "
             "exchange; stall: " + ("a replica's pipeline bubble and stalls and its slowest context-parallel rank "
                                    "beyond the mean (overhead holds its TP/CP communication and recomputation; "
                                    "both split in the next section); a device is a replica." if four_d else
@@ -378,7 +400,8 @@ def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: Exper
         "training_steps": scenario.training_steps,
         "seed": scenario.seed,
         "winners": winners,
-        "warnings": [warning for warning in [overdraw_warning(tables.scaling, histogram.sequences)] if warning],
+        "warnings": [warning for warning in [overdraw_warning(tables.scaling, histogram.sequences),
+                                             *depth_warnings(tables.packing, histogram)] if warning],
         "scaling": _records(tables.scaling),
         "packing": _records(tables.packing),
     }

@@ -24,7 +24,7 @@ from simbench.sim.pricing import DeviceCosts, price_batches
 from simbench.validation import DEVICES_MAX
 
 FIELDS = ("total_seconds", "compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds",
-          "real_tokens", "sequences")
+          "real_tokens", "sequences", "masked_attention_seconds")
 # Sequences priced in one call, and at most in each pool: bounds memory and time whatever the batch.
 SEQUENCES_PER_CALL = 1 << 20
 POOL_SEQUENCES = 1 << 22
@@ -74,7 +74,7 @@ class MegabatchSteps:
         slowest = np.maximum(slowest, part_slowest)
         sums += part_sums
         means = sums[:, 1:5] / devices
-        return StepAggregates(slowest, sums[:, 0] / devices, *means.T, sums[:, 5], sums[:, 6])
+        return StepAggregates(slowest, sums[:, 0] / devices, *means.T, sums[:, 5], sums[:, 6], sums[:, 7] / devices)
 
     def _slowest_first_batch(self, whole: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The slowest of each step's `whole` megabatches' first batches (-inf where none)."""

@@ -27,6 +27,11 @@ class StepAggregates:
     stall_seconds: np.ndarray
     real_tokens: np.ndarray  # sums over devices
     sequences: np.ndarray
+    masked_attention_seconds: np.ndarray | None = None  # a mean over devices, like compute; None: none
+
+    def __post_init__(self):
+        if self.masked_attention_seconds is None:
+            object.__setattr__(self, "masked_attention_seconds", np.zeros(np.shape(self.compute_seconds)))
 
     @staticmethod
     def concatenate(chunks: list[StepAggregates]) -> StepAggregates:
@@ -38,7 +43,8 @@ def aggregate_by_cluster_size(costs: DeviceCosts, cluster_sizes: list[int]) -> d
     """Step aggregates of each cluster size n, from (steps, devices) costs of at least max(n) devices."""
     slowest = np.maximum.accumulate(costs.total_seconds, axis=1)
     running = {name: np.cumsum(getattr(costs, name), axis=1) for name in
-               ("compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds", "real_tokens", "sequences")}
+               ("compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds", "real_tokens", "sequences",
+                "masked_attention_seconds")}
     running_total = np.cumsum(costs.total_seconds, axis=1)
     aggregates = {}
     for size in cluster_sizes:
@@ -52,6 +58,7 @@ def aggregate_by_cluster_size(costs: DeviceCosts, cluster_sizes: list[int]) -> d
             running["stall_seconds"][:, column] / size,
             running["real_tokens"][:, column].copy(),
             running["sequences"][:, column].copy(),
+            running["masked_attention_seconds"][:, column] / size,
         )
     return aggregates
 

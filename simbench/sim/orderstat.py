@@ -43,7 +43,8 @@ SCORE_TOLERANCE = 1e-6
 BELOW_TOP_MASS = 1e-9
 # Other devices drawn one by one per step; a larger cluster scales their sum to n - 1 devices.
 OTHERS_DRAWN = 32
-FIELDS = ("compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds", "real_tokens", "sequences")
+FIELDS = ("compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds", "real_tokens", "sequences",
+          "masked_attention_seconds")
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,7 +167,8 @@ def slowest_of(pool: DevicePool, cluster_sizes: list[int], steps: int,
             sums[name] = values[slowest] + drawn_sum
         aggregates[devices] = StepAggregates(
             pool.total_seconds[slowest], sums["total_seconds"] / devices,
-            *(sums[name] / devices for name in FIELDS[:4]), sums["real_tokens"], sums["sequences"])
+            *(sums[name] / devices for name in FIELDS[:4]), sums["real_tokens"], sums["sequences"],
+            sums["masked_attention_seconds"] / devices)
     return aggregates
 
 
@@ -186,7 +188,8 @@ def _with_noise(costs: DeviceCosts, standard_normal: np.ndarray, cv: float) -> D
         return costs
     factors = step_noise_factors(standard_normal, cv)[None, :]
     return DeviceCosts(costs.compute_seconds * factors, costs.padding_seconds * factors,
-                       costs.overhead_seconds * factors, costs.stall_seconds, costs.real_tokens, costs.sequences)
+                       costs.overhead_seconds * factors, costs.stall_seconds, costs.real_tokens, costs.sequences,
+                       costs.masked_attention_seconds * factors)
 
 
 @dataclass(frozen=True, eq=False)

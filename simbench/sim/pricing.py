@@ -26,10 +26,16 @@ class DeviceCosts:
     stall_seconds: np.ndarray  # VTS pipelines only: time samples wait for the next stage to free up
     real_tokens: np.ndarray
     sequences: np.ndarray
+    masked_attention_seconds: np.ndarray | None = None  # StepCosts.masked_attention_seconds; None: none
+
+    def __post_init__(self):
+        if self.masked_attention_seconds is None:
+            object.__setattr__(self, "masked_attention_seconds", np.zeros(np.shape(self.compute_seconds)))
 
     @property
     def total_seconds(self) -> np.ndarray:
-        return self.compute_seconds + self.padding_seconds + self.overhead_seconds + self.stall_seconds
+        return (self.compute_seconds + self.padding_seconds + self.masked_attention_seconds + self.overhead_seconds
+                + self.stall_seconds)
 
     def reshaped(self, steps: int, devices: int) -> DeviceCosts:
         return DeviceCosts(*(array.reshape(steps, devices) for array in self._arrays()))
@@ -40,7 +46,7 @@ class DeviceCosts:
 
     def _arrays(self) -> tuple[np.ndarray, ...]:
         return (self.compute_seconds, self.padding_seconds, self.overhead_seconds, self.stall_seconds,
-                self.real_tokens, self.sequences)
+                self.real_tokens, self.sequences, self.masked_attention_seconds)
 
     @staticmethod
     def concatenate(chunks: list[DeviceCosts]) -> DeviceCosts:
@@ -63,9 +69,10 @@ def price_batches(cost_model, batches: BatchSet, mode: ExecutionMode, steps: int
         np.asarray(costs.compute_seconds, dtype=np.float64).reshape(shape),
         np.asarray(costs.padding_seconds, dtype=np.float64).reshape(shape),
         np.asarray(costs.overhead_seconds, dtype=np.float64).reshape(shape),
-        np.zeros(shape) if costs.stall_seconds is None else np.asarray(costs.stall_seconds, np.float64).reshape(shape),
+        np.asarray(costs.stall_seconds, dtype=np.float64).reshape(shape),
         real_tokens.reshape(shape),
         sequences.astype(np.float64).reshape(shape),
+        np.asarray(costs.masked_attention_seconds, dtype=np.float64).reshape(shape),
     )
 
 

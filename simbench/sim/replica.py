@@ -64,6 +64,7 @@ class ReplicaSteps:
     step_seconds: np.ndarray
     compute_seconds: np.ndarray  # real tokens' work at the mean context-parallel rank
     padding_seconds: np.ndarray  # padding's work at the mean rank
+    masked_attention_seconds: np.ndarray  # attention between a row's documents, computed and masked out
     overhead_seconds: np.ndarray  # the step's fixed cost and per-token overheads (transfer, pack masks)
     communication_seconds: np.ndarray  # tensor-parallel all-reduces and ring KV exchange left exposed
     recompute_seconds: np.ndarray  # forward work the backward repeats
@@ -176,11 +177,12 @@ class ReplicaCostModel:
         cp_imbalance = attention * (slowest_share - 1.0 / layout.cp) / (layout.tp * chunks)
         compute = costs.compute_seconds / shards
         padding = costs.padding_seconds / shards
+        masked = costs.masked_attention_seconds / shards
         overhead = variable_overhead / shards
         slot_tokens = microbatches.per_batch(microbatches.row_slots.astype(np.float64), of="rows")
         communication = (self._tp_seconds(slot_tokens) + self._ring_exposed_seconds(work, slot_tokens)) / chunks
-        chunk_busy = compute + padding + overhead + cp_imbalance + communication
-        forward_work = (compute + padding + cp_imbalance) * (1 - BACKWARD_SHARE)
+        chunk_busy = compute + padding + masked + overhead + cp_imbalance + communication
+        forward_work = (compute + padding + masked + cp_imbalance) * (1 - BACKWARD_SHARE)
         if layout.recompute == "full":
             recompute = forward_work
         elif layout.recompute == "selective":
@@ -210,6 +212,7 @@ class ReplicaCostModel:
         fixed_here = gpu.fixed_step_seconds_of(layers=gpu.model.layers / layout.pp, parameters=updated)
         return ReplicaSteps(step_seconds=step_seconds + fixed_here,
                             compute_seconds=per_step(compute), padding_seconds=per_step(padding),
+                            masked_attention_seconds=per_step(masked),
                             overhead_seconds=per_step(overhead) + fixed_here,
                             communication_seconds=per_step(communication), recompute_seconds=per_step(recompute),
                             cp_imbalance_seconds=per_step(cp_imbalance),
@@ -384,6 +387,7 @@ def _as_step_costs(steps: ReplicaSteps) -> StepCosts:
     slowest rank's excess as the stall a device spends inside its own step."""
     return StepCosts(compute_seconds=steps.compute_seconds, padding_seconds=steps.padding_seconds,
                      overhead_seconds=steps.overhead_seconds + steps.communication_seconds + steps.recompute_seconds,
+                     masked_attention_seconds=steps.masked_attention_seconds,
                      stall_seconds=steps.bubble_seconds + steps.stall_seconds + steps.cp_imbalance_seconds)
 
 

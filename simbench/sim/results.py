@@ -15,8 +15,8 @@ from simbench.sim.plans import ExecutionPlan, Exchange
 from simbench.sim.timeline import StepTimeline
 from simbench.strategies.packing import Packing
 
-BREAKDOWN_COLUMNS = ("compute_seconds", "padding_seconds", "overhead_seconds", "waiting_seconds",
-                     "communication_seconds", "stall_seconds")
+BREAKDOWN_COLUMNS = ("compute_seconds", "padding_seconds", "masked_attention_seconds", "overhead_seconds",
+                     "waiting_seconds", "communication_seconds", "stall_seconds")
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,6 +93,7 @@ class PlanRun:
             "step_seconds_p99": float(np.quantile(timeline.step_seconds, 0.99)),
             "compute_seconds": aggregates.compute_seconds.mean(),
             "padding_seconds": aggregates.padding_seconds.mean(),
+            "masked_attention_seconds": aggregates.masked_attention_seconds.mean(),
             "overhead_seconds": aggregates.overhead_seconds.mean() + (data_wait - exchange_communication).mean(),
             # slowest >= mean; clipping drops float rounding only.
             "waiting_seconds": np.maximum(timeline.slowest_device_seconds - aggregates.mean_device_seconds, 0).mean(),

@@ -49,7 +49,7 @@ def bucketed_vts_aggregates(probabilities: np.ndarray, lengths: np.ndarray, devi
     if pending:
         _price(pending, cost_model, stages, rng, slowest, sums)
     return StepAggregates(slowest, sums["total_seconds"] / devices, *(sums[name] / devices for name in FIELDS[:4]),
-                          sums["real_tokens"], sums["sequences"])
+                          sums["real_tokens"], sums["sequences"], sums["masked_attention_seconds"] / devices)
 
 
 def _distinct_batches(probabilities: np.ndarray, lengths: np.ndarray, devices: int, batch_size: int, window: int,

@@ -17,7 +17,8 @@ from simbench.sim.batching import SortedBatchSampler, unpadded_batches
 from simbench.sim.montecarlo import StepAggregates
 from simbench.sim.pricing import SEQUENCES_PER_PART, DeviceCosts, price_batches, price_packs
 
-FIELDS = ("compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds", "real_tokens", "sequences")
+FIELDS = ("compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds", "real_tokens", "sequences",
+          "masked_attention_seconds")
 
 
 class SortedWindows:
@@ -72,7 +73,8 @@ class SortedWindows:
             slowest = np.where(wraps, np.maximum(slowest, self._max(np.zeros_like(first), end - self.batches)),
                                slowest)
         return StepAggregates(slowest, sums["total_seconds"] / devices,
-                              *(sums[name] / devices for name in FIELDS[:4]), sums["real_tokens"], sums["sequences"])
+                              *(sums[name] / devices for name in FIELDS[:4]), sums["real_tokens"], sums["sequences"],
+                              sums["masked_attention_seconds"] / devices)
 
     def _run_of(self, batch: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.run_starts, batch, side="right") - 1
@@ -162,4 +164,4 @@ def _priced_steps(dealt: list[tuple[np.ndarray, np.ndarray]], devices: int, cost
             for name in FIELDS}
     total = np.bincount(step_of, weights=weight * totals, minlength=steps)
     return StepAggregates(slowest, total / devices, *(sums[name] / devices for name in FIELDS[:4]),
-                          sums["real_tokens"], sums["sequences"])
+                          sums["real_tokens"], sums["sequences"], sums["masked_attention_seconds"] / devices)

@@ -13,6 +13,7 @@ group `simbench.strategies`; each entry point names a `Strategy`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,10 +41,16 @@ class Strategy:
     # (max_length, max_depth) -> None, raising an InputError about `max_depth` or `max_length` for a size
     # the packer refuses; cheap, so that a scenario is refused when it is read rather than when it runs.
     check_limits: Callable[[int, "int | None"], None] | None = None
+    # The depth a packing gets when none is asked for (None: no limit). simbench prices a pack by its
+    # tokens and its row, not by how many sequences it holds, so a limit only ever costs packs: nothing but
+    # a packer whose own algorithm needs one (nnlshp's enumeration) has a default limit.
+    default_depth: int | None = None
 
     def __call__(self, histogram: LengthHistogram, max_length: int | None = None,
                  max_depth: int | None = None, options: PackOptions | None = None) -> Packing:
         """Validate the arguments, run the packer and record its solve time."""
+        if max_depth is None and self.uses_depth:
+            max_depth = self.default_depth
         max_length = check_pack_limits(histogram, max_length, max_depth)
         start = time.perf_counter()
         if self.is_builtin:
@@ -59,6 +66,14 @@ class Strategy:
         else:
             depth = packing.max_depth
         return packing.replace(strategy=self.name, max_depth=depth, seconds=seconds)
+
+    def label(self, max_depth: int | None = None) -> str:
+        """The strategy's name with the depth it packs under, e.g. `spfhp:3`, `ffd:max`; `none` or `sort`
+        (no depth) alone. The one spelling used by every command, report and JSON record."""
+        if not self.uses_depth:
+            return self.name
+        depth = self.default_depth if max_depth is None else max_depth
+        return f"{self.name}:{'max' if depth is None else depth}"
 
     @property
     def is_builtin(self) -> bool:
@@ -84,14 +99,39 @@ STRATEGIES: Registry[Strategy] = Registry(
 
 
 def register(name: str, description: str, uses_depth: bool = True,
-             check_limits: Callable[[int, int | None], None] | None = None) -> Callable[[PackFunction], PackFunction]:
-    """Decorator registering a pack function under `name` (see `Strategy.check_limits`)."""
+             check_limits: Callable[[int, int | None], None] | None = None,
+             default_depth: int | None = None) -> Callable[[PackFunction], PackFunction]:
+    """Decorator registering a pack function under `name` (see `Strategy.check_limits`, `default_depth`)."""
 
     def decorate(function: PackFunction) -> PackFunction:
-        STRATEGIES.register(name, Strategy(name, description, function, uses_depth, check_limits))
+        STRATEGIES.register(name, Strategy(name, description, function, uses_depth, check_limits, default_depth))
         return function
 
     return decorate
+
+
+# A depth limit whose packs can fill less than this share of their rows is flagged (validate, reports).
+SHALLOW_DEPTH_FILL = 0.5
+
+
+def depth_efficiency_cap(histogram: LengthHistogram, max_length: int, max_depth: int | None) -> float:
+    """The most efficiency packs of at most `max_depth` sequences can reach: N sequences take at least
+    N / depth packs, so real tokens / (packs x max_length) <= depth x mean length / max_length."""
+    if max_depth is None or histogram.sequences == 0:
+        return 1.0
+    return min(1.0, max_depth * histogram.real_tokens / histogram.sequences / max_length)
+
+
+def shallow_depth_warning(label: str, histogram: LengthHistogram, max_length: int,
+                          max_depth: int | None) -> str | None:
+    """A warning when `max_depth` leaves rows mostly empty (`depth_efficiency_cap` under SHALLOW_DEPTH_FILL)."""
+    cap = depth_efficiency_cap(histogram, max_length, max_depth)
+    if cap >= SHALLOW_DEPTH_FILL:
+        return None
+    mean_length = histogram.real_tokens / histogram.sequences
+    return (f"{label}: packs of at most {max_depth} sequences (mean length {mean_length:,.0f} tokens) can fill at "
+            f"most {100 * cap:.1f} % of their {max_length:,} slots; filling them takes a depth of at least "
+            f"{math.ceil(max_length / mean_length)} (or max, no limit)")
 
 
 def available_strategies() -> dict[str, Strategy]:

@@ -37,7 +37,7 @@ def packing_metrics(strategy: Strategy, histogram: LengthHistogram, max_length: 
     if with_bound is None:
         with_bound = bound_is_cheap(histogram, max_length, depth)
     bound = lp_lower_bound(histogram, max_length, depth) if with_bound and fixed_shape else None
-    metrics = packing.metrics(bound.lower_bound_packs if bound else None)
+    metrics = {"label": strategy.label(packing.max_depth), **packing.metrics(bound.lower_bound_packs if bound else None)}
     metrics["bound_seconds"] = bound.seconds if bound else None
     metrics["bound_depth"] = depth if bound else None
     return metrics

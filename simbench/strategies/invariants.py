@@ -88,6 +88,12 @@ def broken_rule(packing: Packing, histogram: LengthHistogram, max_length: int,
             return "no pack deeper than max_depth", f"pack {pack(deep[0])}"
     metrics = packing.metrics()
     tokens = int(repeats @ slots)
+    if "budget_tokens" in packing.details:
+        # A budget batcher spends each batch's whole budget, its rows' padded shape within it.
+        budget = int(packing.details["budget_tokens"]) * int(packing.details["batches"])
+        if budget < tokens:
+            return "batches stay within their token budget", f"{tokens} slots in rows, budgets hold {budget}"
+        tokens = budget
     real = int(repeats @ pack_tokens)
     if real != histogram.real_tokens:
         return "the packs hold every real token", f"{real} real tokens where the histogram has {histogram.real_tokens}"

@@ -17,7 +17,7 @@ import numpy as np
 from simbench.errors import InputError
 from simbench.strategies import register
 from simbench.strategies.packing import Packing
-from simbench.strategies.spfhp import pack_by_free_space
+from simbench.strategies.spfhp import pack_by_free_space, packing_from_groups
 
 PAPER_DEPTH = 3
 # Leaving a very short sequence unpacked costs little padding, so the fit may miss those counts
@@ -295,8 +295,17 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
 
 
 @register("nnlshp", "non-negative least-squares histogram packing (depth 3 unless --max-depth)",
-          check_limits=check_fit_size)
+          check_limits=check_fit_size, default_depth=PAPER_DEPTH)
 def pack_nnlshp(histogram, max_length, max_depth, options) -> Packing:
     rows, repeats, details = pack_nnlshp_counts(histogram.counts, max_length, max_depth)
     depth = _fitted_depth(max_length, max_depth)
-    return Packing.from_rows("nnlshp", max_length, depth, rows, repeats, details=details)
+    packing = Packing.from_rows("nnlshp", max_length, depth, rows, repeats, details=details)
+    # Where few exact fills exist (long contexts, shallow depths) the fit places little and its leftover
+    # packer does nearly all the work: nnlshp then returns that packer's own packs of the whole histogram
+    # when they are fewer, and says so, so that it is never worse than the packer it relies on.
+    leftover = packing_from_groups("nnlshp", max_length, depth,
+                                   pack_by_free_space(histogram.counts, max_length, depth, True))
+    if leftover.packs_total < packing.packs_total:
+        return leftover.replace(details={**details, "fell_back_to": f"spfhp:{depth}",
+                                         "fitted_packs": packing.packs_total})
+    return packing

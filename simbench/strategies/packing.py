@@ -40,6 +40,19 @@ class PackOptions:
             check_positive_float(self.attention_parity_tokens, "attention_parity_tokens")
 
 
+def efficiency_text(efficiency: float, decimals: int = 1) -> str:
+    """An efficiency as a percentage with `decimals`, rounded as usual except that anything short of 1 reads
+    below 100 (a packing with padding never shows 100.0), e.g. 0.99999 -> "99.9".
+
+        >>> efficiency_text(0.99999), efficiency_text(1.0), efficiency_text(0.97654, 2)
+        ('99.9', '100.0', '97.65')
+    """
+    percent = 100 * float(efficiency)
+    if efficiency < 1:
+        percent = min(percent, 100 - 10.0**-decimals)
+    return f"{percent:.{decimals}f}"
+
+
 # A dense table of the packs (`Packing.rows`) is built only below this size; long contexts hold
 # packs of thousands of short sequences beside packs of one long one, and the padded table of
 # 120k distinct packs x 7,000 slots would take 7 GB where the packs themselves take 30 MB.
@@ -207,15 +220,21 @@ class Packing:
 
     @property
     def tokens(self) -> int:
-        """All token slots, padding included."""
+        """The token slots its steps spend, padding included: its rows' slots, or, for a batcher that fills a
+        token budget per batch (token-budget), every batch's whole budget: what a batch leaves of its budget
+        is spent as surely as its padding (the step was sized for the budget)."""
+        if "budget_tokens" in self.details:
+            return int(self.details["budget_tokens"]) * int(self.details["batches"])
         return int(self.repeats @ self.slot_lengths)
 
     @property
     def padding_tokens(self) -> int:
+        """Token slots spent on no real token (`tokens` less the real ones)."""
         return self.tokens - self.real_tokens
 
     @property
     def efficiency(self) -> float:
+        """Real tokens over the token slots spent (`tokens`): the one definition in every table and record."""
         return self.real_tokens / self.tokens if self.tokens else 1.0
 
     @property

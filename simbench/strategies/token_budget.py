@@ -98,8 +98,11 @@ def token_budget_batches(histogram: LengthHistogram, budget_tokens: int) -> Budg
 @register("token-budget", "length-sorted batches filled up to batch_size x max_length token slots (fairseq "
                           "--max-tokens), each padded to its longest", uses_depth=False)
 def pack_token_budget(histogram, max_length, max_depth, options) -> Packing:
-    batches = token_budget_batches(histogram, options.batch_size * max_length)
+    budget_tokens = options.batch_size * max_length
+    batches = token_budget_batches(histogram, budget_tokens)
     run_kind = batches.run_kind
+    # Its efficiency is of the budget each batch is given, as a packer's is of its rows.
     return Packing.from_rows("token-budget", max_length, 1, batches.run_lengths,
                              batches.run_counts * batches.repeats[run_kind],
-                             slot_lengths=batches.padded_lengths[run_kind])
+                             slot_lengths=batches.padded_lengths[run_kind],
+                             details={"budget_tokens": budget_tokens, "batches": int(batches.repeats.sum())})

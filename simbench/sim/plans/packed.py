@@ -19,8 +19,6 @@ from simbench.sim.pricing import price_packs
 from simbench.sim.windows import SortedWindows
 from simbench.strategies import STRATEGIES, Strategy
 
-# Depths that match the packing paper's headline rows; other packers run without a depth limit.
-DEFAULT_DEPTHS = {"spfhp": 3, "lpfhp": 3, "nnlshp": 3, "optimal": 3}
 DEFAULT_VARLEN_PACKER = "lpfhp"
 
 
@@ -90,26 +88,23 @@ class PackerPlan(PlanType):
                 raise InputError(f"strategy {self.name!r}: {self.name} takes no depth")
             depth = 1 if self.name == "none" else None
         else:
-            depth = _depth(self.name, parameters, DEFAULT_DEPTHS.get(self.name))
+            depth = _depth(self.name, parameters, self.strategy.default_depth)
         mode = ExecutionMode.SORTED if self.name == "sort" else ExecutionMode.PADDED
-        depth_named = self.strategy.uses_depth and (bool(parameters) or self.name in DEFAULT_DEPTHS)
-        return ExecutionPlan(_display_name(self.name, None, depth, show_depth=depth_named), PlanKind.PACKING, mode,
-                             packer=self.name, max_depth=depth)
+        return ExecutionPlan(self.strategy.label(depth), PlanKind.PACKING, mode, packer=self.name, max_depth=depth)
 
 
 @dataclass(frozen=True)
 class PackedVarlenPlan(PlanType):
-    """`packed-varlen[:PACKER][:DEPTH]`: per-sequence attention makes deep packs cheap, so no depth limit
-    unless given."""
+    """`packed-varlen[:PACKER][:DEPTH]`: a packer's packs run with per-sequence attention; labelled with
+    both, e.g. `packed-varlen:lpfhp:max`."""
 
     def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
         self.reject_unknown(parameters, ("max_depth", "packer"))
         packer = parameters.get("packer", DEFAULT_VARLEN_PACKER)
         if STRATEGIES.find(packer) is None:
             raise InputError(_not_a_depth_or_packer(self.name, packer))
-        depth = _depth(self.name, parameters, None)
-        display = _display_name(self.name, packer if packer != DEFAULT_VARLEN_PACKER else None, depth,
-                                show_depth=depth is not None)
+        depth = _depth(self.name, parameters, STRATEGIES.get(packer).default_depth)
+        display = f"{self.name}:{STRATEGIES.get(packer).label(depth)}"
         return ExecutionPlan(display, PlanKind.PACKING, ExecutionMode.PACKED_VARLEN, packer=packer, max_depth=depth)
 
 
@@ -126,14 +121,6 @@ def _depth(name: str, parameters: Mapping[str, Any], default: int | None) -> int
 
 def _not_a_depth_or_packer(name: str, value: Any) -> str:
     return f"strategy {name!r}: {str(value)!r} is neither a depth (1, 2, ..., max) nor a known packer"
-
-
-def _display_name(name: str, packer: str | None, depth: int | None, show_depth: bool) -> str:
-    """`name[:packer][:depth]`: the packer when not the plan's default, `max` for no depth limit."""
-    parts = [name, *([packer] if packer else [])]
-    if show_depth:
-        parts.append("max" if depth is None else str(depth))
-    return ":".join(parts)
 
 
 register_plan(PackedVarlenPlan(
