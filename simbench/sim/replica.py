@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # Microbatches priced at once: each holds (cp, cp) pair counts and (chunks) stage times, so a block of
 # this many stays within tens of MB at cp 16 and 80 model chunks.
 MICROBATCHES_PER_BLOCK = 4096
-# Distinct packed rows whose context-parallel work a cost model remembers (2.3 KB each at cp 16).
+# Distinct packed rows whose context-parallel work is remembered per (cp, sharding) (2.3 KB each at cp 16).
 ROW_WORK_CACHE_MAX = 50_000
 # Rows sharded in one call: per-document sharding cuts each document into 2 cp pieces, and a call's arrays
 # grow with pieces x cp.
@@ -277,6 +277,7 @@ class ReplicaCostModel:
 
     @cached_property
     def _template_tokens(self) -> int:
+        # 64 positions a zigzag chunk: the diagonal's share of the pairs (1 / 64 of a chunk's) barely shows.
         return 2 * self.layout.cp * 64
 
     @cached_property
