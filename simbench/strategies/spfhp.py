@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from simbench.strategies import register
-from simbench.strategies.packing import Packing
+from simbench.strategies.packing import Packing, lengths_longest_first
 
 # A group of identical packs: (how many, lengths in the order they were added).
 PackGroup = tuple[int, tuple[int, ...]]
@@ -24,41 +24,29 @@ PackGroup = tuple[int, tuple[int, ...]]
 
 class OpenPackGroups:
     """Groups of identical open packs, queued by free space (the last group added to a space is served
-    first); a full pack, or one at the depth limit, is closed. Shared by the histogram packers."""
+    first); a full pack, or one at the depth limit, is closed. Shared by the histogram packers, whose loops
+    read `by_space` and `spaces` directly: a method call per step would cost them a third of their time."""
 
-    def __init__(self, max_depth: int | None):
-        self.max_depth = max_depth
+    def __init__(self, max_length: int, max_depth: int | None):
+        # No pack holds more than max_length sequences, so without a limit none is closed for its depth.
+        self.depth_limit = max_length + 1 if max_depth is None else max_depth
         self.by_space: dict[int, list[PackGroup]] = {}
         self.spaces: list[int] = []  # sorted keys of by_space
         self.closed: list[PackGroup] = []
 
     def add(self, count: int, pack: tuple[int, ...], space: int) -> None:
-        if space == 0 or (self.max_depth is not None and len(pack) >= self.max_depth):
+        if space == 0 or len(pack) >= self.depth_limit:
             self.closed.append((count, pack))
-            return
-        if space not in self.by_space:
-            self.by_space[space] = []
+        elif space in self.by_space:
+            self.by_space[space].append((count, pack))
+        else:
+            self.by_space[space] = [(count, pack)]
             bisect.insort(self.spaces, space)
-        self.by_space[space].append((count, pack))
 
-    def peek(self, position: int) -> tuple[int, tuple[int, ...]]:
-        """The free space at `position` of `spaces` and the pack of the group served next there."""
-        space = self.spaces[position]
-        return space, self.by_space[space][-1][1]
-
-    def take(self, position: int, wanted: int) -> tuple[int, tuple[int, ...], int]:
-        """Up to `wanted` packs of the group served next at `position` (the rest stays queued):
-        how many were taken, their pack and their free space."""
-        space = self.spaces[position]
-        queue = self.by_space[space]
-        count, pack = queue.pop()
-        taken = min(count, wanted)
-        if count > taken:
-            queue.append((count - taken, pack))
-        elif not queue:
-            del self.by_space[space]
-            self.spaces.pop(position)
-        return taken, pack, space
+    def remove_space(self, position: int) -> None:
+        """Forget spaces[position], whose queue is empty."""
+        del self.by_space[self.spaces[position]]
+        del self.spaces[position]
 
     def groups(self) -> list[PackGroup]:
         return self.closed + [group for queue in self.by_space.values() for group in queue]
@@ -74,17 +62,16 @@ def pack_by_free_space(counts: np.ndarray, max_length: int, max_depth: int | Non
     it is needed. Whatever does not fit opens new single-sequence packs. `partial_packs` are
     groups already holding sequences that the lengths may fill up first.
     """
-    open_groups = OpenPackGroups(max_depth)
-    spaces = open_groups.spaces
+    open_groups = OpenPackGroups(max_length, max_depth)
+    spaces, by_space, add = open_groups.spaces, open_groups.by_space, open_groups.add
     for count, pack in partial_packs:
-        open_groups.add(count, pack, max_length - sum(pack))
-    for length in range(len(counts), 0, -1):
-        to_place = int(counts[length - 1])
+        add(count, pack, max_length - sum(pack))
+    for length, to_place in lengths_longest_first(counts):
         # The search resumes at the last key used: a group just filled moves to a smaller key,
         # which the shortest-pack-first sweep (downwards) may still reach and the longest-pack-
         # first sweep (upwards) may not.
         bound = max_length if shortest_pack_first else length
-        while to_place > 0:
+        while to_place:
             if shortest_pack_first:
                 position = bisect.bisect_right(spaces, bound) - 1
                 found = position >= 0 and spaces[position] >= length
@@ -92,12 +79,18 @@ def pack_by_free_space(counts: np.ndarray, max_length: int, max_depth: int | Non
                 position = bisect.bisect_left(spaces, bound)
                 found = position < len(spaces)
             if not found:
-                open_groups.add(to_place, (length,), max_length - length)
+                add(to_place, (length,), max_length - length)
                 break
-            used, pack, space = open_groups.take(position, to_place)
-            bound = space
-            to_place -= used
-            open_groups.add(used, pack + (length,), space - length)
+            bound = spaces[position]
+            queue = by_space[bound]
+            count, pack = queue.pop()
+            if count > to_place:
+                queue.append((count - to_place, pack))
+                count = to_place
+            elif not queue:
+                open_groups.remove_space(position)
+            to_place -= count
+            add(count, pack + (length,), bound - length)
 
     return open_groups.groups()
 
