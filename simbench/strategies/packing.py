@@ -118,23 +118,31 @@ class Packing:
 
     @classmethod
     def from_groups(cls, strategy: str, max_length: int, max_depth: int | None, groups,
-                    details: dict | None = None) -> Packing:
-        """A fixed-shape packing from (how many, lengths of the pack) pairs; equal packs are merged."""
+                    details: dict | None = None, *, descending_tuples: bool = False) -> Packing:
+        """A fixed-shape packing from (how many, lengths of the pack) pairs; equal packs are merged.
+
+        `descending_tuples`: the caller vouches that every pack is a tuple in descending order (a packer
+        that places lengths longest first), which is then not checked: the check is a tenth of such a
+        packer's time on a 512-token histogram.
+        """
         merged: dict[tuple, int] = {}
         get = merged.get
-        for count, pack in groups:
-            if count:
-                if type(pack) is not tuple:
-                    pack = tuple(pack)
+        if descending_tuples:
+            for count, pack in groups:
                 merged[pack] = get(pack, 0) + count
+        else:
+            for count, pack in groups:
+                if count:
+                    if type(pack) is not tuple:
+                        pack = tuple(pack)
+                    merged[pack] = get(pack, 0) + count
         # Tuples sort like zero-padded rows: the same pack order as `from_rows`, so seeded draws agree. The keys
         # alone, not the items: tuples of ints sort several times faster than tuples holding tuples.
         packs = sorted(merged)
         depths = np.fromiter(map(len, packs), dtype=np.int64, count=len(packs))
         lengths = np.fromiter(itertools.chain.from_iterable(packs), dtype=np.int64, count=int(depths.sum()))
         starts = np.concatenate([[0], np.cumsum(depths)])
-        rising = np.flatnonzero(np.diff(lengths) > 0) + 1
-        if np.any(np.isin(rising, starts, invert=True)):
+        if not descending_tuples and np.any(np.isin(np.flatnonzero(np.diff(lengths) > 0) + 1, starts, invert=True)):
             # Some pack is not in descending order: sort each, then equal packs may merge further.
             return cls.from_groups(strategy, max_length, max_depth,
                                    ((count, sorted(pack, reverse=True)) for pack, count in merged.items()), details)

@@ -98,8 +98,9 @@ def pack_by_free_space(counts: np.ndarray, max_length: int, max_depth: int | Non
 def packing_from_groups(name: str, max_length: int, max_depth: int | None, groups: list[PackGroup],
                         details: dict | None = None) -> Packing:
     """A fixed-shape `Packing` (every pack max_length slots) from groups of identical packs."""
-    # Lengths are placed longest first, so every pack's tuple is already in descending order.
-    return Packing.from_groups(name, max_length, max_depth, groups, details)
+    # Lengths are placed longest first, so every pack's tuple is already in descending order; a group
+    # is only ever added with a count of one or more.
+    return Packing.from_groups(name, max_length, max_depth, groups, details, descending_tuples=True)
 
 
 @register("spfhp", "shortest-pack-first histogram packing (worst fit on counts)")
