@@ -185,3 +185,25 @@ def longest_pack_first(counts: np.ndarray, max_length: int, max_depth: int | Non
 
 REFERENCES = {"bfd": best_fit_decreasing, "ffd": first_fit_decreasing, "spfhp": shortest_pack_first,
               "lpfhp": longest_pack_first}
+
+
+def main(arguments: list[str]) -> None:
+    """`python reference_packers.py HISTOGRAM.csv MAX_LENGTH NAME`: the packs' count as one JSON line, the
+    cold-start yardstick of `simbench pack` (a process that reads the histogram, packs and prints)."""
+    import csv
+    import json
+
+    path, max_length, name = arguments
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))[1:]
+    counts = np.zeros(int(max_length), dtype=np.int64)
+    for length, count in rows:
+        counts[int(length) - 1] = int(count)
+    packs = REFERENCES[name](counts, int(max_length))
+    print(json.dumps({"strategy": name, "packs": sum(packs.values()), "strategies_used": len(packs)}))
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
