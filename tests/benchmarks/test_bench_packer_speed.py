@@ -9,6 +9,8 @@ the same run, alternating round by round, so load on a shared machine moves both
 
 import json
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,8 +30,8 @@ from reference_packers import REFERENCES  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 REFERENCE_SCRIPT = Path(__file__).resolve().parent / "reference_packers.py"
-ROUNDS = 15
-COLD_ROUNDS = 7
+ROUNDS = 25
+COLD_ROUNDS = 11
 TARGET_RATIO = 1.2
 COLD_TARGET_RATIO = 2.0
 
@@ -55,19 +57,31 @@ def distinct_packs(packing) -> dict:
 def test_packer_against_its_reference(benchmark, name, max_length, max_depth):
     histogram, strategy, reference = HISTOGRAMS[max_length], get_strategy(name), REFERENCES[name]
     counts = histogram.counts
-    reference_seconds = []
+    seconds = {"simbench": [], "reference": []}
+    cpu_seconds = {"simbench": [], "reference": []}
+
+    def timed(side, function, *arguments):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        result = function(*arguments)
+        cpu_seconds[side].append(time.process_time() - cpu_started)
+        seconds[side].append(time.perf_counter() - started)
+        return result
 
     def reference_round():
         # pytest-benchmark runs this before each timed round of simbench's packer, untimed: the two alternate.
-        started = time.perf_counter()
-        reference(counts, max_length, max_depth)
-        reference_seconds.append(time.perf_counter() - started)
+        timed("reference", reference, counts, max_length, max_depth)
 
-    packing = benchmark.pedantic(strategy, args=(histogram, max_length, max_depth), setup=reference_round,
-                                 rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    benchmark.extra_info.update(packs=packing.packs_total, reference_seconds=min(reference_seconds),
-                                target_ratio=TARGET_RATIO,
-                                ratio=benchmark.stats.stats.min / min(reference_seconds))
+    packing = benchmark.pedantic(timed, args=("simbench", strategy, histogram, max_length, max_depth),
+                                 setup=reference_round, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    fastest = min(seconds["reference"])
+    # The target holds the fastest rounds' ratio; under load, CPU seconds and the median of each round's ratio to
+    # the reference run just before it say more, so they are kept beside it.
+    benchmark.extra_info.update(
+        packs=packing.packs_total, reference_seconds=fastest, target_ratio=TARGET_RATIO,
+        ratio=min(seconds["simbench"]) / fastest,
+        cpu_ratio=min(cpu_seconds["simbench"]) / min(cpu_seconds["reference"]),
+        median_round_ratio=statistics.median(own / other for own, other in
+                                             zip(seconds["simbench"][1:], seconds["reference"][1:])))
     assert distinct_packs(packing) == reference(counts, max_length, max_depth)
 
 
@@ -86,9 +100,11 @@ def test_cold_pack_against_the_reference_cold(benchmark, name, tmp_path):
     bundled histogram, pack, print one JSON line) against a fresh python that imports numpy, reads the same CSV,
     runs the reference and prints its count. The first run of each compiles its bytecode and is not counted.
 
-    Target 2.0x. Measured 2026-11-26 at load ~2.5 on 2 cores: see the report's `ratio`; the CLI's own floor is
-    typer (which builds pydantic adapters for every option of the command run) and rich, both imported on
-    every command.
+    Target 2.0x, not reliably met: 1.8-2.1x (wall, fastest rounds) and 2.0-2.1x (CPU seconds) on 2026-11-26 at
+    load 3-4 on 2 cores. The floor is typer's: typer 0.29 coerces every option of the command it runs through a
+    pydantic TypeAdapter, so any simbench command imports typer (about 25 ms CPU) and pydantic (about 70 ms,
+    20 more for the adapters), against about 140 ms for the whole reference process; simbench's own imports and
+    work are about 30 ms of the rest.
     """
     with resources.as_file(bundled_file("histograms", "wikipedia_512.csv")) as csv_path:
         simbench_command = [sys.executable, "-m", "simbench", "pack", "wikipedia_512", "--strategy", name,
@@ -96,24 +112,32 @@ def test_cold_pack_against_the_reference_cold(benchmark, name, tmp_path):
         reference_command = [sys.executable, str(REFERENCE_SCRIPT), str(csv_path), "512", name]
         with tempfile.TemporaryDirectory() as cache:
             environment = cold_environment(cache)
-            reference_seconds, outputs = [], {}
+            seconds = {"simbench": [], "reference": []}
+            cpu_seconds = {"simbench": [], "reference": []}
+            outputs = {}
 
-            def run(command) -> str:
+            def run(side, command) -> str:
+                started, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
                 # cwd: `python -m` looks in the current folder first, which may hold another checkout's simbench.
-                return subprocess.run(command, env=environment, cwd=tmp_path, capture_output=True, text=True,
-                                      check=True).stdout
+                outputs[side] = subprocess.run(command, env=environment, cwd=tmp_path, capture_output=True,
+                                               text=True, check=True).stdout
+                seconds[side].append(time.perf_counter() - started)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu_seconds[side].append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
 
-            def reference_round():
-                started = time.perf_counter()
-                outputs["reference"] = run(reference_command)
-                reference_seconds.append(time.perf_counter() - started)
-
-            for command in (simbench_command, reference_command):
-                run(command)  # compiles and caches the bytecode
-            outputs["simbench"] = benchmark.pedantic(run, args=(simbench_command,), setup=reference_round,
-                                                     rounds=COLD_ROUNDS, iterations=1)
+            run("simbench", simbench_command)  # each compiles and caches its bytecode: not counted
+            run("reference", reference_command)
+            for side in seconds:
+                seconds[side].clear()
+                cpu_seconds[side].clear()
+            benchmark.pedantic(run, args=("simbench", simbench_command),
+                               setup=lambda: run("reference", reference_command), rounds=COLD_ROUNDS, iterations=1)
     simbench_packs = json.loads(outputs["simbench"].splitlines()[-1])["packs"]
     assert simbench_packs == json.loads(outputs["reference"])["packs"]
-    benchmark.extra_info.update(packs=simbench_packs, reference_seconds=min(reference_seconds),
-                                target_ratio=COLD_TARGET_RATIO,
-                                ratio=benchmark.stats.stats.min / min(reference_seconds))
+    fastest = min(seconds["reference"])
+    benchmark.extra_info.update(
+        packs=simbench_packs, reference_seconds=fastest, target_ratio=COLD_TARGET_RATIO,
+        ratio=min(seconds["simbench"]) / fastest,
+        cpu_ratio=min(cpu_seconds["simbench"]) / min(cpu_seconds["reference"]),
+        median_round_ratio=statistics.median(own / other for own, other in zip(seconds["simbench"],
+                                                                                seconds["reference"])))
