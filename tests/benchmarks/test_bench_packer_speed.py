@@ -100,8 +100,8 @@ def test_cold_pack_against_the_reference_cold(benchmark, name, tmp_path):
     bundled histogram, pack, print one JSON line) against a fresh python that imports numpy, reads the same CSV,
     runs the reference and prints its count. The first run of each compiles its bytecode and is not counted.
 
-    Target 2.0x, not reliably met: 1.8-2.1x (wall, fastest rounds) and 2.0-2.1x (CPU seconds) on 2026-11-26 at
-    load 3-4 on 2 cores. The floor is typer's: typer 0.29 coerces every option of the command it runs through a
+    Target 2.0x, not reliably met: 1.8-2.3x (wall, fastest rounds) and 1.9-2.1x (CPU seconds) on 2026-11-26 at
+    load 2.5-4 on 2 cores (the code before: 2.2x both). The floor is typer's: typer 0.29 coerces every option of the command it runs through a
     pydantic TypeAdapter, so any simbench command imports typer (about 25 ms CPU) and pydantic (about 70 ms,
     20 more for the adapters), against about 140 ms for the whole reference process; simbench's own imports and
     work are about 30 ms of the rest.
