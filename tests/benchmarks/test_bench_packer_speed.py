@@ -7,6 +7,7 @@ the same run, alternating round by round, so load on a shared machine moves both
 (`--check-ratio-targets` holds them).
 """
 
+import gc
 import json
 import os
 import resource
@@ -61,10 +62,18 @@ def test_packer_against_its_reference(benchmark, name, max_length, max_depth):
     cpu_seconds = {"simbench": [], "reference": []}
 
     def timed(side, function, *arguments):
-        started, cpu_started = time.perf_counter(), time.process_time()
-        result = function(*arguments)
-        cpu_seconds[side].append(time.process_time() - cpu_started)
-        seconds[side].append(time.perf_counter() - started)
+        # Both sides without the garbage collector: `--benchmark-disable-gc` (CI's) would otherwise spare only
+        # simbench's side, which pytest-benchmark times, and not the reference run in its untimed setup.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            started, cpu_started = time.perf_counter(), time.process_time()
+            result = function(*arguments)
+            cpu_seconds[side].append(time.process_time() - cpu_started)
+            seconds[side].append(time.perf_counter() - started)
+        finally:
+            if collecting:
+                gc.enable()
         return result
 
     def reference_round():
