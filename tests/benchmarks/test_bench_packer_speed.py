@@ -4,7 +4,8 @@ Targets: `bfd`, `ffd`, `spfhp`, `lpfhp` within 1.2x of their reference in the sa
 8,192 and 131,072 tokens (100,000 chat-like sequences, tests/long_context.py), with and without a depth limit;
 a cold `simbench pack` within 2x of the reference's own cold start. Each is a ratio to its reference measured in
 the same run, alternating round by round, so load on a shared machine moves both sides alike
-(`--check-ratio-targets` holds them).
+(`--check-ratio-targets` holds the in-process ones; the cold one, two process start-ups that load moves
+unevenly, is held by `--check-targets` on a quiet machine).
 """
 
 import gc
@@ -146,6 +147,7 @@ def test_cold_pack_against_the_reference_cold(benchmark, name, tmp_path):
     fastest = min(seconds["reference"])
     benchmark.extra_info.update(
         packs=simbench_packs, reference_seconds=fastest, target_ratio=COLD_TARGET_RATIO,
+        ratio_needs_quiet_machine=True,  # two process start-ups: load moves them unevenly (see the docstring)
         ratio=min(seconds["simbench"]) / fastest,
         cpu_ratio=min(cpu_seconds["simbench"]) / min(cpu_seconds["reference"]),
         median_round_ratio=statistics.median(own / other for own, other in zip(seconds["simbench"],
