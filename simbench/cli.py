@@ -17,15 +17,6 @@ from simbench.errors import InputError
 
 HELPERS_MODULE = "common"  # shared by the commands, adds none of its own
 
-app = typer.Typer(
-    help="Simulate and benchmark training transformers on variable-length data.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    # Plain help: rich's formatter alone costs more start-up time than the rest of `simbench --help`.
-    rich_markup_mode=None,
-)
-
 
 def _print_version(value: bool) -> None:
     if value:
@@ -33,7 +24,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def simbench_app(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="print the version and exit"),
@@ -41,14 +31,42 @@ def simbench_app(
     """Simulate and benchmark training transformers on variable-length data."""
 
 
-for module_info in sorted(pkgutil.iter_modules(simbench.commands.__path__), key=lambda info: info.name):
-    if module_info.name != HELPERS_MODULE:
-        importlib.import_module(f"simbench.commands.{module_info.name}").register(app)
+def command_modules() -> list[str]:
+    """The modules of `simbench.commands` that add commands, by name."""
+    return sorted(info.name for info in pkgutil.iter_modules(simbench.commands.__path__) if info.name != HELPERS_MODULE)
+
+
+def build_app(modules: list[str] | None = None) -> typer.Typer:
+    """The command line with the commands of `modules` (of every command module when None)."""
+    app = typer.Typer(
+        help="Simulate and benchmark training transformers on variable-length data.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+        # Plain help: rich's formatter alone costs more start-up time than the rest of `simbench --help`.
+        rich_markup_mode=None,
+    )
+    app.callback()(simbench_app)
+    for module in command_modules() if modules is None else modules:
+        importlib.import_module(f"simbench.commands.{module}").register(app)
+    return app
+
+
+def __getattr__(name: str):
+    # `app`, every command, is built on first use: `main` builds only the command it runs.
+    if name == "app":
+        globals()["app"] = built = build_app()
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
+    # A command line that names a command whose module has its name (`pack`, `calibrate-decoder`) builds that
+    # command alone: importing the others and typer's conversion of their signatures were a tenth of a cold
+    # `simbench pack`. Anything else (`--help`, `list`, a typo) gets every command and typer's own messages.
+    named = sys.argv[1].replace("-", "_") if len(sys.argv) > 1 else None
     try:
-        app()
+        (build_app([named]) if named in command_modules() else sys.modules[__name__].app)()
     except InputError as error:
         _print_error(str(error))
         sys.exit(2)

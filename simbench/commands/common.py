@@ -121,17 +121,23 @@ def progress_bar(console, quiet: bool = False):
                     console=console, transient=True, disable=quiet or not console.is_terminal)
 
 
-def stage_lines(console, quiet: bool = False) -> Callable[[str], None] | None:
+def stage_lines(console=None, quiet: bool = False) -> Callable[[str], None] | None:
     """Where no live bar shows (stderr is a pipe, a CI log, a notebook), one line per finished stage with
-    the seconds since the start, so a long run is never silent; None in a terminal or when `quiet`."""
-    if quiet or console.is_terminal:
+    the seconds since the start, so a long run is never silent; None in a terminal or when `quiet`.
+
+    `console`: the rich console a command's progress bar shares; None for plain stderr, which spares a
+    command without a bar (`pack`) importing rich, a tenth of its start-up."""
+    if quiet or (console.is_terminal if console is not None else sys.stderr.isatty()):
         return None
     start = time.perf_counter()
 
     def report(stage: str) -> None:
-        console.print(f"[{time.perf_counter() - start:7.1f} s] {stage}", highlight=False, markup=False,
-                      soft_wrap=True)
-        console.file.flush()
+        line = f"[{time.perf_counter() - start:7.1f} s] {stage}"
+        if console is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+            console.file.flush()
 
     return report
 

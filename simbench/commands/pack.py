@@ -52,9 +52,7 @@ def pack(
     max_length = check_pack_limits(histogram, max_length, max_depth)
     limits = {} if time_limit_seconds is None else {"time_limit_seconds": time_limit_seconds}
     options = PackOptions(seed=seed, batch_size=batch_size, **limits)
-    from rich.console import Console
-
-    stage = stage_lines(Console(stderr=True), quiet) or (lambda text: None)
+    stage = stage_lines(None, quiet) or (lambda text: None)
     results = []
     for metrics in pack_each(strategies, histogram, max_length, max_depth, options, with_bound=bound,
                              skipped=lambda name, error: say(f"skipped {name}: {error}")):

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.strategies import PackOptions, Strategy
-from simbench.strategies.baseline import Comparison, compare_with_baseline, load_baseline
+
+if TYPE_CHECKING:
+    from simbench.strategies.baseline import Comparison
 
 
 def packing_metrics(strategy: Strategy, histogram: LengthHistogram, max_length: int, max_depth: int | None,
@@ -27,16 +30,18 @@ def packing_metrics(strategy: Strategy, histogram: LengthHistogram, max_length: 
     The bound is computed when `with_bound` says so, or where it is cheap when it is None; it is
     computed once per histogram and depth (`lp_bound` caches it) and `bound_seconds` is its own time.
     """
-    from simbench.strategies.lp_bound import bound_is_cheap, lp_lower_bound
-
     packing = strategy(histogram, max_length, max_depth, options)
     fixed_shape = bool((packing.slot_lengths == max_length).all())
     # The bound at the depth the packing was made under (as in a report's packing table): padding, one
     # sequence per pack, is bounded at depth 1, not compared with packs it was never allowed to fill.
     depth = packing.max_depth if strategy.uses_depth else packing.depth_used
-    if with_bound is None:
-        with_bound = bound_is_cheap(histogram, max_length, depth)
-    bound = lp_lower_bound(histogram, max_length, depth) if with_bound and fixed_shape else None
+    bound = None
+    if fixed_shape and with_bound is not False:
+        # Imported here: a pack without a bound (`--no-bound`) need not load the LP solver's modules.
+        from simbench.strategies.lp_bound import bound_is_cheap, lp_lower_bound
+
+        if with_bound or bound_is_cheap(histogram, max_length, depth):
+            bound = lp_lower_bound(histogram, max_length, depth)
     metrics = {"label": strategy.label(packing.max_depth), **packing.metrics(bound.lower_bound_packs if bound else None)}
     metrics["bound_seconds"] = bound.seconds if bound else None
     metrics["bound_depth"] = depth if bound else None
@@ -61,6 +66,8 @@ def baseline_comparisons(histogram: LengthHistogram, strategies: Iterable[str], 
                          baseline_path: Path) -> tuple[int, Iterator[Comparison]]:
     """How many records match the histogram, strategies and depth (any depth when None), and their
     comparisons, measured as they are read; no matching record is an InputError naming the file."""
+    from simbench.strategies.baseline import compare_with_baseline, load_baseline
+
     names = set(strategies)
     records = [record for record in load_baseline(baseline_path)
                if Path(record.histogram).stem == histogram.name and record.strategy in names

@@ -16,7 +16,7 @@ import bisect
 import numpy as np
 
 from simbench.strategies import register
-from simbench.strategies.packing import Packing
+from simbench.strategies.packing import Packing, lengths_longest_first
 from simbench.strategies.spfhp import OpenPackGroups, PackGroup, packing_from_groups
 
 
@@ -31,22 +31,39 @@ def longest_pack_first(counts: np.ndarray, max_length: int, max_depth: int | Non
     share one more pack. The copies per pack are what distributes a long run of short sequences
     over few packs; placing one copy per step instead gives more, emptier packs.
     """
-    depth_limit = max_length if max_depth is None else max_depth
-    open_groups = OpenPackGroups(max_depth)
-    for length in range(min(len(counts), max_length), 0, -1):
-        to_place = int(counts[length - 1])
-        while to_place > 0:
-            position = bisect.bisect_left(open_groups.spaces, length)
-            if position == len(open_groups.spaces):
+    open_groups = OpenPackGroups(max_length, max_depth)
+    spaces, by_space, closed, depth_limit = open_groups.spaces, open_groups.by_space, open_groups.closed, \
+        open_groups.depth_limit
+    for length, to_place in lengths_longest_first(counts):
+        while to_place:
+            position = bisect.bisect_left(spaces, length)
+            if position == len(spaces):
                 copies = min(max_length // length, depth_limit, to_place)
-                open_groups.add(to_place // copies, (length,) * copies, max_length - copies * length)
+                count, pack, space = to_place // copies, (length,) * copies, max_length - copies * length
                 to_place %= copies
-                continue
-            space, pack = open_groups.peek(position)
-            copies = min(space // length, depth_limit - len(pack), to_place)
-            filled, pack, space = open_groups.take(position, to_place // copies)
-            to_place -= filled * copies
-            open_groups.add(filled, pack + (length,) * copies, space - copies * length)
+            else:
+                space = spaces[position]
+                queue = by_space[space]
+                count, pack = queue.pop()
+                copies = min(space // length, depth_limit - len(pack), to_place)
+                wanted = to_place // copies
+                if count > wanted:
+                    queue.append((count - wanted, pack))
+                    count = wanted
+                elif not queue:
+                    del by_space[space]
+                    del spaces[position]
+                to_place -= count * copies
+                pack += (length,) * copies
+                space -= copies * length
+            # open_groups.add(count, pack, space):
+            if space == 0 or len(pack) >= depth_limit:
+                closed.append((count, pack))
+            elif space in by_space:
+                by_space[space].append((count, pack))
+            else:
+                by_space[space] = [(count, pack)]
+                bisect.insort(spaces, space)
 
     return open_groups.groups()
 

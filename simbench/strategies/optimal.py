@@ -274,6 +274,6 @@ def _best_fit_decreasing(items: LengthItems, residual: np.ndarray) -> tuple[np.n
     groups = pack_decreasing(counts, items.max_length, items.max_depth, best_fit=True)
     patterns = np.zeros((len(groups), items.lengths.size), dtype=np.int64)
     for pattern, (_, contents) in zip(patterns, groups):
-        for length, copies in contents:
+        for length, copies in zip(contents[0::2], contents[1::2]):
             pattern[np.searchsorted(items.lengths, length)] += copies
     return patterns, np.array([count for count, _ in groups], dtype=np.int64)

@@ -101,7 +101,7 @@ def test_pack_all_at_8192(benchmark, tmp_path):
     benchmark.extra_info["target_seconds"] = 60.0
 
 
-@pytest.mark.parametrize("plan", ["ffd", "packed-varlen:ffd"])
+@pytest.mark.parametrize("plan", ["ffd:max", "packed-varlen:ffd:max"])
 def test_simulate_deep_packs_at_131072(benchmark, plan):
     from simbench.costmodels.transformer import TransformerCostModel
     from simbench.sim.simulate import simulate

@@ -1,6 +1,7 @@
 """simbench beside other packers on the same inputs, in alternating rounds: packs, efficiency, time.
 
-Peers: seqpacker's OBFD (`pip install seqpacker`: a Rust build from source), binpacking's
+Peers: seqpacker's OBFD (`pip install seqpacker`: a Rust build from source, or its PyPI wheel loaded as
+abi3, see SEQPACKER_WHEEL), binpacking's
 to_constant_volume and TRL's pack_dataset with its "bfd" strategy (`pip install -e '.[peers]'`);
 one not installed is skipped with the reason. simbench's side gives what a peer's user gets, the
 sequence indices of every pack: the histogram of the lengths, `bfd` on it, then `assign_packs`.
@@ -9,10 +10,14 @@ reports/peers.md and reports/peers.csv; `simbench bench -k peers` runs this file
 """
 
 import csv
+import importlib.machinery
 import importlib.metadata
 import importlib.util
+import os
 import statistics
+import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +29,7 @@ from simbench.strategies.assign import assign_packs
 
 MAX_LENGTH = 512
 REPORT_DIR = Path(__file__).resolve().parents[2] / "reports"
-COLUMNS = ["peer", "version", "sequences", "peer packs", "simbench packs", "peer efficiency %",
+COLUMNS = ["peer", "version", "loaded from", "sequences", "peer packs", "simbench packs", "peer efficiency %",
            "simbench efficiency %", "peer seconds", "simbench seconds", "time ratio simbench/peer", "rounds"]
 
 
@@ -109,10 +114,60 @@ CASES = {
 
 
 INSTALL = {
-    "seqpacker": "pip install seqpacker (a source build that needs Rust and crates.io; PyPI has no wheel of 0.1.3)",
+    "seqpacker": "pip install seqpacker builds 0.1.3 from source (Rust and crates.io)",
     "binpacking": "pip install -e '.[peers]'",
     "trl": "pip install -e '.[peers]'",
 }
+
+# A seqpacker wheel (the file, or a folder holding it) to load when seqpacker is not installed. PyPI's only
+# x86-64 Linux wheel of 0.1.3, seqpacker-0.1.3-cp38-cp38-manylinux_2_17_x86_64.manylinux2014_x86_64.whl, is a
+# limited-API (abi3) build tagged cp38 while the release requires Python >= 3.9, so pip never selects it: a plain
+# `pip download seqpacker==0.1.3` takes the sdist (a Rust build), and --only-binary=:all: finds nothing, on
+# CPython 3.11 as with --platform manylinux2014_x86_64 --abi abi3 --python-version 3.9. This fetches it (once,
+# with network; the benchmark itself needs none):
+#   pip download seqpacker==0.1.3 --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+#       --python-version 3.8 --implementation cp --abi cp38 --ignore-requires-python -d WHEELS
+SEQPACKER_WHEEL = "SIMBENCH_SEQPACKER_WHEEL"
+
+
+def seqpacker_wheel() -> Path | None:
+    """The wheel SEQPACKER_WHEEL names, or None when it names none."""
+    given = os.environ.get(SEQPACKER_WHEEL)
+    if not given:
+        return None
+    path = Path(given)
+    wheels = sorted(path.glob("seqpacker-*.whl")) if path.is_dir() else [path]
+    if not wheels or not wheels[-1].is_file():
+        pytest.fail(f"{SEQPACKER_WHEEL}={given} names no seqpacker wheel")
+    return wheels[-1]
+
+
+def load_abi3_wheel(wheel: Path, folder: Path) -> str:
+    """Import seqpacker from `wheel`, unpacked into `folder`, whatever CPython tag its extension's file name
+    carries (a limited-API extension loads on any later CPython); say where it came from."""
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(folder)
+    extension = next((folder / "seqpacker").glob("_core*.so"))
+    # The import system only looks for this CPython's extension suffixes; load the file by its own name.
+    loader = importlib.machinery.ExtensionFileLoader("seqpacker._core", str(extension))
+    spec = importlib.util.spec_from_file_location("seqpacker._core", extension, loader=loader)
+    core = importlib.util.module_from_spec(spec)
+    loader.exec_module(core)
+    sys.modules["seqpacker._core"] = core
+    sys.path.insert(0, str(folder))  # the package and its dist-info (for its version)
+    importlib.import_module("seqpacker")
+    return f"{wheel.name}, its {extension.name} loaded as abi3 on CPython {sys.version_info[0]}.{sys.version_info[1]}"
+
+
+@pytest.fixture(scope="session")
+def seqpacker_source(tmp_path_factory) -> str | None:
+    """Where seqpacker comes from: installed, loaded from the wheel SEQPACKER_WHEEL names, or None (skip)."""
+    if importlib.util.find_spec("seqpacker") is not None:
+        return "installed"
+    wheel = seqpacker_wheel()
+    if wheel is None:
+        return None
+    return load_abi3_wheel(wheel, tmp_path_factory.mktemp("seqpacker"))
 
 
 @pytest.fixture(scope="module")
@@ -145,9 +200,19 @@ def checked_packs(lengths: np.ndarray, offsets, placed, pack_lengths=None) -> tu
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_peer(benchmark, table, case):
+def test_peer(benchmark, table, case, seqpacker_source):
     peer, module, package, sequences, rounds, make_input, pack_with_peer, read_peer = CASES[case]
-    if importlib.util.find_spec(module) is None:
+    loaded_from = "installed"
+    if module == "seqpacker":
+        if seqpacker_source is None:
+            pytest.skip(f"seqpacker is not installed and {SEQPACKER_WHEEL} names no wheel: {INSTALL[package]}; PyPI's "
+                        "only x86-64 Linux wheel of 0.1.3 is tagged cp38-cp38-manylinux_2_17_x86_64 for a release "
+                        "requiring Python >= 3.9, so pip selects it for no interpreter (tried: default tags on "
+                        "CPython 3.11, --only-binary=:all:, --platform manylinux2014_x86_64 --abi abi3 "
+                        "--python-version 3.9); see SEQPACKER_WHEEL in this file for the download that gets it")
+        loaded_from = seqpacker_source
+        print(f"seqpacker: {loaded_from}")
+    elif importlib.util.find_spec(module) is None:
         pytest.skip(f"{package} is not installed: {INSTALL[package]}")
     lengths = wikipedia_lengths(sequences)
     peer_input = make_input(lengths) if make_input else lengths
@@ -166,7 +231,7 @@ def test_peer(benchmark, table, case):
     peer_packs, peer_efficiency = checked_packs(lengths, *read_peer(results["peer"]))
     own_packs, own_efficiency = checked_packs(lengths, *read_simbench(results["simbench"]))
     peer_seconds, own_seconds = statistics.median(times["peer"]), statistics.median(times["simbench"])
-    row = {"peer": peer, "version": importlib.metadata.version(package), "sequences": f"{lengths.size:,}",
+    row = {"peer": peer, "version": importlib.metadata.version(package), "loaded from": loaded_from, "sequences": f"{lengths.size:,}",
            "peer packs": f"{peer_packs:,}", "simbench packs": f"{own_packs:,}",
            "peer efficiency %": f"{100 * peer_efficiency:.3f}", "simbench efficiency %": f"{100 * own_efficiency:.3f}",
            "peer seconds": f"{peer_seconds:.4f}", "simbench seconds": f"{own_seconds:.4f}",
