@@ -430,7 +430,8 @@ def breakdown_figure(breakdown: pd.DataFrame) -> Figure:
         per_thousand_tokens_ms = 1e6 / rows["real_tokens_per_device_step"].to_numpy()
         for part, color in zip(parts, sns.color_palette()):
             values = np.clip(rows[part].to_numpy(), 0.0, None) * per_thousand_tokens_ms
-            axis.bar(positions, values, bottom=bottom, color=color, label=part.removesuffix("_seconds"))
+            axis.bar(positions, values, bottom=bottom, color=color,
+                     label=part.removesuffix("_seconds").replace("_", " "))
             bottom += values
         axis.set_xticks(positions, rows["strategy"], rotation=45, ha="right", fontsize=8)
         axis.margins(y=0.05)
