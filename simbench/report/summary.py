@@ -287,7 +287,7 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
     bound_note = ("LP bound: the certified lower bound on packs at the same depth limit; proof: packs proven "
                   "optimal and by what, or the gap left and why." if
                   packing["lower_bound_packs"].notna().any() else
-                  "LP bounds were not computed in this run (`outputs.lp_bounds: false`, the --quick default).")
+                  "LP bounds were not computed in this run (`outputs.lp_bounds: false`).")
     return ("## Packing (laid out like the packing paper's Table 1)\n\n" + markdown_table(table) +
             f"\n\n{defined}Realized speed-up: on {_devices(int(scaling['devices'].min()))}, over padding. {bound_note} "
             "Solve times are in timings.csv (measured, so they differ from run to run).")
