@@ -8,7 +8,7 @@
     ...                     devices=[1, 8], steps=5)
     >>> tables = run_experiment(scenario)
     >>> with tempfile.TemporaryDirectory() as folder:
-    ...     write_tables(tables, folder)
+    ...     written = write_tables(tables, folder)
     ...     read_tables(folder).scaling.columns[:4].tolist()
     ['strategy', 'devices', 'speedup', 'tokens_per_s']
 """
