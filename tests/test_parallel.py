@@ -1,6 +1,6 @@
 """4D layouts: the scenario's `parallel` keys and their refusals, a replica's step priced from its microbatches
 (reducing to today's data-parallel step with one GPU, the analytic bubble with equal microbatches), the
-workload-balanced packer, and the bundled 128k scenario end to end."""
+workload-balanced packer, the bundled 128k scenario end to end, and uneven pipeline stages."""
 
 from pathlib import Path
 
@@ -185,6 +185,12 @@ def test_balanced_stages_give_the_first_and_last_chunks_fewer_layers():
     assert ParallelLayout(pp=4).chunk_layers(80) == (20,) * 4  # layers that divide stay even
     assert ParallelLayout(pp=2, virtual_stages=2).chunk_layers(6) == (1, 2, 2, 1)
     assert ParallelLayout(pp=2, virtual_stages=2).stage_layers_of(6) == (3, 3)  # stage 0 holds chunks 0 and 2
+    # One-layer chunks: Llama 3's 7 layers on the first and last stages, their first and last chunks empty.
+    eight_chunks = ParallelLayout(pp=16, virtual_stages=8)
+    assert eight_chunks.chunk_layers(126) == (0,) + (1,) * 126 + (0,)
+    assert eight_chunks.stage_layers_of(126) == (7,) + (8,) * 14 + (7,)
+    with pytest.raises(InputError, match="need at least 126"):
+        eight_chunks.chunk_layers(125)
     with pytest.raises(InputError, match="parallel.stage_layers: the counts sum to 5 layers, the model has 6"):
         ParallelLayout(pp=2, stage_layers=(2, 3)).chunk_layers(6)
 
@@ -258,3 +264,11 @@ def test_memory_follows_each_stages_layers():
     assert memory.activation_bytes == pytest.approx(15 * 8 * per_token * 8192 / 8)
     with pytest.raises(InputError, match="do not split into pp x virtual_stages = 16 x 1 equal pipeline stages"):
         peak_memory("llama-3.1-405b", tokens_per_microbatch=8192, tp=8, pp=16)
+
+
+def test_the_405b_128k_scenario_puts_llama_3s_layers_on_its_stages():
+    # Loading checks the layout and its memory; the run itself is the 70B scenario's (tested above, quickened).
+    scenario = load_scenario(SCENARIOS / "llama405b-pretrain-128k.yaml")
+    layout = scenario.layout
+    assert layout.stage_layers_of(126) == (7,) + (8,) * 14 + (7,) and layout.gpus_per_replica == 2048
+    assert max(scenario.devices) == 16384

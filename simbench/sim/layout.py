@@ -100,8 +100,12 @@ class ParallelLayout:
             return (f"the model's {layers} layers do not divide into pp x virtual_stages = {self.pp} x "
                     f"{self.virtual_stages} = {chunks} equal pipeline chunks; leave stage_layers at \"balanced\" "
                     f"to give the first and last chunks fewer")
-        if self.stage_layers == "balanced" and layers < chunks:
-            return (f"the model's {layers} layers are fewer than its pp x virtual_stages = {chunks} pipeline chunks")
+        # The first and last chunks may hold no layer (the embedding alone, the output layer alone: Llama 3's 126
+        # layers on 16 stages of 8 one-layer chunks); a middle chunk without one would be a stage doing nothing.
+        if self.stage_layers == "balanced" and layers < chunks - 2:
+            return (f"the model's {layers} layers leave pipeline chunks between the first and last without one: "
+                    f"pp x virtual_stages = {self.pp} x {self.virtual_stages} = {chunks} chunks need at least "
+                    f"{chunks - 2}")
         if not isinstance(self.stage_layers, str):
             if len(self.stage_layers) != chunks:
                 return (f"{len(self.stage_layers)} counts given, one per pipeline chunk needed: pp x virtual_stages "
