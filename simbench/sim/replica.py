@@ -195,8 +195,8 @@ class ReplicaCostModel:
             recompute = np.zeros_like(forward_work)
         forward = chunk_busy * (1 - BACKWARD_SHARE)
         backward = chunk_busy * BACKWARD_SHARE + recompute
-        uneven = chunks > 1 and self._chunk_shares is not None
-        if uneven:
+        per_chunk = chunks > 1 and self._chunk_shares is not None
+        if per_chunk:
             # (microbatches, chunks): the layers' work by each chunk's layers, the output layer's on the last.
             head = (compute + padding + masked - attention / shards) * self._output_layer_share
             layer_shares, head_shares = self._chunk_shares
@@ -211,7 +211,7 @@ class ReplicaCostModel:
             step_seconds = equal_seconds = busy
         else:
             # Replica steps of the same microbatch times (every padded step, say) are scheduled once.
-            width = chunks if uneven else 1
+            width = chunks if per_chunk else 1
             p2p = np.broadcast_to(self._p2p_seconds(slot_tokens)[:, None], (batches.batches * m, width))
             times = np.stack([np.reshape(forward, (-1, width)), np.reshape(backward, (-1, width)), p2p])
             times = times.reshape(3, batches.batches, m, width)
@@ -242,8 +242,8 @@ class ReplicaCostModel:
     @cached_property
     def _chunk_shares(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Each chunk's share of a microbatch's layer-bound work and of its output layer's, each summing to the
-        number of chunks (a chunk's time is the mean chunk's times its share); None for equal chunks, whose
-        shares are all 1."""
+        number of chunks (a chunk's time is the mean chunk's times its share); None for an encoder's equal chunks,
+        whose shares are all 1 (a decoder's last chunk always holds the output layer too)."""
         layers = np.asarray(self.chunk_layers, dtype=np.float64)
         model = self.gpu_model.model
         if np.all(layers == layers[0]) and not model.is_decoder:
