@@ -330,7 +330,8 @@ class ParallelSpec(_Strict):
 
     tp: StrictInt = Field(1, ge=1, description="tensor-parallel GPUs: each layer's heads and feed-forward width split "
                           "over them, inside one node")
-    pp: StrictInt = Field(1, ge=1, description="pipeline stages, each holding layers / pp of the model")
+    pp: StrictInt = Field(1, ge=1, description="pipeline stages, each holding about layers / pp of the model "
+                          "(`stage_layers`)")
     cp: StrictInt = Field(1, ge=1, description="context-parallel ranks, each holding 1 / cp of a row's tokens")
     dp: StrictInt | None = Field(None, ge=1, description="data-parallel replicas; default devices / (tp x pp x cp), and "
                                  "with it `devices` defaults to dp x tp x pp x cp")
@@ -345,6 +346,11 @@ class ParallelSpec(_Strict):
                                             "optimizer state, 2 the gradients too, 3 the parameters too")
     recompute: Literal["none", "selective", "full"] = Field(
         "none", description="activation recomputation in the backward pass: none, selective (attention) or full")
+    stage_layers: Literal["balanced", "even"] | list[Annotated[StrictInt, Field(ge=0)]] = Field(
+        "balanced", description="how the layers spread over the pp x virtual_stages pipeline chunks: balanced (the "
+        "default: as evenly as possible, the chunks with one layer fewer first and last, since those also run the "
+        "embedding and the output layer and loss; Llama 3's 126-layer 405B on pp 16 is 7, 8 x 14, 7), even (equal "
+        "chunks; refused when the layers do not divide) or each chunk's layer count in pipeline order")
 
     def layout(self) -> ParallelLayout:
         return ParallelLayout(**self.model_dump())
@@ -689,7 +695,8 @@ def layout_memory(layout: ParallelLayout, model, tokens_per_microbatch: int, rep
 
     return peak_memory(model, tokens_per_microbatch=tokens_per_microbatch, tp=layout.tp, pp=layout.pp, cp=layout.cp,
                        dp=replicas, microbatches=layout.microbatches, virtual_stages=layout.virtual_stages,
-                       zero_stage=layout.zero_stage, recompute=layout.recompute)
+                       zero_stage=layout.zero_stage, recompute=layout.recompute,
+                       stage_layers=layout.stage_layers_of(model.layers))
 
 
 def _written(root: yaml.Node, path: tuple) -> bool:

@@ -10,7 +10,7 @@ from simbench.costmodels.hardware import load_hardware
 from simbench.errors import InputError
 
 # Published parameter counts (model cards on huggingface.co; GPT-2's is its checkpoint's exact size).
-PUBLISHED_PARAMETERS = {"gpt2": 124_439_808, "llama-3.1-8b": 8.03e9, "llama-3.1-70b": 70.6e9,
+PUBLISHED_PARAMETERS = {"gpt2": 124_439_808, "llama-3.1-8b": 8.03e9, "llama-3.1-70b": 70.6e9, "llama-3.1-405b": 406e9,
                         "mistral-7b": 7.25e9, "qwen2.5-7b": 7.61e9}
 DECODERS = tuple(PUBLISHED_PARAMETERS)
 

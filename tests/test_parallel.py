@@ -1,6 +1,6 @@
 """4D layouts: the scenario's `parallel` keys and their refusals, a replica's step priced from its microbatches
 (reducing to today's data-parallel step with one GPU, the analytic bubble with equal microbatches), the
-workload-balanced packer, and the bundled 128k scenario end to end."""
+workload-balanced packer, the bundled 128k scenario end to end, and uneven pipeline stages."""
 
 from pathlib import Path
 
@@ -9,13 +9,13 @@ import pytest
 
 from simbench.costmodels import TransformerCostModel, load_hardware
 from simbench.costmodels.base import BatchSet, ExecutionMode
-from simbench.errors import InputErrors
+from simbench.errors import InputError, InputErrors
 from simbench.experiment import run_experiment
 from simbench.histogram import LengthHistogram
 from simbench.resolved import resolve
 from simbench.scenario import SyntheticHistogram, load_scenario, parse_scenarios
 from simbench.sim.layout import ParallelLayout
-from simbench.sim.parallel.pipeline import analytic_bubble_fraction
+from simbench.sim.parallel.pipeline import analytic_bubble_fraction, pipeline_step
 from simbench.sim.replica import ReplicaCostModel
 from simbench.strategies import PackOptions, get_strategy
 from simbench.strategies.wlb import predicted_step_work
@@ -38,10 +38,10 @@ def errors_of(tmp_path: Path, text: str) -> list[str]:
 
 
 def test_a_layout_that_cannot_split_the_model_names_each_key_and_the_numbers(tmp_path):
-    found = errors_of(tmp_path, LLAMA + "parallel:\n  tp: 3\n  pp: 5\n  cp: 7\ndevices: [100]\n")
-    assert any("s.yaml:11: devices: 100 is not a multiple of tp x pp x cp = 3 x 5 x 7 = 105" in e for e in found)
-    assert any("s.yaml:9: parallel.pp: the model's 32 layers do not divide into pp x virtual_stages = 5 x 1" in e
-               for e in found)
+    found = errors_of(tmp_path, LLAMA + "parallel:\n  tp: 3\n  pp: 5\n  cp: 7\n  stage_layers: even\ndevices: [100]\n")
+    assert any("s.yaml:12: devices: 100 is not a multiple of tp x pp x cp = 3 x 5 x 7 = 105" in e for e in found)
+    assert any("s.yaml:11: parallel.stage_layers: the model's 32 layers do not divide into pp x virtual_stages = "
+               "5 x 1" in e for e in found)
     assert any("s.yaml:8: parallel.tp: the model's 32 attention heads do not divide over tp = 3" in e for e in found)
     assert any("parallel.cp: zigzag sharding cuts a row of max_length 8,192 tokens into 2 x cp = 14" in e
                for e in found)
@@ -176,3 +176,99 @@ def test_run_writes_the_4d_tables_and_plot_redraws_them(tmp_path):
     assert (out / "parallel.csv").is_file()
     redrawn = CliRunner().invoke(app, ["plot", str(out)])
     assert redrawn.exit_code == 0, redrawn.output
+
+
+# ------------------------------------------------------------------------------------------ uneven stages
+
+def test_balanced_stages_give_the_first_and_last_chunks_fewer_layers():
+    assert ParallelLayout(pp=16).chunk_layers(126) == (7,) + (8,) * 14 + (7,)  # Llama 3's 405B, section 3.3.2
+    assert ParallelLayout(pp=4).chunk_layers(80) == (20,) * 4  # layers that divide stay even
+    assert ParallelLayout(pp=2, virtual_stages=2).chunk_layers(6) == (1, 2, 2, 1)
+    assert ParallelLayout(pp=2, virtual_stages=2).stage_layers_of(6) == (3, 3)  # stage 0 holds chunks 0 and 2
+    # One-layer chunks: Llama 3's 7 layers on the first and last stages, their first and last chunks empty.
+    eight_chunks = ParallelLayout(pp=16, virtual_stages=8)
+    assert eight_chunks.chunk_layers(126) == (0,) + (1,) * 126 + (0,)
+    assert eight_chunks.stage_layers_of(126) == (7,) + (8,) * 14 + (7,)
+    with pytest.raises(InputError, match="need at least 126"):
+        eight_chunks.chunk_layers(125)
+    with pytest.raises(InputError, match="parallel.stage_layers: the counts sum to 5 layers, the model has 6"):
+        ParallelLayout(pp=2, stage_layers=(2, 3)).chunk_layers(6)
+
+
+def test_a_126_layer_model_is_accepted_on_pp_16_and_even_stages_are_refused(tmp_path):
+    llama405 = LLAMA.replace("llama-3.1-8b", "llama-3.1-405b") + "batch_size: 1\n"
+    (scenario,) = parse_scenarios(llama405 + "parallel: {tp: 8, pp: 16, dp: 1}\n", source="s.yaml", base_dir=tmp_path)
+    assert scenario.layout.chunk_layers(126)[0] == 7
+    found = errors_of(tmp_path, llama405 + "parallel: {tp: 8, pp: 16, dp: 1, stage_layers: even}\n")
+    assert any("parallel.stage_layers: the model's 126 layers do not divide into pp x virtual_stages = 16 x 1" in e
+               for e in found)
+    found = errors_of(tmp_path, llama405 + "parallel: {tp: 8, pp: 2, dp: 1, stage_layers: [60, 60]}\n")
+    assert any("parallel.stage_layers: the counts sum to 120 layers, the model has 126" in e for e in found)
+
+
+def test_uneven_stages_run_the_pipeline_on_each_stages_layers():
+    # Hand-computed: a 3-layer encoder (no output layer) on 2 stages holding 1 and 2 layers, 2 equal microbatches,
+    # a free network. One layer of a microbatch takes t (forward t / 3, backward 2t / 3): stage 0 runs t, stage 1
+    # 2t a microbatch. 1F1B: F0 on stage 0 ends at t/3, on stage 1 at t; B0 on stage 1 at 7t/3 (stage 0's F1 ended
+    # at 2t/3), on stage 0 at 3t; stage 1's F1 (its input long there) at 3t, B1 at 13t/3, stage 0's B1 at 5t.
+    free_network = load_hardware("a100", {"allreduce_latency_seconds": 0.0, "allreduce_bytes_per_s": float("inf")})
+    gpu = TransformerCostModel({"layers": 3, "hidden": 1024, "heads": 16, "ffn": 4096}, free_network)
+    rows = np.arange(2)
+    batch = BatchSet(np.full(2, 300), rows, np.full(2, 512), np.zeros_like(rows), 1)
+    one_microbatch = BatchSet(np.full(1, 300), np.zeros(1, dtype=int), np.full(1, 512), np.zeros(1, dtype=int), 1)
+    costs = gpu.step_costs(one_microbatch, ExecutionMode.PADDED)
+    t = float(costs.compute_seconds[0] + costs.padding_seconds[0] + costs.masked_attention_seconds[0]
+              + max(costs.overhead_seconds[0] - gpu.fixed_step_seconds, 0.0)) / 3
+    replica = ReplicaCostModel(gpu, ParallelLayout(pp=2, microbatches=2, stage_layers=(1, 2)))
+    step = replica.replica_steps(batch, ExecutionMode.PADDED)
+    fixed = gpu.fixed_step_seconds_of(layers=2, parameters=gpu.model.parameters * 2 / 3)  # the heavier stage's
+    assert step.step_seconds[0] == pytest.approx(5 * t + fixed, rel=1e-9)
+    # The busy causes are the mean stage's, 3t over the two microbatches; the rest of the step is idle.
+    assert step.bubble_seconds[0] + step.stall_seconds[0] == pytest.approx(2 * t, rel=1e-9)
+
+
+def test_a_decoders_output_layer_runs_on_the_last_chunk():
+    gpu = TransformerCostModel("llama-3.1-8b", "h100-sxm")
+    rows = np.arange(4)
+    batch = BatchSet(np.full(4, 4096), rows, np.full(4, 4096), np.zeros_like(rows), 1)
+    seen = {}
+
+    def recording(forward, backward, **options):
+        seen["forward"] = np.array(forward)
+        return pipeline_step(forward, backward, **options)
+
+    import simbench.sim.replica as replica_module
+    original = replica_module.pipeline_step
+    replica_module.pipeline_step = recording
+    try:
+        ReplicaCostModel(gpu, ParallelLayout(pp=4, microbatches=4)).replica_steps(batch, ExecutionMode.PADDED)
+    finally:
+        replica_module.pipeline_step = original
+    forward = seen["forward"][0, 0]
+    model = gpu.model
+    head_share = 2 * model.hidden * model.vocab / model.forward_linear_flops_per_token
+    assert forward[0] == pytest.approx(forward[1]) and forward[1] == pytest.approx(forward[2])
+    # The last chunk's extra is the LM head: its share of the dense work, which the even chunks do not hold.
+    assert forward[3] > forward[0] * (1 + 0.5 * head_share * 4)
+
+
+def test_memory_follows_each_stages_layers():
+    from simbench.costmodels.memory import activation_bytes_per_token, peak_memory
+
+    layers = ParallelLayout(pp=16).stage_layers_of(126)
+    memory = peak_memory("llama-3.1-405b", tokens_per_microbatch=8192, tp=8, pp=16, dp=128, microbatches=16,
+                         zero_stage=1, recompute="none", stage_layers=layers)
+    # Stage 1 holds a layer more than stage 0 and one microbatch fewer in flight: 8 x 15 > 7 x 16.
+    assert memory.stage == 1 and memory.in_flight_microbatches == 15
+    per_token = activation_bytes_per_token("llama-3.1-405b", "none")
+    assert memory.activation_bytes == pytest.approx(15 * 8 * per_token * 8192 / 8)
+    with pytest.raises(InputError, match="do not split into pp x virtual_stages = 16 x 1 equal pipeline stages"):
+        peak_memory("llama-3.1-405b", tokens_per_microbatch=8192, tp=8, pp=16)
+
+
+def test_the_405b_128k_scenario_puts_llama_3s_layers_on_its_stages():
+    # Loading checks the layout and its memory; the run itself is the 70B scenario's (tested above, quickened).
+    scenario = load_scenario(SCENARIOS / "llama405b-pretrain-128k.yaml")
+    layout = scenario.layout
+    assert layout.stage_layers_of(126) == (7,) + (8,) * 14 + (7,) and layout.gpus_per_replica == 2048
+    assert max(scenario.devices) == 16384

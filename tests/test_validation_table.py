@@ -88,3 +88,16 @@ def test_docs_validation_md_shows_the_table_the_code_computes_now(full_table):
     page = (REPOSITORY / "docs" / "validation.md").read_text()
     assert section(page, "validation-table") == markdown(full_table), (
         "docs/validation.md is stale: regenerate it with `python -m simbench.report.docs_pages`")
+
+
+def test_llama3s_8k_throughput_is_predicted_from_the_standard_mfu_count():
+    from simbench.costmodels.model import get_model
+    from simbench.validation_runs import H100_BF16_PEAK_FLOPS_PER_S, _llama3_mfu_claims, model_flops_per_token
+
+    llama = get_model("llama-3.1-405b")
+    # PaLM's 6 N + 12 L h T: 2.435e12 for the weights, 0.203e12 for attention at 8,192 tokens.
+    assert model_flops_per_token(llama, 8192) == 6 * 405_853_388_800 + 12 * 126 * 16384 * 8192
+    tflops, mfu = (claim.row() for claim in _llama3_mfu_claims())
+    assert (tflops["kind"], tflops["published"], mfu["published"]) == ("predicted", 400.0, 0.41)
+    assert mfu["simbench"] == pytest.approx(tflops["simbench"] * 1e12 / H100_BF16_PEAK_FLOPS_PER_S)
+    assert 0 < mfu["simbench"] < 1

@@ -10,6 +10,7 @@ and the tokens per microbatch that memory allows.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
@@ -115,9 +116,11 @@ def activation_bytes_per_token(model: ModelSpec | str, recompute: str = "selecti
 
 def peak_memory(model: ModelSpec | str, *, tokens_per_microbatch: int, tp: int = 1, pp: int = 1, cp: int = 1,
                 dp: int = 1, microbatches: int = 1, virtual_stages: int = 1, zero_stage: int = 0,
-                recompute: str = "selective", precision: Precision = MIXED_PRECISION_ADAM) -> MemoryBreakdown:
+                recompute: str = "selective", precision: Precision = MIXED_PRECISION_ADAM,
+                stage_layers: Sequence[int] | None = None) -> MemoryBreakdown:
     """Peak memory per GPU of training `model` with microbatches of `tokens_per_microbatch` tokens (a pipeline's
     microbatch before context parallelism splits it) on a tp x pp x cp x dp layout, the most loaded stage's.
+    `stage_layers`: each stage's layers (pp counts summing to the model's); None splits them evenly.
 
     Parameters split over tp (tensor parallel) and pp (pipeline stages; the first stage also holds the input
     embedding, the last the final norm and the LM head: both when tied, as Megatron-LM keeps a copy on each).
@@ -140,9 +143,10 @@ def peak_memory(model: ModelSpec | str, *, tokens_per_microbatch: int, tp: int =
     virtual_stages = check_whole_number(virtual_stages, "virtual_stages", minimum=1)
     zero_stage = check_whole_number(zero_stage, "zero_stage", minimum=0, maximum=3)
     check_choice(recompute, "recompute", RECOMPUTE)
-    _check_layout(model, tp, pp, virtual_stages)
-    stages = [_stage_memory(model, stage, tokens, tp, pp, cp, dp, microbatches, virtual_stages, zero_stage,
-                            recompute, precision) for stage in sorted({0, pp - 1})]
+    layers = _check_layout(model, tp, pp, virtual_stages, stage_layers)
+    # Every stage: with uneven stages a middle one (a layer more, a microbatch fewer in flight) can be the peak.
+    stages = [_stage_memory(model, stage, layers[stage], tokens, tp, pp, cp, dp, microbatches, virtual_stages,
+                            zero_stage, recompute, precision) for stage in range(pp)]
     return max(stages, key=lambda memory: memory.peak_bytes)
 
 
@@ -164,7 +168,8 @@ def check_fits(memory: MemoryBreakdown, hardware: HardwareProfile | str) -> None
 def max_tokens_per_microbatch(model: ModelSpec | str, hardware: HardwareProfile | str, *, tp: int = 1, pp: int = 1,
                               cp: int = 1, dp: int = 1, microbatches: int = 1, virtual_stages: int = 1,
                               zero_stage: int = 0, recompute: str = "selective",
-                              precision: Precision = MIXED_PRECISION_ADAM) -> int:
+                              precision: Precision = MIXED_PRECISION_ADAM,
+                              stage_layers: Sequence[int] | None = None) -> int:
     """The most tokens a microbatch can hold on this layout without exceeding the profile's HBM, a multiple of
     cp (each context-parallel rank takes an equal share); 0 if the parameters and optimizer state alone do not fit.
     Memory grows linearly with the tokens on every stage, so the budget is the least over the stages."""
@@ -172,25 +177,25 @@ def max_tokens_per_microbatch(model: ModelSpec | str, hardware: HardwareProfile 
     layout = dict(tp=tp, pp=pp, cp=cp, dp=dp, microbatches=microbatches, virtual_stages=virtual_stages,
                   zero_stage=zero_stage, recompute=recompute, precision=precision)
     model = get_model(model)
-    peak_memory(model, tokens_per_microbatch=0, **layout)  # checks the layout once
+    peak_memory(model, tokens_per_microbatch=0, stage_layers=stage_layers, **layout)  # checks the layout once
+    layers = _check_layout(model, tp, pp, virtual_stages, stage_layers)
     probe = 2**20 * cp
     budget = math.inf
-    for stage in sorted({0, pp - 1}):
-        empty = _stage_memory(model, stage, 0, tp, pp, cp, dp, microbatches, virtual_stages, zero_stage,
-                              recompute, precision).peak_bytes
-        full = _stage_memory(model, stage, probe, tp, pp, cp, dp, microbatches, virtual_stages, zero_stage,
-                             recompute, precision).peak_bytes
+    for stage in range(pp):
+        empty = _stage_memory(model, stage, layers[stage], 0, tp, pp, cp, dp, microbatches, virtual_stages,
+                              zero_stage, recompute, precision).peak_bytes
+        full = _stage_memory(model, stage, layers[stage], probe, tp, pp, cp, dp, microbatches, virtual_stages,
+                             zero_stage, recompute, precision).peak_bytes
         if empty > capacity:
             return 0
         budget = min(budget, (capacity - empty) * probe / (full - empty))
     return int(budget // cp) * cp
 
 
-def _stage_memory(model: ModelSpec, stage: int, tokens: int, tp: int, pp: int, cp: int, dp: int,
+def _stage_memory(model: ModelSpec, stage: int, layers: int, tokens: int, tp: int, pp: int, cp: int, dp: int,
                   microbatches: int, virtual_stages: int, zero_stage: int, recompute: str,
                   precision: Precision) -> MemoryBreakdown:
     first, last = stage == 0, stage == pp - 1
-    layers = model.layers // pp
     embedding = model.vocab * model.hidden + (model.max_positions * model.hidden if model.positions == "learned" else 0)
     head = model.vocab * model.hidden  # untied, or tied but on another stage (Megatron keeps a copy there)
     final_norm = (2 if model.norm == "layernorm" else 1) * model.hidden
@@ -226,15 +231,25 @@ def _stage_memory(model: ModelSpec, stage: int, tokens: int, tp: int, pp: int, c
         stage=stage, in_flight_microbatches=in_flight)
 
 
-def _check_layout(model: ModelSpec, tp: int, pp: int, virtual_stages: int) -> None:
-    if model.layers % (pp * virtual_stages):
+def _check_layout(model: ModelSpec, tp: int, pp: int, virtual_stages: int,
+                  stage_layers: Sequence[int] | None) -> tuple[int, ...]:
+    """Each stage's layers, after checking that the layout can split the model."""
+    if stage_layers is not None:
+        layers = tuple(check_whole_number(count, "stage_layers", minimum=0) for count in stage_layers)
+        if len(layers) != pp or sum(layers) != model.layers:
+            raise InputError(f"stage_layers must give each of the pp = {pp} stages its layers, summing to the "
+                             f"model's {model.layers}; found {list(layers)}", parameter="stage_layers")
+    elif model.layers % (pp * virtual_stages):
         raise InputError(f"the model's {model.layers} layers do not split into pp x virtual_stages = "
-                         f"{pp} x {virtual_stages} equal pipeline stages", parameter="pp")
+                         f"{pp} x {virtual_stages} equal pipeline stages; give stage_layers", parameter="pp")
+    else:
+        layers = (model.layers // pp,) * pp
     if model.heads % tp or (model.kv_heads or model.heads) % tp and tp % (model.kv_heads or model.heads):
         raise InputError(f"tp ({tp}) must divide the model's {model.heads} attention heads (and its "
                          f"{model.kv_heads or model.heads} key/value heads, or be a multiple of them)", parameter="tp")
     if model.ffn % tp:
         raise InputError(f"tp ({tp}) must divide the model's feed-forward width {model.ffn}", parameter="tp")
+    return layers
 
 
 def _capacity(profile: HardwareProfile) -> float:

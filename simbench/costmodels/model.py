@@ -180,6 +180,10 @@ MODEL_PRESETS: Registry[ModelSpec] = Registry("model preset", {
     # num_key_value_heads 8, intermediate_size 28672, vocab_size 128256, max_position_embeddings 131072 (70.6B).
     "llama-3.1-70b": _decoder("llama-3.1-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672,
                               vocab=128256, max_positions=131072, **_LLAMA_STYLE),
+    # meta-llama/Llama-3.1-405B config.json: num_hidden_layers 126, hidden_size 16384, num_attention_heads 128,
+    # num_key_value_heads 8, intermediate_size 53248, vocab_size 128256, max_position_embeddings 131072 (406B).
+    "llama-3.1-405b": _decoder("llama-3.1-405b", layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248,
+                               vocab=128256, max_positions=131072, **_LLAMA_STYLE),
     # mistralai/Mistral-7B-v0.3: num_hidden_layers 32, hidden_size 4096, num_attention_heads 32,
     # num_key_value_heads 8, intermediate_size 14336, vocab_size 32768, max_position_embeddings 32768,
     # sliding_window null (v0.1's 4,096-token window is gone in v0.3) (7.25B).

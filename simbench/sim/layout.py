@@ -18,6 +18,7 @@ from simbench.errors import InputError
 from simbench.validation import check_choice, check_whole_number
 
 CP_SHARDINGS = ("contiguous", "zigzag", "per-document")
+STAGE_LAYER_RULES = ("balanced", "even")
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -41,6 +42,7 @@ class ParallelLayout:
     cp_sharding: str = "zigzag"
     zero_stage: int = 1
     recompute: str = "none"
+    stage_layers: str | tuple[int, ...] = "balanced"
 
     def __post_init__(self):
         for name in ("tp", "pp", "cp", "microbatches", "virtual_stages"):
@@ -52,6 +54,12 @@ class ParallelLayout:
         if self.zero_stage not in ZERO_STAGES or isinstance(self.zero_stage, bool):
             raise InputError(f"parallel.zero_stage must be one of 0, 1, 2, 3, found {self.zero_stage!r}",
                              parameter="parallel.zero_stage")
+        if isinstance(self.stage_layers, str):
+            check_choice(self.stage_layers, "parallel.stage_layers", STAGE_LAYER_RULES)
+        else:
+            object.__setattr__(self, "stage_layers", tuple(self.stage_layers))
+            for count in self.stage_layers:
+                check_whole_number(count, "parallel.stage_layers", minimum=0)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -62,6 +70,49 @@ class ParallelLayout:
     def stages(self) -> int:
         """Pipeline chunks a microbatch passes through: pp x virtual_stages."""
         return self.pp * self.virtual_stages
+
+    def chunk_layers(self, layers: int) -> tuple[int, ...]:
+        """Layers of each model chunk in pipeline order (chunk c on stage c mod pp), summing to `layers`;
+        InputError naming parallel.stage_layers where the rule cannot split them."""
+        problem = self._stage_layers_problem(layers)
+        if problem is not None:
+            raise InputError(f"parallel.stage_layers: {problem}", parameter="parallel.stage_layers")
+        if not isinstance(self.stage_layers, str):
+            return self.stage_layers
+        chunks = self.stages
+        counts = [layers // chunks] * chunks
+        # The chunks taking one layer more are the middle ones: the first chunk also runs the embedding and the
+        # last the output layer and loss, so they are the lighter ones (Llama 3's 405B on 16 stages: 126 layers
+        # as 7, 8 x 14, 7; Llama 3 paper, section 3.3.2).
+        inner_first = sorted(range(chunks), key=lambda c: (-min(c, chunks - 1 - c), c))
+        for c in inner_first[:layers % chunks]:
+            counts[c] += 1
+        return tuple(counts)
+
+    def stage_layers_of(self, layers: int) -> tuple[int, ...]:
+        """Layers held by each of the pp pipeline stages (the sum of its chunks)."""
+        chunk = self.chunk_layers(layers)
+        return tuple(sum(chunk[s::self.pp]) for s in range(self.pp))
+
+    def _stage_layers_problem(self, layers: int) -> str | None:
+        chunks = self.stages
+        if self.stage_layers == "even" and layers % chunks:
+            return (f"the model's {layers} layers do not divide into pp x virtual_stages = {self.pp} x "
+                    f"{self.virtual_stages} = {chunks} equal pipeline chunks; leave stage_layers at \"balanced\" "
+                    f"to give the first and last chunks fewer")
+        # The first and last chunks may hold no layer (the embedding alone, the output layer alone: Llama 3's 126
+        # layers on 16 stages of 8 one-layer chunks); a middle chunk without one would be a stage doing nothing.
+        if self.stage_layers == "balanced" and layers < chunks - 2:
+            return (f"the model's {layers} layers leave pipeline chunks between the first and last without one: "
+                    f"pp x virtual_stages = {self.pp} x {self.virtual_stages} = {chunks} chunks need at least "
+                    f"{chunks - 2}")
+        if not isinstance(self.stage_layers, str):
+            if len(self.stage_layers) != chunks:
+                return (f"{len(self.stage_layers)} counts given, one per pipeline chunk needed: pp x virtual_stages "
+                        f"= {self.pp} x {self.virtual_stages} = {chunks}")
+            if sum(self.stage_layers) != layers:
+                return f"the counts sum to {sum(self.stage_layers)} layers, the model has {layers}"
+        return None
 
     def replicas_of(self, gpu_counts: Iterable[int]) -> list[int]:
         """The data-parallel replica count of each cluster size in GPUs; a size that is not a whole number of
@@ -81,9 +132,9 @@ class ParallelLayout:
     def problems(self, *, layers: int, heads: int, kv_heads: int, ffn: int, max_length: int) -> list[tuple[str, str]]:
         """(key, message) for each way the model or row length cannot be split this way; empty if none."""
         found = []
-        if layers % self.stages:
-            found.append(("pp", f"the model's {layers} layers do not divide into pp x virtual_stages = {self.pp} x "
-                                f"{self.virtual_stages} = {self.stages} equal pipeline chunks"))
+        stage_problem = self._stage_layers_problem(layers)
+        if stage_problem is not None:
+            found.append(("stage_layers" if self.stage_layers != "balanced" else "pp", stage_problem))
         if heads % self.tp:
             found.append(("tp", f"the model's {heads} attention heads do not divide over tp = {self.tp} GPUs"))
         if kv_heads % self.tp and self.tp % kv_heads:

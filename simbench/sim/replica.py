@@ -12,7 +12,9 @@ A batch of the simulator is one replica's step: its rows are cut, in order, into
 of equal token slots. Each microbatch is priced by the one-GPU model (its tokens' dense layers, its documents'
 attention, padding, per-token overheads), then split: dense work over tp x cp GPUs and pp x virtual_stages
 model chunks, attention over tp GPUs and the cp ranks as the sharding gives each rank its causal pairs, the
-slowest rank setting the chunk's time (`sim.parallel.context_parallel`). Tensor-parallel all-reduces and the
+slowest rank setting the chunk's time (`sim.parallel.context_parallel`). A chunk takes the layer-bound work in
+proportion to its layers (`ParallelLayout.chunk_layers`: uneven when the layers do not divide) and the last chunk
+the output layer's too; the embedding, a gather, is not priced. Tensor-parallel all-reduces and the
 part of the ring KV exchange that attention does not cover add to each chunk; a forward is a third of a
 chunk's work, a backward two thirds (plus what recomputation repeats). The pipeline schedule
 (`sim.parallel.pipeline`) turns those into the step; the gradients' reduce-scatter and all-gather across
@@ -29,6 +31,7 @@ import numpy as np
 
 from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
 from simbench.costmodels.collectives import Link, allgather, allreduce, reduce_scatter
+from simbench.costmodels.model import FLOPS_PER_MULTIPLY_ACCUMULATE
 from simbench.errors import InputError
 from simbench.sim.layout import ParallelLayout
 from simbench.sim.parallel.context_parallel import (ContextParallelWork, context_parallel_work, kv_bytes_per_token,
@@ -58,8 +61,8 @@ RING_BACKWARD_FACTOR = 2
 
 @dataclass(frozen=True, eq=False)
 class ReplicaSteps:
-    """Each replica step's seconds by cause (arrays over the batches); the busy causes are those of one
-    pipeline stage, every stage holding as many layers."""
+    """Each replica step's seconds by cause (arrays over the batches); the busy causes are a mean pipeline
+    stage's (all stages' work / pp), so that uneven stages' idle time counts in the bubble."""
 
     step_seconds: np.ndarray
     compute_seconds: np.ndarray  # real tokens' work at the mean context-parallel rank
@@ -90,6 +93,7 @@ class ReplicaCostModel:
                 raise InputError(f"cost model {type(gpu_model).__name__} cannot price a 4D layout: it has no "
                                  f"`{needed}`; use the transformer cost model")
         self.gpu_model, self.layout = gpu_model, layout
+        self.chunk_layers = layout.chunk_layers(gpu_model.model.layers)
 
     def __getattr__(self, name):
         if name in ("gpu_model", "layout"):
@@ -191,6 +195,15 @@ class ReplicaCostModel:
             recompute = np.zeros_like(forward_work)
         forward = chunk_busy * (1 - BACKWARD_SHARE)
         backward = chunk_busy * BACKWARD_SHARE + recompute
+        per_chunk = chunks > 1 and self._chunk_shares is not None
+        if per_chunk:
+            # (microbatches, chunks): the layers' work by each chunk's layers, the output layer's on the last.
+            head = (compute + padding + masked - attention / shards) * self._output_layer_share
+            layer_shares, head_shares = self._chunk_shares
+            forward = ((forward - head * (1 - BACKWARD_SHARE))[:, None] * layer_shares
+                       + (head * (1 - BACKWARD_SHARE))[:, None] * head_shares)
+            backward = ((backward - head * BACKWARD_SHARE)[:, None] * layer_shares
+                        + (head * BACKWARD_SHARE)[:, None] * head_shares)
         per_step = lambda values: values.reshape(batches.batches, m).sum(axis=1) * layout.virtual_stages  # noqa: E731
         busy = per_step(chunk_busy + recompute)
         if chunks == 1:
@@ -198,9 +211,13 @@ class ReplicaCostModel:
             step_seconds = equal_seconds = busy
         else:
             # Replica steps of the same microbatch times (every padded step, say) are scheduled once.
-            times = np.stack([forward, backward, self._p2p_seconds(slot_tokens)]).reshape(3, batches.batches, m)
-            distinct, inverse = _distinct_rows(times.transpose(1, 0, 2).reshape(batches.batches, 3 * m))
-            forward, backward, p2p = distinct.reshape(-1, 3, m, 1).transpose(1, 0, 2, 3)
+            width = chunks if per_chunk else 1
+            p2p = np.broadcast_to(self._p2p_seconds(slot_tokens)[:, None], (batches.batches * m, width))
+            times = np.stack([np.reshape(forward, (-1, width)), np.reshape(backward, (-1, width)), p2p])
+            times = times.reshape(3, batches.batches, m, width)
+            distinct, inverse = _distinct_rows(times.transpose(1, 0, 2, 3).reshape(batches.batches, 3 * m * width))
+            forward, backward, p2p = distinct.reshape(-1, 3, m, width).transpose(1, 0, 2, 3)
+            p2p = p2p[..., :1]
             shape = (distinct.shape[0], m, chunks)
             step = pipeline_step(np.broadcast_to(forward, shape), np.broadcast_to(backward, shape),
                                  schedule="1f1b" if layout.virtual_stages == 1 else "interleaved-1f1b",
@@ -208,8 +225,11 @@ class ReplicaCostModel:
             step_seconds, equal_seconds = step.step_seconds[inverse], step.equal_step_seconds[inverse]
         # From ZeRO stage 1 each context-parallel rank updates its own shard of the optimizer state (and each
         # replica its own, which one replica's price cannot know: left at one replica's share).
-        updated = gpu.model.parameters / (layout.tp * layout.pp * (layout.cp if layout.zero_stage else 1))
-        fixed_here = gpu.fixed_step_seconds_of(layers=gpu.model.layers / layout.pp, parameters=updated)
+        # The step ends with the heaviest stage's launches and update.
+        heaviest = max(layout.stage_layers_of(gpu.model.layers))
+        updated = gpu.model.parameters * heaviest / gpu.model.layers / (
+            layout.tp * (layout.cp if layout.zero_stage else 1))
+        fixed_here = gpu.fixed_step_seconds_of(layers=heaviest, parameters=updated)
         return ReplicaSteps(step_seconds=step_seconds + fixed_here,
                             compute_seconds=per_step(compute), padding_seconds=per_step(padding),
                             masked_attention_seconds=per_step(masked),
@@ -218,6 +238,29 @@ class ReplicaCostModel:
                             cp_imbalance_seconds=per_step(cp_imbalance),
                             bubble_seconds=np.maximum(equal_seconds - busy, 0.0),
                             stall_seconds=step_seconds - np.maximum(equal_seconds, busy))
+
+    @cached_property
+    def _chunk_shares(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each chunk's share of a microbatch's layer-bound work and of its output layer's, each summing to the
+        number of chunks (a chunk's time is the mean chunk's times its share); None for an encoder's equal chunks,
+        whose shares are all 1 (a decoder's last chunk always holds the output layer too)."""
+        layers = np.asarray(self.chunk_layers, dtype=np.float64)
+        model = self.gpu_model.model
+        if np.all(layers == layers[0]) and not model.is_decoder:
+            return None
+        chunks = layers.size
+        head = np.zeros(chunks)
+        head[-1] = chunks
+        return layers / layers.sum() * chunks, head
+
+    @cached_property
+    def _output_layer_share(self) -> float:
+        """The output layer's (LM head's) share of the dense work: a decoder's h x vocab multiply-accumulates
+        per token among its layers'."""
+        model = self.gpu_model.model
+        if not model.is_decoder:
+            return 0.0
+        return FLOPS_PER_MULTIPLY_ACCUMULATE * model.hidden * model.vocab / model.forward_linear_flops_per_token
 
     def _rank_work(self, batches: BatchSet, microbatches: BatchSet, mode: ExecutionMode) -> ContextParallelWork | None:
         """Each microbatch's context-parallel work: its rows' causal pairs by (query rank, key rank), summed (the
