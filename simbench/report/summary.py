@@ -55,7 +55,7 @@ def ideal_of(scaling: pd.DataFrame) -> float | None:
 def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> str:
     sections = [
         f"# {scenario.name}" + (f": {scenario.description.strip()}" if scenario.description.strip() else ""),
-        _headline(tables.scaling),
+        _headline(tables.scaling, _gpus_per_replica(scenario)),
         parallel_headline(scenario.layout, tables.scaling, tables.parallel, tables.breakdown) if scenario.layout
         else None,
         _setup(scenario, histogram, tables.scaling),
@@ -143,13 +143,16 @@ def _leaders(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
     return ranked.iloc[:count]
 
 
-def _headline(scaling: pd.DataFrame) -> str:
+def _headline(scaling: pd.DataFrame, gpus_per_replica: int = 1) -> str:
+    # Where a device is a replica of many GPUs (a 4D layout), the answer says so before it counts devices.
+    lead = "**Answer:** " + (f"(a device here is a replica of {gpus_per_replica:,} GPUs) " if gpus_per_replica > 1
+                             else "")
     sentences = []
     for index, (reference, rows) in enumerate(_groups(scaling)):
         baseline = "padding" if reference == "none" else reference
         if index:
             sentences.append(f"Against {baseline} instead:")
-        sentences.append(_group_headline(rows, baseline, lead="**Answer:** " if index == 0 else ""))
+        sentences.append(_group_headline(rows, baseline, lead=lead if index == 0 else ""))
     return " ".join(sentences)
 
 
