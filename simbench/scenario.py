@@ -493,12 +493,12 @@ class Scenario(_Strict):
         return self.model_copy(update={"steps": self.quick.steps, "devices": tuple(sorted(set(devices))),
                                        "outputs": outputs})
 
-    def depth_warnings(self) -> list[str]:
-        """A warning for each strategy whose depth limit leaves its rows mostly empty on this dataset
-        (`simbench.strategies.shallow_depth_warning`)."""
+    def depth_warnings(self, histogram: LengthHistogram | None = None) -> list[str]:
+        """A warning for each strategy whose depth limit leaves its rows mostly empty on this dataset (or on
+        `histogram`, the one a report was made from): `simbench.strategies.shallow_depth_warning`."""
         from simbench.strategies import STRATEGIES, shallow_depth_warning
 
-        histogram, warnings = self.dataset.load(), []
+        histogram, warnings = histogram or self.dataset.load(), []
         for spec in self.strategies:
             request = spec.plan().source.packing_request(spec.plan())
             strategy = STRATEGIES.find(request[0]) if request else None

@@ -88,3 +88,21 @@ def _packing_table(markdown: str) -> dict[str, dict]:
 
 def _winner_rows(markdown: str) -> list[dict]:
     return [row for row in _markdown_rows(markdown, "## Winner at each scale") if "runner-up" in row]
+
+
+def test_a_depth_that_leaves_rows_mostly_empty_is_flagged_where_the_user_looks():
+    scenario = Scenario(
+        name="shallow", dataset={"histogram": {"synthetic": "lognormal", "sequences": 20000, "median_length": 600,
+                                               "sigma": 1.0}, "max_length": 16384},
+        model="llama-3.1-8b", hardware="h100-sxm", strategies=["none", "spfhp:3", "spfhp", "ffd:12"], devices=[1],
+        batch_size=1, steps=3, outputs={"lp_bounds": False, "plots": []})
+    histogram = scenario.dataset.load()
+    mean_length = histogram.real_tokens / histogram.sequences
+    # Depth 3 x a mean of 828 tokens caps rows at 15 % of 16,384 slots; depth 12 at 61 %, no limit at 100 %.
+    (warning,) = scenario.depth_warnings()
+    assert warning.startswith("spfhp:3: ") and f"{100 * 3 * mean_length / 16384:.1f} %" in warning
+    tables = run_experiment(scenario, histogram)
+    assert summary_record(scenario, histogram, tables)["warnings"] == [warning]
+    assert f"**Warning**: {warning}." in summary_markdown(scenario, histogram, tables)
+    efficiency = tables.packing.set_index("label").loc["spfhp:3", "efficiency"]
+    assert efficiency <= 3 * mean_length / 16384  # the cap the warning states holds

@@ -60,7 +60,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         else None,
         _setup(scenario, histogram, tables.scaling),
         overdraw_warning(tables.scaling, histogram.sequences),
-        *(f"**Warning**: {warning}." for warning in depth_warnings(tables.packing, histogram)),
+        *(f"**Warning**: {warning}." for warning in scenario.depth_warnings(histogram)),
         "## Winner at each scale\n\n" + "\n\n".join(
             ("" if reference == "none" else f"Over {reference}:\n\n") + _winners_table(rows)
             for reference, rows in _groups(tables.scaling)),
@@ -78,19 +78,6 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         _files_section(),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"
-
-
-def depth_warnings(packing: pd.DataFrame, histogram: LengthHistogram) -> list[str]:
-    """A warning for each packing whose depth limit leaves its rows mostly empty (`shallow_depth_warning`)."""
-    from simbench.strategies import STRATEGIES, shallow_depth_warning
-
-    warnings = []
-    for row in packing.itertuples():
-        strategy = STRATEGIES.find(row.strategy)
-        if strategy is not None and strategy.uses_depth and not pd.isna(row.max_depth):
-            warning = shallow_depth_warning(row.label, histogram, histogram.max_length, int(row.max_depth))
-            warnings += [warning] if warning else []
-    return warnings
 
 
 def overdraw_warning(scaling: pd.DataFrame, dataset_sequences: int) -> str | None:
@@ -404,7 +391,7 @@ def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: Exper
         "seed": scenario.seed,
         "winners": winners,
         "warnings": [warning for warning in [overdraw_warning(tables.scaling, histogram.sequences),
-                                             *depth_warnings(tables.packing, histogram)] if warning],
+                                             *scenario.depth_warnings(histogram)] if warning],
         "scaling": _records(tables.scaling),
         "packing": _records(tables.packing),
     }
