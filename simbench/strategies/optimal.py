@@ -273,7 +273,7 @@ def _best_fit_decreasing(items: LengthItems, residual: np.ndarray) -> tuple[np.n
     counts[items.lengths - 1] = residual
     groups = pack_decreasing(counts, items.max_length, items.max_depth, best_fit=True)
     patterns = np.zeros((len(groups), items.lengths.size), dtype=np.int64)
-    for pattern, (_, contents) in zip(patterns, groups):
+    for pattern, contents in zip(patterns, groups):
         for length, copies in zip(contents[0::2], contents[1::2]):
             pattern[np.searchsorted(items.lengths, length)] += copies
-    return patterns, np.array([count for count, _ in groups], dtype=np.int64)
+    return patterns, np.array(list(groups.values()), dtype=np.int64)
