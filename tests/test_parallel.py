@@ -142,6 +142,43 @@ def test_wlb_keeps_short_sequences_off_the_heavy_packs():
     assert predicted_step_work(balanced, 4) < predicted_step_work(by_tokens, 4)
 
 
+def test_wlb_delays_outliers_unless_told_not_to_and_its_label_says_so():
+    from simbench.sim.plans import parse_plan, plan_from_fields
+
+    assert parse_plan("wlb").outlier_delay and parse_plan("packed-varlen:wlb").outlier_delay
+    undelayed = plan_from_fields({"name": "packed-varlen", "packer": "wlb", "outlier_delay": False})
+    assert undelayed.name == "packed-varlen:wlb:max:outlier_delay=false" and not undelayed.outlier_delay
+    assert parse_plan(undelayed.name) == undelayed  # the label reads back as the same plan
+    assert not parse_plan("ffd").outlier_delay and undelayed.independent_devices
+    assert not parse_plan("wlb").independent_devices  # a step's devices share its kind
+    with pytest.raises(InputError, match="outlier_delay is a wlb option"):
+        plan_from_fields({"name": "ffd", "outlier_delay": True})
+    with pytest.raises(InputError, match="outlier_delay must be true or false, found 'sometimes'"):
+        parse_plan("wlb:outlier_delay=sometimes")
+
+
+def test_outlier_delay_evens_a_replicas_microbatches_and_shortens_its_step():
+    """A few documents of most of the context among many short ones: with the delay, no step mixes packs holding a
+    long document with packs of short ones, so the pipeline stalls less and the same tokens train faster."""
+    from simbench.sim.plans import SimulationSettings, parse_plan
+
+    counts = np.zeros(131072, dtype=np.int64)
+    counts[199:600] = 10  # 4,010 documents of 200 to 600 tokens: 1.6M tokens, about 13 full rows
+    counts[120_000 - 1] = 20  # and 20 of 120,000 tokens, 3.3 times a full row of short ones' work on an 8B model
+    histogram = LengthHistogram.from_counts(counts)
+    gpu = TransformerCostModel("llama-3.1-8b", "h100-sxm")
+    replica = ReplicaCostModel(gpu, ParallelLayout(pp=4, microbatches=4))
+    options = PackOptions(attention_parity_tokens=gpu.attention_parity_tokens)
+    packing = get_strategy("wlb")(histogram, 131072, None, options)
+    steps = {}
+    for text in ("packed-varlen:wlb", "packed-varlen:wlb:outlier_delay=false"):
+        plan = parse_plan(text)
+        source = plan.source(plan, packing, SimulationSettings(histogram, replica, 4, 400, 0, "auto"))
+        costs = source.chunk(400, [1])[1]
+        steps[plan.outlier_delay] = costs.total_seconds.sum() / costs.real_tokens.sum()
+    assert steps[True] < 0.97 * steps[False]
+
+
 def test_the_128k_scenario_runs_end_to_end_and_reports_its_layout():
     scenario = load_scenario(SCENARIOS / "llama70b-pretrain-128k.yaml").quickened()
     assert scenario.layout.gpus_per_replica == 2048 and max(scenario.devices) == 16384

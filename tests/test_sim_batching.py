@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simbench.histogram import LengthHistogram
-from simbench.sim.batching import (InverseCdf, PackSampler, SequenceSampler, SortedBatchSampler, draw_in_proportion,
-                                   unpadded_batches)
+from simbench.sim.batching import (InverseCdf, OutlierDelaySampler, PackSampler, SequenceSampler, SortedBatchSampler,
+                                   draw_in_proportion, unpadded_batches)
 from simbench.sim.exchange import deal_sorted
 from simbench.sim.vts import bucket_by_length
 from simbench.strategies.packing import Packing
@@ -110,3 +110,34 @@ def test_bucketing_sorts_the_whole_global_batch_and_gives_every_device_the_same_
         for step in bucketed[window]:
             ordered = np.sort(step, axis=1)  # (devices, batch)
             assert np.all(ordered.max(axis=0)[:-1] <= ordered.min(axis=0)[1:])
+
+
+# ------------------------------------------------------------------------------------------ outlier delay
+
+def test_outlier_delay_gives_each_step_outliers_everywhere_or_nowhere_in_proportion_to_the_packs():
+    """PACKING's packs led by 10 and 16 tokens hold an outlier at threshold 9 (5 + 1 of 48 packs), those led by
+    8 and 3 do not; every device of a step draws the step's kind, each kind as often as its packs are."""
+    sampler = OutlierDelaySampler(PACKING, threshold=9)
+    steps, devices, batch_size = 20_000, 3, 2
+    picks = sampler.picks(np.random.default_rng(0), steps, devices, batch_size).reshape(steps, -1)
+    outlier = sampler.longest[picks] >= 9
+    assert np.all(outlier.all(axis=1) | ~outlier.any(axis=1))
+    assert abs(outlier[:, 0].mean() - 6 / 48) < 0.01
+    # Within a kind, packs come in proportion to their repeats: 10-led 5 times as often as 16-led.
+    led_by_ten = np.mean(sampler.longest[picks[outlier[:, 0]]] == 10)
+    assert abs(led_by_ten - 5 / 6) < 0.01
+
+
+def test_outlier_delay_draws_the_same_batches_in_chunks_of_steps():
+    sampler = OutlierDelaySampler(PACKING, threshold=9)
+    whole = sampler.picks(np.random.default_rng(5), 40, 4, 3)
+    rng = np.random.default_rng(5)
+    chunked = np.concatenate([sampler.picks(rng, 15, 4, 3), sampler.picks(rng, 25, 4, 3)])
+    assert np.array_equal(whole, chunked)
+
+
+def test_outlier_delay_with_one_kind_draws_like_plain_packs():
+    """No pack reaches the threshold: one kind, packs in proportion to their repeats, as PackSampler draws them."""
+    picks = OutlierDelaySampler(PACKING, threshold=100).picks(np.random.default_rng(1), 5_000, 2, 4)
+    shares = np.bincount(picks, minlength=PACKING.strategies_used) / picks.size
+    assert np.allclose(shares, PACKING.repeats / PACKING.packs_total, atol=0.01)

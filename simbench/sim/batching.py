@@ -31,7 +31,12 @@ class InverseCdf:
         self.guide = np.searchsorted(cdf, np.arange(cells) / cells, side="right")
 
     def sample(self, rng: np.random.Generator, size) -> np.ndarray:
-        uniform = rng.random(size).reshape(-1)
+        return self.at(rng.random(size))
+
+    def at(self, uniform: np.ndarray) -> np.ndarray:
+        """The indices the uniform draws `uniform` (any shape, in [0, 1)) select."""
+        size = np.shape(uniform)
+        uniform = np.asarray(uniform, dtype=np.float64).reshape(-1)
         picks = self.guide[(uniform * self.guide.size).astype(np.int64)]
         behind = np.flatnonzero(self.cdf[picks] <= uniform)
         while behind.size:
@@ -138,6 +143,35 @@ class PackSampler:
         shift = np.repeat(self.row_offsets[picks] - (ends - depths), depths)
         sequence_lengths = self.flat_lengths[shift + np.arange(ends[-1], dtype=np.int64)]
         return BatchSet(sequence_lengths, np.repeat(rows, depths), row_slots, row_batch, picks.size // batch_size)
+
+
+class OutlierDelaySampler(PackSampler):
+    """WLB-LLM's outlier delay (arXiv 2503.17924, section 4): documents of at least `threshold` tokens wait
+    until there are enough of them for every microbatch of a global batch, so a step's packs either all hold
+    one such outlier or none does, and no microbatch carries an outlier's attention while the others idle.
+
+    Each step draws its kind first, outlier or not, in proportion to the packs of each kind (every pack is
+    still trained once an epoch), then all its devices' packs from that kind, in proportion to their repeats.
+    Devices share their step's kind, so they do not draw independently. One uniform draw a step for its kind
+    and one a pack, in step order, so that drawing a run in chunks of steps gives the same batches.
+    """
+
+    def __init__(self, packing: Packing, threshold: int):
+        super().__init__(packing)
+        outlier = self.longest >= threshold
+        self.kinds = [members for members in (np.flatnonzero(~outlier), np.flatnonzero(outlier)) if members.size]
+        repeats = packing.repeats.astype(np.float64)
+        self.kind_cdf = InverseCdf([repeats[members].sum() for members in self.kinds])
+        self.within_kind = [InverseCdf(repeats[members]) for members in self.kinds]
+
+    def picks(self, rng: np.random.Generator, steps: int, devices: int, batch_size: int) -> np.ndarray:
+        uniform = rng.random((steps, 1 + devices * batch_size))
+        kind = self.kind_cdf.at(uniform[:, 0])
+        picks = np.empty((steps, devices * batch_size), dtype=np.int64)
+        for index, (members, cdf) in enumerate(zip(self.kinds, self.within_kind)):
+            chosen = kind == index
+            picks[chosen] = members[cdf.at(uniform[chosen, 1:])]
+        return picks.reshape(-1)
 
 
 class SortedBatchSampler(PackSampler):

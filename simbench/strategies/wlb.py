@@ -33,6 +33,13 @@ from simbench.strategies.packing import Packing, PackOptions
 BALANCED_SEQUENCES_MAX = 2_000_000
 
 
+def outlier_threshold(max_length: int) -> int:
+    """The length from which WLB-LLM's outlier delay holds a document back (`sim.batching.OutlierDelaySampler`):
+    half the context window. WLB-LLM does not state its queues' thresholds; half the window is where its
+    section 2.2 draws the line between long documents and the short ones holding most tokens."""
+    return max(max_length // 2, 1)
+
+
 def predicted_work(lengths, parity_tokens: float) -> np.ndarray:
     """Each sequence's predicted work in token-equivalents: l + l^2 / parity."""
     lengths = np.asarray(lengths, dtype=np.float64)

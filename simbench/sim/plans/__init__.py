@@ -61,6 +61,7 @@ class ExecutionPlan:
     exchange: Exchange = Exchange.NONE
     stages: int = 0  # VTS pipeline stages
     bucket_window: int = 0  # VTS bucketing: batches per window sorted by length (0: no bucketing)
+    outlier_delay: bool = False  # a step's packs all hold a long document or none does (`wlb`, WLB-LLM)
 
     @property
     def independent_devices(self) -> bool:

@@ -12,12 +12,13 @@ from typing import Any
 
 from simbench.costmodels.base import ExecutionMode
 from simbench.errors import InputError
-from simbench.sim.batching import PackSampler, SortedBatchSampler
+from simbench.sim.batching import OutlierDelaySampler, PackSampler, SortedBatchSampler
 from simbench.sim.orderstat import ItemSource
 from simbench.sim.plans import BatchSource, ExecutionPlan, PlanKind, PlanType, register_plan
 from simbench.sim.pricing import price_packs
 from simbench.sim.windows import SortedWindows
 from simbench.strategies import STRATEGIES, Strategy
+from simbench.strategies.wlb import outlier_threshold
 
 DEFAULT_VARLEN_PACKER = "lpfhp"
 
@@ -30,7 +31,12 @@ class PackingSource(BatchSource):
     def __init__(self, plan, packing, settings, purpose=0, simpy_devices=0):
         super().__init__(plan, packing, settings, purpose, simpy_devices)
         self.rng = self.generator(purpose)
-        self.sampler = SortedBatchSampler(packing) if plan.mode is ExecutionMode.SORTED else PackSampler(packing)
+        if plan.mode is ExecutionMode.SORTED:
+            self.sampler = SortedBatchSampler(packing)
+        elif plan.outlier_delay:
+            self.sampler = OutlierDelaySampler(packing, outlier_threshold(packing.max_length))
+        else:
+            self.sampler = PackSampler(packing)
 
     @staticmethod
     def packing_request(plan: ExecutionPlan) -> tuple[str, int | None]:
@@ -38,11 +44,12 @@ class PackingSource(BatchSource):
 
     @staticmethod
     def random_stream(plan: ExecutionPlan) -> str:
-        return f"{plan.packer}:{plan.max_depth}:{plan.mode.value}"
+        return f"{plan.packer}:{plan.max_depth}:{plan.mode.value}" + (":outlier-delay" if plan.outlier_delay else "")
 
     @staticmethod
     def independent_devices(plan: ExecutionPlan) -> bool:
-        return plan.mode is not ExecutionMode.SORTED  # sorted batching hands out consecutive batches
+        # Sorted batching hands out consecutive batches; with outlier delay a step's devices share its kind.
+        return plan.mode is not ExecutionMode.SORTED and not plan.outlier_delay
 
     def chunk(self, steps, devices):
         largest, settings = devices[-1], self.settings
@@ -77,12 +84,14 @@ class PackerPlan(PlanType):
         return cls(strategy.name, strategy.description, PackingSource, strategy)
 
     def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
-        self.reject_unknown(parameters, ("max_depth", "packer"))
+        self.reject_unknown(parameters, ("max_depth", "packer", "outlier_delay"))
         packer = parameters.get("packer", self.name)
         if packer != self.name:
             if STRATEGIES.find(packer) is None:
                 raise InputError(_not_a_depth_or_packer(self.name, packer))
             raise InputError(f"strategy {self.name!r}: a packer takes only a depth, not another packer name")
+        delay = _outlier_delay(self.name, self.name, parameters)
+        parameters = {key: value for key, value in parameters.items() if key != "outlier_delay"}
         if not self.strategy.uses_depth:
             if parameters:  # dropping it silently would label the run as if the depth had mattered
                 raise InputError(f"strategy {self.name!r}: {self.name} takes no depth")
@@ -90,7 +99,8 @@ class PackerPlan(PlanType):
         else:
             depth = _depth(self.name, parameters, self.strategy.default_depth)
         mode = ExecutionMode.SORTED if self.name == "sort" else ExecutionMode.PADDED
-        return ExecutionPlan(self.strategy.label(depth), PlanKind.PACKING, mode, packer=self.name, max_depth=depth)
+        return ExecutionPlan(self.strategy.label(depth) + _delay_suffix(self.name, delay), PlanKind.PACKING, mode,
+                             packer=self.name, max_depth=depth, outlier_delay=delay)
 
 
 @dataclass(frozen=True)
@@ -99,13 +109,15 @@ class PackedVarlenPlan(PlanType):
     both, e.g. `packed-varlen:lpfhp:max`."""
 
     def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
-        self.reject_unknown(parameters, ("max_depth", "packer"))
+        self.reject_unknown(parameters, ("max_depth", "packer", "outlier_delay"))
         packer = parameters.get("packer", DEFAULT_VARLEN_PACKER)
         if STRATEGIES.find(packer) is None:
             raise InputError(_not_a_depth_or_packer(self.name, packer))
+        delay = _outlier_delay(self.name, packer, parameters)
         depth = _depth(self.name, parameters, STRATEGIES.get(packer).default_depth)
-        display = f"{self.name}:{STRATEGIES.get(packer).label(depth)}"
-        return ExecutionPlan(display, PlanKind.PACKING, ExecutionMode.PACKED_VARLEN, packer=packer, max_depth=depth)
+        display = f"{self.name}:{STRATEGIES.get(packer).label(depth)}{_delay_suffix(packer, delay)}"
+        return ExecutionPlan(display, PlanKind.PACKING, ExecutionMode.PACKED_VARLEN, packer=packer, max_depth=depth,
+                             outlier_delay=delay)
 
 
 def _depth(name: str, parameters: Mapping[str, Any], default: int | None) -> int | None:
@@ -117,6 +129,28 @@ def _depth(name: str, parameters: Mapping[str, Any], default: int | None) -> int
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise InputError(_not_a_depth_or_packer(name, depth))
     return depth
+
+
+# Packers whose steps delay outliers as WLB-LLM does unless told `outlier_delay: false`: WLB-LLM balances its
+# microbatches with both mechanisms, and its breakdown credits the delay with most of the gain.
+DELAYS_OUTLIERS = ("wlb",)
+
+
+def _outlier_delay(name: str, packer: str, parameters: Mapping[str, Any]) -> bool:
+    if "outlier_delay" not in parameters:
+        return packer in DELAYS_OUTLIERS
+    delay = {"true": True, "false": False}.get(parameters["outlier_delay"], parameters["outlier_delay"])
+    if not isinstance(delay, bool):  # the text form, `wlb:outlier_delay=false`, gives a word
+        raise InputError(f"strategy {name!r}: outlier_delay must be true or false, found {delay!r}")
+    if delay and packer not in DELAYS_OUTLIERS:
+        raise InputError(f"strategy {name!r}: outlier_delay is a wlb option ({packer} packs by tokens and delays "
+                         f"nothing)")
+    return delay
+
+
+def _delay_suffix(packer: str, delay: bool) -> str:
+    """The label says when a packer that delays outliers by default does not, as the text form writes it."""
+    return ":outlier_delay=false" if packer in DELAYS_OUTLIERS and not delay else ""
 
 
 def _not_a_depth_or_packer(name: str, value: Any) -> str:
