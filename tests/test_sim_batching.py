@@ -116,22 +116,24 @@ def test_bucketing_sorts_the_whole_global_batch_and_gives_every_device_the_same_
 
 def test_outlier_delay_gives_each_step_outliers_everywhere_or_nowhere_in_proportion_to_the_packs():
     """PACKING's packs led by 10 and 16 tokens hold an outlier at threshold 9 (5 + 1 of 48 packs), those led by
-    8 and 3 do not; every device of a step draws the step's kind, each kind as often as its packs are."""
+    8 and 3 do not; every device of a step draws the step's kind, outlier steps one in 8 exactly (within one
+    step of any run's length), evenly spread as a queue releases them."""
     sampler = OutlierDelaySampler(PACKING, threshold=9)
     steps, devices, batch_size = 20_000, 3, 2
     picks = sampler.picks(np.random.default_rng(0), steps, devices, batch_size).reshape(steps, -1)
     outlier = sampler.longest[picks] >= 9
     assert np.all(outlier.all(axis=1) | ~outlier.any(axis=1))
-    assert abs(outlier[:, 0].mean() - 6 / 48) < 0.01
+    for steps_so_far in (8, 100, 1001, steps):
+        assert abs(outlier[:steps_so_far, 0].sum() - steps_so_far / 8) <= 1
+    assert set(np.diff(np.flatnonzero(outlier[:, 0]))) == {8}
     # Within a kind, packs come in proportion to their repeats: 10-led 5 times as often as 16-led.
     led_by_ten = np.mean(sampler.longest[picks[outlier[:, 0]]] == 10)
     assert abs(led_by_ten - 5 / 6) < 0.01
 
 
 def test_outlier_delay_draws_the_same_batches_in_chunks_of_steps():
-    sampler = OutlierDelaySampler(PACKING, threshold=9)
-    whole = sampler.picks(np.random.default_rng(5), 40, 4, 3)
-    rng = np.random.default_rng(5)
+    whole = OutlierDelaySampler(PACKING, threshold=9).picks(np.random.default_rng(5), 40, 4, 3)
+    sampler, rng = OutlierDelaySampler(PACKING, threshold=9), np.random.default_rng(5)
     chunked = np.concatenate([sampler.picks(rng, 15, 4, 3), sampler.picks(rng, 25, 4, 3)])
     assert np.array_equal(whole, chunked)
 

@@ -150,27 +150,36 @@ class OutlierDelaySampler(PackSampler):
     until there are enough of them for every microbatch of a global batch, so a step's packs either all hold
     one such outlier or none does, and no microbatch carries an outlier's attention while the others idle.
 
-    Each step draws its kind first, outlier or not, in proportion to the packs of each kind (every pack is
-    still trained once an epoch), then all its devices' packs from that kind, in proportion to their repeats.
-    Devices share their step's kind, so they do not draw independently. One uniform draw a step for its kind
-    and one a pack, in step order, so that drawing a run in chunks of steps gives the same batches.
+    Outlier steps come as the queue releases them, evenly: step s is one when floor((s + 1) x share + phase)
+    passes an integer, `share` being the outlier packs' share of all packs (each is still trained once an epoch)
+    and the phase drawn once. Unlike a coin per step, this keeps the run's mix of heavy and light steps at the
+    dataset's, whose chance swings would otherwise move a 100-step mean by several per cent. All devices of a
+    step then draw its kind's packs in proportion to their repeats, so devices do not draw independently.
+    The sampler counts the steps it has drawn: drawing a run in chunks of steps gives the same batches.
     """
 
     def __init__(self, packing: Packing, threshold: int):
         super().__init__(packing)
         outlier = self.longest >= threshold
-        self.kinds = [members for members in (np.flatnonzero(~outlier), np.flatnonzero(outlier)) if members.size]
         repeats = packing.repeats.astype(np.float64)
-        self.kind_cdf = InverseCdf([repeats[members].sum() for members in self.kinds])
-        self.within_kind = [InverseCdf(repeats[members]) for members in self.kinds]
+        self.kinds = (np.flatnonzero(~outlier), np.flatnonzero(outlier))
+        self.within_kind = [InverseCdf(repeats[members]) if members.size else None for members in self.kinds]
+        self.outlier_share = float(repeats[outlier].sum() / repeats.sum())
+        self.phase: float | None = None
+        self.steps_drawn = 0
 
     def picks(self, rng: np.random.Generator, steps: int, devices: int, batch_size: int) -> np.ndarray:
-        uniform = rng.random((steps, 1 + devices * batch_size))
-        kind = self.kind_cdf.at(uniform[:, 0])
+        if self.phase is None:
+            self.phase = float(rng.random())
+        released = np.floor((self.steps_drawn + np.arange(steps + 1)) * self.outlier_share + self.phase)
+        outlier_step = np.diff(released) > 0
+        self.steps_drawn += steps
+        uniform = rng.random((steps, devices * batch_size))
         picks = np.empty((steps, devices * batch_size), dtype=np.int64)
-        for index, (members, cdf) in enumerate(zip(self.kinds, self.within_kind)):
-            chosen = kind == index
-            picks[chosen] = members[cdf.at(uniform[chosen, 1:])]
+        for kind, (members, cdf) in enumerate(zip(self.kinds, self.within_kind)):
+            chosen = outlier_step == bool(kind)
+            if chosen.any():
+                picks[chosen] = members[cdf.at(uniform[chosen])]
         return picks.reshape(-1)
 
 
