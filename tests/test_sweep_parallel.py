@@ -123,3 +123,11 @@ def test_cells_share_packings_and_a_workload_balancing_packer_gets_each_models_p
 def test_a_layout_a_cell_cannot_hold_is_refused_naming_the_cell_and_key(tmp_path, axis, message):
     with pytest.raises(InputError, match=message):
         sweep_of(tmp_path, BASE + f"axes:\n  {axis}\n")
+
+
+def test_the_sweep_summary_says_what_a_device_is_where_a_cell_has_a_layout(swept, tmp_path):
+    from simbench.report.sweep import write_sweep_report
+
+    sweep, results = swept
+    write_sweep_report(tmp_path, sweep.name, sweep.axes, None, [], results)
+    assert "its devices are data-parallel replicas of `gpus_per_replica` GPUs" in (tmp_path / "summary.md").read_text()
