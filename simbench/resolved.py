@@ -59,12 +59,10 @@ class Run:
         """The scenario's run, on `histogram` if given (a sweep shares one between cells)."""
         plans = tuple(spec.plan() for spec in scenario.strategies)
         model, hardware, layout = get_model(scenario.model), scenario.hardware.load(), scenario.layout
-        gpus_per_replica = scenario.gpus_per_replica if layout is None else layout.gpus_per_replica
-        # With a layout a replica's step holds every microbatch's rows: that is what a simulated device draws.
-        batch_size = scenario.batch_size * (1 if layout is None else layout.microbatches)
+        gpus_per_replica = scenario.gpus_per_device
         return cls(scenario.name, histogram if histogram is not None else scenario.dataset.load(), model, hardware,
                    _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout), plans,
-                   scenario.replica_devices, batch_size, scenario.steps, scenario.seed,
+                   scenario.replica_devices, scenario.device_batch_size, scenario.steps, scenario.seed,
                    shapes=scenario.shapes, training_steps=scenario.training_steps,
                    gpus_per_replica=gpus_per_replica, cost_model_name=scenario.cost_model,
                    labels={plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}, layout=layout)
@@ -122,6 +120,12 @@ def _cost_model(name: str, model: ModelSpec, hardware: HardwareProfile, gpus_per
     from simbench.sim.replica import ReplicaCostModel
 
     return ReplicaCostModel(COST_MODELS.get(name).build(model, hardware, 1), layout)
+
+
+def scenario_cost_model(scenario: Scenario):
+    """The cost model `Run.from_scenario` prices the scenario with, built without loading its dataset."""
+    return _cost_model(scenario.cost_model, get_model(scenario.model), scenario.hardware.load(),
+                       scenario.gpus_per_device, scenario.layout)
 
 
 def resolve(scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:

@@ -477,6 +477,17 @@ class Scenario(_Strict):
         layout = self.layout
         return self.devices if layout is None else tuple(layout.replicas_of(self.devices))
 
+    @property
+    def gpus_per_device(self) -> int:
+        """GPUs one simulated device stands for: the layout's tp x pp x cp, else `gpus_per_replica`."""
+        layout = self.layout
+        return self.gpus_per_replica if layout is None else layout.gpus_per_replica
+
+    @property
+    def device_batch_size(self) -> int:
+        """Rows a simulated device draws a step: `batch_size`, or with a layout every microbatch's rows."""
+        return self.batch_size * (1 if self.parallel is None else self.parallel.microbatches)
+
     @model_validator(mode="after")
     def _unique_labels(self) -> Scenario:
         labels = [plan.label for plan in self.strategies]
@@ -609,7 +620,7 @@ def check_scenario_work(scenario: Scenario, root: yaml.Node, source: str, rows: 
 
     if rows is None:
         rows = simulation_rows([spec.plan() for spec in scenario.strategies], scenario.dataset.load(),
-                               list(scenario.replica_devices), scenario.batch_size * _microbatches(scenario),
+                               list(scenario.replica_devices), scenario.device_batch_size,
                                scenario.steps)
     try:
         check_simulation_work(rows, raising="simulate the largest sizes alone with `simbench simulate --max-rows`")
@@ -633,10 +644,6 @@ def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[
         refused.append(InputError(f"{'.'.join(map(str, key))} ({plans[index].name}): {error.message}",
                                   source=source, line=_line_of(root, key)))
     return refused
-
-
-def _microbatches(scenario: Scenario) -> int:
-    return scenario.parallel.microbatches if scenario.parallel is not None else 1
 
 
 def _layout_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:

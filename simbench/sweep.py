@@ -34,6 +34,7 @@ import yaml
 
 from simbench.errors import InputError, read_text_file
 from simbench.scenario import Scenario, check_scenario_work, scenario_from_mapping
+from simbench.strategies.packing import PackOptions
 from simbench.sweep_ledger import FAILURES, RESULTS, SweepLedger, cell_file, kept, read_ledger
 from simbench.validation import SIMULATED_ROWS_MAX
 from simbench.yamlfile import load_yaml_documents
@@ -85,8 +86,9 @@ def cell_seconds(cell: SweepCell) -> float:
     from simbench.sim.simulate import PER_DEVICE_MAX
 
     scenario = cell.scenario
-    rows = len(scenario.strategies) * scenario.steps * scenario.batch_size * len(scenario.devices)
-    large = sum(devices > PER_DEVICE_MAX for devices in scenario.devices)
+    # With a layout the simulator's devices are replicas, each drawing every microbatch's rows.
+    rows = len(scenario.strategies) * scenario.steps * scenario.device_batch_size * len(scenario.replica_devices)
+    large = sum(devices > PER_DEVICE_MAX for devices in scenario.replica_devices)
     return rows / ROWS_PER_SECOND + CELL_OVERHEAD_SECONDS + LARGE_CLUSTER_SECONDS * len(scenario.strategies) * large
 
 
@@ -150,12 +152,18 @@ def load_sweep(path: str | Path) -> Sweep:
                          line=lines.get("axes"))
     keys = list(dict.fromkeys([*axes, *(key for cell in explicit for key in cell)]))
     report_axes = _report_axes(data.get("report"), keys, source, lines.get("report"))
-    combos = itertools.chain((dict(zip(axes, values)) for values in itertools.product(*axes.values()))
-                             if axes else (), explicit)
+    axis_nodes = _entry_nodes(nodes.get("axes"), axes)
+    product = ((dict(zip(axes, (values[at] for values, at in zip(axes.values(), place)))),
+                {key: (axis_nodes[key][0], axis_nodes[key][1].value[at]) for key, at in zip(axes, place)
+                 if key in axis_nodes and isinstance(axis_nodes[key][1], yaml.SequenceNode)})
+               for place in itertools.product(*(range(len(values)) for values in axes.values())))
+    given = ((cell, _entry_nodes(cell_nodes[number] if number < len(cell_nodes) else None, cell))
+             for number, cell in enumerate(explicit))
+    combos = itertools.chain(product if axes else (), given)
     base_node = nodes["base"]
     cells = _CellValidator(base, base_node, source, Path(path).resolve().parent, lines.get("axes"))
-    return Sweep(name, tuple(keys), tuple(cells.cell(index, values, f"{name}-{index:05d}")
-                                      for index, values in enumerate(combos)), report_axes, source)
+    return Sweep(name, tuple(keys), tuple(cells.cell(index, values, f"{name}-{index:05d}", written)
+                                      for index, (values, written) in enumerate(combos)), report_axes, source)
 
 
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -169,6 +177,39 @@ def _key_lines(node, data: dict) -> dict:
     if not isinstance(node, yaml.MappingNode) or len(node.value) != len(data):
         return {}
     return {key: key_node.start_mark.line + 1 for key, (key_node, _) in zip(data, node.value)}
+
+
+def _entry_nodes(node, data: dict) -> dict:
+    """Each key of `data` -> (its key node, its value node) in the YAML `node` read as `data`."""
+    if not isinstance(node, yaml.MappingNode) or len(node.value) != len(data):
+        return {}
+    return dict(zip(data, node.value))
+
+
+def _cell_node(base: yaml.Node, written: dict) -> yaml.Node:
+    """The base scenario's YAML tree with each of a cell's keys set where the sweep sets it (`written`: key ->
+    (key node, value node)), so that a cell's errors name the swept key, `parallel.pp`, at its line."""
+    for key, (key_node, value_node) in written.items():
+        base = _with_entry(base, key.split("."), key_node, value_node)
+    return base
+
+
+def _with_entry(node, parts: list[str], key_node: yaml.Node, value_node: yaml.Node) -> yaml.MappingNode:
+    entries = list(node.value) if isinstance(node, yaml.MappingNode) else []
+    index = next((at for at, (key, _) in enumerate(entries) if key.value == parts[0]), None)
+    if len(parts) == 1:
+        entry = (yaml.ScalarNode("tag:yaml.org,2002:str", parts[0], key_node.start_mark, key_node.end_mark),
+                 value_node)
+    else:
+        below = _with_entry(entries[index][1] if index is not None else None, parts[1:], key_node, value_node)
+        entry = (entries[index][0] if index is not None else
+                 yaml.ScalarNode("tag:yaml.org,2002:str", parts[0], key_node.start_mark, key_node.end_mark), below)
+    if index is None:
+        entries.append(entry)
+    else:
+        entries[index] = entry
+    mark = node.start_mark if isinstance(node, yaml.MappingNode) else key_node.start_mark
+    return yaml.MappingNode("tag:yaml.org,2002:map", entries, mark, mark)
 
 
 def _check_scenario_key(key, where: str, source: str, line: int | None) -> None:
@@ -202,15 +243,18 @@ class _CellValidator:
         self.own_values: dict[tuple, Any] = {}  # (fingerprint, key, value as JSON) -> the field's value
         self.rows_per_step: dict[tuple, int] = {}
 
-    def cell(self, index: int, values: dict, name: str) -> SweepCell:
+    def cell(self, index: int, values: dict, name: str, written: dict | None = None) -> SweepCell:
+        """Cell `index`, its `values` set in the base scenario; `written`: each key's YAML nodes (`_cell_node`)."""
         try:
-            return SweepCell(index, values, self._scenario(values, name))
+            return SweepCell(index, values, self._scenario(values, name, written or {}))
         except InputError as error:
             where = ", ".join(f"{key}={value}" for key, value in values.items())
-            raise InputError(f"cell {index} ({where}): {error.message}", source=self.source,
+            # Every error of the cell, not the first alone: a sweep file has no `validate` to list the rest.
+            problems = "; ".join(each.message for each in getattr(error, "errors", [error]))
+            raise InputError(f"cell {index} ({where}): {problems}", source=self.source,
                              line=error.line or self.axes_line) from None
 
-    def _scenario(self, values: dict, name: str) -> Scenario:
+    def _scenario(self, values: dict, name: str, written: dict) -> Scenario:
         values = {key: [value] if key == "devices" and not isinstance(value, list) else value
                   for key, value in values.items()}  # a number is one device count
         others = {key: value for key, value in values.items() if key not in _OWN_CHECK_KEYS}
@@ -218,37 +262,37 @@ class _CellValidator:
         known = self.scenarios.get(fingerprint)
         if known is None:
             mapping = _cell_mapping(self.base, values, name)
-            scenario = scenario_from_mapping(mapping, self.base_node, self.source, self.base_dir)
+            scenario = scenario_from_mapping(mapping, _cell_node(self.base_node, written), self.source, self.base_dir)
             self.scenarios[fingerprint] = (scenario, mapping)
             return scenario
         scenario, mapping = known
         update = {"name": name}
         for key in _OWN_CHECK_KEYS:
             if key in values:
-                update[key] = self._own_value(fingerprint, mapping, key, values[key], name)
+                update[key] = self._own_value(fingerprint, mapping, key, values[key], name, written)
         scenario = scenario.model_copy(update=update)
-        self._check_work(fingerprint, scenario)
+        self._check_work(fingerprint, scenario, written)
         return scenario
 
-    def _own_value(self, fingerprint: tuple, mapping: dict, key: str, value, name: str):
+    def _own_value(self, fingerprint: tuple, mapping: dict, key: str, value, name: str, written: dict):
         memo = (fingerprint, key, _frozen(value))
         if memo not in self.own_values:
             single = scenario_from_mapping({**copy.deepcopy(mapping), key: copy.deepcopy(value), "name": name},
-                                           self.base_node, self.source, self.base_dir)
+                                           _cell_node(self.base_node, written), self.source, self.base_dir)
             self.own_values[memo] = getattr(single, key)
         return self.own_values[memo]
 
-    def _check_work(self, fingerprint: tuple, scenario: Scenario) -> None:
+    def _check_work(self, fingerprint: tuple, scenario: Scenario, written: dict) -> None:
         from simbench.sim.simulate import simulation_rows
 
-        memo = (fingerprint, scenario.batch_size, scenario.devices)
-        if memo not in self.rows_per_step:
+        memo = (fingerprint, scenario.device_batch_size, scenario.replica_devices)
+        if memo not in self.rows_per_step:  # as check_scenario_work counts them: replicas and their microbatches
             self.rows_per_step[memo] = simulation_rows([spec.plan() for spec in scenario.strategies],
-                                                       scenario.dataset.load(), list(scenario.devices),
-                                                       scenario.batch_size, 1)
+                                                       scenario.dataset.load(), list(scenario.replica_devices),
+                                                       scenario.device_batch_size, 1)
         rows = scenario.steps * self.rows_per_step[memo]
         if rows > SIMULATED_ROWS_MAX:  # the check's own cost, 10^5 times, would be a third of a dry run
-            check_scenario_work(scenario, self.base_node, self.source, rows=rows)
+            check_scenario_work(scenario, _cell_node(self.base_node, written), self.source, rows=rows)
 
 
 def _frozen(value) -> tuple:
@@ -294,8 +338,7 @@ class PackingJob:
     dataset: str  # the DatasetSpec as JSON: histogram and max length
     packer: str
     max_depth: int | None
-    seed: int
-    batch_size: int
+    options: PackOptions  # as the cell's own run would pack: `simulate.pack_options`
     with_bound: bool
 
     @property
@@ -305,6 +348,8 @@ class PackingJob:
 
 def packing_jobs(cell: SweepCell) -> list[PackingJob]:
     """The packings `cell` needs (one per packing plan), as shareable jobs."""
+    from simbench.sim.simulate import pack_options
+
     scenario = cell.scenario
     dataset = scenario.dataset.model_dump_json()
     jobs = []
@@ -312,20 +357,35 @@ def packing_jobs(cell: SweepCell) -> list[PackingJob]:
         plan = spec.plan()
         request = plan.source.packing_request(plan)
         if request is not None:
-            jobs.append(PackingJob(dataset, request[0], request[1], scenario.seed, scenario.batch_size,
-                                   scenario.outputs.lp_bounds))
+            options = pack_options(request[0], seed=scenario.seed, batch_size=scenario.device_batch_size,
+                                   attention_parity=lambda: _attention_parity(scenario))
+            jobs.append(PackingJob(dataset, request[0], request[1], options, scenario.outputs.lp_bounds))
     return jobs
+
+
+# A cost model's attention parity by what it is built from (model, hardware, layout): built once per process.
+_ATTENTION_PARITY: dict[str, float | None] = {}
+
+
+def _attention_parity(scenario: Scenario) -> float | None:
+    """The attention parity of the cost model the scenario's own run builds (`resolved.scenario_cost_model`)."""
+    from simbench.resolved import scenario_cost_model
+
+    key = json.dumps(scenario.model_dump(mode="json", include={"model", "hardware", "cost_model", "gpus_per_replica",
+                                                               "parallel"}), sort_keys=True)
+    if key not in _ATTENTION_PARITY:
+        _ATTENTION_PARITY[key] = getattr(scenario_cost_model(scenario), "attention_parity_tokens", None)
+    return _ATTENTION_PARITY[key]
 
 
 def run_packing(job: PackingJob):
     """Pack once (and bound once, if asked): (Packing, LP bound in packs or None)."""
     from simbench.scenario import DatasetSpec
-    from simbench.strategies import PackOptions, get_strategy
+    from simbench.strategies import get_strategy
     from simbench.strategies.optimal import lp_lower_bound
 
     histogram = DatasetSpec.model_validate_json(job.dataset).load()
-    packing = get_strategy(job.packer)(histogram, histogram.max_length, job.max_depth,
-                                       PackOptions(seed=job.seed, batch_size=job.batch_size))
+    packing = get_strategy(job.packer)(histogram, histogram.max_length, job.max_depth, job.options)
     bound = lp_lower_bound(histogram, histogram.max_length, job.max_depth).lower_bound_packs if job.with_bound else None
     return packing, bound
 
@@ -352,10 +412,30 @@ def run_cell(cell: SweepCell, packings: dict[str, Any]):
     rows.insert(0, "cell", cell.index)
     swept = [(key, value) for key, value in cell.values.items() if key not in rows.columns]  # devices already is
     for position, (key, value) in enumerate(swept, start=1):
-        rows.insert(position, key, json.dumps(value) if isinstance(value, list | dict) else value)
+        rows.insert(position, key, _cell_value(value))
+    # Comparable across cells of different layouts: what a device is (devices count replicas, `gpus` all GPUs).
+    layout = scenario.layout
+    settings = {} if layout is None else _layout_columns(layout, rows["devices"])
+    for position, (key, value) in enumerate(settings.items(), start=1 + len(swept)):
+        rows.insert(position, key, value)
+    rows.insert(rows.columns.get_loc("gpus"), "gpus_per_replica", scenario.gpus_per_device)
     rows["seed"] = scenario.seed
     rows["simbench_version"] = __version__
     return rows
+
+
+def _cell_value(value):
+    """A value as a Parquet column holds it: lists and mappings as JSON."""
+    return json.dumps(value) if isinstance(value, list | tuple | dict) else value
+
+
+def _layout_columns(layout, replicas) -> dict[str, Any]:
+    """A cell's 4D layout as columns: each `parallel` setting, `dp` as each row's replica count."""
+    from dataclasses import asdict
+
+    columns = {key: _cell_value(value) for key, value in asdict(layout).items()}
+    columns["dp"] = replicas.to_numpy()
+    return columns
 
 
 @dataclass(frozen=True)

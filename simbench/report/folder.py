@@ -33,6 +33,7 @@ from simbench.histogram import LengthHistogram
 from simbench.report import html
 from simbench.report.summary import speedup_reference, summary_markdown, summary_record
 from simbench.report.tables import read_tables, write_tables
+from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.workers import ReportWorkers
 from simbench.atomic import atomic_directory, check_output_folder, check_owned_folder
 from simbench.scenario import Scenario, load_scenario
@@ -65,13 +66,14 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
         page = html.report_html(
             scenario.name, summary, [("scaling.csv", stored.scaling), ("packing.csv", stored.packing),
                                      ("breakdown.csv", stored.breakdown)],
-            report_charts(histogram, stored), [path for path in written if path.suffix == ".png"])
+            report_charts(histogram, stored, device_unit(scenario.layout)),
+            [path for path in written if path.suffix == ".png"], device_unit(scenario.layout))
         (folder / "report.html").write_text(page)
         tell(f"wrote report.html ({len(page.encode()) / 2**20:.1f} MB)")
     return Path(target)
 
 
-def report_charts(histogram: LengthHistogram, tables: ExperimentResult) -> list[dict]:
+def report_charts(histogram: LengthHistogram, tables: ExperimentResult, unit: DeviceUnit = DEVICE) -> list[dict]:
     """The interactive charts of report.html: speed-up against devices for each baseline, each strategy in
     its style (simbench.report.styles, as in the PNG plots), and the length histogram in at most
     `HISTOGRAM_BINS` bins by sequences and by tokens, cut above the rest where the last bin towers."""
@@ -84,8 +86,8 @@ def report_charts(histogram: LengthHistogram, tables: ExperimentResult) -> list[
     for name in dict.fromkeys(reference):
         over = "padding" if name == "none" else name
         charts.append(html.line_chart(
-            f"Speed-up over {over} (real tokens per second) against devices",
-            tables.scaling[reference == name], "devices", "speedup", "strategy", x_label="devices",
+            f"Speed-up over {over} (real tokens per second) against {unit.plural}",
+            tables.scaling[reference == name], "devices", "speedup", "strategy", x_label=unit.axis_label(),
             y_label=f"speed-up over {over}", log2_x=True, styles=styles, y_format="x",
             reference=line if name == "none" else None, reference_label=line_label))
     bins = min(HISTOGRAM_BINS, histogram.max_length)
@@ -154,14 +156,15 @@ def read_report(folder: Path) -> tuple[Scenario, LengthHistogram, ExperimentResu
 def plot_arguments(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> dict[str, tuple]:
     """The arguments of each plot the scenario asks for that its tables have data for, by plot name:
     `simbench.report.plots.FIGURES[name](*arguments)` draws it."""
+    unit = device_unit(scenario.layout)
     arguments = {
         "histogram": (histogram,),
         "packing": (tables.packing, tables.timings, histogram.real_tokens, histogram.max_length),
         "scaling": (tables.scaling, _setting(scenario, histogram),
-                    speedup_reference(histogram, tables.scaling)),
-        "gumbel": (tables.latency, tables.gumbel, tables.extrapolation),
+                    speedup_reference(histogram, tables.scaling), unit),
+        "gumbel": (tables.latency, tables.gumbel, tables.extrapolation, unit),
         "timeline": (tables.timeline,),
-        "breakdown": (tables.breakdown,),
+        "breakdown": (tables.breakdown, unit),
     }
     has_data = {"packing": not tables.packing.empty, "gumbel": not tables.gumbel.empty,
                 "timeline": not tables.timeline.empty}

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simbench.report.units import DEVICE, DeviceUnit
 from simbench.strategies.packing import efficiency_text
 
 
@@ -29,12 +30,16 @@ from simbench.strategies.packing import efficiency_text
 PLOT_HEADINGS = {"histogram": "sequence lengths", "packing": "packing efficiency and solve time",
                  "scaling": "speed-up against cluster size", "gumbel": "stragglers: Gumbel fit",
                  "timeline": "VTS pipeline timeline", "breakdown": "where the time goes"}
-TABLE_NOTES = {"scaling.csv": "a row per strategy and device count", "packing.csv": "a row per packing",
-               "breakdown.csv": "seconds per step by cause, a row per strategy and device count"}
+def table_notes(unit: DeviceUnit = DEVICE) -> dict[str, str]:
+    """What a row of each table is, in the report's words for its unit (with a layout, `devices` counts replicas)."""
+    counted = (f"{unit.name} count" if unit.gpus_each is None else
+               f"{unit.name} count (`devices`: replicas of {unit.gpus_each:,} GPUs; `gpus`: all of them)")
+    return {"scaling.csv": f"a row per strategy and {counted}", "packing.csv": "a row per packing",
+            "breakdown.csv": f"seconds per step by cause, a row per strategy and {counted}"}
 
 
 def report_html(title: str, summary_markdown: str, tables: list[tuple[str, pd.DataFrame]],
-                charts: list[dict], images: list[Path]) -> str:
+                charts: list[dict], images: list[Path], unit: DeviceUnit = DEVICE) -> str:
     """The page: summary (Markdown rendered), one interactive chart per entry of `charts` (see
     `line_chart`), the report's PNG plots inline, then every table (`tables`: file name and frame) folded
     away, scrollable and formatted by its columns' units. Every table sorts by a click on its header."""
@@ -59,7 +64,8 @@ def report_html(title: str, summary_markdown: str, tables: list[tuple[str, pd.Da
             figures.append(f'<figure><h3>{html_escape.escape(heading)}</h3><img alt="{html_escape.escape(name)} plot" '
                            f'src="data:image/png;base64,{encoded}"></figure>')
         sections.append(f'<section><h2>Plots</h2>{"".join(figures)}</section>')
-    folded = [f'<details><summary>{html_escape.escape(name)}: {TABLE_NOTES.get(name, "every row")} '
+    notes = table_notes(unit)
+    folded = [f'<details><summary>{html_escape.escape(name)}: {notes.get(name, "every row")} '
               f'({len(frame):,} rows, {len(frame.columns)} columns)</summary>'
               f'<div class="table-scroll tall">{_table(frame)}</div></details>'
               for name, frame in tables if not frame.empty]

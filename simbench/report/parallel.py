@@ -112,14 +112,16 @@ def _why(parallel: pd.DataFrame, breakdown: pd.DataFrame, winner: str, runner_up
     cluster = breakdown.set_index("strategy")
     if not all(name in rows.index and name in cluster.index for name in (winner, runner_up)):
         return ""
-    # The cluster's communication is the gradient sync, a cause apart from the replica's own TP/CP communication.
-    causes = dict(CAUSES) | {"waiting_seconds": "waiting for the slowest replica", "gradient_sync_seconds": "gradient sync"}
+    # The cluster's causes under names of their own: its communication (the gradient sync) is another cause than
+    # a replica's (TP/CP), and one label for both made each cause's difference two numbers.
+    across_causes = {"waiting_seconds": "replica_waiting_seconds", "communication_seconds": "gradient_sync_seconds"}
+    causes = dict(CAUSES) | {"replica_waiting_seconds": "waiting for the slowest replica",
+                             "gradient_sync_seconds": "gradient sync"}
 
     def per_token(name: str) -> pd.Series:
         inside = rows.loc[name, [cause for cause, _ in CAUSES]] / rows.loc[name, "real_tokens"]
-        across = cluster.loc[name, ["waiting_seconds", "communication_seconds"]] / cluster.loc[
-            name, "real_tokens_per_device_step"]
-        return pd.concat([inside, across.rename({"communication_seconds": "gradient_sync_seconds"})]).astype(float)
+        across = cluster.loc[name, list(across_causes)] / cluster.loc[name, "real_tokens_per_device_step"]
+        return pd.concat([inside, across.rename(across_causes)]).astype(float)
 
     difference = (per_token(runner_up) - per_token(winner)) * 1e6
     biggest = difference.abs().sort_values(ascending=False).index[:3]

@@ -31,6 +31,7 @@ from matplotlib.transforms import ScaledTranslation  # noqa: E402
 
 from simbench.histogram import LengthHistogram  # noqa: E402
 from simbench.report.styles import Style, strategy_styles  # noqa: E402
+from simbench.report.units import DEVICE, DeviceUnit  # noqa: E402
 from simbench.sim.results import BREAKDOWN_COLUMNS  # noqa: E402
 from simbench.strategies.packing import efficiency_text  # noqa: E402
 
@@ -222,12 +223,13 @@ def _label_dots(axis, shown: np.ndarray, values: pd.Series, positions: np.ndarra
                                       "alpha": 0.85})
 
 
-def scaling_figure(scaling: pd.DataFrame, title: str = "", dashed: tuple[float, str] | None = None) -> Figure:
+def scaling_figure(scaling: pd.DataFrame, title: str = "", dashed: tuple[float, str] | None = None,
+                   unit: DeviceUnit = DEVICE) -> Figure:
     """Realized speed-up versus device count (paper's Figure 5): a line per strategy in its family's hue, each
     with a shade and marker of its own (simbench.report.styles); the best of each family (highest mean
     speed-up) bold and named at its right end; `dashed` (speed-up, name: the ideal,
     simbench.report.summary.speedup_reference) dashed black. `title` names the dataset, model and hardware.
-    The legend, beside the plot, lists every strategy under its family."""
+    The legend, beside the plot, lists every strategy under its family; `unit` names what is counted."""
     if "reference" not in scaling:
         scaling = scaling.assign(reference="none")
     styles = strategy_styles(scaling["strategy"], scaling)
@@ -268,8 +270,8 @@ def scaling_figure(scaling: pd.DataFrame, title: str = "", dashed: tuple[float, 
     axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
     top = max(scaling["speedup"].max(), line)
     axis.set_ylim(top=1.0 + (top - 1.0) * 1.06 if top > 1.0 else None)  # keep the dashed line off the frame
-    axis.set_xlabel(device_axis_label(devices, "devices (data parallel)"))
-    axis.set_ylabel("speed-up over padding (same devices)")
+    axis.set_xlabel(device_axis_label(devices, unit.axis_label("data parallel")))
+    axis.set_ylabel(f"speed-up over padding (same {unit.plural})")
     # Over the whole figure: over the axis alone, a long setting ran off its left edge.
     figure.suptitle(f"Realized speed-up versus cluster size{': ' + title if title else ''}", fontsize=11)
     names_inches = _name_line_ends(axis, ends, figure)
@@ -325,7 +327,8 @@ def _name_line_ends(axis, ends: list[tuple[float, str, str]], figure: Figure) ->
     return widest + 4 / 72
 
 
-def gumbel_figure(latency: pd.DataFrame, fit: pd.DataFrame, extrapolation: pd.DataFrame) -> Figure:
+def gumbel_figure(latency: pd.DataFrame, fit: pd.DataFrame, extrapolation: pd.DataFrame,
+                  unit: DeviceUnit = DEVICE) -> Figure:
     """Per-device step speed-up samples with their Gumbel fit, and the expected cluster speed-up it implies;
     one legend below both panels (a strategy has one colour in both)."""
     from scipy.stats import gumbel_r
@@ -346,7 +349,7 @@ def gumbel_figure(latency: pd.DataFrame, fit: pd.DataFrame, extrapolation: pd.Da
         handles += [bars[0], curve]
         labels += [f"{label}: simulated steps (bars), clusters (dots)",
                    f"{label}: Gumbel fit, location {row['location']:.3f}, scale {row['scale']:.3f} (curves)"]
-    left.set_xlabel("per-device speed-up over padding in one step")
+    left.set_xlabel(f"per-{unit.name} speed-up over padding in one step")
     left.set_ylabel("density")
     for label, rows in extrapolation.groupby("strategy", sort=False):
         rows = rows.sort_values("devices")
@@ -361,12 +364,12 @@ def gumbel_figure(latency: pd.DataFrame, fit: pd.DataFrame, extrapolation: pd.Da
     right.set_xscale("log", base=2)
     devices = sorted(extrapolation["devices"].unique())
     device_ticks(right, devices, most=8)
-    right.set_xlabel(device_axis_label(devices, "devices"))
+    right.set_xlabel(device_axis_label(devices, unit.axis_label()))
     right.set_ylabel("expected speed-up over padding")
-    right.set_title("a step waits for its slowest device", fontsize=10)
+    right.set_title(f"a step waits for its slowest {unit.name}", fontsize=10)
     figure.legend(handles, labels, loc="outside lower center", ncols=2 if len(labels) > 3 else len(labels),
                   fontsize=8)
-    figure.suptitle("Gumbel fit of per-device speed-up, extrapolated to clusters")
+    figure.suptitle(f"Gumbel fit of per-{unit.name} speed-up, extrapolated to clusters")
     return figure
 
 
@@ -411,7 +414,7 @@ def timeline_figure(timeline: pd.DataFrame) -> Figure:
     return figure
 
 
-def breakdown_figure(breakdown: pd.DataFrame) -> Figure:
+def breakdown_figure(breakdown: pd.DataFrame, unit: DeviceUnit = DEVICE) -> Figure:
     """Where the time goes, per strategy, as stacked bars (smallest and largest cluster).
 
     Time is per 1,000 real tokens on one device, so that strategies that put more sequences in a
@@ -435,8 +438,8 @@ def breakdown_figure(breakdown: pd.DataFrame) -> Figure:
             bottom += values
         axis.set_xticks(positions, rows["strategy"], rotation=45, ha="right", fontsize=8)
         axis.margins(y=0.05)
-        axis.set_title(f"{devices} device{'s' if devices > 1 else ''}")
-    axes[0].set_ylabel("device time per 1,000 real tokens (ms)")
+        axis.set_title(unit.count(int(devices)))
+    axes[0].set_ylabel(f"{unit.name} time per 1,000 real tokens (ms)")
     # Beside the panels: inside, it would cover the tallest bars.
     figure.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=8)
     figure.suptitle("Where the time goes")

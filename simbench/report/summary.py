@@ -22,6 +22,7 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report.parallel import parallel_headline, parallel_section
+from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
 from simbench.scenario import Scenario
 from simbench.sim.results import BREAKDOWN_COLUMNS
@@ -53,24 +54,25 @@ def ideal_of(scaling: pd.DataFrame) -> float | None:
 
 
 def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> str:
+    unit = device_unit(scenario.layout)
     sections = [
         f"# {scenario.name}" + (f": {scenario.description.strip()}" if scenario.description.strip() else ""),
-        _headline(tables.scaling, _gpus_per_replica(scenario)),
+        _headline(tables.scaling, _gpus_per_replica(scenario), unit),
         parallel_headline(scenario.layout, tables.scaling, tables.parallel, tables.breakdown) if scenario.layout
         else None,
-        _setup(scenario, histogram, tables.scaling),
-        overdraw_warning(tables.scaling, histogram.sequences),
+        _setup(scenario, histogram, tables.scaling, unit),
+        overdraw_warning(tables.scaling, histogram.sequences, unit),
         *(f"**Warning**: {warning}." for warning in scenario.depth_warnings(histogram)),
         "## Winner at each scale\n\n" + "\n\n".join(
-            ("" if reference == "none" else f"Over {reference}:\n\n") + _winners_table(rows)
+            ("" if reference == "none" else f"Over {reference}:\n\n") + _winners_table(rows, unit)
             for reference, rows in _groups(tables.scaling)),
-        _packing_section(tables.packing, tables.scaling),
-        "## Speed-up over padding by device count\n\n" + _speedup_table(tables.scaling)
-        + _reference_note(tables.scaling),
-        _assumptions_section(tables.assumptions),
-        _breakdown_section(tables.breakdown, four_d=scenario.layout is not None),
+        _packing_section(tables.packing, tables.scaling, unit),
+        f"## Speed-up over padding by {unit.name} count\n\n" + _speedup_table(tables.scaling, unit)
+        + _reference_note(tables.scaling, unit),
+        _assumptions_section(tables.assumptions, unit),
+        _breakdown_section(tables.breakdown, four_d=scenario.layout is not None, unit=unit),
         parallel_section(scenario.layout, tables.scaling, tables.parallel) if scenario.layout else None,
-        _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling),
+        _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling, unit),
         provenance_note(scenario.hardware.profile, scenario.hardware.overrides,
                         unpadded=bool(tables.scaling.get("mode", pd.Series(dtype=str)).eq(
                             ExecutionMode.UNPADDED.value).any())),
@@ -80,7 +82,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
     return "\n\n".join(section for section in sections if section) + "\n"
 
 
-def overdraw_warning(scaling: pd.DataFrame, dataset_sequences: int) -> str | None:
+def overdraw_warning(scaling: pd.DataFrame, dataset_sequences: int, unit: DeviceUnit = DEVICE) -> str | None:
     """One line when a step draws more sequences than the dataset holds: batches are drawn with
     replacement, so such a step repeats sequences, which no pass over the real dataset does."""
     per_step = (scaling["sequences_per_s"] * scaling["step_seconds_mean"]).round()
@@ -88,7 +90,7 @@ def overdraw_warning(scaling: pd.DataFrame, dataset_sequences: int) -> str | Non
     if over.empty:
         return None
     first = over.sort_values(["devices", "per_step"]).iloc[0]
-    return (f"**Warning:** from {_devices(int(first.devices))} on, a step draws more sequences than the dataset "
+    return (f"**Warning:** from {unit.count(int(first.devices))} on, a step draws more sequences than the dataset "
             f"holds ({first.per_step:,.0f} per step with {first.strategy}, up to {over.per_step.max():,.0f}; the "
             f"dataset has {dataset_sequences:,}): sequences are drawn with replacement, so such a step repeats "
             "some, which no real epoch does.")
@@ -130,36 +132,37 @@ def _leaders(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
     return ranked.iloc[:count]
 
 
-def _headline(scaling: pd.DataFrame, gpus_per_replica: int = 1) -> str:
-    # Where a device is a replica of many GPUs (a 4D layout), the answer says so before it counts devices.
-    lead = "**Answer:** " + (f"(a device here is a replica of {gpus_per_replica:,} GPUs) " if gpus_per_replica > 1
-                             else "")
+def _headline(scaling: pd.DataFrame, gpus_per_replica: int = 1, unit: DeviceUnit = DEVICE) -> str:
+    # Where a device is a replica of many GPUs, the answer says so before it counts devices; a 4D layout's
+    # counts say replicas and their GPUs themselves.
+    lead = "**Answer:** " + (f"(a device here is a replica of {gpus_per_replica:,} GPUs) "
+                             if gpus_per_replica > 1 and unit.gpus_each is None else "")
     sentences = []
     for index, (reference, rows) in enumerate(_groups(scaling)):
         baseline = "padding" if reference == "none" else reference
         if index:
             sentences.append(f"Against {baseline} instead:")
-        sentences.append(_group_headline(rows, baseline, lead=lead if index == 0 else ""))
+        sentences.append(_group_headline(rows, baseline, lead=lead if index == 0 else "", unit=unit))
     return " ".join(sentences)
 
 
-def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str) -> str:
+def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str, unit: DeviceUnit = DEVICE) -> str:
     device_counts = sorted(scaling["devices"].unique())
     leaders = {devices: _leaders(scaling, devices) for devices in device_counts}
     smallest, largest = device_counts[0], device_counts[-1]
     first = leaders[smallest].iloc[0]
     if len(leaders[smallest]) > 1:
-        sentences = [f"{lead}on {_devices(smallest)} {_tie_words(leaders[smallest], baseline)}"]
+        sentences = [f"{lead}on {unit.count(smallest)} {_tie_words(leaders[smallest], baseline)}"]
     else:
-        sentences = [f"{lead}on {_devices(smallest)} the fastest strategy is **{first.strategy}**, "
+        sentences = [f"{lead}on {unit.count(smallest)} the fastest strategy is **{first.strategy}**, "
                      f"{first.speedup:.3f}x the throughput of {baseline} (real tokens per second)."]
     if largest != smallest:
         ranked = _ranked(scaling, largest)
         last = ranked.iloc[0]
         if len(leaders[largest]) > 1:
-            sentences.append(f"On {_devices(largest)} {_tie_words(leaders[largest], baseline)}")
+            sentences.append(f"On {unit.count(largest)} {_tie_words(leaders[largest], baseline)}")
         else:
-            sentence = f"On {_devices(largest)} it is **{last.strategy}** at {last.speedup:.3f}x"
+            sentence = f"On {unit.count(largest)} it is **{last.strategy}** at {last.speedup:.3f}x"
             if len(ranked) > 1:
                 second = ranked.iloc[1]
                 sentence += (f", {100 * (last.speedup / second.speedup - 1):.1f} % ahead of "
@@ -172,10 +175,10 @@ def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str) -> str:
         if not changes or changes[-1][1] not in names:
             changes.append((devices, names[0]))
     if len(changes) > 1:
-        steps = "; ".join(f"{strategy} from {_devices(devices)}" for devices, strategy in changes)
+        steps = "; ".join(f"{strategy} from {unit.count(devices)}" for devices, strategy in changes)
         sentences.append(f"The winner changes with scale: {steps}.")
     if largest != smallest:
-        sentences.append(_biggest_loss(scaling, smallest, largest))
+        sentences.append(_biggest_loss(scaling, smallest, largest, unit))
     return " ".join(sentence for sentence in sentences if sentence)
 
 
@@ -189,18 +192,18 @@ def _tie_words(tied: pd.DataFrame, baseline: str) -> str:
             f"{100 * MIN_LEAD:.1f} %, too close to rank.")
 
 
-def _biggest_loss(scaling: pd.DataFrame, smallest: int, largest: int) -> str:
+def _biggest_loss(scaling: pd.DataFrame, smallest: int, largest: int, unit: DeviceUnit = DEVICE) -> str:
     """The strategy that loses most of its speed-up between the smallest and the largest cluster."""
     by_size = scaling.pivot(index="strategy", columns="devices", values="speedup")
     loss = (1 - by_size[largest] / by_size[smallest]).sort_values(ascending=False, kind="stable")
     if loss.empty or loss.iloc[0] < SIGNIFICANT_LOSS:
         return ""
     name = loss.index[0]
-    return (f"Biggest loss with scale: {name}, from {by_size.loc[name, smallest]:.3f}x on {_devices(smallest)} "
-            f"to {by_size.loc[name, largest]:.3f}x on {_devices(largest)} ({100 * loss.iloc[0]:.1f} % less).")
+    return (f"Biggest loss with scale: {name}, from {by_size.loc[name, smallest]:.3f}x on {unit.count(smallest)} "
+            f"to {by_size.loc[name, largest]:.3f}x on {unit.count(largest)} ({100 * loss.iloc[0]:.1f} % less).")
 
 
-def _setup(scenario: Scenario, histogram: LengthHistogram, scaling: pd.DataFrame) -> str:
+def _setup(scenario: Scenario, histogram: LengthHistogram, scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
     model = scenario.model if isinstance(scenario.model, str) else "custom: " + ", ".join(
         f"{key}={value}" for key, value in scenario.model.items())
     ideal = ideal_of(scaling)
@@ -209,16 +212,17 @@ def _setup(scenario: Scenario, histogram: LengthHistogram, scaling: pd.DataFrame
     return (f"Dataset `{histogram.name}`: {histogram.sequences:,} sequences, max length {histogram.max_length}, "
             f"{100 * (1 - histogram.efficiency):.1f} % padding, padded slots / real tokens "
             f"{histogram.theoretical_speedup:.3f}x{ceiling}. Model `{model}` on hardware `{scenario.hardware.profile}`"
-            f"{_overridden(scenario.hardware.overrides)}{_replicas(_gpus_per_replica(scenario))}; "
-            f"batch size {scenario.batch_size} per device{_microbatches(scenario)}, {scenario.steps} steps per strategy and device count, "
-            f"seed {scenario.seed}. {_shapes_note(scenario)}")
+            f"{_overridden(scenario.hardware.overrides)}{_replicas(_gpus_per_replica(scenario), unit)}; "
+            f"batch size {scenario.batch_size} per {unit.name}{_microbatches(scenario)}, {scenario.steps} steps per "
+            f"strategy and {unit.name} count, "
+            f"seed {scenario.seed}. {_shapes_note(scenario, unit)}")
 
 
-def _shapes_note(scenario: Scenario) -> str:
+def _shapes_note(scenario: Scenario, unit: DeviceUnit = DEVICE) -> str:
     """Which steps pay a new batch shape's first-sight cost: it can change which variable-shape strategy wins."""
     phase = {"new": "every variable-shape batch is new (a run's first steps)",
              "seen": "every shape has run before (steady state)",
-             "auto": f"as often as a device meets a new shape over a {scenario.training_steps:,}-step run"}
+             "auto": f"as often as a {unit.name} meets a new shape over a {scenario.training_steps:,}-step run"}
     return (f"First sight of a batch shape (`shapes: {scenario.shapes}`): {phase[scenario.shapes]}; "
             "`seen` gives steady-state throughput, `new` a run's first steps.")
 
@@ -231,9 +235,11 @@ def _microbatches(scenario: Scenario) -> str:
     return f" and microbatch ({scenario.layout.microbatches} microbatches a step)" if scenario.layout else ""
 
 
-def _replicas(gpus_per_replica: int) -> str:
+def _replicas(gpus_per_replica: int, unit: DeviceUnit = DEVICE) -> str:
     if gpus_per_replica == 1:
         return ""
+    if unit.gpus_each is not None:
+        return f", each {unit.name} {gpus_per_replica:,} GPUs (per-GPU throughput in scaling.csv)"
     return f", each device a replica of {gpus_per_replica} GPUs (per-GPU throughput in scaling.csv)"
 
 
@@ -241,12 +247,13 @@ def _overridden(overrides: dict) -> str:
     return f" with {', '.join(sorted(overrides))} overridden" if overrides else ""
 
 
-def _winners_table(scaling: pd.DataFrame) -> str:
+def _winners_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
     rows = []
     for devices in sorted(scaling["devices"].unique()):
         ranked = _ranked(scaling, devices)
         best = ranked.iloc[0]
-        row = {"devices": devices, "fastest": best.strategy, "speed-up": f"{best.speedup:.3f}"}
+        row = {unit.plural: devices} | ({"GPUs": f"{unit.gpus(devices):,}"} if unit.gpus_each is not None else {})
+        row |= {"fastest": best.strategy, "speed-up": f"{best.speedup:.3f}"}
         if len(ranked) > 1:
             second = ranked.iloc[1]
             lead = f"{100 * (best.speedup / second.speedup - 1):.1f}"
@@ -256,7 +263,7 @@ def _winners_table(scaling: pd.DataFrame) -> str:
     return markdown_table(pd.DataFrame(rows))
 
 
-def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
+def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
     if (packing["strategy"] == "none").all():  # padding alone, the reference of VTS-only scenarios
         return ""
     one_device = scaling[scaling["devices"] == scaling["devices"].min()].set_index("strategy")["speedup"]
@@ -279,25 +286,29 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame) -> str:
                   packing["lower_bound_packs"].notna().any() else
                   "LP bounds were not computed in this run (`outputs.lp_bounds: false`).")
     return ("## Packing (laid out like the packing paper's Table 1)\n\n" + markdown_table(table) +
-            f"\n\n{defined}Realized speed-up: on {_devices(int(scaling['devices'].min()))}, over padding. {bound_note} "
+            f"\n\n{defined}Realized speed-up: on {unit.count(int(scaling['devices'].min()))}, over padding. "
+            f"{bound_note} "
             "Solve times are in timings.csv (measured, so they differ from run to run).")
 
 
-def _speedup_table(scaling: pd.DataFrame) -> str:
+def _speedup_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
     table = scaling.pivot(index="strategy", columns="devices", values="speedup")
     table = table.loc[list(dict.fromkeys(scaling["strategy"]))].map("{:.3f}".format)
-    return markdown_table(table.reset_index().rename(columns=lambda column: str(column)))
+    # Without a layout a column is its device count alone, as the README's main-job table reads it.
+    heading = str if unit.gpus_each is None else (lambda count: unit.count(int(count)))
+    table.columns = [heading(column) for column in table.columns]
+    return markdown_table(table.reset_index())
 
 
-def _reference_note(scaling: pd.DataFrame) -> str:
+def _reference_note(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
     if "reference" not in scaling or set(scaling["reference"]) <= {"none"}:
         return ""
     others = scaling[scaling["reference"] != "none"].drop_duplicates("strategy")
     notes = ", ".join(f"{row.strategy} over {row.reference}" for row in others.itertuples())
-    return f"\n\nSpeed-ups are over padding on the same devices, except: {notes}."
+    return f"\n\nSpeed-ups are over padding on the same {unit.plural}, except: {notes}."
 
 
-def _assumptions_section(assumptions: pd.DataFrame) -> str:
+def _assumptions_section(assumptions: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
     """The smallest cluster under the assumptions that could change its answer, and whether they do."""
     if assumptions.empty:
         return ""
@@ -309,12 +320,12 @@ def _assumptions_section(assumptions: pd.DataFrame) -> str:
     for variant in variants:
         other = table[variant].idxmax()
         if other != winner:
-            lines.append(f"With {variant} the winner on {_devices(devices)} would be **{other}** "
+            lines.append(f"With {variant} the winner on {unit.count(devices)} would be **{other}** "
                          f"({table.loc[other, variant]:.3f}x) instead of {winner}.")
         else:
-            lines.append(f"With {variant} {winner} still wins on {_devices(devices)}.")
+            lines.append(f"With {variant} {winner} still wins on {unit.count(devices)}.")
     text = table.map(lambda value: _or_dash(value, "{:.3f}")).reset_index()
-    return (f"## What could change the answer ({_devices(devices)}, speed-up over padding)\n\n"
+    return (f"## What could change the answer ({unit.count(devices)}, speed-up over padding)\n\n"
             "Ideal kernels: variable-length and un-padded kernels as fast as padded ones, no launch floor or "
             "first-sight cost (the profile's measured terms set to their ideal). Shapes seen: steady state, no "
             "step meets a new batch shape; shapes new: every variable-shape batch is new (a run's first steps). "
@@ -323,7 +334,7 @@ def _assumptions_section(assumptions: pd.DataFrame) -> str:
             "\n\n" + markdown_table(text) + "\n\n" + " ".join(lines))
 
 
-def _breakdown_section(breakdown: pd.DataFrame, four_d: bool = False) -> str:
+def _breakdown_section(breakdown: pd.DataFrame, four_d: bool = False, unit: DeviceUnit = DEVICE) -> str:
     largest = breakdown["devices"].max()
     rows = breakdown[breakdown["devices"] == largest]
     parts = [part for part in BREAKDOWN_COLUMNS if part in rows]
@@ -331,20 +342,21 @@ def _breakdown_section(breakdown: pd.DataFrame, four_d: bool = False) -> str:
     for part in parts:
         table[part.removesuffix("_seconds").replace("_", " ")] = (1e3 * rows[part]).map(_milliseconds)
     table["step"] = (1e3 * rows["step_seconds_mean"]).map(_milliseconds)
-    table["real tokens per device"] = rows["real_tokens_per_device_step"].map("{:,.0f}".format)
-    return (f"## Where a step's time goes ({_devices(int(largest))}, ms per step)\n\n" + markdown_table(table) +
+    table[f"real tokens per {unit.name}"] = rows["real_tokens_per_device_step"].map("{:,.0f}".format)
+    return (f"## Where a step's time goes ({unit.count(int(largest))}, ms per step)\n\n" + markdown_table(table) +
             "\n\ncompute: work on real tokens (attention within each sequence); padding: work on padding "
             "tokens (their dense layers, and attention with a padding token on either side); masked attention: "
             "attention between two sequences of one row, computed and discarded by a block-diagonal mask "
             "(per-sequence kernels skip it); overhead: masks, kernel launches, shape changes, optimizer, input "
-            "transfer; waiting: devices idle until the slowest finishes; communication: all-reduce and padding "
+            f"transfer; waiting: {unit.plural} idle until the slowest finishes; communication: all-reduce and padding "
             "exchange; stall: " + ("a replica's pipeline bubble and stalls and its slowest context-parallel rank "
                                    "beyond the mean (overhead holds its TP/CP communication and recomputation; "
-                                   "both split in the next section); a device is a replica." if four_d else
+                                   "both split in the next section)." if four_d else
                                    "VTS samples blocked by the next pipeline stage."))
 
 
-def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame, scaling: pd.DataFrame) -> str:
+def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame, scaling: pd.DataFrame,
+                       unit: DeviceUnit = DEVICE) -> str:
     if gumbel.empty:
         return ""
     largest = int(extrapolation["devices"].max())
@@ -353,17 +365,17 @@ def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame, scalin
     for row in gumbel.itertuples():
         rows = extrapolation[extrapolation["strategy"] == row.strategy].set_index("devices")["expected_speedup"]
         valid = rows[rows > 0]
-        line = (f"- {row.strategy}: one device's per-step speed-up over padding is Gumbel(location "
-                f"{row.location:.4f}, scale {row.scale:.4f}); the slowest of n devices sets the step, so the fit "
-                f"expects {rows.iloc[0]:.3f} on {_devices(int(rows.index[0]))}")
+        line = (f"- {row.strategy}: one {unit.name}'s per-step speed-up over padding is Gumbel(location "
+                f"{row.location:.4f}, scale {row.scale:.4f}); the slowest of n {unit.plural} sets the step, so the fit "
+                f"expects {rows.iloc[0]:.3f} on {unit.count(int(rows.index[0]))}")
         if len(valid) == len(rows):
-            line += f" and {rows.loc[largest]:.3f} on {_devices(largest)}"
+            line += f" and {rows.loc[largest]:.3f} on {unit.count(largest)}"
         else:  # the Gumbel's left tail reaches zero: past that its expectation means nothing
-            line += (f", {valid.iloc[-1]:.3f} on {_devices(int(valid.index[-1]))}; beyond that the fitted "
+            line += (f", {valid.iloc[-1]:.3f} on {unit.count(int(valid.index[-1]))}; beyond that the fitted "
                      f"distribution reaches speed-ups of zero or less, so it no longer applies")
         if (row.strategy, largest) in simulated:
-            line += (f". Simulated: {simulated[(row.strategy, largest)]:.3f} on {_devices(largest)} (whole steps, "
-                     f"the all-reduce and fixed costs included, which the per-device fit leaves out)")
+            line += (f". Simulated: {simulated[(row.strategy, largest)]:.3f} on {unit.count(largest)} (whole steps, "
+                     f"the all-reduce and fixed costs included, which the per-{unit.name} fit leaves out)")
         lines.append(line + ".")
     return "## Stragglers (content-dependent step times)\n\n" + "\n".join(lines)
 
@@ -417,10 +429,6 @@ def _or_dash(value: float | None, number_format: str) -> str:
 
 def _milliseconds(value: float) -> str:
     return f"{round(value, 2) + 0.0:.2f}"  # + 0.0 turns a rounded -0.00 into 0.00
-
-
-def _devices(count: int) -> str:
-    return f"{count} device" + ("" if count == 1 else "s")
 
 
 def markdown_table(table: pd.DataFrame) -> str:

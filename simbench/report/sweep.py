@@ -53,7 +53,9 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
     lines = [f"# Sweep {name}", "",
              f"{results['cell'].nunique() if not results.empty else 0} cells finished, {len(failures)} failed "
              f"(their errors are in failures/). Speed-ups are over padding at the same device count, except "
-             f"where `reference` names another baseline (VTS: its padded pipeline)."]
+             f"where `reference` names another baseline (VTS: its padded pipeline)."
+             + (" Where a cell has a 4D layout its devices are data-parallel replicas of `gpus_per_replica` GPUs; "
+                "`gpus` counts them all." if _has_layout(results) else "")]
     written = []
     if not results.empty:
         table = winners(results, axes)
@@ -88,6 +90,11 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
     if ledger is not None:  # so that --resume tells these files from a user's edits
         ledger.record_reports(written)
     return written
+
+
+def _has_layout(results: pd.DataFrame) -> bool:
+    """Whether any cell ran a 4D layout (`sweep.run_cell` gives such rows the layout's columns)."""
+    return "tp" in results and results["tp"].notna().any()
 
 
 FACETS_MAX = 12  # panels of scaling.png; more would be unreadable

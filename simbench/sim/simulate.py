@@ -168,10 +168,18 @@ def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[s
         return None
     packer, depth = request
     cached = next((p for p in packings.values() if (p.strategy, p.max_depth) == (packer, depth)), None)
-    parity = getattr(settings.cost_model, "attention_parity_tokens", None)
-    return cached or get_strategy(packer)(settings.histogram, settings.histogram.max_length, depth,
-                                          PackOptions(seed=settings.seed, batch_size=settings.batch_size,
-                                                      attention_parity_tokens=parity))
+    return cached or get_strategy(packer)(
+        settings.histogram, settings.histogram.max_length, depth,
+        pack_options(packer, seed=settings.seed, batch_size=settings.batch_size,
+                     attention_parity=lambda: getattr(settings.cost_model, "attention_parity_tokens", None)))
+
+
+def pack_options(packer: str, *, seed: int, batch_size: int,
+                 attention_parity: Callable[[], float | None] = lambda: None) -> PackOptions:
+    """The options the simulator packs `packer` with (a sweep's shared packings too): the cost model's
+    `attention_parity()` only for a packer that reads it (`Strategy.uses_attention_parity`), asked only then."""
+    parity = attention_parity() if get_strategy(packer).uses_attention_parity else None
+    return PackOptions(seed=seed, batch_size=batch_size, attention_parity_tokens=parity)
 
 
 class _Progress:

@@ -45,6 +45,10 @@ class Strategy:
     # tokens and its row, not by how many sequences it holds, so a limit only ever costs packs: nothing but
     # a packer whose own algorithm needs one (nnlshp's enumeration) has a default limit.
     default_depth: int | None = None
+    # Whether the packer reads PackOptions.attention_parity_tokens (balances predicted work, as `wlb` does): only
+    # such a packer is given the cost model's, so that the others' packings stay one per histogram, whatever the
+    # model and hardware (a sweep shares them between cells of different models).
+    uses_attention_parity: bool = False
 
     def __call__(self, histogram: LengthHistogram, max_length: int | None = None,
                  max_depth: int | None = None, options: PackOptions | None = None) -> Packing:
@@ -100,11 +104,14 @@ STRATEGIES: Registry[Strategy] = Registry(
 
 def register(name: str, description: str, uses_depth: bool = True,
              check_limits: Callable[[int, int | None], None] | None = None,
-             default_depth: int | None = None) -> Callable[[PackFunction], PackFunction]:
-    """Decorator registering a pack function under `name` (see `Strategy.check_limits`, `default_depth`)."""
+             default_depth: int | None = None,
+             uses_attention_parity: bool = False) -> Callable[[PackFunction], PackFunction]:
+    """Decorator registering a pack function under `name` (see `Strategy.check_limits`, `default_depth`,
+    `uses_attention_parity`)."""
 
     def decorate(function: PackFunction) -> PackFunction:
-        STRATEGIES.register(name, Strategy(name, description, function, uses_depth, check_limits, default_depth))
+        STRATEGIES.register(name, Strategy(name, description, function, uses_depth, check_limits, default_depth,
+                                           uses_attention_parity))
         return function
 
     return decorate

@@ -97,7 +97,8 @@ def predicted_step_work(packing: Packing, parity_tokens: float) -> float:
 
 
 @register("wlb", "workload-balanced packing (WLB-LLM): longest first into the pack with the least predicted "
-                 "dense + attention work that has room, unless first-fit decreasing predicts less")
+                 "dense + attention work that has room, unless first-fit decreasing predicts less",
+          uses_attention_parity=True)
 def pack_wlb(histogram, max_length, max_depth, options: PackOptions) -> Packing:
     from simbench.strategies import get_strategy
 
