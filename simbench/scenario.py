@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictInt, Tag, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictBool, StrictInt, Tag,
+                      ValidationError, field_validator, model_validator)
 
 from simbench.costmodels import COST_MODELS, HardwareProfile, get_model, load_hardware
 from simbench.data import bundled_files
@@ -227,6 +227,9 @@ class StrategySpec(_Strict):
                                "model's layers, the hardware profile's `vts_layers_per_stage` to a stage")
     window: int | None = Field(None, ge=1, description="`vts-bucketed`: global batches (all devices' samples) per "
                                "window sorted by length and dealt round-robin to the devices; default 8")
+    outlier_delay: StrictBool | None = Field(
+        None, description="`wlb` and `packed-varlen` over `wlb`: delay documents of at least half the context so that a "
+        "step's packs all hold one or none does, as WLB-LLM's outlier queue does; default true")
     label: str | None = Field(None, description="the name in tables and plots; default: the plan's name, e.g. "
                               "`spfhp:3`")
 

@@ -157,6 +157,15 @@ def test_wlb_delays_outliers_unless_told_not_to_and_its_label_says_so():
         parse_plan("wlb:outlier_delay=sometimes")
 
 
+def test_a_scenario_turns_the_outlier_delay_off_by_key_and_refuses_a_value_not_true_or_false(tmp_path):
+    strategies = "[wlb, {name: wlb, outlier_delay: false}, {name: packed-varlen, packer: wlb, outlier_delay: true}]"
+    text = LLAMA.replace("[ffd, wlb]", strategies) + "parallel: {tp: 2, pp: 2, dp: 1, microbatches: 2}\nbatch_size: 1\n"
+    (scenario,) = parse_scenarios(text, source="s.yaml", base_dir=tmp_path)
+    assert [spec.plan().outlier_delay for spec in scenario.strategies] == [True, False, True]
+    assert errors_of(tmp_path, text.replace("outlier_delay: false", "outlier_delay: 3")) == [
+        "s.yaml:5: strategies.1.outlier_delay: Input should be a valid boolean"]
+
+
 def test_outlier_delay_evens_a_replicas_microbatches_and_shortens_its_step():
     """A few documents of most of the context among many short ones: with the delay, no step mixes packs holding a
     long document with packs of short ones, so the pipeline stalls less and the same tokens train faster."""
