@@ -106,7 +106,8 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     ideal = ideal_speedup(cost_model, histogram, run.batch_size)
     summary["ideal_speedup"] = np.where(summary["reference"] == "none", np.nan if ideal is None else ideal, np.nan)
     summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
-    breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "real_tokens_per_device_step"]
+    breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "hidden_sync_seconds",
+                         "real_tokens_per_device_step"]
     assumption_table = (_assumption_table(run, result.packings)
                         if assumptions else pd.DataFrame())
     parallel = _parallel_table(run, result.packings) if run.layout is not None else pd.DataFrame()

@@ -354,6 +354,10 @@ class ParallelSpec(_Strict):
         "default: as evenly as possible, the chunks with one layer fewer first and last, since those also run the "
         "embedding and the output layer and loss; Llama 3's 126-layer 405B on pp 16 is 7, 8 x 14, 7), even (equal "
         "chunks; refused when the layers do not divide) or each chunk's layer count in pipeline order")
+    overlap_gradient_sync: StrictBool = Field(
+        False, description="reduce the gradients during the last microbatch's backward pass and gather the updated "
+        "parameters during the next step's forward, as Megatron-LM's --overlap-grad-reduce and "
+        "--overlap-param-gather do (both off by default there, as here); off: the whole sync follows the step")
 
     def layout(self) -> ParallelLayout:
         return ParallelLayout(**self.model_dump())

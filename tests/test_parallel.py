@@ -92,8 +92,8 @@ def test_equal_microbatches_give_the_analytic_bubble(stages, microbatches):
     rows = np.arange(microbatches)
     batch = BatchSet(np.full(microbatches, 300), rows, np.full(microbatches, 512), np.zeros_like(rows), 1)
     step = replica.replica_steps(batch, ExecutionMode.PADDED)
-    pipeline_seconds = step.step_seconds[0] - gpu.fixed_step_seconds_of(layers=1, parameters=gpu.model.parameters
-                                                                        / stages)
+    # The step ends with the stage's launches; its update follows the gradients' sync (`gradient_sync`).
+    pipeline_seconds = step.step_seconds[0] - gpu.fixed_step_seconds_of(layers=1, parameters=0)
     simulated = step.bubble_seconds[0] / pipeline_seconds
     assert simulated == pytest.approx(analytic_bubble_fraction(microbatches, stages), rel=0.01)
     assert abs(step.stall_seconds[0]) < 1e-9 * pipeline_seconds
@@ -267,7 +267,7 @@ def test_uneven_stages_run_the_pipeline_on_each_stages_layers():
               + max(costs.overhead_seconds[0] - gpu.fixed_step_seconds, 0.0)) / 3
     replica = ReplicaCostModel(gpu, ParallelLayout(pp=2, microbatches=2, stage_layers=(1, 2)))
     step = replica.replica_steps(batch, ExecutionMode.PADDED)
-    fixed = gpu.fixed_step_seconds_of(layers=2, parameters=gpu.model.parameters * 2 / 3)  # the heavier stage's
+    fixed = gpu.fixed_step_seconds_of(layers=2, parameters=0)  # the heavier stage's launches; no update
     assert step.step_seconds[0] == pytest.approx(5 * t + fixed, rel=1e-9)
     # The busy causes are the mean stage's, 3t over the two microbatches; the rest of the step is idle.
     assert step.bubble_seconds[0] + step.stall_seconds[0] == pytest.approx(2 * t, rel=1e-9)

@@ -162,8 +162,11 @@ class TransformerCostModel:
         pipeline stage's share, a tensor-parallel shard)."""
         hardware = self.hardware
         launches = hardware.kernels_per_layer * layers * hardware.kernel_launch_seconds
-        optimizer = hardware.optimizer_seconds_per_parameter * parameters
-        return launches + optimizer + hardware.step_overhead_seconds
+        return launches + self.optimizer_seconds_of(parameters) + hardware.step_overhead_seconds
+
+    def optimizer_seconds_of(self, parameters: float) -> float:
+        """The optimizer's update of `parameters` parameters on one device."""
+        return self.hardware.optimizer_seconds_per_parameter * parameters
 
     @property
     def dense_flops_per_s(self) -> float:

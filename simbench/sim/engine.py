@@ -17,16 +17,18 @@ from simbench.sim.timeline import StepTimeline
 from simbench.sim.vts import pipeline_process
 
 
-def run_simpy(device_seconds: np.ndarray, allreduce_seconds: float, prepare_seconds: np.ndarray | None = None,
-              exchange: Exchange = Exchange.NONE, stage_seconds: np.ndarray | None = None,
-              buffer_samples: int = 0) -> StepTimeline:
-    """Simulate data-parallel steps; `device_seconds` is (steps, devices).
+def run_simpy(device_seconds: np.ndarray, allreduce_seconds: float | np.ndarray,
+              prepare_seconds: np.ndarray | None = None, exchange: Exchange = Exchange.NONE,
+              stage_seconds: np.ndarray | None = None, buffer_samples: int = 0) -> StepTimeline:
+    """Simulate data-parallel steps; `device_seconds` is (steps, devices), `allreduce_seconds` what follows
+    the slowest device (one number for every step, or one a step).
 
     With `stage_seconds` (steps, devices, batch, stages) each device instead streams its batch
     through its own VTS pipeline (FIFOs of `buffer_samples` between stages) and its step time
     comes out of that model.
     """
     steps, devices = device_seconds.shape
+    after_step = np.broadcast_to(np.asarray(allreduce_seconds, dtype=np.float64), (steps,))
     env = simpy.Environment()
     started = [env.event() for _ in range(steps)]
     arrivals = [[env.event() for _ in range(devices)] for _ in range(steps)]
@@ -61,7 +63,7 @@ def run_simpy(device_seconds: np.ndarray, allreduce_seconds: float, prepare_seco
             start[step] = env.now
             started[step].succeed()
             yield env.all_of(arrivals[step])  # the all-reduce is a barrier: every device must arrive
-            yield env.timeout(allreduce_seconds)
+            yield env.timeout(after_step[step])
             end[step] = env.now
             ended[step].succeed()
 

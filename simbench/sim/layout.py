@@ -30,7 +30,8 @@ class ParallelLayout:
     `tp` GPUs split each layer's heads and feed-forward width, `pp` stages (each split further into
     `virtual_stages` interleaved chunks) hold the layers, `cp` ranks hold a row's tokens; a step runs
     `microbatches` microbatches through the pipeline. `dp`, when given, is the replica count the
-    cluster must have.
+    cluster must have. `overlap_gradient_sync` starts reducing the gradients during the last microbatch's
+    backward pass and gathering the parameters during the next step's forward (`sim.parallel.gradient_sync`).
     """
 
     tp: int = 1
@@ -43,6 +44,10 @@ class ParallelLayout:
     zero_stage: int = 1
     recompute: str = "none"
     stage_layers: str | tuple[int, ...] = "balanced"
+    # Off, as Megatron-LM runs by default (DistributedDataParallelConfig.overlap_grad_reduce and
+    # overlap_param_gather are False unless --overlap-grad-reduce / --overlap-param-gather are given): the
+    # bundled 4D scenarios lay replicas out Megatron's way, and off keeps the sync fully exposed.
+    overlap_gradient_sync: bool = False
 
     def __post_init__(self):
         for name in ("tp", "pp", "cp", "microbatches", "virtual_stages"):
@@ -54,6 +59,9 @@ class ParallelLayout:
         if self.zero_stage not in ZERO_STAGES or isinstance(self.zero_stage, bool):
             raise InputError(f"parallel.zero_stage must be one of 0, 1, 2, 3, found {self.zero_stage!r}",
                              parameter="parallel.zero_stage")
+        if not isinstance(self.overlap_gradient_sync, bool):
+            raise InputError(f"parallel.overlap_gradient_sync must be true or false, found "
+                             f"{self.overlap_gradient_sync!r}", parameter="parallel.overlap_gradient_sync")
         if isinstance(self.stage_layers, str):
             check_choice(self.stage_layers, "parallel.stage_layers", STAGE_LAYER_RULES)
         else:

@@ -63,9 +63,11 @@ def aggregate_by_cluster_size(costs: DeviceCosts, cluster_sizes: list[int]) -> d
     return aggregates
 
 
-def step_timeline(slowest_device_seconds: np.ndarray, mean_device_seconds: np.ndarray, allreduce_seconds: float,
-                  prepare_seconds: np.ndarray | None, exchange: Exchange, engine: str = "vectorized") -> StepTimeline:
-    """Closed-form step times: a step starts when the previous ended and its data is ready.
+def step_timeline(slowest_device_seconds: np.ndarray, mean_device_seconds: np.ndarray,
+                  allreduce_seconds: float | np.ndarray, prepare_seconds: np.ndarray | None, exchange: Exchange,
+                  engine: str = "vectorized") -> StepTimeline:
+    """Closed-form step times: a step starts when the previous ended and its data is ready; `allreduce_seconds`
+    (one number, or one a step) follows the slowest device.
 
     Blocking exchange: data preparation starts when the previous step ends. Overlapped exchange:
     preparing step k starts when step k - 1 starts (the host works while the devices compute).

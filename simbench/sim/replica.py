@@ -18,7 +18,8 @@ the output layer's too; the embedding, a gather, is not priced. Tensor-parallel 
 part of the ring KV exchange that attention does not cover add to each chunk; a forward is a third of a
 chunk's work, a backward two thirds (plus what recomputation repeats). The pipeline schedule
 (`sim.parallel.pipeline`) turns those into the step; the gradients' reduce-scatter and all-gather across
-replicas and context-parallel ranks is `allreduce_seconds`, which the simulator adds after the slowest replica.
+replicas and context-parallel ranks, and the optimizer update between them, are `gradient_sync`, whose exposed
+part the simulator adds after the slowest replica.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from simbench.errors import InputError
 from simbench.sim.layout import ParallelLayout
 from simbench.sim.parallel.context_parallel import (ContextParallelWork, context_parallel_work, kv_bytes_per_token,
                                                     ring_attention_seconds)
+from simbench.sim.parallel.gradient_sync import GradientSync
 from simbench.sim.parallel.pipeline import pipeline_step
 
 if TYPE_CHECKING:
@@ -82,8 +84,8 @@ class ReplicaSteps:
 
 class ReplicaCostModel:
     """The cost model of one data-parallel replica laid out as `layout`, over `gpu_model`, a cost model of
-    one GPU (built with gpus_per_replica 1): `step_costs` prices a replica's step, `allreduce_seconds`
-    the gradient synchronisation between replicas. Anything else is the GPU model's."""
+    one GPU (built with gpus_per_replica 1): `step_costs` prices a replica's step, `gradient_sync` the
+    gradient synchronisation between replicas and the update after it. Anything else is the GPU model's."""
 
     def __init__(self, gpu_model, layout: ParallelLayout):
         if getattr(gpu_model, "gpus_per_replica", 1) != 1:
@@ -126,24 +128,47 @@ class ReplicaCostModel:
                               for name in ReplicaSteps.__dataclass_fields__))
 
     def allreduce_seconds(self, devices: int) -> float:
+        """The gradients' collectives across `devices` replicas, hidden or not (`gradient_sync` says how much of
+        them a step hides, and prices the update that follows them)."""
+        return self.gradient_sync(devices).communication_seconds
+
+    def gradient_sync(self, devices: int) -> GradientSync:
         """The gradients' synchronisation across `devices` replicas: every GPU reduces its tp x pp shard of the
         gradients with the GPUs holding the same shard, cp per replica. An all-reduce at ZeRO stage 0;
         from stage 1 a reduce-scatter and an all-gather of the updated parameters, and at stage 3 two more
-        all-gathers (the parameters before the forward and before the backward)."""
+        all-gathers (the parameters before the forward and before the backward). Between them the optimizer
+        updates the heaviest stage's parameters, split over tp GPUs and, from ZeRO stage 1, over the cp x
+        `devices` ranks that each hold a shard of its state. With `overlap_gradient_sync` a step's first stage
+        hides the collectives under its backward and forward (`sim.parallel.gradient_sync`)."""
         layout, hardware, model = self.layout, self.gpu_model.hardware, self.gpu_model.model
         ranks = devices * layout.cp
         payload = model.parameters * hardware.gradient_bytes_per_parameter / (layout.tp * layout.pp)
+        # Megatron-LM's default bucket (DistributedDataParallelConfig.bucket_size): max(40M, 1M x data-parallel
+        # ranks) parameters, larger with more ranks to keep each bucket's collective off its latency floor.
+        bucket = min(payload, max(40e6, 1e6 * ranks) * hardware.gradient_bytes_per_parameter)
         per_node = hardware.devices_per_node
         # Megatron's rank order fills a node with tensor-parallel GPUs first, then context-parallel ranks and
         # replicas: the rest of a node's GPUs hold the same shard.
         ranks_per_node = None if per_node is None else max(1, per_node // layout.tp)
         intra = Link(hardware.intra_node_latency_seconds, hardware.intra_node_bytes_per_s)
         inter = Link(hardware.allreduce_latency_seconds, hardware.allreduce_bytes_per_s)
+
+        def seconds(collective, size: float) -> float:
+            return collective(ranks, ranks_per_node, size, intra, inter).seconds
+
         if layout.zero_stage == 0:
-            return allreduce(ranks, ranks_per_node, payload, intra, inter).seconds
-        gathers = 3 if layout.zero_stage == 3 else 1
-        return (reduce_scatter(ranks, ranks_per_node, payload, intra, inter).seconds
-                + gathers * allgather(ranks, ranks_per_node, payload, intra, inter).seconds)
+            reduce, gathers = allreduce, 0
+        else:
+            reduce, gathers = reduce_scatter, (3 if layout.zero_stage == 3 else 1)
+        heaviest = max(layout.stage_layers_of(model.layers))
+        updated = model.parameters * heaviest / model.layers / (layout.tp * (ranks if layout.zero_stage else 1))
+        backward_cover, forward_cover = self._sync_cover_shares if layout.overlap_gradient_sync else (0.0, 0.0)
+        return GradientSync(reduce_seconds=seconds(reduce, payload),
+                            update_seconds=self.gpu_model.optimizer_seconds_of(updated),
+                            gather_seconds=gathers * seconds(allgather, payload),
+                            reduce_floor_seconds=seconds(reduce, bucket),
+                            gather_floor_seconds=gathers * seconds(allgather, bucket),
+                            backward_cover_share=backward_cover, forward_cover_share=forward_cover)
 
     # ------------------------------------------------------------------------------------------ pricing
 
@@ -220,16 +245,11 @@ class ReplicaCostModel:
             p2p = p2p[..., :1]
             shape = (distinct.shape[0], m, chunks)
             step = pipeline_step(np.broadcast_to(forward, shape), np.broadcast_to(backward, shape),
-                                 schedule="1f1b" if layout.virtual_stages == 1 else "interleaved-1f1b",
-                                 virtual_stages=layout.virtual_stages, p2p_seconds=p2p)
+                                 schedule=self._schedule, virtual_stages=layout.virtual_stages, p2p_seconds=p2p)
             step_seconds, equal_seconds = step.step_seconds[inverse], step.equal_step_seconds[inverse]
-        # From ZeRO stage 1 each context-parallel rank updates its own shard of the optimizer state (and each
-        # replica its own, which one replica's price cannot know: left at one replica's share).
-        # The step ends with the heaviest stage's launches and update.
-        heaviest = max(layout.stage_layers_of(gpu.model.layers))
-        updated = gpu.model.parameters * heaviest / gpu.model.layers / (
-            layout.tp * (layout.cp if layout.zero_stage else 1))
-        fixed_here = gpu.fixed_step_seconds_of(layers=heaviest, parameters=updated)
+        # The step ends with the heaviest stage's launches; its update follows the gradients' reduction across
+        # the replicas, and is priced with it (`gradient_sync`), where the replica count is known.
+        fixed_here = gpu.fixed_step_seconds_of(layers=max(layout.stage_layers_of(gpu.model.layers)), parameters=0)
         return ReplicaSteps(step_seconds=step_seconds + fixed_here,
                             compute_seconds=per_step(compute), padding_seconds=per_step(padding),
                             masked_attention_seconds=per_step(masked),
@@ -238,6 +258,38 @@ class ReplicaCostModel:
                             cp_imbalance_seconds=per_step(cp_imbalance),
                             bubble_seconds=np.maximum(equal_seconds - busy, 0.0),
                             stall_seconds=step_seconds - np.maximum(equal_seconds, busy))
+
+    @property
+    def _schedule(self) -> str:
+        return "1f1b" if self.layout.virtual_stages == 1 else "interleaved-1f1b"
+
+    @cached_property
+    def _sync_cover_shares(self) -> tuple[float, float]:
+        """The first pipeline stage's backward of the last microbatch and its forward of the first, as shares of
+        a step of equal microbatches: what the gradients' reduction and the parameters' gather can hide under.
+        Each chunk's work goes by its layers and the output layer's; transfers between stages, attention's
+        varying share and what selective recomputation repeats are left out. Under interleaving the first
+        stage's other chunks finish their last backward earlier, so this covers them at least as well."""
+        layout = self.layout
+        chunks = layout.stages
+        if self._chunk_shares is None:
+            work = np.full(chunks, 1.0 / chunks)
+        else:
+            layer_shares, head_shares = self._chunk_shares
+            head = self._output_layer_share
+            work = (layer_shares * (1 - head) + head_shares * head) / chunks
+        forward = work * (1 - BACKWARD_SHARE)
+        backward = work * BACKWARD_SHARE + (forward if layout.recompute == "full" else 0.0)
+        m = layout.microbatches
+        if chunks == 1:
+            step = m * float(forward[0] + backward[0])
+        else:
+            shape = (1, m, chunks)
+            step = float(pipeline_step(np.broadcast_to(forward, shape), np.broadcast_to(backward, shape),
+                                       schedule=self._schedule, virtual_stages=layout.virtual_stages,
+                                       equal_reference=False).step_seconds[0])
+        first_stage = slice(0, chunks, layout.pp)
+        return float(backward[first_stage].sum()) / step, float(forward[first_stage].sum()) / step
 
     @cached_property
     def _chunk_shares(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -471,7 +523,8 @@ def replica_breakdown(histogram, plans, packings: dict, cost_model: ReplicaCostM
                       steps: int = BREAKDOWN_STEPS) -> pd.DataFrame:
     """One row per (strategy, CP sharding): a replica's mean step by cause over `steps` steps drawn as the
     simulator draws them, under every sharding the row length allows (the layout's own marked `simulated`),
-    with its real tokens and their rate per GPU. Data-parallel waiting and gradient sync are the simulation's."""
+    with its real tokens and their rate per GPU. Data-parallel waiting, gradient sync and the optimizer update
+    are the simulation's."""
     import pandas as pd
 
     from simbench.sim.layout import CP_SHARDINGS

@@ -26,9 +26,11 @@ class SimulationResult:
     summary: one row per (strategy, devices): speedup (real tokens/s over `reference`: padding at the
         same devices, or for VTS the same pipeline with padded samples), tokens_per_s, sequences_per_s,
         step_seconds_mean, step_seconds_p99, engine ("simpy" or "vectorized"), the BREAKDOWN_COLUMNS
-        (seconds per step, adding up to step_seconds_mean), steps, packer, max_depth, mode.
+        (seconds per step, adding up to step_seconds_mean), hidden_sync_seconds (the gradients' sync the
+        steps hid under their backward and forward, outside the breakdown), steps, packer, max_depth, mode.
     traces: one row per (strategy, devices, step): step_seconds, slowest_device_seconds,
-        mean_device_seconds, allreduce_seconds, data_wait_seconds, real_tokens, sequences, engine.
+        mean_device_seconds, allreduce_seconds (what followed the slowest device: the exposed sync and, in
+        a 4D layout, the optimizer update), data_wait_seconds, real_tokens, sequences, engine.
     packings: the Packing of each plan that has one, by strategy name.
     latency_samples: per-device step seconds, i.e. single-device step times (up to 100,000 per
         strategy; none for padding exchange plans, which on one device are `unpad`).
@@ -54,6 +56,8 @@ class PlanRun:
     timeline: StepTimeline
     allgather_seconds: float = 0.0  # the padding exchange's share that is communication
     reference_step_seconds: float | None = None  # VTS: the same pipeline with padded samples
+    update_seconds: float = 0.0  # the optimizer update among what follows the slowest device (4D layouts)
+    hidden_sync_seconds: float = 0.0  # the gradients' sync the steps' backward and forward hid, a mean per step
 
     def trace(self) -> pd.DataFrame:
         timeline, aggregates = self.timeline, self.aggregates
@@ -94,10 +98,13 @@ class PlanRun:
             "compute_seconds": aggregates.compute_seconds.mean(),
             "padding_seconds": aggregates.padding_seconds.mean(),
             "masked_attention_seconds": aggregates.masked_attention_seconds.mean(),
-            "overhead_seconds": aggregates.overhead_seconds.mean() + (data_wait - exchange_communication).mean(),
+            "overhead_seconds": (aggregates.overhead_seconds.mean() + (data_wait - exchange_communication).mean()
+                                 + self.update_seconds),
             # slowest >= mean; clipping drops float rounding only.
             "waiting_seconds": np.maximum(timeline.slowest_device_seconds - aggregates.mean_device_seconds, 0).mean(),
-            "communication_seconds": timeline.allreduce_seconds + exchange_communication.mean(),
+            "communication_seconds": (np.mean(timeline.allreduce_seconds) - self.update_seconds
+                                      + exchange_communication.mean()),
+            "hidden_sync_seconds": self.hidden_sync_seconds,
             "stall_seconds": aggregates.stall_seconds.mean(),
             "throughput_noise": _ratio_of_means_error(aggregates.real_tokens, timeline.step_seconds),
         }
@@ -120,7 +127,7 @@ def summarize(runs: list[PlanRun]) -> pd.DataFrame:
     summary["speedup_noise"] = np.where(summary["strategy"] == "none", 0.0, np.hypot(
         summary["throughput_noise"], summary["devices"].map(reference_noise).fillna(0.0)))
     columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean", "engine",
-               "reference", *BREAKDOWN_COLUMNS, "step_seconds_p99", "steps", "packer", "max_depth", "mode",
+               "reference", *BREAKDOWN_COLUMNS, "hidden_sync_seconds", "step_seconds_p99", "steps", "packer", "max_depth", "mode",
                "speedup_noise", "throughput_noise"]
     return summary[columns]
 

@@ -26,6 +26,7 @@ from simbench.histogram import LengthHistogram
 from simbench.sim.engine import run_simpy
 from simbench.sim.montecarlo import StepAggregates, aggregate_by_cluster_size, step_timeline
 from simbench.sim.orderstat import build_pool, slowest_of
+from simbench.sim.parallel.gradient_sync import gradient_sync_of
 from simbench.sim.plans import (BatchSource, ExecutionPlan, SimulationSettings, packing_refusals, parse_plans,
                                  with_reference)
 from simbench.sim.pricing import DeviceCosts
@@ -313,14 +314,19 @@ def _use_simpy(plan: ExecutionPlan, devices: int, settings: SimulationSettings) 
 def _run(source: BatchSource, devices: int, aggregates: StepAggregates, simpy_costs: list[DeviceCosts] | None,
          tell: _Progress, engine: str = "vectorized", passes: int = 1) -> PlanRun:
     plan = source.plan
-    allreduce_seconds = float(source.settings.cost_model.allreduce_seconds(devices))
-    timing = source.timing(devices, allreduce_seconds, simpy=simpy_costs is not None)
+    sync = gradient_sync_of(source.settings.cost_model, devices)
+    # What follows each step's slowest device: the sync that step's backward and forward leave exposed, and the
+    # optimizer update where the cost model prices it with the sync.
+    after_step_seconds = sync.added_seconds(aggregates.slowest_device_seconds)
+    timing = source.timing(devices, sync.communication_seconds + sync.update_seconds, simpy=simpy_costs is not None)
     if simpy_costs is not None:
         costs = DeviceCosts.concatenate(simpy_costs)
-        timeline = run_simpy(costs.total_seconds, allreduce_seconds, timing.prepare_seconds, plan.exchange,
+        timeline = run_simpy(costs.total_seconds, after_step_seconds, timing.prepare_seconds, plan.exchange,
                              timing.stage_seconds, timing.buffer_samples)
     else:
         timeline = step_timeline(aggregates.slowest_device_seconds, aggregates.mean_device_seconds,
-                                 allreduce_seconds, timing.prepare_seconds, plan.exchange, engine)
+                                 after_step_seconds, timing.prepare_seconds, plan.exchange, engine)
     tell.timed(passes)
-    return PlanRun(plan, devices, aggregates, timeline, timing.allgather_seconds, timing.reference_step_seconds)
+    return PlanRun(plan, devices, aggregates, timeline, timing.allgather_seconds, timing.reference_step_seconds,
+                   update_seconds=sync.update_seconds,
+                   hidden_sync_seconds=float(np.mean(sync.hidden_seconds(aggregates.slowest_device_seconds))))

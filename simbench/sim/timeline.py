@@ -19,7 +19,7 @@ class StepTimeline:
     end_seconds: np.ndarray
     slowest_device_seconds: np.ndarray
     mean_device_seconds: np.ndarray
-    allreduce_seconds: float
+    allreduce_seconds: float | np.ndarray  # what follows the slowest device: one number, or one a step
     engine: str
 
     @property
