@@ -16,7 +16,7 @@ from simbench.costmodels.linear import LinearCostModel
 from simbench.errors import InputError, InputErrors
 from simbench.experiment import run_experiment
 from simbench.histogram import load_histogram
-from simbench.scenario import Scenario, load_scenario
+from simbench.scenario import Scenario, StrategySpec, load_scenario
 from simbench.sim.batching import unpadded_batches
 from simbench.sim.plans import BATCH_SOURCES, PLANS, BatchSource, ExecutionPlan, PlanType, all_plan_names, parse_plan
 from simbench.sim.pricing import price_batches
@@ -161,7 +161,8 @@ def test_a_plugin_plans_own_parameter_is_a_scenario_key(monkeypatch, tmp_path):
     assert scaling.loc[("fixed-length:length=100", 1), "tokens_per_s"] == pytest.approx(4 * 100 / FlatCostModel.seconds)
 
 
-BUILTIN_KEYS = "name, max_depth, packer, stages, window, label"
+# The keys every strategy entry takes, in the order the message lists them: StrategySpec's fields.
+BUILTIN_KEYS = ", ".join(StrategySpec.model_fields)
 # The same mistake made with a built-in plan's key (vts: stages) and with the plug-in's own (length).
 SAME_MISTAKES = [
     ("stagse: 4", f"unknown key 'stagse'; did you mean 'stages'? allowed keys here: {BUILTIN_KEYS}",
