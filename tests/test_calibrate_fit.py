@@ -49,6 +49,17 @@ def test_fit_recovers_the_parameters_that_produced_the_timings():
     assert fit.profile.linear_flops_per_s == pytest.approx(1e9 / TRUE_VALUES["seconds_per_linear_gflop"], rel=1e-3)
 
 
+def test_a_term_fitted_to_nothing_gets_the_highest_rate_a_profile_may_state():
+    """At tiny shapes attention's time can vanish in the timings' noise and the fit drives its cost to zero (a
+    measured tiny-decoder run once reached 1.5e22 FLOP/s there): the profile then holds the cap, and is valid."""
+    from simbench.costmodels.hardware import MAX_FLOPS_PER_S
+
+    for seconds_per_gflop in (0.0, 1e-15):
+        profile = profile_from_parameters(BASE, {**TRUE_VALUES, "seconds_per_attention_gflop": seconds_per_gflop})
+        assert profile.attention_flops_per_s == pytest.approx(MAX_FLOPS_PER_S)
+    assert profile.linear_flops_per_s == pytest.approx(1e9 / TRUE_VALUES["seconds_per_linear_gflop"])
+
+
 def test_fit_with_noisy_timings_stays_close():
     model = get_model("tiny")
     rng = np.random.default_rng(1)

@@ -14,7 +14,7 @@ from scipy.optimize import least_squares
 
 from simbench.calibrate.layout import BatchLayout, batch_set
 from simbench.costmodels.base import ExecutionMode
-from simbench.costmodels.hardware import HardwareProfile
+from simbench.costmodels.hardware import MAX_FLOPS_PER_S, HardwareProfile
 from simbench.costmodels.model import ModelSpec
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
@@ -55,11 +55,14 @@ class ProfileFit:
 
 
 def profile_from_parameters(base: dict, values: dict[str, float]) -> HardwareProfile:
-    """A profile with the fitted values in the cost model's units (seconds per GFLOP -> FLOP/s)."""
+    """A profile with the fitted values in the cost model's units (seconds per GFLOP -> FLOP/s). A term the fit
+    drives to zero (at tiny shapes, attention's time can vanish in the timings' noise) gets the highest rate a
+    profile may state, not a validation error in the middle of the fit."""
+    fastest = 1e9 / MAX_FLOPS_PER_S
     return HardwareProfile(
         **base,
-        linear_flops_per_s=1e9 / max(values["seconds_per_linear_gflop"], 1e-30),
-        attention_flops_per_s=1e9 / max(values["seconds_per_attention_gflop"], 1e-30),
+        linear_flops_per_s=1e9 / max(values["seconds_per_linear_gflop"], fastest),
+        attention_flops_per_s=1e9 / max(values["seconds_per_attention_gflop"], fastest),
         kernel_launch_seconds=values["kernel_launch_seconds"],
         step_overhead_seconds=values["step_overhead_seconds"],
         pack_overhead_fraction=values["pack_overhead_fraction"],

@@ -22,8 +22,10 @@ from simbench.yamlfile import load_yaml_documents
 UNLIMITED_FIELDS = ("host_to_device_bytes_per_s", "allreduce_bytes_per_s", "intra_node_bytes_per_s")
 # What no device has, by the kind of quantity a field's name says; a value past these is a typo (1e308 s,
 # 1e-300 B/s) and, multiplied into a step's price or divided into it, overflows to inf or NaN downstream.
+# The highest FLOP/s a profile may state; a fit whose work costs nothing measurable is given this rate.
+MAX_FLOPS_PER_S = 1e21
 _PHYSICAL_RANGES = (  # (name ends with or holds, highest value, what it counts)
-    ("flops_per_s", 1e21, "FLOP/s (a zettaFLOP/s is beyond any device)"),
+    ("flops_per_s", MAX_FLOPS_PER_S, "FLOP/s (a zettaFLOP/s is beyond any device)"),
     ("bytes_per_s", 1e18, "bytes/s (an exabyte/s is beyond any link; write .inf for no limit)"),
     ("seconds", 86_400.0, "seconds (a day)"),
     ("tokens", 2.0**40, "tokens"),
