@@ -4,7 +4,9 @@ HBM allows (`costmodels.memory.max_tokens_per_microbatch`); its names, refusals 
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from simbench.cli import app
 from simbench.costmodels.memory import max_tokens_per_microbatch
 from simbench.errors import InputError, InputErrors
 from simbench.resolved import Run, resolve
@@ -103,3 +105,13 @@ def test_a_4d_step_holds_the_budget_for_each_microbatch(tmp_path):
     assert packings["token-budget"].details["budget_tokens"] == 4 * 1 * 4096  # microbatches x batch_size x max_length
     assert packings["token-budget:budget_tokens=8192"].details["budget_tokens"] == 4 * 8192
 
+
+def test_validate_states_the_memory_budget(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(LLAMA + LAYOUT + "strategies: [ffd]\n")
+    direct = max_tokens_per_microbatch("llama-3.1-8b", "h100-sxm", tp=2, pp=2, dp=2, microbatches=4, zero_stage=1,
+                                       recompute="none")
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0
+    assert (f"Memory allows up to {direct:,} tokens a microbatch (TP 2 x PP 2 x CP 1, ZeRO 1, recompute none)"
+            in result.output)
