@@ -84,7 +84,7 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     histogram, cost_model, plans, labels = run.histogram, run.cost_model, list(run.plans), dict(run.labels)
     progress = progress or (lambda units: None)
     packings = pack_plans(histogram, plans, batch_size=run.batch_size, seed=scenario.seed, packings=packings,
-                          cost_model=cost_model,
+                          cost_model=cost_model, microbatches=run.microbatches,
                           progress=progress, stage=stage)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = run.simulate(progress=progress, packings=packings, stage=stage)
@@ -117,16 +117,20 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
 
 
 def _parallel_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
-    """A 4D run's replica step by cause under each CP sharding, labelled, with the peak memory per GPU at the
-    fewest replicas simulated (ZeRO shards least there)."""
+    """A 4D run's replica step by cause under each CP sharding, labelled, with the peak memory per GPU and the
+    tokens memory allows a microbatch, at the fewest replicas simulated (ZeRO shards least there)."""
     from simbench.scenario import layout_memory
+    from simbench.sim.memory_budget import layout_token_budget
     from simbench.sim.replica import replica_breakdown
 
     table = replica_breakdown(run.histogram, run.all_plans, packings, run.cost_model, run.batch_size, run.seed)
     memory = layout_memory(run.layout, run.model, run.batch_size // run.layout.microbatches * run.histogram.max_length,
                            min(run.devices))
+    budget = (layout_token_budget(run.model, run.hardware, run.layout, min(run.devices))
+              if run.hardware.hbm_capacity_bytes is not None else np.nan)
     return table.assign(strategy=table["strategy"].map(run.label), peak_memory_gib=memory.peak_bytes / 2**30,
-                        hbm_capacity_gib=(run.hardware.hbm_capacity_bytes or np.nan) / 2**30)
+                        hbm_capacity_gib=(run.hardware.hbm_capacity_bytes or np.nan) / 2**30,
+                        memory_budget_tokens=budget)
 
 
 def _assumption_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:

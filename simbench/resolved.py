@@ -23,6 +23,7 @@ from simbench.costmodels.model import ModelSpec, get_model
 from simbench.costmodels.registry import COST_MODELS
 from simbench.histogram import LengthHistogram, load_histogram
 from simbench.sim.layout import ParallelLayout
+from simbench.sim.memory_budget import resolved_plans
 from simbench.sim.plans import ExecutionPlan, parse_plans, with_reference
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS
 
@@ -57,15 +58,19 @@ class Run:
     @classmethod
     def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
         """The scenario's run, on `histogram` if given (a sweep shares one between cells)."""
-        plans = tuple(spec.plan() for spec in scenario.strategies)
+        histogram = histogram if histogram is not None else scenario.dataset.load()
+        plans = scenario_plans(scenario, histogram)
         model, hardware, layout = get_model(scenario.model), scenario.hardware.load(), scenario.layout
         gpus_per_replica = scenario.gpus_per_device
-        return cls(scenario.name, histogram if histogram is not None else scenario.dataset.load(), model, hardware,
+        # A label left to its default names the plan as it runs (a `memory` budget as its number).
+        labels = {plan.name: spec.label if spec.label != spec.plan().name else plan.name
+                  for plan, spec in zip(plans, scenario.strategies)}
+        return cls(scenario.name, histogram, model, hardware,
                    _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout), plans,
                    scenario.replica_devices, scenario.device_batch_size, scenario.steps, scenario.seed,
                    shapes=scenario.shapes, training_steps=scenario.training_steps,
                    gpus_per_replica=gpus_per_replica, cost_model_name=scenario.cost_model,
-                   labels={plan.name: spec.label for plan, spec in zip(plans, scenario.strategies)}, layout=layout)
+                   labels=labels, layout=layout)
 
     @classmethod
     def from_options(cls, histogram: LengthHistogram | str | Path, strategies: Sequence[str | ExecutionPlan],
@@ -79,9 +84,10 @@ class Run:
             histogram = load_histogram(histogram)
         named = parse_plans([plan for plan in strategies if not isinstance(plan, ExecutionPlan)])
         given = [plan for plan in strategies if isinstance(plan, ExecutionPlan)]
-        plans = tuple({plan.name: plan for plan in [*named, *given]}.values())
         spec = get_model(model)
         profile = load_hardware(hardware, dict(overrides) if overrides else None)
+        plans = resolved_plans({plan.name: plan for plan in [*named, *given]}.values(), histogram, spec, profile,
+                               None, min(devices))
         return cls(histogram.name, histogram, spec, profile, _cost_model(cost_model, spec, profile, gpus_per_replica),
                    plans, tuple(devices), batch_size, steps, seed, engine, shapes, training_steps, gpus_per_replica,
                    cost_model)
@@ -90,6 +96,11 @@ class Run:
     def all_plans(self) -> list[ExecutionPlan]:
         """The plans with padding, the reference every speed-up is measured against, first."""
         return with_reference(list(self.plans))
+
+    @property
+    def microbatches(self) -> int:
+        """Microbatches a device's `batch_size` rows make: the layout's, else 1."""
+        return self.layout.microbatches if self.layout is not None else 1
 
     def label(self, plan_name: str) -> str:
         return self.labels.get(plan_name, plan_name)
@@ -105,7 +116,8 @@ class Run:
                         cost_model if cost_model is not None else self.cost_model, batch_size=self.batch_size,
                         steps=self.steps, seed=self.seed, engine=self.engine, progress=progress, packings=packings,
                         max_rows=SIMULATED_ROWS_MAX if max_rows is None else max_rows, stage=stage,
-                        shapes=shapes or self.shapes, training_steps=self.training_steps)
+                        shapes=shapes or self.shapes, training_steps=self.training_steps,
+                        microbatches=self.microbatches)
 
     def cost_model_on(self, hardware: HardwareProfile) -> object:
         """This run's kind of cost model for its model on other hardware (the assumptions a report weighs)."""
@@ -126,6 +138,14 @@ def scenario_cost_model(scenario: Scenario):
     """The cost model `Run.from_scenario` prices the scenario with, built without loading its dataset."""
     return _cost_model(scenario.cost_model, get_model(scenario.model), scenario.hardware.load(),
                        scenario.gpus_per_device, scenario.layout)
+
+
+def scenario_plans(scenario: Scenario, histogram: LengthHistogram | None = None) -> tuple[ExecutionPlan, ...]:
+    """The scenario's plans as its run resolves them (`memory` budgets at the fewest replicas simulated), on
+    `histogram` if given, else its dataset's; without building its cost model."""
+    return resolved_plans((spec.plan() for spec in scenario.strategies),
+                          histogram if histogram is not None else scenario.dataset.load(), get_model(scenario.model),
+                          scenario.hardware.load(), scenario.layout, min(scenario.replica_devices))
 
 
 def resolve(scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:

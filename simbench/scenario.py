@@ -393,7 +393,7 @@ class Scenario(_Strict):
         DEFAULT_DEVICES, min_length=1, description="data-parallel cluster sizes to simulate, up to 1,048,576")
     batch_size: StrictInt = Field(32, ge=1, description="sequences (padding, sorting, un-padding, VTS) or packs "
                                   "(packing) per device and step; `token-budget` fills `batch_size x max_length` "
-                                  "padded slots, `group-by-length` takes the sequences whose mean length fills them")
+                                  "padded slots (or its `budget_tokens`), `group-by-length` takes the sequences whose mean length fills them")
     steps: StrictInt = Field(200, ge=1, description="simulated training steps per strategy and device count")
     shapes: Literal["new", "seen", "auto"] = Field(
         "auto", description="which steps pay a new batch shape's first-sight cost: new (every variable shape, "
@@ -613,6 +613,7 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
                   if not any(len(other) > len(path) and other[:len(path)] == path for other in paths)]
         raise InputErrors(sorted(errors, key=lambda each: each.line or 0)) from None
     refused = _packings_refused(scenario, root, source) + _layout_refused(scenario, root, source)
+    refused = refused or _budgets_refused(scenario, root, source)  # a budget from memory needs a sound layout
     if refused:
         raise InputErrors(refused)
     check_scenario_work(scenario, root, source)
@@ -684,6 +685,24 @@ def _layout_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[In
         if not spec.plan().source.layout_aware:
             refuse(("strategies", index), f"{spec.plan().name} runs its own pipeline and cannot run inside a 4D "
                                           f"layout; leave `parallel` out to simulate it")
+    return refused
+
+
+def _budgets_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
+    """Each strategy whose token budget cannot run (`memory` where no token fits, a budget below the longest
+    sequence), at its `budget_tokens` where written, as its run would resolve it."""
+    from simbench.sim.memory_budget import resolved_plans
+
+    histogram, model, hardware = scenario.dataset.load(), get_model(scenario.model), scenario.hardware.load()
+    refused = []
+    for index, spec in enumerate(scenario.strategies):
+        try:
+            resolved_plans([spec.plan()], histogram, model, hardware, scenario.layout, min(scenario.replica_devices))
+        except InputError as error:
+            key = ("strategies", index, "budget_tokens")
+            key = key if _written(root, key) else key[:-1]
+            refused.append(InputError(f"{'.'.join(map(str, key))}: {error.message}", source=source,
+                                      line=_line_of(root, key), parameter=error.parameter))
     return refused
 
 

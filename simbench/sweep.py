@@ -348,17 +348,19 @@ class PackingJob:
 
 def packing_jobs(cell: SweepCell) -> list[PackingJob]:
     """The packings `cell` needs (one per packing plan), as shareable jobs."""
+    from simbench.resolved import scenario_plans
     from simbench.sim.simulate import pack_options
 
     scenario = cell.scenario
     dataset = scenario.dataset.model_dump_json()
+    microbatches = scenario.parallel.microbatches if scenario.parallel is not None else 1
     jobs = []
-    for spec in scenario.strategies:
-        plan = spec.plan()
+    for plan in scenario_plans(scenario):
         request = plan.source.packing_request(plan)
         if request is not None:
+            own = plan.source.packing_options(plan, scenario.dataset.load(), scenario.device_batch_size, microbatches)
             options = pack_options(request[0], seed=scenario.seed, batch_size=scenario.device_batch_size,
-                                   attention_parity=lambda: _attention_parity(scenario))
+                                   attention_parity=lambda: _attention_parity(scenario), **own)
             jobs.append(PackingJob(dataset, request[0], request[1], options, scenario.outputs.lp_bounds))
     return jobs
 

@@ -32,6 +32,7 @@ from simbench.histogram import LengthHistogram
 from simbench.sim.batching import InverseCdf, PackSampler, SequenceSampler, SortedBatchSampler
 from simbench.sim.length_batching import LengthGroupedStream
 from simbench.sim.plans import REFERENCE_PLAN, Exchange, ExecutionPlan, PlanKind
+from simbench.sim.plans.length_grouped import step_budget_tokens
 from simbench.strategies import PackOptions, get_strategy
 from simbench.strategies.group_by_length import sequences_per_batch
 from simbench.strategies.token_budget import token_budget_batches
@@ -86,7 +87,7 @@ def plan_layouts(plan: ExecutionPlan, histogram: LengthHistogram, max_length: in
         lengths = SequenceSampler(histogram).lengths_of(rng, (steps, batch_size))
         return [BatchLayout.unpadded(batch) for batch in lengths]
     if plan.kind == "token-budget":
-        batches = token_budget_batches(histogram, batch_size * max_length)
+        batches = token_budget_batches(histogram, step_budget_tokens(plan, histogram, batch_size))
         kinds = InverseCdf(batches.repeats).sample(rng, steps)
         return [BatchLayout.padded(np.repeat(batches.run_lengths[batches.run_offsets[kind]:batches.run_offsets[kind + 1]],
                                              batches.run_counts[batches.run_offsets[kind]:batches.run_offsets[kind + 1]]),

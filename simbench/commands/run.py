@@ -84,8 +84,24 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
     for scenario in scenarios:
         say(f"{scenario_path}: valid scenario {scenario.name!r} ({len(scenario.strategies)} strategies, "
             f"devices {', '.join(map(str, scenario.devices))})")
+        budget = _memory_budget_line(scenario)
+        if budget is not None:
+            say(budget)
         for warning in scenario.depth_warnings():
             say(f"warning: {warning}")
+
+
+def _memory_budget_line(scenario) -> str | None:
+    """What the scenario's memory lets a microbatch hold, for a layout or a decoder (whose long rows memory
+    bounds) on hardware that states its HBM; None otherwise."""
+    from simbench.costmodels import get_model
+    from simbench.sim.memory_budget import budget_sentence, layout_token_budget
+
+    model, hardware = get_model(scenario.model), scenario.hardware.load()
+    if hardware.hbm_capacity_bytes is None or (scenario.layout is None and not model.is_decoder):
+        return None
+    tokens = layout_token_budget(model, hardware, scenario.layout, min(scenario.replica_devices))
+    return budget_sentence(tokens, scenario.layout)
 
 
 def plot(report: Path = typer.Argument(..., metavar="DIR", help="an existing report folder")) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from simbench.sim.layout import ParallelLayout
+from simbench.sim.memory_budget import budget_sentence
 
 # The token-balanced packers a workload-balanced plan is measured against, the first present winning: first-fit
 # decreasing packs as tightly as wlb does, so the comparison isolates the balancing.
@@ -148,6 +149,10 @@ def parallel_section(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd
     memory = (f"Peak memory per GPU: {peak:.1f} GiB of {capacity:.1f} GiB HBM (the most loaded pipeline stage, "
               f"fewest replicas; parallel.csv)." if capacity == capacity else f"Peak memory per GPU: {peak:.1f} GiB "
               "(the profile states no HBM capacity to check it against).")
+    if "memory_budget_tokens" in parallel and parallel["memory_budget_tokens"].notna().any():
+        # Reports written before the column have none.
+        tokens = int(parallel["memory_budget_tokens"].iloc[0])
+        memory += f" {budget_sentence(tokens, layout)}."
     text = (f"## Inside a replica ({layout_words(layout)}; ms per replica step)\n\n{memory}\n\n"
             + markdown_table(table) +
             "\n\nBusy causes are one pipeline stage's: compute and padding at the mean context-parallel rank, CP "

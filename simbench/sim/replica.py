@@ -541,7 +541,8 @@ def replica_breakdown(histogram, plans, packings: dict, cost_model: ReplicaCostM
                    else ReplicaCostModel(cost_model.gpu_model, replace(layout, cp_sharding=sharding)))
         for plan in plans:
             recorder = _Recorder(sharded)
-            settings = SimulationSettings(histogram, recorder, batch_size, steps, seed, "auto")
+            settings = SimulationSettings(histogram, recorder, batch_size, steps, seed, "auto",
+                                          microbatches=layout.microbatches)
             source = plan.source(plan, packings.get(plan.name), settings)
             drawn = source.chunk(steps, [1])
             costs = drawn[max(drawn)]

@@ -52,7 +52,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
              progress: Callable[[int], None] | None = None,
              packings: dict[str, Packing] | None = None, max_rows: int = SIMULATED_ROWS_MAX,
              stage: Callable[[str], None] | None = None, shapes: str = "auto",
-             training_steps: int = DEFAULT_TRAINING_STEPS) -> SimulationResult:
+             training_steps: int = DEFAULT_TRAINING_STEPS, microbatches: int = 1) -> SimulationResult:
     """Simulate every plan (plus padding, the reference) on every cluster size in `devices`.
 
     `progress(units)` hears of work as it is done, in whole units that add up to len(with_reference(plans)) *
@@ -60,6 +60,8 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     `packings` (by plan name, e.g. a previous result's `.packings`) are reused instead of packing again.
     `stage(text)` hears of each stage as it finishes (a packing made, a group of cluster sizes simulated).
     `shapes` and `training_steps` say which steps pay a new batch shape's first-sight cost (`sim.shapes`).
+    `microbatches`: how many microbatches a device's `batch_size` rows make (a 4D replica's; a token budget
+    is per microbatch).
     """
     plans = _with_reference(plans)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
@@ -68,7 +70,9 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
     check_simulation_work(simulation_rows(plans, histogram, devices, batch_size, steps, engine), max_rows)
     cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
-    settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine, shapes, training_steps)
+    check_whole_number(microbatches, "microbatches", minimum=1)
+    settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine, shapes, training_steps,
+                                  microbatches=microbatches)
     packings = dict(packings or {})
     stage = stage or (lambda text: None)
     tell = _Progress(progress)
@@ -98,13 +102,13 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
 def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, batch_size: int, seed: int,
                packings: dict[str, Packing] | None = None, cost_model=None,
                progress: Callable[[int], None] | None = None,
-               stage: Callable[[str], None] | None = None) -> dict[str, Packing]:
+               stage: Callable[[str], None] | None = None, microbatches: int = 1) -> dict[str, Packing]:
     """The packings `simulate` would make for these plans (padding's included), by plan name, reusing
     `packings` given: made ahead and passed as `simulate(packings=...)`, they can be bounded elsewhere
     while the simulation runs; `cost_model` weighs attention against dense work for packers that balance
     predicted work (`wlb`), as `simulate` does. `progress(1)` is told as each plan has its packing (or needs none);
     `stage(text)` as each packing is made."""
-    settings = SimulationSettings(histogram, cost_model, batch_size, 1, seed, "auto")
+    settings = SimulationSettings(histogram, cost_model, batch_size, 1, seed, "auto", microbatches=microbatches)
     given, packings = dict(packings or {}), {}
     for plan in _with_reference(plans):
         packing = given.get(plan.name) or _packing(plan, settings, {**given, **packings})
@@ -168,19 +172,23 @@ def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[s
     if request is None:
         return None
     packer, depth = request
-    cached = next((p for p in packings.values() if (p.strategy, p.max_depth) == (packer, depth)), None)
+    own = plan.source.packing_options(plan, settings.histogram, settings.batch_size, settings.microbatches)
+    # A packing made with other options of the plan's own (another token budget) is another packing.
+    cached = next((p for p in packings.values() if (p.strategy, p.max_depth) == (packer, depth)
+                   and all(p.details.get(key) == value for key, value in own.items())), None)
     return cached or get_strategy(packer)(
         settings.histogram, settings.histogram.max_length, depth,
         pack_options(packer, seed=settings.seed, batch_size=settings.batch_size,
-                     attention_parity=lambda: getattr(settings.cost_model, "attention_parity_tokens", None)))
+                     attention_parity=lambda: getattr(settings.cost_model, "attention_parity_tokens", None), **own))
 
 
 def pack_options(packer: str, *, seed: int, batch_size: int,
-                 attention_parity: Callable[[], float | None] = lambda: None) -> PackOptions:
+                 attention_parity: Callable[[], float | None] = lambda: None, **own) -> PackOptions:
     """The options the simulator packs `packer` with (a sweep's shared packings too): the cost model's
-    `attention_parity()` only for a packer that reads it (`Strategy.uses_attention_parity`), asked only then."""
+    `attention_parity()` only for a packer that reads it (`Strategy.uses_attention_parity`), asked only then;
+    `own`: the plan's own (`BatchSource.packing_options`)."""
     parity = attention_parity() if get_strategy(packer).uses_attention_parity else None
-    return PackOptions(seed=seed, batch_size=batch_size, attention_parity_tokens=parity)
+    return PackOptions(seed=seed, batch_size=batch_size, attention_parity_tokens=parity, **own)
 
 
 class _Progress:

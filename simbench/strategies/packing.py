@@ -30,6 +30,9 @@ class PackOptions:
     # The length at which a sequence's attention costs as much as its dense layers, for packers that balance
     # predicted work (`wlb`); None: max_length. The simulator passes its cost model's.
     attention_parity_tokens: float | None = None
+    # Padded token slots per batch, for batchers that fill a token budget (`token-budget`); None:
+    # batch_size x max_length.
+    budget_tokens: int | None = None
 
     def __post_init__(self):
         # Checked here, once, so that no strategy meets numpy's traceback for a negative seed.
@@ -38,6 +41,8 @@ class PackOptions:
         check_non_negative_float(self.time_limit_seconds, "time_limit_seconds")
         if self.attention_parity_tokens is not None:
             check_positive_float(self.attention_parity_tokens, "attention_parity_tokens")
+        if self.budget_tokens is not None:
+            check_whole_number(self.budget_tokens, "budget_tokens", minimum=1)
 
 
 def efficiency_text(efficiency: float, decimals: int = 1) -> str:

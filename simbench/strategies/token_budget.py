@@ -3,8 +3,9 @@
 The dataset is sorted by length and cut, shortest first, into batches whose padded size (sequences x
 the batch's longest) stays within the budget; the batches are then shuffled. Short sequences come
 many to a batch, long ones few: every batch holds about the same number of token slots, with
-little padding, but a different shape each step. The budget is `batch_size x max_length` slots,
-the tokens of a packer's batch of `batch_size` packs, so the two compare at equal tokens per step.
+little padding, but a different shape each step. The budget is `batch_size x max_length` slots by
+default, the tokens of a packer's batch of `batch_size` packs, so the two compare at equal tokens per
+step; `PackOptions.budget_tokens` sets another.
 
     >>> from simbench.histogram import LengthHistogram
     >>> from simbench.strategies.token_budget import token_budget_batches
@@ -95,10 +96,10 @@ def token_budget_batches(histogram: LengthHistogram, budget_tokens: int) -> Budg
                          as_array(repeats))
 
 
-@register("token-budget", "length-sorted batches filled up to batch_size x max_length token slots (fairseq "
-                          "--max-tokens), each padded to its longest", uses_depth=False)
+@register("token-budget", "length-sorted batches filled up to batch_size x max_length token slots, or "
+                          "budget_tokens (fairseq --max-tokens), each padded to its longest", uses_depth=False)
 def pack_token_budget(histogram, max_length, max_depth, options) -> Packing:
-    budget_tokens = options.batch_size * max_length
+    budget_tokens = options.budget_tokens or options.batch_size * max_length
     batches = token_budget_batches(histogram, budget_tokens)
     run_kind = batches.run_kind
     # Its efficiency is of the budget each batch is given, as a packer's is of its rows.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -62,6 +62,9 @@ class ExecutionPlan:
     stages: int = 0  # VTS pipeline stages
     bucket_window: int = 0  # VTS bucketing: batches per window sorted by length (0: no bucketing)
     outlier_delay: bool = False  # a step's packs all hold a long document or none does (`wlb`, WLB-LLM)
+    # `token-budget`: padded token slots per microbatch, or "memory" until a run resolves it (`resolved`);
+    # None: batch_size x max_length
+    budget_tokens: int | str | None = None
 
     @property
     def independent_devices(self) -> bool:
@@ -93,6 +96,7 @@ class SimulationSettings:
     engine: str
     shapes: str = "auto"  # which steps pay a new shape's first-sight cost (sim.shapes)
     training_steps: int = 10_000  # sim.shapes.DEFAULT_TRAINING_STEPS: the length of the run being simulated, for shapes "auto"
+    microbatches: int = 1  # a device's `batch_size` rows run as this many microbatches (a 4D replica's)
     # Steps priced once and shared by plans drawing the same batches (both padding exchanges).
     priced_steps: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -136,6 +140,20 @@ class BatchSource:
     def packing_request(plan: ExecutionPlan) -> tuple[str, int | None] | None:
         """The packer and depth whose packing this plan's batches come from, if any."""
         return None
+
+    @staticmethod
+    def packing_options(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int,
+                        microbatches: int) -> dict[str, Any]:
+        """PackOptions fields of its packing beyond those every packing shares (a token budget); a packing's
+        details record them, so that packings made with other ones are told apart."""
+        return {}
+
+    @staticmethod
+    def resolved(plan: ExecutionPlan, histogram: LengthHistogram,
+                 memory_tokens_per_microbatch: Callable[[], int]) -> ExecutionPlan:
+        """The plan with whatever depends on the run's memory settled and checked against its histogram;
+        `memory_tokens_per_microbatch()` is what the run's layout lets a microbatch hold."""
+        return plan
 
     @staticmethod
     def random_stream(plan: ExecutionPlan) -> str:

@@ -3,6 +3,11 @@
 Both run batches of whole sequences padded to their batch's longest, in a shape that changes from step
 to step (SORTED mode). Token-budget batches are drawn independently per device; length-grouped ones are
 dealt round-robin from sorted megabatches, so neighbouring devices get similar lengths.
+
+`token-budget` takes `budget_tokens`: padded token slots per microbatch, as fairseq's --max-tokens counts
+per forward pass and as HBM bounds them (`costmodels.memory.max_tokens_per_microbatch`), or `memory` for
+what the run's layout allows. A device's batch is one step: with a 4D layout, `microbatches` microbatches,
+so it fills budget_tokens x microbatches slots, which the replica cuts into microbatches of equal slots.
 """
 
 from __future__ import annotations
@@ -10,14 +15,18 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import BeforeValidator
+from pydantic_core import PydanticCustomError
 
 from simbench.costmodels.base import ExecutionMode
+from simbench.errors import InputError
+from simbench.histogram import LengthHistogram
 from simbench.sim.length_batching import BudgetBatchDraws, LengthGroupedStream
 from simbench.sim.orderstat import ItemSource
-from simbench.sim.plans import BatchSource, ExecutionPlan, PlanType, register_plan
+from simbench.sim.plans import PLANS, BatchSource, ExecutionPlan, PlanType, register_plan
 from simbench.sim.batching import SequenceSampler
 from simbench.sim.megabatches import MegabatchSteps
 from simbench.strategies.group_by_length import megabatch_sequences, sequences_per_batch
@@ -33,12 +42,30 @@ class TokenBudgetSource(BatchSource):
         super().__init__(plan, packing, settings, purpose, simpy_devices)
         self.rng = self.generator(purpose)
         histogram = settings.histogram
-        self.batches = token_budget_batches(histogram, settings.batch_size * histogram.max_length)
+        self.batches = token_budget_batches(histogram, step_budget_tokens(plan, histogram, settings.batch_size,
+                                                                          settings.microbatches))
         self.draws = BudgetBatchDraws(self.batches, settings.cost_model)
 
     @staticmethod
     def packing_request(plan: ExecutionPlan) -> tuple[str, None]:
         return plan.packer, None  # for the report's padding figures; batches come from the bucketing
+
+    @staticmethod
+    def packing_options(plan, histogram, batch_size, microbatches):
+        return {"budget_tokens": step_budget_tokens(plan, histogram, batch_size, microbatches)}
+
+    @staticmethod
+    def resolved(plan, histogram, memory_tokens_per_microbatch):
+        """`memory` as the number of tokens the layout's memory allows a microbatch, named in the plan so that
+        the report says what ran; a budget below the longest sequence refused."""
+        if plan.budget_tokens == MEMORY:
+            try:
+                tokens = memory_tokens_per_microbatch()
+            except InputError as error:
+                raise InputError(f"strategy {plan.name!r}: {error.message}", parameter=error.parameter) from None
+            plan = PLANS.get(plan.packer).build({"budget_tokens": tokens})
+        _check_budget_holds(plan, histogram)
+        return plan
 
     @staticmethod
     def random_stream(plan: ExecutionPlan) -> str:
@@ -126,18 +153,65 @@ class LengthGroupedSource(BatchSource):
         return np.random.default_rng([self.settings.seed, stream, self.purpose, devices])
 
 
+MEMORY = "memory"  # budget_tokens: what the run's layout lets a microbatch hold
+
+
+def step_budget_tokens(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int, microbatches: int = 1) -> int:
+    """Padded token slots of a device's step: `batch_size x max_length` (batch_size the step's rows, every
+    microbatch's), or the plan's budget_tokens for each of its `microbatches`."""
+    if plan.budget_tokens is None:
+        return batch_size * histogram.max_length
+    if plan.budget_tokens == MEMORY:
+        raise InputError(f"strategy {plan.name!r}: budget_tokens `memory` is resolved by a run, which knows the "
+                         "model, hardware and layout; simulate through simbench.resolved.Run",
+                         parameter="budget_tokens")
+    _check_budget_holds(plan, histogram)
+    return plan.budget_tokens * microbatches
+
+
+def _check_budget_holds(plan: ExecutionPlan, histogram: LengthHistogram) -> None:
+    """A microbatch holds whole sequences: its budget must hold the longest."""
+    longest = histogram.longest
+    if isinstance(plan.budget_tokens, int) and plan.budget_tokens < longest:
+        raise InputError(f"strategy {plan.name!r}: budget_tokens {plan.budget_tokens:,} cannot hold the dataset's "
+                         f"longest sequence of {longest:,} tokens; give at least {longest:,}",
+                         parameter="budget_tokens")
+
+
+def _budget_or_memory(value: Any) -> Any:
+    # One message for every bad value, not one per member of the union.
+    if value == MEMORY or value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise PydanticCustomError("budget_tokens", "must be a whole number of tokens >= 1 or `memory`")
+
+
 @dataclass(frozen=True)
 class LengthGroupedPlan(PlanType):
-    """`token-budget`, `group-by-length`: no parameters (the budget follows the scenario's batch size)."""
+    """`group-by-length`: no parameters (its batches follow the scenario's batch size)."""
 
     def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
         self.reject_unknown(parameters, ())
         return ExecutionPlan(self.name, self.source.kind, ExecutionMode.SORTED, packer=self.name)
 
 
-register_plan(LengthGroupedPlan(
+@dataclass(frozen=True)
+class TokenBudgetPlan(PlanType):
+    """`token-budget`, with an optional `budget_tokens`; its name shows a budget given (`token-budget:budget_tokens=N`)
+    and parses back to the same plan."""
+
+    parameters = {"budget_tokens": Annotated[int | str, BeforeValidator(_budget_or_memory)]}
+
+    def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
+        self.reject_unknown(parameters, tuple(self.parameters))
+        budget = parameters.get("budget_tokens")
+        name = self.name if budget is None else f"{self.name}:budget_tokens={budget}"
+        return ExecutionPlan(name, self.source.kind, ExecutionMode.SORTED, packer=self.name, budget_tokens=budget)
+
+
+register_plan(TokenBudgetPlan(
     "token-budget", "fairseq --max-tokens: length-sorted batches of up to batch_size x max_length padded token "
-    "slots, drawn at random", TokenBudgetSource))
+    "slots a microbatch (or `budget_tokens`: a number, or `memory` for what the layout's HBM allows), drawn at "
+    "random", TokenBudgetSource))
 register_plan(LengthGroupedPlan(
     "group-by-length", "HF Trainer group_by_length: shuffled megabatches of 50 batches sorted by length, dealt to "
     "the devices in turn; batches of as many sequences as fill batch_size x max_length at the mean length",
