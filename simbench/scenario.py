@@ -73,11 +73,15 @@ class LogNormalComponent(_Strict):
 class SyntheticHistogram(_Strict):
     """A log-normal length distribution, or a mixture of them, discretized exactly (no sampling, no seed).
 
-    count(l) = round(sequences * (F(l + 0.5) - F(l - 0.5))) for 1 <= l < max_length, where F is the CDF
-    of a log-normal with median `median_length` and shape `sigma` (of a `mixture`: the share-weighted
-    sum of its components' CDFs); lengths below 1.5 count as 1. Sequences longer than max_length are
-    truncated to it (`long_sequences: truncate`, as tokenizers do), or cut into pieces of max_length
-    and a remainder (`split`, as pre-training cuts documents), counted up to SPLIT_PIECES_MAX pieces.
+    The expected count of length l is sequences * (F(l + 0.5) - F(l - 0.5)) for 1 <= l < max_length, where F
+    is the CDF of a log-normal with median `median_length` and shape `sigma` (of a `mixture`: the
+    share-weighted sum of its components' CDFs); lengths below 1.5 count as 1. Sequences longer than
+    max_length are truncated to it (`long_sequences: truncate`, as tokenizers do), or cut into pieces of
+    max_length and a remainder (`split`, as pre-training cuts documents), counted up to SPLIT_PIECES_MAX
+    pieces. Counts are the expected ones rounded cumulatively, count(l) = round(E(<= l)) - round(E(< l)):
+    the dataset holds exactly the sequences asked for (and their pieces), and a tail whose lengths are each
+    rare keeps its sequences at its quantiles; rounding each length on its own dropped them (1,000 sequences
+    of median 20,000 tokens at 131,072 kept 30).
     """
 
     synthetic: Literal["lognormal"] = Field(description="the distribution: `lognormal`")
@@ -118,7 +122,7 @@ class SyntheticHistogram(_Strict):
             expected = expected[:max_length].copy()
             expected[-1] += over @ (lengths // max_length)
             expected += np.bincount(lengths % max_length, weights=over, minlength=max_length + 1)[1:]
-        counts = np.round(expected).astype(np.int64)
+        counts = np.diff(np.round(np.concatenate([[0.0], np.cumsum(expected)]))).astype(np.int64)
         name = (f"lognormal-{self.median_length:g}-{self.sigma:g}" if self.mixture is None
                 else f"lognormal-mixture-{len(self.mixture)}")
         return LengthHistogram(counts, name=name + ("-split" if self.long_sequences == "split" else ""))

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -207,10 +208,21 @@ def test_max_length_shorter_than_the_histogram_names_the_line(tmp_path):
     assert ":2: dataset: " in message and "shorter than the longest sequence (384)" in message
 
 
-def test_synthetic_histogram_that_rounds_to_nothing_names_the_line(tmp_path):
-    text = FIVE_LINES.replace("  histogram: squad_1_1_384\n", "  histogram: {synthetic: lognormal, sequences: 1, "
-                              "median_length: 8, sigma: 3}\n  max_length: 512\n")
-    assert "holds no sequences" in error_of(tmp_path, text)
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 100_000), st.floats(2.0, 50_000.0), st.floats(0.05, 3.0), st.sampled_from([64, 4096, 131072]))
+def test_a_synthetic_histogram_holds_exactly_the_sequences_asked_for(sequences, median, sigma, max_length):
+    """However rare each length (a few sequences spread over 131,072 lengths), none is rounded away; each length
+    is within one sequence of its expected count."""
+    from scipy.stats import lognorm
+
+    from simbench.scenario import SyntheticHistogram
+
+    histogram = SyntheticHistogram(synthetic="lognormal", sequences=sequences, median_length=median,
+                                   sigma=sigma).build(max_length)
+    assert histogram.sequences == sequences
+    cdf = lognorm.cdf(np.arange(0.5, max_length + 1.0), s=sigma, scale=median)
+    cdf[0], cdf[-1] = 0.0, 1.0
+    assert np.all(np.abs(histogram.counts - sequences * np.diff(cdf)) < 1 + 1e-6)
 
 
 def test_one_plan_under_two_labels_is_rejected(tmp_path):
