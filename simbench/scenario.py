@@ -694,14 +694,24 @@ def _layout_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[In
 
 def _budgets_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
     """Each strategy whose token budget cannot run (`memory` where no token fits, a budget below the longest
-    sequence), at its `budget_tokens` where written, as its run would resolve it."""
-    from simbench.sim.memory_budget import resolved_plans
+    sequence, inside a layout a budget over what its HBM holds), at its `budget_tokens` where written, as its
+    run would resolve it."""
+    from simbench.sim.memory_budget import layout_terms, layout_token_budget, resolved_plans
 
     histogram, model, hardware = scenario.dataset.load(), get_model(scenario.model), scenario.hardware.load()
+    replicas = min(scenario.replica_devices)
     refused = []
     for index, spec in enumerate(scenario.strategies):
         try:
-            resolved_plans([spec.plan()], histogram, model, hardware, scenario.layout, min(scenario.replica_devices))
+            (plan,) = resolved_plans([spec.plan()], histogram, model, hardware, scenario.layout, replicas)
+            # The layout's own rows are checked against HBM with the layout; a budget may ask for more.
+            budget = getattr(plan, "budget_tokens", None)
+            if isinstance(budget, int) and scenario.layout is not None and hardware.hbm_capacity_bytes is not None:
+                allowed = layout_token_budget(model, hardware, scenario.layout, replicas)
+                if budget > allowed:
+                    raise InputError(f"strategy {plan.name!r}: {budget:,} tokens a microbatch exceed what "
+                                     f"{hardware.name}'s HBM holds on {layout_terms(scenario.layout)}, up to "
+                                     f"{allowed:,} (budget_tokens: memory takes that)", parameter="hbm_capacity_bytes")
         except InputError as error:
             key = ("strategies", index, "budget_tokens")
             key = key if _written(root, key) else key[:-1]

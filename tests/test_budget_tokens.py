@@ -82,6 +82,17 @@ def test_memory_where_no_token_fits_names_hbm_capacity_bytes(tmp_path):
                     + "strategies:\n  - name: token-budget\n    budget_tokens: memory\n")
 
 
+def test_a_budget_over_what_the_layouts_hbm_holds_is_refused_with_what_it_holds(tmp_path):
+    allowed = max_tokens_per_microbatch("llama-3.1-8b", "h100-sxm", tp=2, pp=2, dp=2, microbatches=4, zero_stage=1,
+                                        recompute="none")
+    over = LLAMA + LAYOUT + f"strategies:\n  - name: token-budget\n    budget_tokens: {allowed + 1}\n"
+    with pytest.raises(InputErrors, match=rf"s.yaml:10: strategies.0.budget_tokens: .*{allowed + 1:,} tokens a "
+                                          rf"microbatch exceed what h100-sxm's HBM holds on TP 2 x PP 2 x CP 1, "
+                                          rf"ZeRO 1, recompute none, up to {allowed:,}"):
+        scenario_of(tmp_path, over)
+    assert scenario_of(tmp_path, over.replace(str(allowed + 1), str(allowed)))
+
+
 def test_a_budget_below_the_longest_sequence_is_refused():
     with pytest.raises(InputError, match=r"strategy 'token-budget:budget_tokens=100': budget_tokens 100 cannot hold "
                                          r"the dataset's longest sequence of 384 tokens"):
