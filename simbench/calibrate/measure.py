@@ -344,7 +344,9 @@ def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile)
             extra = np.array([cost_model.first_sight_seconds(layout.mode) for layout in layouts])
             first_sight = {"new_shape_steps": int(new.sum()),
                            "measured_first_sight_step_seconds": measured.first_sight_step_seconds(name),
-                           "predicted_first_sight_step_seconds": float((terms.sum(axis=1) + new * extra).mean())}
+                           # The repeated price plus the extra, so that first sight is never below it by a rounding.
+                           "predicted_first_sight_step_seconds": predicted_seconds / len(layouts)
+                           + float((new * extra).mean())}
         records.append({
             "strategy": name,
             "mode": layouts[0].kind,
