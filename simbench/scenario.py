@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -700,18 +701,18 @@ def _budgets_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[I
 
     histogram, model, hardware = scenario.dataset.load(), get_model(scenario.model), scenario.hardware.load()
     replicas = min(scenario.replica_devices)
+    # The layout's own rows are checked against HBM with the layout; a budget may ask for more.
+    checks_hbm = scenario.layout is not None and hardware.hbm_capacity_bytes is not None
+    allowed = functools.cache(lambda: layout_token_budget(model, hardware, scenario.layout, replicas))
     refused = []
     for index, spec in enumerate(scenario.strategies):
         try:
             (plan,) = resolved_plans([spec.plan()], histogram, model, hardware, scenario.layout, replicas)
-            # The layout's own rows are checked against HBM with the layout; a budget may ask for more.
-            budget = getattr(plan, "budget_tokens", None)
-            if isinstance(budget, int) and scenario.layout is not None and hardware.hbm_capacity_bytes is not None:
-                allowed = layout_token_budget(model, hardware, scenario.layout, replicas)
-                if budget > allowed:
-                    raise InputError(f"strategy {plan.name!r}: {budget:,} tokens a microbatch exceed what "
-                                     f"{hardware.name}'s HBM holds on {layout_terms(scenario.layout)}, up to "
-                                     f"{allowed:,} (budget_tokens: memory takes that)", parameter="hbm_capacity_bytes")
+            budget = plan.budget_tokens
+            if checks_hbm and isinstance(budget, int) and budget > allowed():
+                raise InputError(f"strategy {plan.name!r}: {budget:,} tokens a microbatch exceed what "
+                                 f"{hardware.name}'s HBM holds on {layout_terms(scenario.layout)}, up to "
+                                 f"{allowed():,} (budget_tokens: memory takes that)", parameter="hbm_capacity_bytes")
         except InputError as error:
             key = ("strategies", index, "budget_tokens")
             key = key if _written(root, key) else key[:-1]

@@ -233,13 +233,13 @@ def _wlb_llm_imbalance(packer: str, delay: bool, microbatches: int = 4, steps: i
     draws them (one row a microbatch)."""
     from simbench.sim.batching import OutlierDelaySampler, PackSampler
     from simbench.strategies import PackOptions, get_strategy
-    from simbench.strategies.wlb import outlier_threshold, predicted_work
+    from simbench.strategies.wlb import outlier_threshold, pack_work
 
     gpu, context = _llama2_7b_on_h100(), 131072
     parity = gpu.attention_parity_tokens
     packing = get_strategy(packer)(_wlb_llm_histogram(context), context, None,
                                    PackOptions(seed=0, attention_parity_tokens=parity))
-    work = np.add.reduceat(predicted_work(packing.pack_lengths, parity), packing.pack_starts[:-1])
+    work = pack_work(packing, parity)
     sampler = OutlierDelaySampler(packing, outlier_threshold(context)) if delay else PackSampler(packing)
     step_work = work[sampler.picks(np.random.default_rng(0), steps, 1, microbatches).reshape(steps, microbatches)]
     return float(np.mean(step_work.max(axis=1) * microbatches / step_work.sum(axis=1)))

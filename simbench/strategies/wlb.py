@@ -84,12 +84,17 @@ def balanced_packs(histogram: LengthHistogram, max_length: int, max_depth: int |
     return [pack for pack in packs if pack]
 
 
+def pack_work(packing: Packing, parity_tokens: float) -> np.ndarray:
+    """Each distinct pack's predicted work: its sequences' `predicted_work` summed."""
+    return np.add.reduceat(predicted_work(packing.pack_lengths, parity_tokens), packing.pack_starts[:-1])
+
+
 def predicted_step_work(packing: Packing, parity_tokens: float) -> float:
     """What wlb minimises: the packs' total predicted work plus, per pack, one standard deviation of it, as a
     step of unequal microbatches waits on its heavier ones (pipeline stalls, the slowest replica)."""
     if packing.packs_total == 0:
         return 0.0
-    work = np.add.reduceat(predicted_work(packing.pack_lengths, parity_tokens), packing.pack_starts[:-1])
+    work = pack_work(packing, parity_tokens)
     weights = packing.repeats / packing.packs_total
     mean = float(weights @ work)
     spread = float(np.sqrt(weights @ (work - mean) ** 2))
