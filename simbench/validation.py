@@ -118,14 +118,14 @@ def check_gpus_per_replica(gpus, name: str = "gpus_per_replica") -> int:
     return check_whole_number(gpus, name, minimum=1)
 
 
-def check_rows_per_step(devices: int, batch_size: int, plan: str | None = None) -> None:
+def check_rows_per_step(devices: int, batch_size: int, plan: str | None = None, remedy: str = "") -> None:
     """The largest cluster's rows per step (devices x batch_size) must fit in memory, for a `plan`
-    that simulates every device."""
+    that simulates every device; `remedy`, if any, says how that plan could avoid it."""
     rows = devices * batch_size
     if rows > ROWS_PER_STEP_MAX:
         who = f"strategy {plan} simulates every device: " if plan else ""
         raise InputError(f"{who}{devices:,} devices x batch_size {batch_size} is {rows:,} rows per step; "
-                         f"at most {ROWS_PER_STEP_MAX:,} fit in memory", parameter="batch_size")
+                         f"at most {ROWS_PER_STEP_MAX:,} fit in memory{remedy}", parameter="batch_size")
 
 
 def check_simulation_work(rows: int, max_rows: int = SIMULATED_ROWS_MAX,

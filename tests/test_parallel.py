@@ -318,3 +318,15 @@ def test_the_405b_128k_scenario_puts_llama_3s_layers_on_its_stages():
     layout = scenario.layout
     assert layout.stage_layers_of(126) == (7,) + (8,) * 14 + (7,) and layout.gpus_per_replica == 2048
     assert max(scenario.devices) == 16384
+
+
+def test_outlier_delay_at_a_million_devices_refuses_quickly_and_says_how_to_draw_them_directly():
+    from simbench.histogram import load_histogram
+    from simbench.sim.simulate import simulate
+
+    histogram = load_histogram("squad_1_1_384")
+    model = TransformerCostModel("bert-large", "a100")
+    with pytest.raises(InputError, match="outlier_delay: false lets its devices draw independently"):
+        simulate(histogram, ["wlb"], [1, 2**20], model, batch_size=32, steps=5, seed=0)
+    undelayed = simulate(histogram, ["wlb:outlier_delay=false"], [1, 2**20], model, batch_size=32, steps=5, seed=0)
+    assert 2**20 in set(undelayed.summary["devices"])
