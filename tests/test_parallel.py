@@ -203,6 +203,7 @@ def test_the_128k_scenario_runs_end_to_end_and_reports_its_layout():
     text = summary_markdown(scenario, scenario.dataset.load(), tables)
     assert "**4D answer:** on 16,384 GPUs (8 replicas of TP 8 x PP 16 x CP 16" in text
     assert "### Workload-balanced packing against token-balanced packing" in text
+    assert "`wlb` delays documents of at least half the context (a chosen threshold: WLB-LLM states none)" in text
 
 
 def test_run_writes_the_4d_tables_and_plot_redraws_them(tmp_path):

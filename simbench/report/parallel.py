@@ -167,7 +167,9 @@ def parallel_section(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd
         text += ("\n\n### Workload-balanced packing against token-balanced packing\n\n" + markdown_table(gains) +
                  "\n\nSame attention kernels on both sides; replica rows compare real tokens per second of one "
                  "replica's step under each CP sharding, cluster rows the simulated clusters (the run's sharding), "
-                 "slowest replica and gradient sync included.")
+                 "slowest replica and gradient sync included. `wlb` delays documents of at least half the context "
+                 "(a chosen threshold: WLB-LLM states none) so that a step's packs all hold one or none; a label "
+                 "ending in `outlier_delay=false` does not.")
     return text
 
 
