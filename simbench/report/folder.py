@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -59,8 +60,8 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
         stored = read_tables(folder)
         summary = summary_markdown(scenario, histogram, stored)
         (folder / "summary.md").write_text(summary)
-        (folder / "summary.json").write_text(json.dumps(summary_record(scenario, histogram, stored), indent=1,
-                                                        allow_nan=False) + "\n")
+        (folder / "summary.json").write_text(json.dumps(json_ready(summary_record(scenario, histogram, stored)),
+                                                        indent=1, allow_nan=False) + "\n")
         tell("wrote summary.md and summary.json")
         written = draw_plots(folder, scenario, histogram, stored, workers, stage)
         page = html.report_html(
@@ -192,3 +193,16 @@ def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tab
             written[name].append(path)
         tell(f"drew {' and '.join(path.name for path in written[name])} ({len(written)} of {len(jobs)} plots)")
     return [path for name in jobs for path in written[name]]  # in the scenario's order, whichever came first
+
+
+def json_ready(value):
+    """`value` with what JSON cannot hold made plain: NaN (a figure not computed) as null, an infinite float (a
+    profile's `.inf`, no limit) as the string "inf" or "-inf", which any JSON reader takes and `float()` reads
+    back."""
+    if isinstance(value, dict):
+        return {key: json_ready(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value

@@ -317,10 +317,10 @@ def plan_fields(text: str) -> dict[str, Any]:
     for argument in arguments:
         key, equals, value = argument.partition("=")
         if not equals:
-            key, value = ("max_depth", argument) if argument == "max" or argument.isdigit() else ("packer", argument)
+            key, value = ("max_depth", argument) if argument == "max" or _is_count(argument) else ("packer", argument)
         if key in fields:
             raise InputError(f"strategy {text!r}: {key} given twice")
-        fields[key] = int(value) if value.isdigit() else value
+        fields[key] = int(value) if _is_count(value) else value
     return fields
 
 
@@ -369,3 +369,9 @@ def all_plan_names() -> list[str]:
 def with_reference(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     """The plans with padding (`none`) first: every speed-up is measured against it."""
     return [REFERENCE_PLAN, *[plan for plan in plans if not plan.is_reference]]
+
+
+def _is_count(text: str) -> bool:
+    """ASCII digits only ("²".isdigit() is true, and int() refuses it), and few enough for int() to read (a
+    longer run is no depth or count any plan takes: it reads as a name, which the plan then refuses)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
