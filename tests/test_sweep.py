@@ -419,3 +419,35 @@ def test_a_sweep_reports_its_packings_then_its_cells_with_the_work_they_hold(swe
     assert [state.done for state in cells] == [1, 2, 3, 4] and cells[-1].remaining_work == pytest.approx(0, abs=1e-9)
     assert cells[0].remaining_seconds is None  # the first cell to finish is not timed: it paid for the start
     assert all(state.remaining_seconds is not None for state in cells[1:])
+
+
+@pytest.mark.parametrize("stop_in", ["_scaling_facets", "_winner_heatmap"])
+def test_a_sweep_stopped_while_writing_its_reports_resumes_and_rewrites_them(finished_sweep, tmp_path, monkeypatch,
+                                                                           stop_in):
+    """Interrupted after its cells finished, between one report file and the next (a file replaced, the ledger
+    not yet told its hash): --resume rewrites the reports, where it had refused them as the user's edits."""
+    import json
+
+    from simbench.report import sweep as sweep_report
+
+    out = copy_of(finished_sweep, tmp_path)
+    for name in ("summary.md", "scaling.png", "winners.png"):  # as a first run is when its last cell finishes
+        (out / name).unlink()
+    ledger = json.loads((out / "sweep.json").read_text())
+    (out / "sweep.json").write_text(json.dumps({**ledger, "reports": {}}))
+    real = getattr(sweep_report, stop_in)
+
+    def stopped(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_report, stop_in, stopped)
+    stopped_run = resume(finished_sweep[0], out)
+    assert stopped_run.exit_code == 130, stopped_run.output
+    monkeypatch.setattr(sweep_report, stop_in, real)
+    result = resume(finished_sweep[0], out)
+    assert result.exit_code == 0, result.output
+    assert (out / "summary.md").read_text() == (finished_sweep[1] / "summary.md").read_text()
+    ledger = json.loads((out / "sweep.json").read_text())
+    assert set(ledger["reports"]) == {"summary.md", "scaling.png", "winners.png"}
+    assert "writing" not in ledger["reports"].values()

@@ -48,8 +48,12 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
                        failures: list[dict], results: pd.DataFrame) -> list[Path]:
     """summary.md (and winners.png when two axes are named) in `out`, each written atomically."""
     from simbench.atomic import atomic_file
+    from simbench.sweep_ledger import read_ledger
 
     out = Path(out)
+    ledger = read_ledger(out)
+    if ledger is not None:  # before the first file is replaced: an interrupted write resumes
+        ledger.writing_reports()
     lines = [f"# Sweep {name}", "",
              f"{results['cell'].nunique() if not results.empty else 0} cells finished, {len(failures)} failed "
              f"(their errors are in failures/). Speed-ups are over padding at the same device count, except "
@@ -84,9 +88,6 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
     with atomic_file(out / "summary.md") as temporary:
         temporary.write_text("\n".join(lines) + "\n")
     written = [out / "summary.md", *written]
-    from simbench.sweep_ledger import read_ledger
-
-    ledger = read_ledger(out)
     if ledger is not None:  # so that --resume tells these files from a user's edits
         ledger.record_reports(written)
     return written
