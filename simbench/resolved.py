@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.costmodels.registry import COST_MODELS
+from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
 from simbench.sim.layout import ParallelLayout
 from simbench.sim.memory_budget import resolved_plans
 from simbench.sim.plans import ExecutionPlan, parse_plans, with_reference
-from simbench.sim.shapes import DEFAULT_TRAINING_STEPS
+from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
+from simbench.validation import check_whole_number
 
 if TYPE_CHECKING:
     from simbench.scenario import Scenario
@@ -80,6 +82,9 @@ class Run:
                      steps: int = 200, seed: int = 0, engine: str = "auto", shapes: str = "auto",
                      training_steps: int = DEFAULT_TRAINING_STEPS) -> Run:
         """The run `simbench simulate` and `simbench.simulate` describe with their options."""
+        if not devices:
+            raise InputError("devices: give at least one device count", parameter="devices")
+        check_whole_number(training_steps, "training_steps", minimum=1, maximum=TRAINING_STEPS_MAX)
         if not isinstance(histogram, LengthHistogram):
             histogram = load_histogram(histogram)
         named = parse_plans([plan for plan in strategies if not isinstance(plan, ExecutionPlan)])

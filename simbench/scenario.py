@@ -28,6 +28,7 @@ from simbench.errors import InputError, InputErrors, did_you_mean, read_text_fil
 from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.layout import ParallelLayout
+from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
 from simbench.sim.plans import (ExecutionPlan, PlanType, packing_refusals, plan_fields, plan_from_fields,
                                 plan_type)
 from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_gpus_per_replica, check_max_depth, \
@@ -403,7 +404,7 @@ class Scenario(_Strict):
     shapes: Literal["new", "seen", "auto"] = Field(
         "auto", description="which steps pay a new batch shape's first-sight cost: new (every variable shape, "
         "a run's first steps), seen (none, steady state) or auto (the average over training_steps)")
-    training_steps: StrictInt = Field(10_000, ge=1, le=10**12, description="steps of the training run being "
+    training_steps: StrictInt = Field(DEFAULT_TRAINING_STEPS, ge=1, le=TRAINING_STEPS_MAX, description="steps of the training run being "
                                       "simulated: how often a device meets a batch shape for the first time")
     # Strict: `seed: true` is a mistake, not seed 1.
     seed: StrictInt = Field(0, ge=0, description="seeds every random draw; `--seed` replaces it")

@@ -172,6 +172,8 @@ CASES = [
     # Simulate options
     ("simulate-devices-superscript", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1,²"],
      "--devices"),
+    ("simulate-training-steps-over-a-trillion", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1",
+                                                    "--training-steps", "1000000000001"], "--training-steps"),
     ("simulate-devices-zero", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "0"], "--devices"),
     ("simulate-devices-empty", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", ""], "--devices"),
     ("simulate-steps-billion", {}, ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "8", "--steps",
