@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import typer
 
-from simbench.commands.common import (QUIET_HELP, command, parse_counts, print_json_lines, print_table, progress_bar,
-                                      say, stage_lines)
+from simbench.commands.common import (QUIET_HELP, command, parse_counts, parse_strategies, print_json_lines,
+                                      print_table, progress_bar, say, stage_lines)
 from simbench.validation import DEFAULT_DEVICES, SIMULATED_ROWS_MAX
 
 TABLE_COLUMNS = ("strategy", "devices", "speed-up", "over", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms", "engine")
@@ -20,7 +20,8 @@ def simulate(
     strategy: list[str] = typer.Option(..., "--strategy", "-s",
                                        help="NAME[:DEPTH] of a packer, unpad, unpad-exchange, unpad-exchange-overlap, "
                                             "packed-varlen[:PACKER][:DEPTH], vts[:stages=S], "
-                                            "vts-bucketed[:window=K], or all; repeatable"),
+                                            "vts-bucketed[:window=K], or all; repeatable or "
+                                            "comma-separated (-s spfhp:3,unpad)"),
     devices: str = typer.Option(",".join(map(str, DEFAULT_DEVICES)), "--devices", "-n",
                                 help="comma-separated device counts"),
     model: str = typer.Option("bert-large", "--model", help="model preset"),
@@ -52,7 +53,7 @@ def simulate(
     from simbench.resolved import Run
     from simbench.sim.results import with_per_gpu_columns
 
-    run = Run.from_options(histogram, strategy, parse_counts(devices, "--devices"), model=model, hardware=hardware,
+    run = Run.from_options(histogram, parse_strategies(strategy), parse_counts(devices, "--devices"), model=model, hardware=hardware,
                            overrides=field_values(settings), cost_model=cost_model_name,
                            gpus_per_replica=gpus_per_replica, batch_size=batch_size, steps=steps, seed=seed,
                            engine=engine, shapes=shapes, training_steps=training_steps)
