@@ -1,6 +1,7 @@
 """Scenario files: defaults, shorthands, and errors that name the file, line, key and allowed values."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -341,3 +342,22 @@ def test_validate_json_lists_every_error_as_one_object(tmp_path):
     result = CliRunner().invoke(app, ["validate", str(path), "--json"])
     (record,) = [json.loads(line) for line in result.stdout.splitlines()]
     assert result.exit_code == 2 and not record["valid"] and len(record["errors"]) == 2
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda path: path.name)
+def test_a_sweep_a_bundled_scenario_points_to_exists_or_runs_as_written(path, tmp_path):
+    # A comment's sweep is a bundled one by name, or an axis written out that sweeps the scenario as it is.
+    from simbench.sweep import bundled_sweeps, load_sweep
+
+    comments = " ".join(line for line in path.read_text().splitlines() if line.lstrip().startswith("#"))
+    if "sweep" not in comments:
+        return
+    axes = re.findall(r"sweep `([\w.]+): (\[[^\]]*\])`", comments)
+    named = [name for name in re.findall(r"sweep ([\w-]+)", comments) if name in bundled_sweeps()]
+    assert axes or named, f"{path.name} mentions a sweep that is neither bundled nor written out"
+    for key, values in axes:
+        base = yaml.safe_load(path.read_text())
+        sweep = tmp_path / "sweep.yaml"
+        sweep.write_text(yaml.safe_dump({"name": "pointed", "base": {k: v for k, v in base.items() if k != "name"},
+                                         "axes": {key: yaml.safe_load(values)}}))
+        assert len(load_sweep(sweep).cells) == len(yaml.safe_load(values))
