@@ -33,12 +33,14 @@ JSON_COMMANDS = {
     "bound": ["bound", "{histogram}", "--max-depth", "3", "--json"],
     "simulate": ["simulate", "{histogram}", "--strategy", "all", "--devices", "1,2", "--steps", "3",
                  "--batch-size", "8", "--json"],
+    "list": ["list", "--json"],
+    "validate": ["validate", "squad384", "--json"],
 }
 
 
 # `bound` prints no progress, so it has no --quiet.
 @pytest.mark.parametrize("command, quiet", [("pack", False), ("pack", True), ("bound", False), ("simulate", False),
-                                            ("simulate", True)])
+                                            ("simulate", True), ("list", False), ("validate", False)])
 def test_json_stdout_is_one_json_object_per_line(command, quiet, small_histogram):
     arguments = [argument.format(histogram=small_histogram) for argument in JSON_COMMANDS[command]]
     if quiet:

@@ -44,7 +44,8 @@ def measure(
     quick: bool = typer.Option(False, "--quick", help="without --profile: a quick calibration (seconds, for tests)"),
     unpadded_attention: str = typer.Option(None, "--unpadded-attention", help=UNPADDED_HELP),
     wall_clock: bool = typer.Option(False, "--wall-clock", help=WALL_CLOCK_HELP),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object per strategy (only JSON on stdout)"),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="JSON lines: one JSON object per strategy (only JSON on stdout)"),
     output_dir: Path = typer.Option(None, "-o", "--output", help="folder for the CSV, the plot and the settings"),
 ) -> None:
     """Run real training steps per strategy and compare realized speed-ups with the cost model's, at first
