@@ -55,9 +55,9 @@ def list_profile(name: str, show=None) -> None:
     from simbench.report.validation_table import profile_provenance
 
     rows = profile_provenance(name)
+    values = [f"{row['value']:.4g}" if isinstance(row["value"], float) else str(row["value"]) for row in rows]
     (show or _section)(f"Hardware profile {name}", ["field", "value", "source"],
-                       [(row["field"], f"{row['value']:.4g}" if isinstance(row["value"], float) else str(row["value"]),
-                         row["source"]) for row in rows])
+                       [(row["field"], value, row["source"]) for row, value in zip(rows, values)])
 
 
 def _section(title: str, columns: list[str], rows: list[tuple[str, ...]]) -> None:

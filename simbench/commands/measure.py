@@ -11,7 +11,8 @@ import typer
 
 from simbench.calibrate.runs import DEFAULT_MAX_LENGTH
 from simbench.commands.common import (UNPADDED_HELP, WALL_CLOCK_HELP, advancing, command, parse_model,
-                                      parse_strategies, print_json_lines, print_table, progress_bar, say, stdout_to_stderr)
+                                      parse_strategies, print_json_lines, print_table, progress_bar, say,
+                                      stdout_to_stderr)
 
 
 

@@ -90,7 +90,7 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
 
     try:
         scenarios = load_scenarios(scenario_path)  # validating loads each dataset
-    except (InputErrors, InputError) as failure:
+    except InputError as failure:  # InputErrors holds every error of the file; others come alone
         errors = failure.errors if isinstance(failure, InputErrors) else [failure]
         if as_json:
             print_json_lines([{"file": str(scenario_path), "valid": False, "errors": [str(error) for error in errors]}])
