@@ -122,7 +122,7 @@ class Run:
                         steps=self.steps, seed=self.seed, engine=self.engine, progress=progress, packings=packings,
                         max_rows=SIMULATED_ROWS_MAX if max_rows is None else max_rows, stage=stage,
                         shapes=shapes or self.shapes, training_steps=self.training_steps,
-                        microbatches=self.microbatches)
+                        microbatches=self.microbatches, gpus_per_device=self.gpus_per_replica)
 
     def cost_model_on(self, hardware: HardwareProfile) -> object:
         """This run's kind of cost model for its model on other hardware (the assumptions a report weighs)."""

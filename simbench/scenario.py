@@ -379,7 +379,8 @@ class Scenario(_Strict):
     ] = Field("bert-large", description="a model preset, or dimensions `{layers, hidden, heads, ffn}` with optional "
               "`vocab`, `max_positions` and, for decoders, `family: decoder`, `kv_heads`, `gated_mlp`, `positions` "
               "(`learned`, `rotary`), `tied_embeddings`, `biases` (`all`, `qkv`, `none`), `norm` (`layernorm`, "
-              "`rmsnorm`)")
+              "`rmsnorm`); a model whose learned positions are fewer than `dataset.max_length` is refused; left out, "
+              "`validate` and the report say so")
     hardware: HardwareSpec = Field(HardwareSpec(), description="a hardware preset or profile file (`hardware: cs-2` "
                                    "is short for `{profile: cs-2}`), or a mapping (see below)")
     gpus_per_replica: int = Field(1, description="GPUs in one data-parallel device (tensor or context "
@@ -531,6 +532,13 @@ class Scenario(_Strict):
                 warnings += [warning] if warning else []
         return warnings
 
+    def unstated_defaults(self) -> list[str]:
+        """The keys that shape every figure (model, hardware, batch size) which the scenario leaves to their
+        defaults, each as `model: bert-large (default: no `model:` given)`: `validate` and the report say them."""
+        values = {"model": self.model, "hardware": self.hardware.profile, "batch_size": self.batch_size}
+        return [f"{key}: {value} (default: no `{key}:` given)" for key, value in values.items()
+                if key not in self.model_fields_set]
+
     def input_files(self) -> list[Path]:
         """The user's files this scenario reads (a histogram, a hardware profile): what no output may replace."""
         names = [self.dataset.histogram, self.hardware.profile]
@@ -618,7 +626,8 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
                   for each, path in zip(found, paths)
                   if not any(len(other) > len(path) and other[:len(path)] == path for other in paths)]
         raise InputErrors(sorted(errors, key=lambda each: each.line or 0)) from None
-    refused = _packings_refused(scenario, root, source) + _layout_refused(scenario, root, source)
+    refused = (_positions_refused(scenario, root, source) + _packings_refused(scenario, root, source)
+               + _layout_refused(scenario, root, source))
     refused = refused or _budgets_refused(scenario, root, source)  # a budget from memory needs a sound layout
     if refused:
         raise InputErrors(refused)
@@ -640,6 +649,19 @@ def check_scenario_work(scenario: Scenario, root: yaml.Node, source: str, rows: 
         check_simulation_work(rows, raising="simulate the largest sizes alone with `simbench simulate --max-rows`")
     except InputError as error:
         raise InputError(error.message, source=source, line=_line_of(root, ("steps",))) from None
+
+
+def _positions_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
+    """A model whose learned positions end before the dataset's max length, at the `model` key (where the
+    default model was taken, at the max length that asks for more)."""
+    max_length = scenario.dataset.max_length or scenario.dataset.load().max_length
+    problem = get_model(scenario.model).positions_problem(max_length)
+    if problem is None:
+        return []
+    written = _written(root, ("model",))
+    key = ("model",) if written or not _written(root, ("dataset", "max_length")) else ("dataset", "max_length")
+    default = "" if written else " (the default: no `model:` given)"
+    return [InputError(f"model{default}: {problem}", source=source, line=_line_of(root, key))]
 
 
 def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:

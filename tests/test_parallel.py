@@ -331,3 +331,38 @@ def test_outlier_delay_at_a_million_devices_refuses_quickly_and_says_how_to_draw
         simulate(histogram, ["wlb"], [1, 2**20], model, batch_size=32, steps=5, seed=0)
     undelayed = simulate(histogram, ["wlb:outlier_delay=false"], [1, 2**20], model, batch_size=32, steps=5, seed=0)
     assert 2**20 in set(undelayed.summary["devices"])
+
+
+def test_a_one_gpu_layout_reads_in_the_singular_without_a_cp_sharding_and_progress_counts_replicas(tmp_path):
+    from simbench.report.summary import summary_markdown
+
+    text = ("name: words\ndataset: {histogram: squad_1_1_384}\nstrategies: [spfhp, wlb]\ndevices: [1, 2]\n"
+            "batch_size: 2\nsteps: 4\noutputs: {lp_bounds: false}\nparallel: {zero_stage: 3}\n")
+    (scenario,) = parse_scenarios(text, source="s.yaml", base_dir=tmp_path)
+    tables = run_experiment(scenario, assumptions=False)
+    summary = summary_markdown(scenario, scenario.dataset.load(), tables)
+    assert "(1 GPU a replica), 1 microbatch, no context parallelism" in summary
+    assert "1 GPUs" not in summary and "1 microbatches" not in summary and "zigzag" not in summary
+    assert "| none (CP 1) (run) |" in summary and "| -0.0 |" not in summary
+    # Two GPUs a replica: the progress lines count replicas and say their GPUs.
+    (scenario,) = parse_scenarios(text.replace("{zero_stage: 3}", "{pp: 2, microbatches: 2}").replace(
+        "devices: [1, 2]", "devices: [2, 8]"), source="s.yaml", base_dir=tmp_path)
+    lines = []
+    run_experiment(scenario, stage=lines.append, assumptions=False)
+    simulated = [line for line in lines if line.startswith("simulated")]
+    assert simulated and all(line.endswith("on 1, 4 replicas (2 to 8 GPUs)") for line in simulated)
+    assert lines[-1] == "priced a replica's step by cause under every CP sharding"
+
+
+def test_a_negative_pipeline_stall_is_explained_and_a_rounding_zero_reads_zero():
+    import pandas as pd
+
+    from simbench.report.parallel import _milliseconds, _negative_stall_note
+
+    assert _milliseconds(-4.4e-13) == "0.0" and _milliseconds(-0.44) == "-0.4" and _milliseconds(1.26) == "1.3"
+    assert _negative_stall_note(pd.DataFrame({"stall_seconds": [0.2, -4.4e-16]})) == ""
+    assert "1F1B fills" in _negative_stall_note(pd.DataFrame({"stall_seconds": [0.2, -0.00044]}))
+    # The cause, not rounding: 1F1B with its short microbatches at the fill and drain beats equal ones.
+    forward = np.array([0.45, 0.90, 0.82, 0.65])[:, None].repeat(3, axis=1)
+    step = pipeline_step(forward, 2 * forward, schedule="1f1b")
+    assert float(step.stall_seconds) < -0.5

@@ -105,7 +105,12 @@ def test_summary_answers_first(report):
     padded = scaling[scaling["reference"] == "none"]
     # Ties (un-padding with and without exchange on one device) go to the first name alphabetically.
     best = padded[padded["devices"] == 1].sort_values(["speedup", "strategy"], ascending=[False, True]).iloc[0]
-    headline = summary.splitlines()[2]
+    # The scenario gives no model, hardware or batch size: the defaults it ran with come first, said aloud.
+    defaults = summary.splitlines()[2]
+    assert defaults.startswith("**Defaults:**") and "model: bert-large (default: no `model:` given)" in defaults
+    assert "batch_size: 32 (default: no `batch_size:` given)" in defaults and "hardware: a100" in defaults
+    assert "batch_size: 32 (default: no <code>batch_size:</code> given)" in (report / "report.html").read_text()
+    headline = summary.splitlines()[4]
     assert headline.startswith("**Answer:**") and f"**{best.strategy}**" in headline
     assert f"{best.speedup:.3f}x" in headline
     assert "## Packing" in summary and "| spfhp:2 |" in summary

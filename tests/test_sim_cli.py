@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simbench.cli import app
-from simbench.commands.common import parse_counts
+from simbench.commands.common import parse_counts, parse_strategies
 from simbench.errors import InputError
 
 RUNNER = CliRunner()
@@ -25,6 +25,17 @@ def test_json_prints_one_object_per_strategy_and_device_count():
         assert {"strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                 "engine"} <= set(record)
         assert record["speedup"] > 0 and record["engine"] in ("simpy", "vectorized")
+
+
+def test_comma_separated_strategies_simulate_as_the_repeated_option_does():
+    # A plan's own `:` and `=` survive; only commas separate.
+    arguments = ["simulate", "squad_1_1_384", "--devices", "1,2", "--steps", "4", "--batch-size", "4", "--json"]
+    repeated = RUNNER.invoke(app, [*arguments, "-s", "spfhp:3", "-s", "unpad", "-s", "vts-bucketed:window=2"])
+    listed = RUNNER.invoke(app, [*arguments, "-s", "spfhp:3, unpad,vts-bucketed:window=2"])
+    assert repeated.exit_code == 0 and listed.exit_code == 0, listed.output
+    assert listed.stdout == repeated.stdout
+    assert {json.loads(line)["strategy"] for line in listed.stdout.splitlines()} >= {"spfhp:3", "unpad"}
+    assert parse_strategies(["a:1,b", "c:x=2"]) == ["a:1", "b", "c:x=2"] and parse_strategies(None) is None
 
 
 def test_table_names_every_strategy():

@@ -13,7 +13,7 @@ def bound(
     histogram_name: str = typer.Argument(..., metavar="HISTOGRAM", help="histogram CSV/JSON file or bundled name"),
     max_depth: int = typer.Option(None, "--max-depth", help="at most this many sequences per pack"),
     max_length: int = typer.Option(None, "--max-length", help="pack length in tokens [default: the histogram's]"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines: the bound as one JSON object on one line"),
 ) -> None:
     """The fewest packs any packer can reach: the LP relaxation's optimum, rounded up."""
     from simbench.histogram import load_histogram

@@ -23,7 +23,7 @@ def pack(
     max_length: int = typer.Option(None, "--max-length", help="pack length in tokens [default: the histogram's]"),
     seed: int = typer.Option(0, "--seed", help="seed of the random shuffle (greedy)"),
     batch_size: int = typer.Option(32, "--batch-size", help="sequences per batch (sort)"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON object per strategy per line"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines: one JSON object per strategy"),
     check_baseline: bool = typer.Option(False, "--check-baseline",
                                         help="compare with the recorded efficiencies; exit 1 where a packer needs more "
                                              "than one pack beyond its record"),

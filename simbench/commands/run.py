@@ -55,39 +55,68 @@ def run(
                       f"{histogram.max_length:,} tokens; packing {len(scenario.strategies)} strategies")
             with progress_bar(console, quiet) as progress:
                 task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
+                tell = _telling(progress, task, stage)
                 tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units),
-                                        stage=stage, workers=workers)
-                progress.update(task, description=f"writing {target}")
-                if stage is not None:
-                    stage(f"writing {target}/")
-                write_report(target, scenario, histogram, tables, workers, stage)
+                                        stage=tell, workers=workers)
+                tell(f"writing {target}/")
+                write_report(target, scenario, histogram, tables, workers, tell)
             say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")
             warning = overdraw_warning(tables.scaling, histogram.sequences)
             if warning:
                 say(warning.replace("**", ""))
 
 
-def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP)) -> None:
-    """Check a scenario file without running it; every error in it is listed at once."""
+def _telling(progress, task, stage):
+    """Each finished stage in the live bar's words (a terminal), and as a line where `stage` speaks (elsewhere):
+    the fits, the 4D table and the plots take seconds after the bar is full, and neither stays silent then."""
+    width = 70
+
+    def tell(text: str) -> None:
+        progress.update(task, description=text if len(text) <= width else text[:width - 3] + "...")
+        if stage is not None:
+            stage(text)
+
+    return tell
+
+
+def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
+             as_json: bool = typer.Option(False, "--json", help="JSON lines: one object per scenario (valid, its "
+                                          "defaults, memory line and warnings) or one with every error")) -> None:
+    """Check a scenario file without running it; every error in it is listed at once, and every default it
+    runs with (model, hardware, batch size not given) is said."""
+    from simbench.commands.common import print_json_lines
     from simbench.errors import InputErrors
     from simbench.scenario import load_scenarios
 
     try:
         scenarios = load_scenarios(scenario_path)  # validating loads each dataset
-    except InputErrors as errors:
-        if len(errors.errors) == 1:
-            raise errors.errors[0] from None  # one line, as every command says one error
-        for error in errors.errors:
+    except InputError as failure:  # InputErrors holds every error of the file; others come alone
+        errors = failure.errors if isinstance(failure, InputErrors) else [failure]
+        if as_json:
+            print_json_lines([{"file": str(scenario_path), "valid": False, "errors": [str(error) for error in errors]}])
+            raise typer.Exit(2) from None
+        if len(errors) == 1:
+            raise errors[0] from None  # one line, as every command says one error
+        for error in errors:
             say(f"error: {error}")
-        say(f"{scenario_path}: {len(errors.errors)} errors")
+        say(f"{scenario_path}: {len(errors)} errors")
         raise typer.Exit(2) from None
     for scenario in scenarios:
-        say(f"{scenario_path}: valid scenario {scenario.name!r} ({len(scenario.strategies)} strategies, "
+        budget, warnings = _memory_budget_line(scenario), scenario.depth_warnings()
+        if as_json:
+            print_json_lines([{"file": str(scenario_path), "valid": True, "scenario": scenario.name,
+                               "strategies": [spec.label for spec in scenario.strategies],
+                               "devices": list(scenario.devices), "defaults": scenario.unstated_defaults(),
+                               "memory": budget, "warnings": warnings}])
+            continue
+        count = len(scenario.strategies)
+        say(f"{scenario_path}: valid scenario {scenario.name!r} ({count} strateg{'y' if count == 1 else 'ies'}, "
             f"devices {', '.join(map(str, scenario.devices))})")
-        budget = _memory_budget_line(scenario)
+        for default in scenario.unstated_defaults():
+            say(default)
         if budget is not None:
             say(budget)
-        for warning in scenario.depth_warnings():
+        for warning in warnings:
             say(f"warning: {warning}")
 
 

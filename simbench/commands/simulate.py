@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import typer
 
-from simbench.commands.common import (QUIET_HELP, command, parse_counts, print_json_lines, print_table, progress_bar,
-                                      say, stage_lines)
+from simbench.commands.common import (QUIET_HELP, command, parse_counts, parse_strategies, print_json_lines,
+                                      print_table, progress_bar, say, stage_lines)
 from simbench.validation import DEFAULT_DEVICES, SIMULATED_ROWS_MAX
 
 TABLE_COLUMNS = ("strategy", "devices", "speed-up", "over", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms", "engine")
@@ -20,7 +20,8 @@ def simulate(
     strategy: list[str] = typer.Option(..., "--strategy", "-s",
                                        help="NAME[:DEPTH] of a packer, unpad, unpad-exchange, unpad-exchange-overlap, "
                                             "packed-varlen[:PACKER][:DEPTH], vts[:stages=S], "
-                                            "vts-bucketed[:window=K], or all; repeatable"),
+                                            "vts-bucketed[:window=K], or all; repeatable or "
+                                            "comma-separated (-s spfhp:3,unpad)"),
     devices: str = typer.Option(",".join(map(str, DEFAULT_DEVICES)), "--devices", "-n",
                                 help="comma-separated device counts"),
     model: str = typer.Option("bert-large", "--model", help="model preset"),
@@ -39,7 +40,7 @@ def simulate(
     shapes: str = typer.Option("auto", "--shapes", help="which steps pay a new batch shape's first-sight cost: "
                                "new, seen or auto (the average over --training-steps)"),
     training_steps: int = typer.Option(10_000, "--training-steps", help="steps of the training run simulated"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON object per (strategy, devices) line"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines: one JSON object per (strategy, devices)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
     max_rows: int = typer.Option(SIMULATED_ROWS_MAX, "--max-rows",
                                  help="refuse a run that would draw and price more sequences or packs than this"),
@@ -52,8 +53,8 @@ def simulate(
     from simbench.resolved import Run
     from simbench.sim.results import with_per_gpu_columns
 
-    run = Run.from_options(histogram, strategy, parse_counts(devices, "--devices"), model=model, hardware=hardware,
-                           overrides=field_values(settings), cost_model=cost_model_name,
+    run = Run.from_options(histogram, parse_strategies(strategy), parse_counts(devices, "--devices"), model=model,
+                           hardware=hardware, overrides=field_values(settings), cost_model=cost_model_name,
                            gpus_per_replica=gpus_per_replica, batch_size=batch_size, steps=steps, seed=seed,
                            engine=engine, shapes=shapes, training_steps=training_steps)
     lengths = run.histogram

@@ -57,6 +57,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
     unit = device_unit(scenario.layout)
     sections = [
         f"# {scenario.name}" + (f": {scenario.description.strip()}" if scenario.description.strip() else ""),
+        defaults_note(scenario),
         _headline(tables.scaling, _gpus_per_replica(scenario), unit),
         parallel_headline(scenario.layout, tables.scaling, tables.parallel, tables.breakdown) if scenario.layout
         else None,
@@ -80,6 +81,15 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         _files_section(),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def defaults_note(scenario: Scenario) -> str | None:
+    """The model, hardware and batch size the scenario left to their defaults, said before any figure they set."""
+    defaults = scenario.unstated_defaults()
+    if not defaults:
+        return None
+    return ("**Defaults:** " + "; ".join(defaults) + ". Every figure below assumes "
+            "them; set the keys in the scenario to price your own model, hardware and batch.")
 
 
 def overdraw_warning(scaling: pd.DataFrame, dataset_sequences: int, unit: DeviceUnit = DEVICE) -> str | None:
@@ -232,7 +242,10 @@ def _gpus_per_replica(scenario: Scenario) -> int:
 
 
 def _microbatches(scenario: Scenario) -> str:
-    return f" and microbatch ({scenario.layout.microbatches} microbatches a step)" if scenario.layout else ""
+    if not scenario.layout:
+        return ""
+    microbatches = scenario.layout.microbatches
+    return f" and microbatch ({microbatches} microbatch{'' if microbatches == 1 else 'es'} a step)"
 
 
 def _replicas(gpus_per_replica: int, unit: DeviceUnit = DEVICE) -> str:

@@ -173,6 +173,10 @@ def _winner_heatmap(path: Path, table: pd.DataFrame, report_axes: tuple[str, str
     return _save(winners_figure(table, report_axes), path, dpi=110)
 
 
+WINNERS_WIDTH_MIN = 6.5  # inches: the title's width
+WINNERS_PANEL_HEIGHT_MIN = 2.0  # inches: a panel as tall as its y-axis label ("dataset.max_length")
+
+
 def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str]):
     """The winner over the two report axes, one panel per combination of the other swept axes, each
     strategy in its family's colour (simbench.report.styles)."""
@@ -192,8 +196,13 @@ def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str]):
     strategies = list(styles)
     palette = ListedColormap([style.colour for style in styles.values()])
     columns, rows = largest[x].nunique(), largest[y].nunique()
-    figure, axes = _figure(width=3.5 + 0.75 * columns, height=(0.9 + 0.45 * rows) * len(panels) + 0.6,
-                           rows=len(panels))
+    # The legend goes under the panels, where a narrow figure's title cannot run into it (beside them, it did);
+    # a figure at least as wide as its title, a panel at least as tall as its axis label.
+    legend_columns = min(len(strategies), 3)
+    legend_rows = -(-len(strategies) // legend_columns)
+    figure, axes = _figure(width=max(WINNERS_WIDTH_MIN, 3.5 + 0.75 * columns),
+                           height=max(WINNERS_PANEL_HEIGHT_MIN, 0.9 + 0.45 * rows) * len(panels) + 0.9
+                           + 0.3 * legend_rows, rows=len(panels))
     for axis, (key, rows_of_panel) in zip(axes, panels):
         grid = rows_of_panel.pivot_table(index=y, columns=x, values="strategy", aggfunc="first")
         speedups = rows_of_panel.pivot_table(index=y, columns=x, values="speedup", aggfunc="max")
@@ -205,6 +214,7 @@ def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str]):
         axis.set_title(", ".join(f"{name} = {value}" for name, value in zip(others, key)) or None, fontsize=10)
         axis.tick_params(labelsize=8)
     handles = [plt.Rectangle((0, 0), 1, 1, color=style.colour) for style in styles.values()]
-    figure.legend(handles, strategies, title="fastest", loc="outside right upper", frameon=False)
+    figure.legend(handles, strategies, title="fastest", loc="outside lower center", ncols=legend_columns,
+                  frameon=False, fontsize=9, title_fontsize=9)
     figure.suptitle("fastest strategy and its speed-up over padding", x=0.02, ha="left")
     return figure

@@ -52,7 +52,8 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
              progress: Callable[[int], None] | None = None,
              packings: dict[str, Packing] | None = None, max_rows: int = SIMULATED_ROWS_MAX,
              stage: Callable[[str], None] | None = None, shapes: str = "auto",
-             training_steps: int = DEFAULT_TRAINING_STEPS, microbatches: int = 1) -> SimulationResult:
+             training_steps: int = DEFAULT_TRAINING_STEPS, microbatches: int = 1,
+             gpus_per_device: int = 1) -> SimulationResult:
     """Simulate every plan (plus padding, the reference) on every cluster size in `devices`.
 
     `progress(units)` hears of work as it is done, in whole units that add up to len(with_reference(plans)) *
@@ -61,7 +62,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     `stage(text)` hears of each stage as it finishes (a packing made, a group of cluster sizes simulated).
     `shapes` and `training_steps` say which steps pay a new batch shape's first-sight cost (`sim.shapes`).
     `microbatches`: how many microbatches a device's `batch_size` rows make (a 4D replica's; a token budget
-    is per microbatch).
+    is per microbatch). `gpus_per_device`: the GPUs a device stands for (a replica's), for the stage lines' words.
     """
     plans = _with_reference(plans)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
@@ -85,7 +86,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
             stage(f"packed {plan.name}: {packing.packs_total:,} packs in {packing.seconds:.2f} s")
         if packing is not None:
             packings[plan.name] = packing
-        plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, settings, tell, stage)
+        plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, settings, tell, stage, gpus_per_device)
         runs.extend(plan_runs)
         if samples is not None:
             latency_samples[plan.name] = samples
@@ -217,7 +218,7 @@ class _Progress:
 
 
 def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[int], settings: SimulationSettings,
-                   tell: _Progress, stage: Callable[[str], None]):
+                   tell: _Progress, stage: Callable[[str], None], gpus_per_device: int = 1):
     """Small clusters simulate every device, on batches drawn once for all of them (so plans drawing the
     same sequences stay paired). Larger ones draw their slowest device directly when devices are
     independent, price their distinct batches when the plan can list them (sorted batching, padding
@@ -226,7 +227,7 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
     runs, latency, timeline = [], None, None
     if small:
         runs, latency, timeline = _simulate_devices(plan, packing, small, settings, tell, purpose=0)
-        stage(f"simulated {plan.name} on {_counts(small)} devices")
+        stage(f"simulated {plan.name} on {_counts(small, gpus_per_device)}")
     if large and plan.independent_devices:
         noiseless, noise_cv = _without_step_noise(settings, plan)
         source = plan.source(plan, packing, noiseless)
@@ -235,7 +236,7 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
         by_size = slowest_of(pool, large, settings.steps, source.generator(3))
         tell.priced(large)
         runs += [_run(source, size, by_size[size], None, tell, engine="order-statistics") for size in large]
-        stage(f"simulated {plan.name} on {_counts(large)} devices (slowest device drawn directly)")
+        stage(f"simulated {plan.name} on {_counts(large, gpus_per_device)} (slowest device drawn directly)")
         latency = pool.plain_totals[:LATENCY_SAMPLES_MAX]
         timeline = timeline if timeline is not None else source.timeline()
     elif large:
@@ -246,11 +247,11 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
             by_size = {size: new_shapes.add_to_aggregates(aggregates, size) for size, aggregates in by_size.items()}
             tell.priced(large)
             runs += [_run(source, size, by_size[size], None, tell) for size in large]
-            stage(f"simulated {plan.name} on {_counts(large)} devices (distinct batches priced)")
+            stage(f"simulated {plan.name} on {_counts(large, gpus_per_device)} (distinct batches priced)")
         else:
             large_runs, large_latency, large_timeline = _simulate_devices(plan, packing, large, settings, tell,
                                                                           purpose=4)
-            stage(f"simulated {plan.name} on {_counts(large)} devices")
+            stage(f"simulated {plan.name} on {_counts(large, gpus_per_device)}")
             runs += large_runs
             latency = latency if latency is not None else large_latency
             timeline = timeline if timeline is not None else large_timeline
@@ -258,8 +259,14 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
     return runs, latency, timeline
 
 
-def _counts(devices: list[int]) -> str:
-    return ", ".join(f"{count:,}" for count in devices)
+def _counts(devices: list[int], gpus_per_device: int = 1) -> str:
+    """'1, 2, 8 devices'; devices of several GPUs are replicas, said with their GPUs: '1, 8 replicas (2,048 to
+    16,384 GPUs)'."""
+    counts = ", ".join(f"{count:,}" for count in devices)
+    if gpus_per_device == 1:
+        return f"{counts} device{'s' * (devices != [1])}"
+    gpus = " to ".join(dict.fromkeys(f"{count * gpus_per_device:,}" for count in (devices[0], devices[-1])))
+    return f"{counts} replica{'s' * (devices != [1])} ({gpus} GPUs)"
 
 
 def _without_step_noise(settings: SimulationSettings, plan: ExecutionPlan) -> tuple[SimulationSettings, float]:
