@@ -466,8 +466,8 @@ class Scenario(_Strict):
         if repeated:
             raise ValueError(f"each plan may be listed once; repeated: {', '.join(repeated)}")
         if any(spec.label == "none" for spec in strategies) and not any(plan.is_reference for plan in plans):
-            raise ValueError("the label 'none' belongs to padding, the reference every speed-up is measured "
-                             "against; choose another label")
+            raise ValueError("the label 'none' belongs to padding to max length, always simulated; choose another "
+                             "label")
         return strategies
 
     @field_validator("devices", mode="before")
