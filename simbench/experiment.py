@@ -7,7 +7,7 @@ and fitting the stragglers. `simbench run` writes the results as a report (simbe
     ...                     devices=[1, 8], steps=5)
     >>> results = run_experiment(scenario)
     >>> results.scaling.query("devices == 8")[["strategy", "speedup"]].round(3).values.tolist()
-    [['none', 1.0], ['sort', 1.99], ['unpad', 1.594]]
+    [['none', 0.991], ['pad-to-longest', 1.0], ['sort', 1.973], ['unpad', 1.58]]
 """
 
 from __future__ import annotations

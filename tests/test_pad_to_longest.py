@@ -166,3 +166,19 @@ def test_a_baseline_in_a_4d_layout_runs_as_the_other_padded_plans_do():
     assert (rows.loc["pad-to-longest", "speedup"] == 1.0).all()
     assert set(tables.scaling["reference"]) == {"pad-to-longest"}
     assert "pad-to-longest" in set(tables.parallel["strategy"])
+
+
+def test_a_sweep_sweeps_the_baseline_like_any_key(tmp_path):
+    from simbench import sweep as sweeps
+
+    path = tmp_path / "baselines.yaml"
+    path.write_text("name: baselines\nbase:\n  dataset: {histogram: squad_1_1_384}\n  strategies: [unpad]\n"
+                    "  devices: [1, 2]\n  steps: 3\n  batch_size: 4\n  outputs: {plots: [], lp_bounds: false}\n"
+                    "axes:\n  baseline: [none, pad-to-longest, sort]\n")
+    sweep = sweeps.load_sweep(path)
+    assert [cell.scenario.baseline.plan().name for cell in sweep.cells] == ["none", "pad-to-longest", "sort"]
+    sweeps.run_sweep(sweep, tmp_path / "out", workers=0)
+    results = sweeps.read_results(tmp_path / "out")
+    for baseline, rows in results.groupby("baseline"):
+        assert set(rows["reference"]) == {baseline}
+        assert (rows.loc[rows["strategy"] == baseline, "speedup"] == 1.0).all()

@@ -6,7 +6,9 @@
     >>> result = simulate(load_histogram("squad_1_1_384"), ["unpad"], [1, 8], LinearCostModel(),
     ...                   batch_size=8, steps=20, seed=0)
     >>> result.summary[["strategy", "devices", "engine"]].values.tolist()
-    [['none', 1, 'simpy'], ['none', 8, 'simpy'], ['unpad', 1, 'simpy'], ['unpad', 8, 'simpy']]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [['none', 1, 'simpy'], ['none', 8, 'simpy'], ['pad-to-longest', 1, 'simpy'], ['pad-to-longest', 8, 'simpy'],
+     ['unpad', 1, 'simpy'], ['unpad', 8, 'simpy']]
 """
 
 from __future__ import annotations
