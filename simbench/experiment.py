@@ -7,7 +7,7 @@ and fitting the stragglers. `simbench run` writes the results as a report (simbe
     ...                     devices=[1, 8], steps=5)
     >>> results = run_experiment(scenario)
     >>> results.scaling.query("devices == 8")[["strategy", "speedup"]].round(3).values.tolist()
-    [['none', 1.0], ['sort', 1.99], ['unpad', 1.594]]
+    [['none', 0.991], ['pad-to-longest', 1.0], ['sort', 1.973], ['unpad', 1.58]]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from simbench.histogram import LengthHistogram
 from simbench.resolved import Run, resolve
 from simbench.scenario import Scenario
 from simbench.sim.plans import with_reference
-from simbench.sim.results import BREAKDOWN_COLUMNS, with_per_gpu_columns
+from simbench.sim.results import BREAKDOWN_COLUMNS, VTS_REFERENCE, with_per_gpu_columns
 from simbench.sim.simulate import pack_plans
 from simbench.strategies import get_strategy
 from simbench.strategies.lp_bound import lp_lower_bound
@@ -64,7 +64,7 @@ class ExperimentResult:
 def progress_total(scenario: Scenario) -> int:
     """Units of work `run_experiment` reports, per plan: its packing, one per simulated device count, its LP
     bound and its straggler fit (a plan without one of them counts it done when the others are)."""
-    plans = with_reference([spec.plan() for spec in scenario.strategies])
+    plans = with_reference([spec.plan() for spec in scenario.strategies], scenario.baseline.plan())
     return len(plans) * (len(scenario.devices) + 3)
 
 
@@ -85,13 +85,14 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     progress = progress or (lambda units: None)
     packings = pack_plans(histogram, plans, batch_size=run.batch_size, seed=scenario.seed, packings=packings,
                           cost_model=cost_model, microbatches=run.microbatches,
-                          progress=progress, stage=stage)
+                          progress=progress, stage=stage, baseline=run.baseline)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = run.simulate(progress=progress, packings=packings, stage=stage)
-    summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
+    summary = result.summary.assign(strategy=result.summary["strategy"].map(run.label),
+                                    reference=result.summary["reference"].map(run.label))
     packing, timings = _packing_tables(result.packings, labels, histogram, bounds, progress,
                                        stage or (lambda text: None))
-    plans_by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(plans)}
+    plans_by_label = {labels.get(plan.name, plan.name): plan for plan in run.all_plans}
     samples = result.latency_samples if stragglers else {}
     latency, gumbel, extrapolation = _straggler_tables(samples, labels, plans_by_label, summary,
                                                        run.batch_size, progress)
@@ -102,9 +103,11 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                        "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
                        "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise"]
     summary = with_per_gpu_columns(summary, run.gpus_per_replica)
-    # The most any strategy can gain over padding (None: the cost model cannot say); not over other baselines.
+    # The most any strategy can gain over padding (`none`, None: the cost model cannot say), whatever the baseline;
+    # not over VTS's padded pipeline.
     ideal = ideal_speedup(cost_model, histogram, run.batch_size)
-    summary["ideal_speedup"] = np.where(summary["reference"] == "none", np.nan if ideal is None else ideal, np.nan)
+    summary["ideal_speedup"] = np.where(summary["reference"] != VTS_REFERENCE, np.nan if ideal is None else ideal,
+                                        np.nan)
     summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "hidden_sync_seconds",
                          "real_tokens_per_device_step"]
@@ -242,7 +245,9 @@ def _straggler_tables(latency_samples: dict[str, np.ndarray], labels: dict[str, 
                                               "speedup": speedups[:LATENCY_ROWS_KEPT]}))
             fit_rows.append({"strategy": label, "location": fit.location, "scale": fit.scale, "samples": samples.size,
                              "padded_step_seconds": padded_seconds, "batch_size": batch_size})
-            simulated = summary[summary["strategy"] == label].set_index("devices")["speedup"]
+            # Over padding, as the fit is, whatever the run's baseline.
+            simulated = (summary[summary["strategy"] == label].set_index("devices")["tokens_per_s"]
+                         / summary[summary["strategy"] == "none"].set_index("devices")["tokens_per_s"])
             extrapolation_rows += [{"strategy": label, "devices": devices,
                                     "expected_speedup": expected_min_speedup(fit.location, fit.scale, int(devices)),
                                     "simulated_speedup": simulated.get(devices, np.nan)} for devices in device_counts]

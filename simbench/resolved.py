@@ -25,7 +25,7 @@ from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
 from simbench.sim.layout import ParallelLayout
 from simbench.sim.memory_budget import resolved_plans
-from simbench.sim.plans import ExecutionPlan, parse_plans, with_reference
+from simbench.sim.plans import ExecutionPlan, baseline_plan, parse_plans, with_reference
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
 from simbench.validation import check_whole_number
 
@@ -56,6 +56,11 @@ class Run:
     labels: Mapping[str, str] = field(default_factory=dict)  # plan name -> the scenario's label for it
     # A replica's 4D layout: `devices` then count replicas, `batch_size` rows per replica step (all microbatches).
     layout: ParallelLayout | None = None
+    # The plan every speed-up is over (None: simbench.sim.plans.DEFAULT_BASELINE, the scenario schema's default).
+    baseline: ExecutionPlan | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "baseline", baseline_plan(self.baseline))
 
     @classmethod
     def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
@@ -67,12 +72,16 @@ class Run:
         # A label left to its default names the plan as it runs (a `memory` budget as its number).
         labels = {plan.name: spec.label if spec.label != spec.plan().name else plan.name
                   for plan, spec in zip(plans, scenario.strategies)}
+        (baseline,) = resolved_plans([scenario.baseline.plan()], histogram, model, hardware, layout,
+                                     min(scenario.replica_devices))
+        own_label = scenario.baseline.label  # where the baseline is among the strategies, their label holds
+        labels.setdefault(baseline.name, own_label if own_label != scenario.baseline.plan().name else baseline.name)
         return cls(scenario.name, histogram, model, hardware,
                    _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout), plans,
                    scenario.replica_devices, scenario.device_batch_size, scenario.steps, scenario.seed,
                    shapes=scenario.shapes, training_steps=scenario.training_steps,
                    gpus_per_replica=gpus_per_replica, cost_model_name=scenario.cost_model,
-                   labels=labels, layout=layout)
+                   labels=labels, layout=layout, baseline=baseline)
 
     @classmethod
     def from_options(cls, histogram: LengthHistogram | str | Path, strategies: Sequence[str | ExecutionPlan],
@@ -80,8 +89,9 @@ class Run:
                      hardware: str | Path | HardwareProfile = "a100", overrides: Mapping | None = None,
                      cost_model: str = "transformer", gpus_per_replica: int = 1, batch_size: int = 32,
                      steps: int = 200, seed: int = 0, engine: str = "auto", shapes: str = "auto",
-                     training_steps: int = DEFAULT_TRAINING_STEPS) -> Run:
-        """The run `simbench simulate` and `simbench.simulate` describe with their options."""
+                     training_steps: int = DEFAULT_TRAINING_STEPS, baseline: str | ExecutionPlan | None = None) -> Run:
+        """The run `simbench simulate` and `simbench.simulate` describe with their options; `baseline` None is the
+        scenario schema's default (`simbench.sim.plans.DEFAULT_BASELINE`)."""
         if not devices:
             raise InputError("devices: give at least one device count", parameter="devices")
         check_whole_number(training_steps, "training_steps", minimum=1, maximum=TRAINING_STEPS_MAX)
@@ -93,14 +103,15 @@ class Run:
         profile = load_hardware(hardware, dict(overrides) if overrides else None)
         plans = resolved_plans({plan.name: plan for plan in [*named, *given]}.values(), histogram, spec, profile,
                                None, min(devices))
+        (baseline,) = resolved_plans([baseline_plan(baseline)], histogram, spec, profile, None, min(devices))
         return cls(histogram.name, histogram, spec, profile, _cost_model(cost_model, spec, profile, gpus_per_replica),
                    plans, tuple(devices), batch_size, steps, seed, engine, shapes, training_steps, gpus_per_replica,
-                   cost_model)
+                   cost_model, baseline=baseline)
 
     @property
     def all_plans(self) -> list[ExecutionPlan]:
-        """The plans with padding, the reference every speed-up is measured against, first."""
-        return with_reference(list(self.plans))
+        """The plans with padding first and the baseline every speed-up is over second (see `with_reference`)."""
+        return with_reference(list(self.plans), self.baseline)
 
     @property
     def microbatches(self) -> int:
@@ -122,7 +133,8 @@ class Run:
                         steps=self.steps, seed=self.seed, engine=self.engine, progress=progress, packings=packings,
                         max_rows=SIMULATED_ROWS_MAX if max_rows is None else max_rows, stage=stage,
                         shapes=shapes or self.shapes, training_steps=self.training_steps,
-                        microbatches=self.microbatches, gpus_per_device=self.gpus_per_replica)
+                        microbatches=self.microbatches, gpus_per_device=self.gpus_per_replica,
+                        baseline=self.baseline)
 
     def cost_model_on(self, hardware: HardwareProfile) -> object:
         """This run's kind of cost model for its model on other hardware (the assumptions a report weighs)."""

@@ -28,9 +28,9 @@ from simbench.errors import InputError, InputErrors, did_you_mean, read_text_fil
 from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.layout import ParallelLayout
+from simbench.sim.plans import (DEFAULT_BASELINE, ExecutionPlan, PlanType, packing_refusals, plan_fields,
+                                plan_from_fields, plan_type)
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
-from simbench.sim.plans import (ExecutionPlan, PlanType, packing_refusals, plan_fields, plan_from_fields,
-                                plan_type)
 from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_gpus_per_replica, check_max_depth, \
     check_simulation_work
 
@@ -395,7 +395,14 @@ class Scenario(_Strict):
         Annotated[StrategySpec, Tag(_FULL)],
         Field(description="a name, or a mapping with `name` and parameters"),
     ], ...] = Field(min_length=1, description="the strategies to compare, each a name or a mapping with `name` and "
-                    "parameters (see below); padding (`none`), the reference of every speed-up, is always simulated")
+                    "parameters (see below); padding (`none`) and the `baseline` are always simulated")
+    baseline: Annotated[StrategySpec, Field(description="a plan")] = Field(
+        DEFAULT_BASELINE, validate_default=True, description="the strategy every speed-up is over (at the same "
+        "device count), written as in `strategies`, e.g. `none`, `pad-to-longest`, `sort`; always simulated. The "
+        "default, `pad-to-longest` (random batches each padded to its own longest: Hugging Face's "
+        "`DataCollatorWithPadding`), is what people run; `none` (every sequence padded to max_length) is what "
+        "the packing and un-padding papers and MLPerf measure against. The ideal speed-up and the packing "
+        "figures stay over `none`, which is always simulated too; VTS plans are over their own padded pipeline")
     devices: tuple[Annotated[StrictInt, Field(ge=1, le=DEVICES_MAX)], ...] = Field(
         DEFAULT_DEVICES, min_length=1, description="data-parallel cluster sizes to simulate, up to 1,048,576")
     batch_size: StrictInt = Field(32, ge=1, description="sequences (padding, sorting, un-padding, VTS) or packs "
@@ -446,6 +453,11 @@ class Scenario(_Strict):
             return [_short_form(item) if isinstance(item, str) else item for item in value]
         return value
 
+    @field_validator("baseline", mode="before")
+    @classmethod
+    def _baseline_shorthand(cls, value: Any) -> Any:
+        return _short_form(value) if isinstance(value, str) else value
+
     @field_validator("strategies")
     @classmethod
     def _distinct_plans(cls, strategies: tuple[StrategySpec, ...]) -> tuple[StrategySpec, ...]:
@@ -456,8 +468,8 @@ class Scenario(_Strict):
         if repeated:
             raise ValueError(f"each plan may be listed once; repeated: {', '.join(repeated)}")
         if any(spec.label == "none" for spec in strategies) and not any(plan.is_reference for plan in plans):
-            raise ValueError("the label 'none' belongs to padding, the reference every speed-up is measured "
-                             "against; choose another label")
+            raise ValueError("the label 'none' belongs to padding to max length, always simulated; choose another "
+                             "label")
         return strategies
 
     @field_validator("devices", mode="before")
@@ -509,6 +521,18 @@ class Scenario(_Strict):
         if repeated:
             raise ValueError(f"strategies must have distinct labels; repeated: {', '.join(repeated)} "
                              f"(give them different max_depth or a `label`)")
+        return self
+
+    @model_validator(mode="after")
+    def _baseline_label(self) -> Scenario:
+        # A baseline that is not among the strategies adds a row of its own, under its label.
+        baseline = self.baseline.plan()
+        if any(spec.plan().name == baseline.name for spec in self.strategies):
+            return self
+        taken = {spec.label for spec in self.strategies} | ({"none"} - {baseline.name})
+        if self.baseline.label in taken:
+            raise ValueError(f"baseline: the label {self.baseline.label!r} belongs to another strategy; give the "
+                             "baseline another `label`")
         return self
 
     def quickened(self) -> Scenario:
@@ -644,7 +668,7 @@ def check_scenario_work(scenario: Scenario, root: yaml.Node, source: str, rows: 
     if rows is None:
         rows = simulation_rows([spec.plan() for spec in scenario.strategies], scenario.dataset.load(),
                                list(scenario.replica_devices), scenario.device_batch_size,
-                               scenario.steps)
+                               scenario.steps, baseline=scenario.baseline.plan())
     try:
         check_simulation_work(rows, raising="simulate the largest sizes alone with `simbench simulate --max-rows`")
     except InputError as error:
@@ -668,7 +692,8 @@ def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[
     """Each strategy whose packer refuses the scenario's max length and depth, at its line and key, so
     that `validate` reports it and `run` stops before any work."""
     plans = [spec.plan() for spec in scenario.strategies]
-    if not any(plan.source.packing_request(plan) for plan in plans):
+    baseline = scenario.baseline.plan()
+    if not any(plan.source.packing_request(plan) for plan in [*plans, baseline]):
         return []
     max_length = scenario.dataset.max_length or scenario.dataset.load().max_length
     refused = []
@@ -679,6 +704,9 @@ def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[
             key = key[:-1]
         refused.append(InputError(f"{'.'.join(map(str, key))} ({plans[index].name}): {error.message}",
                                   source=source, line=_line_of(root, key)))
+    for _, error in packing_refusals([baseline], max_length):
+        refused.append(InputError(f"baseline ({baseline.name}): {error.message}", source=source,
+                                  line=_line_of(root, ("baseline",))))
     return refused
 
 
@@ -709,10 +737,11 @@ def _layout_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[In
     memory = None if problems or refused else _memory_refused(scenario, layout, model, max_length)
     if memory is not None:
         refuse(("parallel",), memory)
-    for index, spec in enumerate(scenario.strategies):
+    for key, spec in [*((("strategies", index), spec) for index, spec in enumerate(scenario.strategies)),
+                      (("baseline",), scenario.baseline)]:
         if not spec.plan().source.layout_aware:
-            refuse(("strategies", index), f"{spec.plan().name} runs its own pipeline and cannot run inside a 4D "
-                                          f"layout; leave `parallel` out to simulate it")
+            refuse(key, f"{spec.plan().name} runs its own pipeline and cannot run inside a 4D "
+                        f"layout; leave `parallel` out to simulate it")
     return refused
 
 

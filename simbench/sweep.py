@@ -289,7 +289,8 @@ class _CellValidator:
         if memo not in self.rows_per_step:  # as check_scenario_work counts them: replicas and their microbatches
             self.rows_per_step[memo] = simulation_rows([spec.plan() for spec in scenario.strategies],
                                                        scenario.dataset.load(), list(scenario.replica_devices),
-                                                       scenario.device_batch_size, 1)
+                                                       scenario.device_batch_size, 1,
+                                                       baseline=scenario.baseline.plan())
         rows = scenario.steps * self.rows_per_step[memo]
         if rows > SIMULATED_ROWS_MAX:  # the check's own cost, 10^5 times, would be a third of a dry run
             check_scenario_work(scenario, _cell_node(self.base_node, written), self.source, rows=rows)

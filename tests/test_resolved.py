@@ -30,9 +30,9 @@ def test_plans_are_parsed_once_per_run(tmp_path, monkeypatch):
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO)
     scenario = load_scenario(path)
-    assert len(calls) == 4  # each strategy once, when the scenario is read
+    assert len(calls) == 5  # each strategy and the baseline once, when the scenario is read
     run_experiment(scenario, assumptions=False)
-    assert len(calls) == 4  # and never again
+    assert len(calls) == 5  # and never again
 
 
 def test_the_dataset_is_loaded_once(tmp_path, monkeypatch):

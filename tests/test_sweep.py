@@ -65,7 +65,7 @@ def test_each_packing_is_made_once_for_every_cell_that_needs_it(sweep_file, tmp_
     sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", workers=0)
     assert sorted(made) == [("lpfhp", None), ("spfhp", 3)]  # 4 cells, 2 packers, one histogram
     results = sweeps.read_results(tmp_path / "out")
-    assert len(results) == 4 * 4  # cells x (3 strategies + padding), one device count each
+    assert len(results) == 4 * 5  # cells x (3 strategies + padding + the baseline, pad-to-longest), one device count
     assert set(results.columns) >= {"cell", "model", "devices", "strategy", "speedup", "seed", "simbench_version"}
 
 

@@ -32,6 +32,7 @@ from simbench.errors import InputError
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report import html
+from simbench.report.baseline import baseline_of, over_words
 from simbench.report.summary import speedup_reference, summary_markdown, summary_record
 from simbench.report.tables import read_tables, write_tables
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
@@ -81,16 +82,17 @@ def report_charts(histogram: LengthHistogram, tables: ExperimentResult, unit: De
     from simbench.report.styles import Style, strategy_styles
 
     charts = []
-    reference = tables.scaling.get("reference", pd.Series("none", index=tables.scaling.index))
-    line, line_label = speedup_reference(histogram, tables.scaling)
+    baseline = baseline_of(tables.scaling)
+    reference = tables.scaling.get("reference", pd.Series(baseline, index=tables.scaling.index))
+    line, line_label = speedup_reference(histogram, tables.scaling) or (None, "")
     styles = strategy_styles(tables.scaling["strategy"], tables.scaling)
     for name in dict.fromkeys(reference):
-        over = "padding" if name == "none" else name
+        over = over_words(name)
         charts.append(html.line_chart(
             f"Speed-up over {over} (real tokens per second) against {unit.plural}",
             tables.scaling[reference == name], "devices", "speedup", "strategy", x_label=unit.axis_label(),
             y_label=f"speed-up over {over}", log2_x=True, styles=styles, y_format="x",
-            reference=line if name == "none" else None, reference_label=line_label))
+            reference=line if name == baseline else None, reference_label=line_label))
     bins = min(HISTOGRAM_BINS, histogram.max_length)
     edges = np.linspace(0, histogram.max_length, bins + 1).round().astype(int)
     lengths = np.arange(1, histogram.max_length + 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from simbench.report.baseline import baseline_of
 from simbench.sim.layout import ParallelLayout
 from simbench.sim.memory_budget import budget_sentence
 
@@ -43,7 +44,7 @@ def parallel_headline(layout: ParallelLayout, scaling: pd.DataFrame, parallel: p
     from simbench.report.summary import _leaders, _ranked
 
     largest = scaling["devices"].max()
-    rows = scaling[scaling["reference"] == "none"]
+    rows = scaling[scaling["reference"] == baseline_of(scaling)]
     leaders = _leaders(rows, largest)
     ranked = _ranked(rows, largest)
     if len(ranked) < 2:

@@ -8,9 +8,8 @@ r"""summary.md: the headline answer (which strategy wins at which scale, by how 
     >>> histogram = scenario.dataset.load()
     >>> text = summary_markdown(scenario, histogram, run_experiment(scenario, histogram))
     >>> print(text.split("\n\n")[1])  # doctest: +NORMALIZE_WHITESPACE
-    **Answer:** on 1 device the fastest strategy is **sort**, 2.111x the throughput of padding (real tokens
-    per second). On 8 devices it is **sort** at 1.990x, 24.9 % ahead of unpad (1.594x). Biggest loss with
-    scale: unpad, from 1.892x on 1 device to 1.594x on 8 devices (15.8 % less).
+    **Answer:** on 1 device the fastest strategy is **sort**, 1.841x the throughput of pad-to-longest (real
+    tokens per second). On 8 devices it is **sort** at 1.973x, 24.9 % ahead of unpad (1.580x).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import pandas as pd
 from simbench.costmodels.base import ExecutionMode
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
+from simbench.report.baseline import baseline_of, over_words
 from simbench.report.parallel import parallel_headline, parallel_section
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
@@ -40,9 +40,12 @@ TIE_SIGMAS = 2
 MIN_LEAD = 0.001
 
 
-def speedup_reference(histogram: LengthHistogram, scaling: pd.DataFrame) -> tuple[float, str]:
+def speedup_reference(histogram: LengthHistogram, scaling: pd.DataFrame) -> tuple[float, str] | None:
     """The dashed line over the speed-ups over padding, and its name: the cost model's ideal speed-up
-    (simbench.costmodels.ideal) where the run computed it, else the ratio of padded slots to real tokens."""
+    (simbench.costmodels.ideal) where the run computed it, else the ratio of padded slots to real tokens.
+    None where the speed-ups are over another baseline: both figures are over padding to max length."""
+    if baseline_of(scaling) != "none":
+        return None
     ideal = ideal_of(scaling)
     return (ideal, IDEAL_LABEL) if ideal is not None else (histogram.theoretical_speedup, SLOT_RATIO_LABEL)
 
@@ -65,12 +68,13 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         overdraw_warning(tables.scaling, histogram.sequences, unit),
         *(f"**Warning**: {warning}." for warning in scenario.depth_warnings(histogram)),
         "## Winner at each scale\n\n" + "\n\n".join(
-            ("" if reference == "none" else f"Over {reference}:\n\n") + _winners_table(rows, unit)
+            f"Speed-ups over {over_words(reference)}:\n\n" + _winners_table(rows, unit)
             for reference, rows in _groups(tables.scaling)),
         _packing_section(tables.packing, tables.scaling, unit),
-        f"## Speed-up over padding by {unit.name} count\n\n" + _speedup_table(tables.scaling, unit)
+        f"## Speed-up over {over_words(baseline_of(tables.scaling))} by {unit.name} count\n\n"
+        + _speedup_table(tables.scaling, unit)
         + _reference_note(tables.scaling, unit),
-        _assumptions_section(tables.assumptions, unit),
+        _assumptions_section(tables.assumptions, unit, baseline_of(tables.scaling)),
         _breakdown_section(tables.breakdown, four_d=scenario.layout is not None, unit=unit),
         parallel_section(scenario.layout, tables.scaling, tables.parallel) if scenario.layout else None,
         _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling, unit),
@@ -149,7 +153,7 @@ def _headline(scaling: pd.DataFrame, gpus_per_replica: int = 1, unit: DeviceUnit
                              if gpus_per_replica > 1 and unit.gpus_each is None else "")
     sentences = []
     for index, (reference, rows) in enumerate(_groups(scaling)):
-        baseline = "padding" if reference == "none" else reference
+        baseline = over_words(reference)
         if index:
             sentences.append(f"Against {baseline} instead:")
         sentences.append(_group_headline(rows, baseline, lead=lead if index == 0 else "", unit=unit))
@@ -217,15 +221,25 @@ def _setup(scenario: Scenario, histogram: LengthHistogram, scaling: pd.DataFrame
     model = scenario.model if isinstance(scenario.model, str) else "custom: " + ", ".join(
         f"{key}={value}" for key, value in scenario.model.items())
     ideal = ideal_of(scaling)
-    ceiling = "" if ideal is None else (f"; no strategy can pass {ideal:.3f}x over padding (every sequence alone at "
-                                        "full rate, no padding, fixed cost or stragglers)")
+    ceiling = "" if ideal is None else (f"; no strategy can pass {ideal:.3f}x over padding to max length (every "
+                                        "sequence alone at full rate, no padding, fixed cost or stragglers)")
+    baseline = baseline_of(scaling)
     return (f"Dataset `{histogram.name}`: {histogram.sequences:,} sequences, max length {histogram.max_length}, "
             f"{100 * (1 - histogram.efficiency):.1f} % padding, padded slots / real tokens "
             f"{histogram.theoretical_speedup:.3f}x{ceiling}. Model `{model}` on hardware `{scenario.hardware.profile}`"
             f"{_overridden(scenario.hardware.overrides)}{_replicas(_gpus_per_replica(scenario), unit)}; "
             f"batch size {scenario.batch_size} per {unit.name}{_microbatches(scenario)}, {scenario.steps} steps per "
             f"strategy and {unit.name} count, "
-            f"seed {scenario.seed}. {_shapes_note(scenario, unit)}")
+            f"seed {scenario.seed}. {_baseline_sentence(scenario, baseline, unit)} {_shapes_note(scenario, unit)}")
+
+
+def _baseline_sentence(scenario: Scenario, baseline: str, unit: DeviceUnit = DEVICE) -> str:
+    """What every speed-up is over: the scenario's `baseline`, in its plan's own words."""
+    from simbench.sim.plans import plan_type
+
+    name = scenario.baseline.plan().name
+    return (f"Speed-ups are over **{over_words(baseline)}** on the same {unit.plural} (`baseline: {name}`: "
+            f"{plan_type(scenario.baseline.name).description}).")
 
 
 def _shapes_note(scenario: Scenario, unit: DeviceUnit = DEVICE) -> str:
@@ -299,7 +313,8 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame, unit: DeviceU
                   packing["lower_bound_packs"].notna().any() else
                   "LP bounds were not computed in this run (`outputs.lp_bounds: false`).")
     return ("## Packing (laid out like the packing paper's Table 1)\n\n" + markdown_table(table) +
-            f"\n\n{defined}Realized speed-up: on {unit.count(int(scaling['devices'].min()))}, over padding. "
+            f"\n\n{defined}Realized speed-up: on {unit.count(int(scaling['devices'].min()))}, over "
+            f"{over_words(baseline_of(scaling))}. "
             f"{bound_note} "
             "Solve times are in timings.csv (measured, so they differ from run to run).")
 
@@ -314,14 +329,15 @@ def _speedup_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
 
 
 def _reference_note(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
-    if "reference" not in scaling or set(scaling["reference"]) <= {"none"}:
+    baseline = baseline_of(scaling)
+    if "reference" not in scaling or set(scaling["reference"]) <= {baseline}:
         return ""
-    others = scaling[scaling["reference"] != "none"].drop_duplicates("strategy")
+    others = scaling[scaling["reference"] != baseline].drop_duplicates("strategy")
     notes = ", ".join(f"{row.strategy} over {row.reference}" for row in others.itertuples())
-    return f"\n\nSpeed-ups are over padding on the same {unit.plural}, except: {notes}."
+    return f"\n\nSpeed-ups are over {over_words(baseline)} on the same {unit.plural}, except: {notes}."
 
 
-def _assumptions_section(assumptions: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
+def _assumptions_section(assumptions: pd.DataFrame, unit: DeviceUnit = DEVICE, baseline: str = "none") -> str:
     """The smallest cluster under the assumptions that could change its answer, and whether they do."""
     if assumptions.empty:
         return ""
@@ -338,7 +354,7 @@ def _assumptions_section(assumptions: pd.DataFrame, unit: DeviceUnit = DEVICE) -
         else:
             lines.append(f"With {variant} {winner} still wins on {unit.count(devices)}.")
     text = table.map(lambda value: _or_dash(value, "{:.3f}")).reset_index()
-    return (f"## What could change the answer ({unit.count(devices)}, speed-up over padding)\n\n"
+    return (f"## What could change the answer ({unit.count(devices)}, speed-up over {over_words(baseline)})\n\n"
             "Ideal kernels: variable-length and un-padded kernels as fast as padded ones, no launch floor or "
             "first-sight cost (the profile's measured terms set to their ideal). Shapes seen: steady state, no "
             "step meets a new batch shape; shapes new: every variable-shape batch is new (a run's first steps). "
@@ -373,7 +389,8 @@ def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame, scalin
     if gumbel.empty:
         return ""
     largest = int(extrapolation["devices"].max())
-    simulated = scaling.set_index(["strategy", "devices"])["speedup"]
+    # Over padding, as the fit is, whatever the run's baseline.
+    simulated = extrapolation.dropna(subset=["simulated_speedup"]).set_index(["strategy", "devices"])["simulated_speedup"]
     lines = []
     for row in gumbel.itertuples():
         rows = extrapolation[extrapolation["strategy"] == row.strategy].set_index("devices")["expected_speedup"]
@@ -399,7 +416,7 @@ def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: Exper
     for reference, rows in _groups(tables.scaling):
         for devices in sorted(rows["devices"].unique()):
             ranked = _ranked(rows, devices)
-            winners.append({"devices": int(devices), "over": "padding" if reference == "none" else reference,
+            winners.append({"devices": int(devices), "over": over_words(reference),
                             "fastest": ranked.iloc[0].strategy, "speedup": float(ranked.iloc[0].speedup)})
     return {
         "scenario": scenario.name,

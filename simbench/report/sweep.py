@@ -9,11 +9,12 @@ from pathlib import Path
 import pandas as pd
 
 from simbench.report.summary import markdown_table
+from simbench.sim.results import VTS_REFERENCE
 
 def winners(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
-    """Per cell and device count: the fastest strategy over padding and its speed-up."""
-    over_padding = results[results["reference"] == "none"]
-    ranked = over_padding.sort_values(["cell", "devices", "speedup", "strategy"],
+    """Per cell and device count: the fastest strategy over the cell's baseline and its speed-up."""
+    over_baseline = results[results["reference"] != VTS_REFERENCE]
+    ranked = over_baseline.sort_values(["cell", "devices", "speedup", "strategy"],
                                       ascending=[True, True, False, True], kind="stable")
     best = ranked.groupby(["cell", "devices"], sort=True).head(1)
     return best[["cell", *(axis for axis in axes if axis != "devices"), "devices", "strategy",
@@ -33,7 +34,7 @@ def unpadding_crossover(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.Data
         if unpad.empty:
             continue
         row = dict(zip(keys, key))
-        packers = group[group["packer"].notna() & (group["packer"] != "none") & (group["reference"] == "none")]
+        packers = group[group["packer"].notna() & (group["packer"] != "none") & (group["reference"] != VTS_REFERENCE)]
         for label, mode in (("fixed-shape packing", "padded"), ("packed-varlen", "packed_varlen")):
             best = packers[packers["mode"] == mode].groupby("devices")["speedup"].max()
             shared = sorted(set(unpad.index) & set(best.index))
@@ -56,8 +57,8 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
         ledger.writing_reports()
     lines = [f"# Sweep {name}", "",
              f"{results['cell'].nunique() if not results.empty else 0} cells finished, {len(failures)} failed "
-             f"(their errors are in failures/). Speed-ups are over padding at the same device count, except "
-             f"where `reference` names another baseline (VTS: its padded pipeline)."
+             f"(their errors are in failures/). Speed-ups are over each cell's baseline (its `baseline` key, "
+             f"named in `reference`) at the same device count; VTS plans are over their padded pipeline."
              + (" Where a cell has a 4D layout its devices are data-parallel replicas of `gpus_per_replica` GPUs; "
                 "`gpus` counts them all." if _has_layout(results) else "")]
     written = []
@@ -74,11 +75,11 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
                       "", markdown_table(crossover.fillna("-"))]
         if results["devices"].nunique() > 1:
             written.append(_scaling_facets(out / "scaling.png", results, axes))
-            lines += ["", "scaling.png: speed-up over padding against devices, one panel per combination of the "
+            lines += ["", f"scaling.png: speed-up over {_over(results)} against devices, one panel per combination of the "
                           "other swept values" + (f" (the first {FACETS_MAX})" if _facet_count(results, axes)
                                                   > FACETS_MAX else "") + "."]
         if report_axes is not None:
-            written.append(_winner_heatmap(out / "winners.png", table, report_axes))
+            written.append(_winner_heatmap(out / "winners.png", table, report_axes, _over(results)))
             lines += ["", f"winners.png: the fastest strategy at each ({report_axes[0]}, {report_axes[1]}) "
                           "at the largest device count of the cell."]
     if failures:
@@ -115,14 +116,14 @@ def _scaling_facets(path: Path, results: pd.DataFrame, axes: tuple[str, ...]) ->
 
 
 def scaling_facets_figure(results: pd.DataFrame, axes: tuple[str, ...]):
-    """Speed-up over padding against devices (log2), a line per strategy in its family's style
+    """Speed-up over the baseline against devices (log2), a line per strategy in its family's style
     (simbench.report.styles), a panel per combination of the other axes (the first `FACETS_MAX`), each with
     its own tick labels; the legend beside the panels."""
     from simbench.report.plots import _figure, device_axis_label, device_ticks
     from simbench.report.styles import strategy_styles
 
     keys = _facet_keys(axes)
-    rows = results[(results["reference"] == "none") & (results["strategy"] != "none")]
+    rows = results[(results["reference"] != VTS_REFERENCE) & (results["strategy"] != "none")]
     panels = (list(rows.groupby(keys, sort=True)) if keys else [((), rows)])[:FACETS_MAX]
     styles = strategy_styles(sorted(rows["strategy"].unique()), rows)
     columns = min(len(panels), 3)
@@ -141,7 +142,7 @@ def scaling_facets_figure(results: pd.DataFrame, axes: tuple[str, ...]):
         key = key if isinstance(key, tuple) else (key,)
         axis.set_title(", ".join(f"{name} = {value}" for name, value in zip(keys, key)), fontsize=9)
         axis.set_xlabel(device_axis_label(devices, "devices"), fontsize=9)
-        axis.set_ylabel("speed-up over padding", fontsize=9)
+        axis.set_ylabel(f"speed-up over {_over(results)}", fontsize=9)
         axis.tick_params(labelsize=8)
     for axis in grid[len(panels):]:
         axis.set_visible(False)
@@ -169,15 +170,23 @@ def _save(figure, path: Path, dpi: int) -> Path:
     return path
 
 
-def _winner_heatmap(path: Path, table: pd.DataFrame, report_axes: tuple[str, str]) -> Path:
-    return _save(winners_figure(table, report_axes), path, dpi=110)
+def _winner_heatmap(path: Path, table: pd.DataFrame, report_axes: tuple[str, str], over: str) -> Path:
+    return _save(winners_figure(table, report_axes, over), path, dpi=110)
 
 
 WINNERS_WIDTH_MIN = 6.5  # inches: the title's width
 WINNERS_PANEL_HEIGHT_MIN = 2.0  # inches: a panel as tall as its y-axis label ("dataset.max_length")
 
 
-def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str]):
+def _over(results: pd.DataFrame) -> str:
+    """The sweep's baseline in words: the cells' one baseline, or each cell's where a sweep varies it."""
+    from simbench.report.baseline import over_words
+
+    baselines = set(results["reference"]) - {VTS_REFERENCE}
+    return over_words(baselines.pop()) if len(baselines) == 1 else "each cell's baseline"
+
+
+def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str], over: str = "the baseline"):
     """The winner over the two report axes, one panel per combination of the other swept axes, each
     strategy in its family's colour (simbench.report.styles)."""
     import matplotlib.pyplot as plt
@@ -216,5 +225,5 @@ def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str]):
     handles = [plt.Rectangle((0, 0), 1, 1, color=style.colour) for style in styles.values()]
     figure.legend(handles, strategies, title="fastest", loc="outside lower center", ncols=legend_columns,
                   frameon=False, fontsize=9, title_fontsize=9)
-    figure.suptitle("fastest strategy and its speed-up over padding", x=0.02, ha="left")
+    figure.suptitle(f"fastest strategy and its speed-up over {over}", x=0.02, ha="left")
     return figure

@@ -6,7 +6,9 @@
     >>> result = simulate(load_histogram("squad_1_1_384"), ["unpad"], [1, 8], LinearCostModel(),
     ...                   batch_size=8, steps=20, seed=0)
     >>> result.summary[["strategy", "devices", "engine"]].values.tolist()
-    [['none', 1, 'simpy'], ['none', 8, 'simpy'], ['unpad', 1, 'simpy'], ['unpad', 8, 'simpy']]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [['none', 1, 'simpy'], ['none', 8, 'simpy'], ['pad-to-longest', 1, 'simpy'], ['pad-to-longest', 8, 'simpy'],
+     ['unpad', 1, 'simpy'], ['unpad', 8, 'simpy']]
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from simbench.sim.engine import run_simpy
 from simbench.sim.montecarlo import StepAggregates, aggregate_by_cluster_size, step_timeline
 from simbench.sim.orderstat import build_pool, slowest_of
 from simbench.sim.parallel.gradient_sync import gradient_sync_of
-from simbench.sim.plans import (BatchSource, ExecutionPlan, SimulationSettings, packing_refusals, parse_plans,
-                                 with_reference)
+from simbench.sim.plans import (BatchSource, ExecutionPlan, SimulationSettings, baseline_plan, packing_refusals,
+                                 parse_plans, with_reference)
 from simbench.sim.pricing import DeviceCosts
 from simbench.sim.results import PlanRun, SimulationResult, summarize
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, SHAPES, first_sight
@@ -53,8 +55,8 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
              packings: dict[str, Packing] | None = None, max_rows: int = SIMULATED_ROWS_MAX,
              stage: Callable[[str], None] | None = None, shapes: str = "auto",
              training_steps: int = DEFAULT_TRAINING_STEPS, microbatches: int = 1,
-             gpus_per_device: int = 1) -> SimulationResult:
-    """Simulate every plan (plus padding, the reference) on every cluster size in `devices`.
+             gpus_per_device: int = 1, baseline: ExecutionPlan | str | None = None) -> SimulationResult:
+    """Simulate every plan (plus padding and the baseline) on every cluster size in `devices`.
 
     `progress(units)` hears of work as it is done, in whole units that add up to len(with_reference(plans)) *
     len(devices): one per (plan, devices), told in parts as batches are priced and each cluster is timed.
@@ -63,13 +65,16 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     `shapes` and `training_steps` say which steps pay a new batch shape's first-sight cost (`sim.shapes`).
     `microbatches`: how many microbatches a device's `batch_size` rows make (a 4D replica's; a token budget
     is per microbatch). `gpus_per_device`: the GPUs a device stands for (a replica's), for the stage lines' words.
+    `baseline`: the plan every speed-up is over (a name as `plans` takes them; None:
+    `simbench.sim.plans.DEFAULT_BASELINE`); padding (`none`) is simulated too, whatever the baseline.
     """
-    plans = _with_reference(plans)
+    baseline = baseline_plan(baseline)
+    plans = _with_reference(plans, baseline)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
     check_choice(shapes, "shapes", SHAPES)
     check_whole_number(training_steps, "training_steps", minimum=1)
     _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
-    check_simulation_work(simulation_rows(plans, histogram, devices, batch_size, steps, engine), max_rows)
+    check_simulation_work(simulation_rows(plans, histogram, devices, batch_size, steps, engine, baseline), max_rows)
     cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
     check_whole_number(microbatches, "microbatches", minimum=1)
     settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine, shapes, training_steps,
@@ -92,18 +97,20 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
             latency_samples[plan.name] = samples
         if timeline is not None:
             timelines[plan.name] = timeline
-    config = {"histogram": histogram.name, "strategies": [plan.name for plan in plans], "devices": devices,
+    config = {"histogram": histogram.name, "strategies": [plan.name for plan in plans], "baseline": baseline.name,
+              "devices": devices,
               "batch_size": batch_size, "steps": steps, "seed": seed, "engine": engine, "shapes": shapes,
               "training_steps": training_steps}
     used = {plan.name: packings[plan.name] for plan in plans if plan.name in packings}
-    return SimulationResult(summarize(runs), pd.concat([run.trace() for run in runs], ignore_index=True),
+    return SimulationResult(summarize(runs, baseline.name), pd.concat([run.trace() for run in runs], ignore_index=True),
                             used, latency_samples, timelines, config)
 
 
 def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, batch_size: int, seed: int,
                packings: dict[str, Packing] | None = None, cost_model=None,
                progress: Callable[[int], None] | None = None,
-               stage: Callable[[str], None] | None = None, microbatches: int = 1) -> dict[str, Packing]:
+               stage: Callable[[str], None] | None = None, microbatches: int = 1,
+               baseline: ExecutionPlan | str | None = None) -> dict[str, Packing]:
     """The packings `simulate` would make for these plans (padding's included), by plan name, reusing
     `packings` given: made ahead and passed as `simulate(packings=...)`, they can be bounded elsewhere
     while the simulation runs; `cost_model` weighs attention against dense work for packers that balance
@@ -111,7 +118,7 @@ def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, 
     `stage(text)` as each packing is made."""
     settings = SimulationSettings(histogram, cost_model, batch_size, 1, seed, "auto", microbatches=microbatches)
     given, packings = dict(packings or {}), {}
-    for plan in _with_reference(plans):
+    for plan in _with_reference(plans, baseline):
         packing = given.get(plan.name) or _packing(plan, settings, {**given, **packings})
         if packing is not None:
             packings[plan.name] = packing
@@ -123,8 +130,9 @@ def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, 
 
 
 def simulation_rows(plans: list[ExecutionPlan | str], histogram: LengthHistogram, devices: list[int],
-                    batch_size: int, steps: int, engine: str = "auto") -> int:
-    """The rows (sequences or packs) a simulation would draw and price, padding's included: its work,
+                    batch_size: int, steps: int, engine: str = "auto",
+                    baseline: ExecutionPlan | str | None = None) -> int:
+    """The rows (sequences or packs) a simulation would draw and price, padding's and the baseline's included: its work,
     known before any is done."""
     # Every plan draws its rows each step for each device it simulates one by one, and prices the
     # distinct batches of the larger clusters where it lists them.
@@ -132,13 +140,13 @@ def simulation_rows(plans: list[ExecutionPlan | str], histogram: LengthHistogram
     return sum(steps * (plan.source.rows_per_device_step(plan, histogram, batch_size)
                         * _devices_one_by_one(plan, max(devices), engine)
                         + plan.source.distinct_rows_per_step(plan, histogram, batch_size, large))
-               for plan in _with_reference(plans))
+               for plan in _with_reference(plans, baseline))
 
 
-def _with_reference(plans: list[ExecutionPlan | str]) -> list[ExecutionPlan]:
+def _with_reference(plans: list[ExecutionPlan | str], baseline: ExecutionPlan | str | None) -> list[ExecutionPlan]:
     named = parse_plans([plan for plan in plans if isinstance(plan, str)])  # expands `all`
     given = [plan for plan in plans if not isinstance(plan, str)]
-    return with_reference(list({plan.name: plan for plan in [*named, *given]}.values()))
+    return with_reference(list({plan.name: plan for plan in [*named, *given]}.values()), baseline)
 
 
 def _validate(histogram, devices, batch_size, steps, seed, engine) -> list[int]:

@@ -27,7 +27,7 @@ PackFunction = Callable[[LengthHistogram, int, "int | None", PackOptions], Packi
 
 # Built-in strategy modules, imported on first use so that `simbench --help` stays fast.
 BUILTIN_MODULES = ("none", "sort", "greedy", "spfhp", "lpfhp", "nnlshp", "classic", "optimal", "token_budget",
-                   "group_by_length", "wlb")
+                   "group_by_length", "wlb", "pad_to_longest")
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from simbench.sim.pricing import DeviceCosts
     from simbench.strategies.packing import Packing
 
-BUILTIN_PLAN_MODULES = tuple(f"simbench.sim.plans.{module}" for module in ("unpadded", "packed", "vts", "length_grouped"))
+BUILTIN_PLAN_MODULES = tuple(f"simbench.sim.plans.{module}" for module in ("unpadded", "packed", "vts", "length_grouped",
+                                                                         "pad_to_longest"))
 
 
 class PlanKind(str, Enum):
@@ -82,6 +83,9 @@ class ExecutionPlan:
 
 
 REFERENCE_PLAN = ExecutionPlan("none", PlanKind.PACKING, ExecutionMode.PADDED, packer="none", max_depth=1)
+# The plan every speed-up is over unless a scenario's `baseline` (or `simulate(baseline=...)`) names another:
+# what people run by default (Hugging Face's collator), not padding to max_length, which nobody runs.
+DEFAULT_BASELINE = "pad-to-longest"
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,8 @@ class BatchSource:
     # Whether its batches can be priced as a 4D replica's microbatches (`sim.parallel_costs`); a source that
     # times its own pipeline (VTS) cannot.
     layout_aware: ClassVar[bool] = True
+    # The family the report draws it in; None: read from its packer and mode (simbench.report.styles).
+    family: ClassVar[str | None] = None
 
     def __init__(self, plan: ExecutionPlan, packing: Packing | None, settings: SimulationSettings, purpose: int = 0,
                  simpy_devices: int = 0):
@@ -366,9 +372,20 @@ def all_plan_names() -> list[str]:
     return list(dict.fromkeys([*STRATEGIES.names(), *PLANS.names()]))
 
 
-def with_reference(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
-    """The plans with padding (`none`) first: every speed-up is measured against it."""
-    return [REFERENCE_PLAN, *[plan for plan in plans if not plan.is_reference]]
+def baseline_plan(baseline: ExecutionPlan | str | None) -> ExecutionPlan:
+    """The plan speed-ups are over: `baseline` as given or parsed, DEFAULT_BASELINE when None."""
+    if isinstance(baseline, ExecutionPlan):
+        return baseline
+    return parse_plan(DEFAULT_BASELINE if baseline is None else baseline)
+
+
+def with_reference(plans: list[ExecutionPlan], baseline: ExecutionPlan | str | None = None) -> list[ExecutionPlan]:
+    """The plans with padding (`none`) first, always simulated (the ideal speed-up and the packing figures are
+    over it), then the baseline every speed-up is over (DEFAULT_BASELINE when None), then the others."""
+    baseline = baseline_plan(baseline)
+    firsts = [REFERENCE_PLAN] if baseline.is_reference else [REFERENCE_PLAN, baseline]
+    names = {plan.name for plan in firsts}
+    return [*firsts, *[plan for plan in plans if not plan.is_reference and plan.name not in names]]
 
 
 def _is_count(text: str) -> bool:
