@@ -85,7 +85,7 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     progress = progress or (lambda units: None)
     packings = pack_plans(histogram, plans, batch_size=run.batch_size, seed=scenario.seed, packings=packings,
                           cost_model=cost_model, microbatches=run.microbatches,
-                          progress=progress, stage=stage)
+                          progress=progress, stage=stage, workers=workers)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = run.simulate(progress=progress, packings=packings, stage=stage)
     summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
@@ -183,7 +183,7 @@ def _start_bounds(packings: dict[str, Packing], histogram: LengthHistogram,
     inline = ReportWorkers(processes=0)
     bounds = {}
     for depth in dict.fromkeys(_bound_depth(packing) for packing in packings.values()):
-        stored = None if depth in here else stored_lp_lower_bound(histogram, histogram.max_length, depth)
+        stored = stored_lp_lower_bound(histogram, histogram.max_length, depth)
         if stored is not None:
             bounds[depth] = inline.submit(lambda bound: bound, stored)
         else:

@@ -81,7 +81,7 @@ class ReportWorkers:
     def __exit__(self, kind, error, trace) -> None:
         if self.executor is None:
             return
-        processes = list((self.executor._processes or {}).values())
+        processes = list((getattr(self.executor, "_processes", None) or {}).values())
         if kind is not None:
             # Failed or interrupted: what the workers are doing is for no one; they end now, not when done.
             for process in processes:

@@ -308,7 +308,7 @@ def pack_nnlshp_counts(counts: np.ndarray, max_length: int, max_depth: int | Non
 
 
 @register("nnlshp", "non-negative least-squares histogram packing (depth 3 unless --max-depth)",
-          check_limits=check_fit_size, default_depth=PAPER_DEPTH)
+          check_limits=check_fit_size, default_depth=PAPER_DEPTH, slow=True)
 def pack_nnlshp(histogram, max_length, max_depth, options) -> Packing:
     rows, repeats, details = pack_nnlshp_counts(histogram.counts, max_length, max_depth)
     depth = _fitted_depth(max_length, max_depth)
