@@ -57,6 +57,10 @@ class ReportWorkers:
         future.set_result(function(*arguments))
         return future
 
+    def result(self, future: Future, waiting: Callable[[float], None] | None = None):
+        """`future.result()`, telling `waiting(seconds so far)` every HEARTBEAT_SECONDS until it comes."""
+        return result_of(future, waiting)
+
     def completed(self, jobs: dict[Hashable, tuple], waiting: Callable[[float], None] | None = None,
                   every: float = HEARTBEAT_SECONDS) -> Iterator[tuple[Hashable, object]]:
         """(key, result) of each job `key: (function, *arguments)` as it finishes: in the workers, all at

@@ -126,7 +126,8 @@ def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, 
         if progress is not None:
             progress(1)
     for name, future in elsewhere.items():
-        packings[name] = packing = future.result()
+        packings[name] = packing = workers.result(future, None if stage is None else lambda seconds, name=name: stage(
+            f"waiting for the packing of {name} ({seconds:.0f} s so far)"))
         if stage is not None:
             stage(f"packed {name}: {packing.packs_total:,} packs in {packing.seconds:.2f} s")
         if progress is not None:
