@@ -627,7 +627,7 @@ def write_shipped_bounds() -> Path:
     path = shipped_path(STORED_BOUNDS.function)
     with atomic_file(path) as temporary:
         temporary.write_text(json.dumps({"function": STORED_BOUNDS.function, "version": ALGORITHM_VERSION,
-                                         "entries": entries}, indent=0, sort_keys=True) + "\n")
+                                         "entries": entries}, separators=(",", ":"), sort_keys=True) + "\n")
     return path
 
 
