@@ -39,7 +39,10 @@ def cache_folder() -> Path | None:
         return None
     if chosen:
         return Path(chosen)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "simbench"
+    try:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "simbench"
+    except RuntimeError:  # no home folder to find: nothing cached, everything computed
+        return None
 
 
 def counts_digest(counts: np.ndarray) -> str:
