@@ -87,9 +87,15 @@ class ReportWorkers:
             return
         processes = list((getattr(self.executor, "_processes", None) or {}).values())
         if kind is not None:
-            # Failed or interrupted: what the workers are doing is for no one; they end now, not when done.
+            # Failed or interrupted: what the workers are doing is for no one; they end now, not when done. The
+            # pool is not waited for: with a worker killed mid-write its shutdown could wait forever.
             for process in processes:
                 process.terminate()
+            for process in processes:
+                process.join()
+            # Its queues' semaphores live on until exit: the resource tracker ends with the process, a moment after.
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            return
         self.executor.shutdown(wait=True, cancel_futures=True)
         for process in processes:
             process.join()

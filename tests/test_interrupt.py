@@ -31,12 +31,19 @@ def start_run(scenario, out, cache, *options):
 
 
 def group_left(group: int) -> bool:
-    """Whether any process of the group is left (zombies included: they are not yet reaped by anyone)."""
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """Whether a live process of the group is left (a zombie has ended; where no init reaps orphans, as in some
+    containers, an interrupted run's resource tracker stays one)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
 
 
 def settle(group: int, seconds: float = 2.0) -> bool:
