@@ -29,7 +29,7 @@ from simbench.sim.plans import with_reference
 from simbench.sim.results import BREAKDOWN_COLUMNS, VTS_REFERENCE, with_per_gpu_columns
 from simbench.sim.simulate import pack_plans
 from simbench.strategies import get_strategy
-from simbench.strategies.lp_bound import lp_lower_bound
+from simbench.strategies.lp_bound import lp_lower_bound, stored_lp_lower_bound
 from simbench.strategies.packing import Packing
 from simbench.workers import ReportWorkers, result_of
 
@@ -85,7 +85,7 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     progress = progress or (lambda units: None)
     packings = pack_plans(histogram, plans, batch_size=run.batch_size, seed=scenario.seed, packings=packings,
                           cost_model=cost_model, microbatches=run.microbatches,
-                          progress=progress, stage=stage, baseline=run.baseline)
+                          progress=progress, stage=stage, baseline=run.baseline, workers=workers)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = run.simulate(progress=progress, packings=packings, stage=stage)
     summary = result.summary.assign(strategy=result.summary["strategy"].map(run.label),
@@ -188,12 +188,19 @@ def _start_bounds(packings: dict[str, Packing], histogram: LengthHistogram,
                   workers: ReportWorkers | None) -> dict[int | None, Future]:
     """The LP bound of every depth the packings need, computed by `workers` (or here, without them).
 
-    `optimal` computed the bound of its own depth while packing, so that one is already here, cached."""
+    `optimal` computed the bound of its own depth while packing, so that one is already here, cached, and
+    so is a bound stored for this histogram (shipped with the package or in the user cache)."""
     here = {packing.max_depth for packing in packings.values() if packing.strategy == "optimal"}
     inline = ReportWorkers(processes=0)
-    return {depth: (inline if depth in here or workers is None else workers).submit(
-        lp_lower_bound, histogram, histogram.max_length, depth)
-        for depth in dict.fromkeys(_bound_depth(packing) for packing in packings.values())}
+    bounds = {}
+    for depth in dict.fromkeys(_bound_depth(packing) for packing in packings.values()):
+        stored = stored_lp_lower_bound(histogram, histogram.max_length, depth)
+        if stored is not None:
+            bounds[depth] = inline.submit(lambda bound: bound, stored)
+        else:
+            bounds[depth] = (inline if depth in here or workers is None else workers).submit(
+                lp_lower_bound, histogram, histogram.max_length, depth)
+    return bounds
 
 
 def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histogram: LengthHistogram,
@@ -210,7 +217,8 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
                 f"waiting for the LP bound at depth {depth_name} ({seconds:.0f} s so far)"))
         if bound is not None and depth not in told:
             told.add(depth)
-            stage(f"LP bound at depth {depth_name} in {bound.seconds:.2f} s")
+            stage(f"LP bound at depth {depth_name} {'read from the cache' if bound.cached else 'computed'} "
+                  f"in {bound.seconds:.2f} s")
         progress(1)
         # A bound on packs of max length bounds no batch padded to its own longest (sort), as in `simbench pack`.
         if not bool((packing.slot_lengths == histogram.max_length).all()):
@@ -218,7 +226,8 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
         metrics = packing.metrics(bound.lower_bound_packs if bound else None)
         label = labels.get(name, name)
         timing_rows.append({"strategy": label, "packer": packing.strategy, "solve_seconds": metrics.pop("seconds"),
-                            "lp_bound_seconds": bound.seconds if bound else None})
+                            "lp_bound_seconds": bound.seconds if bound else None,
+                            "lp_bound_cached": bound.cached if bound else None})
         rows.append({"label": label, **metrics, "bound_depth": depth, "lp_bound_value": bound.value if bound else None})
     packing_columns = ["label", "strategy", "max_depth", "sequences", "packs", "tokens", "padding_tokens", "efficiency",
                        "packing_factor", "strategies_used", "depth_used", "lower_bound_packs", "gap_to_bound",

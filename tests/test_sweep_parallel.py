@@ -3,6 +3,7 @@ of the cell's scenario and the layout's columns; a layout a cell cannot hold is 
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -131,3 +132,19 @@ def test_the_sweep_summary_says_what_a_device_is_where_a_cell_has_a_layout(swept
     sweep, results = swept
     write_sweep_report(tmp_path, sweep.name, sweep.axes, None, [], results)
     assert "its devices are data-parallel replicas of `gpus_per_replica` GPUs" in (tmp_path / "summary.md").read_text()
+
+
+def test_slow_packers_packed_in_workers_give_the_same_packings(squad):
+    from simbench.sim.simulate import pack_plans
+    from simbench.strategies import get_strategy
+    from simbench.workers import ReportWorkers
+
+    plans = ["greedy", "nnlshp:3", "nnlshp:2", "spfhp:3", "optimal:3"]
+    assert get_strategy("greedy").slow and get_strategy("nnlshp").slow
+    here = pack_plans(squad, plans, batch_size=32, seed=3)
+    with ReportWorkers(processes=2) as workers:
+        beside = pack_plans(squad, plans, batch_size=32, seed=3, workers=workers)
+    assert list(beside) == list(here)  # in the plans' order, whichever finished first
+    for name, packing in here.items():
+        assert np.array_equal(beside[name].rows, packing.rows), name
+        assert np.array_equal(beside[name].repeats, packing.repeats), name

@@ -30,7 +30,7 @@ def pack(
     baseline_path: Path = typer.Option(None, "--baseline", help="records for --check-baseline [default: bundled]"),
     bound: bool = typer.Option(None, "--bound/--no-bound",
                                help="compute the LP lower bound on packs [default: only where it is cheap]"),
-    time_limit_seconds: float = typer.Option(None, "--time-limit", help="seconds optimal may search for packs it "
+    time_limit_seconds: float = typer.Option(None, "--time-limit", help="CPU seconds optimal may search for packs it "
                                              "can prove optimal, once it has its bound [default: 5]"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:

@@ -174,17 +174,22 @@ def plot_arguments(scenario: Scenario, histogram: LengthHistogram, tables: Exper
     return {name: arguments[name] for name in scenario.outputs.plots if has_data.get(name, True)}
 
 
+def _render(name: str, values: dict, formats: tuple) -> dict:
+    """`plots.render`, imported where it runs: with workers, the main process never loads matplotlib (2 s)."""
+    from simbench.report.plots import render
+
+    return render(name, values, formats)
+
+
 def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
                workers: ReportWorkers | None = None, stage: Callable[[str], None] | None = None) -> list[Path]:
     """Every plot the scenario asks for that its tables have data for, drawn by `workers` side by side;
     `stage(text)` hears of each as it is written, and every few seconds while none is."""
-    from simbench.report.plots import render
-
     tell = stage or (lambda text: None)
     arguments = plot_arguments(scenario, histogram, tables)
     formats = tuple(scenario.outputs.formats)
     drawing = workers or ReportWorkers(processes=0)
-    jobs = {name: (render, name, values, formats) for name, values in arguments.items()}
+    jobs = {name: (_render, name, values, formats) for name, values in arguments.items()}
     written = {}
     for name, contents in drawing.completed(jobs, lambda seconds: tell(
             f"drawing plots: {len(written)} of {len(jobs)} written ({seconds:.0f} s since the last)")):

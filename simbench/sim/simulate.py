@@ -110,15 +110,21 @@ def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, 
                packings: dict[str, Packing] | None = None, cost_model=None,
                progress: Callable[[int], None] | None = None,
                stage: Callable[[str], None] | None = None, microbatches: int = 1,
-               baseline: ExecutionPlan | str | None = None) -> dict[str, Packing]:
+               baseline: ExecutionPlan | str | None = None, workers=None) -> dict[str, Packing]:
     """The packings `simulate` would make for these plans (padding's included), by plan name, reusing
     `packings` given: made ahead and passed as `simulate(packings=...)`, they can be bounded elsewhere
     while the simulation runs; `cost_model` weighs attention against dense work for packers that balance
     predicted work (`wlb`), as `simulate` does. `progress(1)` is told as each plan has its packing (or needs none);
-    `stage(text)` as each packing is made."""
+    `stage(text)` as each packing is made. `workers` (a `simbench.workers.ReportWorkers`) pack the slow
+    built-in packers (`Strategy.slow`) side by side while this process packs the rest: the same packings,
+    made in any process."""
     settings = SimulationSettings(histogram, cost_model, batch_size, 1, seed, "auto", microbatches=microbatches)
     given, packings = dict(packings or {}), {}
-    for plan in _with_reference(plans, baseline):
+    ordered = _with_reference(plans, baseline)
+    elsewhere = _pack_elsewhere(ordered, settings, given, workers) if workers is not None else {}
+    for plan in ordered:
+        if plan.name in elsewhere:
+            continue  # collected below, once this process has packed the rest
         packing = given.get(plan.name) or _packing(plan, settings, {**given, **packings})
         if packing is not None:
             packings[plan.name] = packing
@@ -126,7 +132,33 @@ def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, 
                 stage(f"packed {plan.name}: {packing.packs_total:,} packs in {packing.seconds:.2f} s")
         if progress is not None:
             progress(1)
-    return packings
+    for name, future in elsewhere.items():
+        packings[name] = packing = workers.result(future, None if stage is None else lambda seconds, name=name: stage(
+            f"waiting for the packing of {name} ({seconds:.0f} s so far)"))
+        if stage is not None:
+            stage(f"packed {name}: {packing.packs_total:,} packs in {packing.seconds:.2f} s")
+        if progress is not None:
+            progress(1)
+    return {plan.name: packings[plan.name] for plan in ordered if plan.name in packings}
+
+
+def _pack_elsewhere(plans: list[ExecutionPlan], settings: SimulationSettings, given: dict[str, Packing],
+                    workers) -> dict:
+    """Futures of the packings of slow built-in packers, by plan name, submitted to `workers`; plans asking
+    for the same packing share one."""
+    calls = {}
+    for plan in plans:
+        call = None if plan.name in given else _packing_call(plan, settings)
+        if call is not None and get_strategy(call[0]).slow and get_strategy(call[0]).is_builtin:
+            calls[plan.name] = call
+    futures, shared = {}, {}
+    for name, (packer, depth, options) in calls.items():
+        key = (packer, depth, repr(options))
+        if key not in shared:
+            shared[key] = workers.submit(get_strategy(packer), settings.histogram, settings.histogram.max_length,
+                                         depth, options)
+        futures[name] = shared[key]
+    return futures
 
 
 def simulation_rows(plans: list[ExecutionPlan | str], histogram: LengthHistogram, devices: list[int],
@@ -185,10 +217,22 @@ def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[s
     # A packing made with other options of the plan's own (another token budget) is another packing.
     cached = next((p for p in packings.values() if (p.strategy, p.max_depth) == (packer, depth)
                    and all(p.details.get(key) == value for key, value in own.items())), None)
-    return cached or get_strategy(packer)(
-        settings.histogram, settings.histogram.max_length, depth,
-        pack_options(packer, seed=settings.seed, batch_size=settings.batch_size,
-                     attention_parity=lambda: getattr(settings.cost_model, "attention_parity_tokens", None), **own))
+    if cached is not None:
+        return cached
+    packer, depth, options = _packing_call(plan, settings)
+    return get_strategy(packer)(settings.histogram, settings.histogram.max_length, depth, options)
+
+
+def _packing_call(plan: ExecutionPlan, settings: SimulationSettings) -> tuple[str, int | None, PackOptions] | None:
+    """The packer, depth and options a plan's packing is made with (None: the plan packs nothing)."""
+    request = plan.source.packing_request(plan)
+    if request is None:
+        return None
+    packer, depth = request
+    own = plan.source.packing_options(plan, settings.histogram, settings.batch_size, settings.microbatches)
+    return packer, depth, pack_options(packer, seed=settings.seed, batch_size=settings.batch_size,
+                                       attention_parity=lambda: getattr(settings.cost_model,
+                                                                        "attention_parity_tokens", None), **own)
 
 
 def pack_options(packer: str, *, seed: int, batch_size: int,
