@@ -146,7 +146,7 @@ def test_result_contract_for_the_report():
     assert {"step", "step_seconds", "slowest_device_seconds", "mean_device_seconds", "allreduce_seconds",
             "real_tokens", "sequences"} <= set(result.traces.columns)
     assert len(result.traces) == 4 * 2 * 6
-    assert set(result.packings) == {"none", "spfhp:2"}
+    assert set(result.packings) == {"none", "pad-to-longest", "spfhp:2"}  # the baseline packs its random batches
     assert result.latency_samples["none"].size >= 6 and (result.latency_samples["vts"] > 0).all()
     assert set(result.vts_timeline) == {"vts"}
     packed = result.traces[result.traces["strategy"] == "spfhp:2"]
