@@ -22,8 +22,9 @@ from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.costmodels.registry import COST_MODELS
 from simbench.histogram import LengthHistogram, load_histogram
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.memory_budget import resolved_plans
+from simbench.sim.memory_fit import MemoryFit
 from simbench.sim.plans import ExecutionPlan, parse_plans, with_reference
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS
 
@@ -54,23 +55,30 @@ class Run:
     labels: Mapping[str, str] = field(default_factory=dict)  # plan name -> the scenario's label for it
     # A replica's 4D layout: `devices` then count replicas, `batch_size` rows per replica step (all microbatches).
     layout: ParallelLayout | None = None
+    # Every strategy's largest microbatch against HBM and the settings that price the run (None: the profile
+    # states no HBM capacity, or the run came from options)
+    memory: MemoryFit | None = None
 
     @classmethod
     def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
         """The scenario's run, on `histogram` if given (a sweep shares one between cells)."""
         histogram = histogram if histogram is not None else scenario.dataset.load()
+        from simbench.scenario import plan_labels, scenario_memory
+
         plans = scenario_plans(scenario, histogram)
         model, hardware, layout = get_model(scenario.model), scenario.hardware.load(), scenario.layout
-        gpus_per_replica = scenario.gpus_per_device
-        # A label left to its default names the plan as it runs (a `memory` budget as its number).
-        labels = {plan.name: spec.label if spec.label != spec.plan().name else plan.name
-                  for plan, spec in zip(plans, scenario.strategies)}
+        memory = scenario_memory(scenario, plans, histogram)
+        if memory is not None and memory.raised:
+            # Recompute and ZeRO are priced by the 4D replica: without `parallel`, a 1 x 1 x 1 layout of one GPU.
+            layout = memory.priced
+        gpus_per_replica = scenario.gpus_per_device if layout is None else layout.gpus_per_replica
+        labels = plan_labels(scenario, plans)
         return cls(scenario.name, histogram, model, hardware,
                    _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout), plans,
                    scenario.replica_devices, scenario.device_batch_size, scenario.steps, scenario.seed,
                    shapes=scenario.shapes, training_steps=scenario.training_steps,
                    gpus_per_replica=gpus_per_replica, cost_model_name=scenario.cost_model,
-                   labels=labels, layout=layout)
+                   labels=labels, layout=layout, memory=memory)
 
     @classmethod
     def from_options(cls, histogram: LengthHistogram | str | Path, strategies: Sequence[str | ExecutionPlan],
