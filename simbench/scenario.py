@@ -733,6 +733,14 @@ def _budgets_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[I
     return refused
 
 
+def check_scenario_memory(scenario: Scenario, root: yaml.Node, source: str) -> None:
+    """InputErrors where no strategy fits memory (`_memory_refused`): for a sweep's cells that differ from a
+    validated one only in values whose own checks do not see memory (batch_size, devices)."""
+    refused = _memory_refused(scenario, root, source)
+    if refused:
+        raise InputErrors(refused)
+
+
 def _memory_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
     """The scenario refused where no strategy's largest microbatch fits HBM under any setting its `memory` policy
     may choose, at the key the first way out changes (`simbench.resolved.scenario_memory`, as `run` checks it)."""
