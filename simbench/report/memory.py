@@ -11,8 +11,9 @@ from simbench.sim.memory_fit import DOES_NOT_FIT, NEEDS_RECOMPUTE, memory_senten
 
 
 def rankable(scaling: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:
-    """The scaling rows of the strategies that fit (all of them where the run has no memory table)."""
-    if memory.empty or "verdict" not in memory:
+    """The rows of a table by strategy (scaling.csv, assumptions.csv) of the strategies that fit: all of them
+    where the run has no memory table."""
+    if memory.empty or "verdict" not in memory or "strategy" not in scaling:
         return scaling
     kept = scaling[~scaling["strategy"].isin(memory.loc[memory["verdict"] == DOES_NOT_FIT, "strategy"])]
     return kept if not kept.empty else scaling

@@ -72,7 +72,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         _packing_section(tables.packing, tables.scaling, unit),
         f"## Speed-up over padding by {unit.name} count\n\n" + _speedup_table(tables.scaling, unit)
         + _reference_note(tables.scaling, unit),
-        _assumptions_section(tables.assumptions, unit),
+        _assumptions_section(rankable(tables.assumptions, tables.memory), unit),
         _breakdown_section(tables.breakdown, four_d=scenario.layout is not None, unit=unit),
         parallel_section(scenario.layout, tables.scaling, tables.parallel) if scenario.layout else None,
         memory_section(tables.memory, without_layout=scenario.layout is None, markdown_table=markdown_table),
