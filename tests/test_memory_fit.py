@@ -262,3 +262,28 @@ def test_the_parallel_schema_states_the_layouts_defaults():
     assert ParallelSpec().layout() == ParallelLayout()
     with pytest.raises(InputError):
         ParallelLayout(zero_stage=4)
+
+
+def test_a_sweep_checks_each_pair_of_batch_size_and_devices(tmp_path):
+    # Each value fits with the base's other one; the large batch on the few GPUs does not, even with ZeRO 3
+    # and full recompute.
+    rows = 2
+    while peak_gib(ParallelLayout(zero_stage=3, recompute="full"), rows * 384, 2, "llama-3.1-8b") <= 80:
+        rows *= 2
+    assert peak_gib(ParallelLayout(zero_stage=3, recompute="full"), rows * 384, 16, "llama-3.1-8b") <= 80
+    (tmp_path / "pairs.yaml").write_text(f"""\
+name: pairs
+base:
+  dataset: {{histogram: squad_1_1_384}}
+  model: llama-3.1-8b
+  hardware: h100-sxm
+  strategies: [spfhp:3]
+  devices: [16]
+  batch_size: 1
+  steps: 2
+axes:
+  batch_size: [1, {rows}]
+  devices: [16, 2]
+""")
+    with pytest.raises(InputError, match=rf"cell 3 \(batch_size={rows}, devices=2\): .*no strategy fits"):
+        load_sweep(tmp_path / "pairs.yaml")
