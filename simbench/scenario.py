@@ -343,33 +343,42 @@ def _layout_default(name: str) -> Any:
 class ParallelSpec(_Strict):
     """A replica's 4D layout (`simbench.costmodels.layout.ParallelLayout`); with it, `devices` count GPUs."""
 
-    tp: StrictInt = Field(_layout_default("tp"), ge=1, description="tensor-parallel GPUs: each layer's heads and feed-forward width split "
-                          "over them, inside one node")
-    pp: StrictInt = Field(_layout_default("pp"), ge=1, description="pipeline stages, each holding about layers / pp of the model "
-                          "(`stage_layers`)")
-    cp: StrictInt = Field(_layout_default("cp"), ge=1, description="context-parallel ranks, each holding 1 / cp of a row's tokens")
-    dp: StrictInt | None = Field(_layout_default("dp"), ge=1, description="data-parallel replicas; default devices / (tp x pp x cp), and "
-                                 "with it `devices` defaults to dp x tp x pp x cp")
-    microbatches: StrictInt = Field(_layout_default("microbatches"), ge=1, description="microbatches per replica and step, each of `batch_size` "
-                                    "rows, run through the pipeline")
-    virtual_stages: StrictInt = Field(_layout_default("virtual_stages"), ge=1, description="interleaved chunks per pipeline stage (interleaved 1F1B "
-                                      "when above 1)")
+    tp: StrictInt = Field(
+        _layout_default("tp"), ge=1,
+        description="tensor-parallel GPUs: each layer's heads and feed-forward width split over them, inside one node")
+    pp: StrictInt = Field(
+        _layout_default("pp"), ge=1,
+        description="pipeline stages, each holding about layers / pp of the model (`stage_layers`)")
+    cp: StrictInt = Field(
+        _layout_default("cp"), ge=1, description="context-parallel ranks, each holding 1 / cp of a row's tokens")
+    dp: StrictInt | None = Field(
+        _layout_default("dp"), ge=1, description="data-parallel replicas; default devices / (tp x pp x cp), and with "
+        "it `devices` defaults to dp x tp x pp x cp")
+    microbatches: StrictInt = Field(
+        _layout_default("microbatches"), ge=1,
+        description="microbatches per replica and step, each of `batch_size` rows, run through the pipeline")
+    virtual_stages: StrictInt = Field(
+        _layout_default("virtual_stages"), ge=1,
+        description="interleaved chunks per pipeline stage (interleaved 1F1B when above 1)")
     cp_sharding: Literal["contiguous", "zigzag", "per-document"] = Field(
-        _layout_default("cp_sharding"), description="how a row's tokens are cut over the cp ranks: contiguous blocks, zigzag (chunks i and "
-        "2 cp - 1 - i to rank i) or per document (each document cut over every rank)")
-    zero_stage: Literal[0, 1, 2, 3] = Field(_layout_default("zero_stage"), description="ZeRO stage over the data-parallel replicas: 1 shards the "
-                                            "optimizer state, 2 the gradients too, 3 the parameters too")
+        _layout_default("cp_sharding"), description="how a row's tokens are cut over the cp ranks: contiguous blocks, "
+        "zigzag (chunks i and 2 cp - 1 - i to rank i) or per document (each document cut over every rank)")
+    zero_stage: Literal[0, 1, 2, 3] = Field(
+        _layout_default("zero_stage"), description="ZeRO stage over the data-parallel replicas: 1 shards the "
+        "optimizer state, 2 the gradients too, 3 the parameters too")
     recompute: Literal["none", "selective", "full"] = Field(
-        _layout_default("recompute"), description="activation recomputation in the backward pass: none, selective (attention) or full")
+        _layout_default("recompute"),
+        description="activation recomputation in the backward pass: none, selective (attention) or full")
     stage_layers: Literal["balanced", "even"] | list[Annotated[StrictInt, Field(ge=0)]] = Field(
-        _layout_default("stage_layers"), description="how the layers spread over the pp x virtual_stages pipeline chunks: balanced (the "
-        "default: as evenly as possible, the chunks with one layer fewer first and last, since those also run the "
-        "embedding and the output layer and loss; Llama 3's 126-layer 405B on pp 16 is 7, 8 x 14, 7), even (equal "
-        "chunks; refused when the layers do not divide) or each chunk's layer count in pipeline order")
+        _layout_default("stage_layers"), description="how the layers spread over the pp x virtual_stages pipeline "
+        "chunks: balanced (the default: as evenly as possible, the chunks with one layer fewer first and last, since "
+        "those also run the embedding and the output layer and loss; Llama 3's 126-layer 405B on pp 16 is 7, 8 x 14, "
+        "7), even (equal chunks; refused when the layers do not divide) or each chunk's layer count in pipeline order")
     overlap_gradient_sync: StrictBool = Field(
-        _layout_default("overlap_gradient_sync"), description="reduce the gradients during the last microbatch's backward pass and gather the updated "
-        "parameters during the next step's forward, as Megatron-LM's --overlap-grad-reduce and "
-        "--overlap-param-gather do (both off by default there, as here); off: the whole sync follows the step")
+        _layout_default("overlap_gradient_sync"), description="reduce the gradients during the last microbatch's "
+        "backward pass and gather the updated parameters during the next step's forward, as Megatron-LM's "
+        "--overlap-grad-reduce and --overlap-param-gather do (both off by default there, as here); off: the whole "
+        "sync follows the step")
 
     def layout(self) -> ParallelLayout:
         return ParallelLayout(**self.model_dump())

@@ -124,7 +124,8 @@ def test_a_layout_a_cell_cannot_hold_is_refused_naming_the_cell_and_key(tmp_path
 
 
 def test_a_cell_whose_model_does_not_fit_memory_is_refused_saying_what_would(tmp_path):
-    text = BASE.replace("  steps: 3\n", "  steps: 3\n  memory: refuse\n") + "axes:\n  model: [bert-large, llama-3.1-70b]\n"
+    text = (BASE.replace("  steps: 3\n", "  steps: 3\n  memory: refuse\n")
+            + "axes:\n  model: [bert-large, llama-3.1-70b]\n")
     with pytest.raises(InputError, match=r"cell 1 \(model=llama-3.1-70b\): memory: no strategy fits h100-sxm's 80 GiB "
                                          r"of HBM per GPU: .* on 16 GPUs \(ZeRO 1, recompute none\); it fits with "
                                          r"`memory: auto` \(ZeRO 3, recompute none\)"):

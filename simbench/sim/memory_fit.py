@@ -175,9 +175,8 @@ def fit_memory(model: ModelSpec | str, hardware: HardwareProfile | str, plans: M
     tried = list(_settings_tried(layout, policy, replicas, can_raise))
 
     def first_fit(count: int) -> ParallelLayout | None:
-        return next((each for each in tried
-                     if peak_memory(model, each, tokens_per_microbatch=count, replicas=replicas).peak_bytes <= capacity),
-                    None)
+        return next((each for each in tried if peak_memory(model, each, tokens_per_microbatch=count,
+                                                           replicas=replicas).peak_bytes <= capacity), None)
 
     least = {label: first_fit(count) for label, count in tokens.items()}
     fitting = [tried.index(each) for each in least.values() if each is not None]
