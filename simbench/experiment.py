@@ -59,6 +59,9 @@ class ExperimentResult:
     # with a 4D layout, per (strategy, CP sharding): a replica's mean step by cause (`sim.replica.replica_breakdown`)
     # and its peak memory per GPU; empty without one
     parallel: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # per strategy: its largest microbatch's peak memory per GPU against HBM and its verdict
+    # (`sim.memory_fit.MEMORY_COLUMNS`); empty where the hardware profile states no HBM capacity
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def progress_total(scenario: Scenario) -> int:
@@ -124,19 +127,20 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
         tell("priced a replica's step by cause under every CP sharding")
     return ExperimentResult(packing=packing, scaling=summary[scaling_columns], breakdown=summary[breakdown_columns],
                             latency=latency, gumbel=gumbel, extrapolation=extrapolation, timeline=timeline,
-                            timings=timings, assumptions=assumption_table, parallel=parallel)
+                            timings=timings, assumptions=assumption_table, parallel=parallel,
+                            memory=run.memory.table() if run.memory is not None else pd.DataFrame())
 
 
 def _parallel_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
     """A 4D run's replica step by cause under each CP sharding, labelled, with the peak memory per GPU and the
     tokens memory allows a microbatch, at the fewest replicas simulated (ZeRO shards least there)."""
-    from simbench.scenario import layout_memory
+    from simbench.costmodels.memory import peak_memory
     from simbench.sim.memory_budget import layout_token_budget
     from simbench.sim.replica import replica_breakdown
 
     table = replica_breakdown(run.histogram, run.all_plans, packings, run.cost_model, run.batch_size, run.seed)
-    memory = layout_memory(run.layout, run.model, run.batch_size // run.layout.microbatches * run.histogram.max_length,
-                           min(run.devices))
+    memory = peak_memory(run.model, run.layout, replicas=min(run.devices),
+                         tokens_per_microbatch=run.batch_size // run.layout.microbatches * run.histogram.max_length)
     budget = (layout_token_budget(run.model, run.hardware, run.layout, min(run.devices))
               if run.hardware.hbm_capacity_bytes is not None else np.nan)
     return table.assign(strategy=table["strategy"].map(run.label), peak_memory_gib=memory.peak_bytes / 2**30,

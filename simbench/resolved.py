@@ -23,8 +23,9 @@ from simbench.costmodels.model import ModelSpec, get_model
 from simbench.costmodels.registry import COST_MODELS
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.memory_budget import resolved_plans
+from simbench.sim.memory_fit import MemoryFit
 from simbench.sim.plans import ExecutionPlan, baseline_plan, parse_plans, with_reference
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
 from simbench.validation import check_whole_number
@@ -58,6 +59,9 @@ class Run:
     layout: ParallelLayout | None = None
     # The plan every speed-up is over (None: simbench.sim.plans.DEFAULT_BASELINE, the scenario schema's default).
     baseline: ExecutionPlan | None = None
+    # Every strategy's largest microbatch against HBM and the settings that price the run (None: the profile
+    # states no HBM capacity, or the run came from options)
+    memory: MemoryFit | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "baseline", baseline_plan(self.baseline))
@@ -66,13 +70,17 @@ class Run:
     def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
         """The scenario's run, on `histogram` if given (a sweep shares one between cells)."""
         histogram = histogram if histogram is not None else scenario.dataset.load()
+        from simbench.scenario import plan_labels, scenario_memory
+
         plans = scenario_plans(scenario, histogram)
         model, hardware, layout = get_model(scenario.model), scenario.hardware.load(), scenario.layout
-        gpus_per_replica = scenario.gpus_per_device
-        # A label left to its default names the plan as it runs (a `memory` budget as its number).
-        labels = {plan.name: spec.label if spec.label != spec.plan().name else plan.name
-                  for plan, spec in zip(plans, scenario.strategies)}
-        (baseline,) = resolved_plans([scenario.baseline.plan()], histogram, model, hardware, layout,
+        memory = scenario_memory(scenario, plans, histogram)
+        if memory is not None and memory.raised:
+            # Recompute and ZeRO are priced by the 4D replica: without `parallel`, a 1 x 1 x 1 layout of one GPU.
+            layout = memory.priced
+        gpus_per_replica = scenario.gpus_per_device if layout is None else layout.gpus_per_replica
+        labels = plan_labels(scenario, plans)
+        (baseline,) = resolved_plans([scenario.baseline.plan()], histogram, model, hardware, scenario.layout,
                                      min(scenario.replica_devices))
         own_label = scenario.baseline.label  # where the baseline is among the strategies, their label holds
         labels.setdefault(baseline.name, own_label if own_label != scenario.baseline.plan().name else baseline.name)
@@ -81,7 +89,7 @@ class Run:
                    scenario.replica_devices, scenario.device_batch_size, scenario.steps, scenario.seed,
                    shapes=scenario.shapes, training_steps=scenario.training_steps,
                    gpus_per_replica=gpus_per_replica, cost_model_name=scenario.cost_model,
-                   labels=labels, layout=layout, baseline=baseline)
+                   labels=labels, layout=layout, baseline=baseline, memory=memory)
 
     @classmethod
     def from_options(cls, histogram: LengthHistogram | str | Path, strategies: Sequence[str | ExecutionPlan],

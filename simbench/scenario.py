@@ -9,8 +9,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -27,9 +28,10 @@ from simbench.data import bundled_files
 from simbench.errors import InputError, InputErrors, did_you_mean, read_text_file
 from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
+from simbench.sim.memory_fit import DEFAULT_MEMORY_POLICY, MEMORY_POLICIES, MemoryFit, fit_memory, memory_layout
 from simbench.sim.plans import (DEFAULT_BASELINE, ExecutionPlan, PlanType, packing_refusals, plan_fields,
-                                plan_from_fields, plan_type)
+                                plan_from_fields, plan_type, with_reference)
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
 from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_gpus_per_replica, check_max_depth, \
     check_simulation_work
@@ -334,36 +336,50 @@ class QuickSpec(_Strict):
     lp_bounds: bool = Field(False, description="compute the LP bounds under --quick too")
 
 
-class ParallelSpec(_Strict):
-    """A replica's 4D layout (`simbench.sim.layout.ParallelLayout`); with it, `devices` count GPUs."""
+def _layout_default(name: str) -> Any:
+    """`ParallelLayout`'s default for one of its fields: the schema states the layout's, never its own."""
+    return next(field.default for field in dataclasses.fields(ParallelLayout) if field.name == name)
 
-    tp: StrictInt = Field(1, ge=1, description="tensor-parallel GPUs: each layer's heads and feed-forward width split "
-                          "over them, inside one node")
-    pp: StrictInt = Field(1, ge=1, description="pipeline stages, each holding about layers / pp of the model "
-                          "(`stage_layers`)")
-    cp: StrictInt = Field(1, ge=1, description="context-parallel ranks, each holding 1 / cp of a row's tokens")
-    dp: StrictInt | None = Field(None, ge=1, description="data-parallel replicas; default devices / (tp x pp x cp), and "
-                                 "with it `devices` defaults to dp x tp x pp x cp")
-    microbatches: StrictInt = Field(1, ge=1, description="microbatches per replica and step, each of `batch_size` "
-                                    "rows, run through the pipeline")
-    virtual_stages: StrictInt = Field(1, ge=1, description="interleaved chunks per pipeline stage (interleaved 1F1B "
-                                      "when above 1)")
+
+class ParallelSpec(_Strict):
+    """A replica's 4D layout (`simbench.costmodels.layout.ParallelLayout`); with it, `devices` count GPUs."""
+
+    tp: StrictInt = Field(
+        _layout_default("tp"), ge=1,
+        description="tensor-parallel GPUs: each layer's heads and feed-forward width split over them, inside one node")
+    pp: StrictInt = Field(
+        _layout_default("pp"), ge=1,
+        description="pipeline stages, each holding about layers / pp of the model (`stage_layers`)")
+    cp: StrictInt = Field(
+        _layout_default("cp"), ge=1, description="context-parallel ranks, each holding 1 / cp of a row's tokens")
+    dp: StrictInt | None = Field(
+        _layout_default("dp"), ge=1, description="data-parallel replicas; default devices / (tp x pp x cp), and with "
+        "it `devices` defaults to dp x tp x pp x cp")
+    microbatches: StrictInt = Field(
+        _layout_default("microbatches"), ge=1,
+        description="microbatches per replica and step, each of `batch_size` rows, run through the pipeline")
+    virtual_stages: StrictInt = Field(
+        _layout_default("virtual_stages"), ge=1,
+        description="interleaved chunks per pipeline stage (interleaved 1F1B when above 1)")
     cp_sharding: Literal["contiguous", "zigzag", "per-document"] = Field(
-        "zigzag", description="how a row's tokens are cut over the cp ranks: contiguous blocks, zigzag (chunks i and "
-        "2 cp - 1 - i to rank i) or per document (each document cut over every rank)")
-    zero_stage: Literal[0, 1, 2, 3] = Field(1, description="ZeRO stage over the data-parallel replicas: 1 shards the "
-                                            "optimizer state, 2 the gradients too, 3 the parameters too")
+        _layout_default("cp_sharding"), description="how a row's tokens are cut over the cp ranks: contiguous blocks, "
+        "zigzag (chunks i and 2 cp - 1 - i to rank i) or per document (each document cut over every rank)")
+    zero_stage: Literal[0, 1, 2, 3] = Field(
+        _layout_default("zero_stage"), description="ZeRO stage over the data-parallel replicas: 1 shards the "
+        "optimizer state, 2 the gradients too, 3 the parameters too")
     recompute: Literal["none", "selective", "full"] = Field(
-        "none", description="activation recomputation in the backward pass: none, selective (attention) or full")
+        _layout_default("recompute"),
+        description="activation recomputation in the backward pass: none, selective (attention) or full")
     stage_layers: Literal["balanced", "even"] | list[Annotated[StrictInt, Field(ge=0)]] = Field(
-        "balanced", description="how the layers spread over the pp x virtual_stages pipeline chunks: balanced (the "
-        "default: as evenly as possible, the chunks with one layer fewer first and last, since those also run the "
-        "embedding and the output layer and loss; Llama 3's 126-layer 405B on pp 16 is 7, 8 x 14, 7), even (equal "
-        "chunks; refused when the layers do not divide) or each chunk's layer count in pipeline order")
+        _layout_default("stage_layers"), description="how the layers spread over the pp x virtual_stages pipeline "
+        "chunks: balanced (the default: as evenly as possible, the chunks with one layer fewer first and last, since "
+        "those also run the embedding and the output layer and loss; Llama 3's 126-layer 405B on pp 16 is 7, 8 x 14, "
+        "7), even (equal chunks; refused when the layers do not divide) or each chunk's layer count in pipeline order")
     overlap_gradient_sync: StrictBool = Field(
-        False, description="reduce the gradients during the last microbatch's backward pass and gather the updated "
-        "parameters during the next step's forward, as Megatron-LM's --overlap-grad-reduce and "
-        "--overlap-param-gather do (both off by default there, as here); off: the whole sync follows the step")
+        _layout_default("overlap_gradient_sync"), description="reduce the gradients during the last microbatch's "
+        "backward pass and gather the updated parameters during the next step's forward, as Megatron-LM's "
+        "--overlap-grad-reduce and --overlap-param-gather do (both off by default there, as here); off: the whole "
+        "sync follows the step")
 
     def layout(self) -> ParallelLayout:
         return ParallelLayout(**self.model_dump())
@@ -389,6 +405,13 @@ class Scenario(_Strict):
     parallel: ParallelSpec | None = Field(None, description="a 4D layout of each replica (tensor, pipeline, context "
                                           "parallel, microbatches; see below): `devices` then count GPUs, and each "
                                           "replica's step runs a pipeline of context-parallel groups")
+    memory: Literal[MEMORY_POLICIES] = Field(
+        DEFAULT_MEMORY_POLICY, description="what a strategy whose largest microbatch exceeds HBM gets: `refuse` marks "
+        "it `does not fit` (never ranked first), `recompute` raises activation recomputation (none, selective, full) "
+        "until it fits, `auto` (the default: trainers make a model fit rather than stop) does that at each ZeRO stage "
+        "up to 3 (FSDP) where there are replicas to shard over; the raised settings price the whole run, a scenario "
+        "without `parallel` then running as a 1 x 1 x 1 layout; `validate` refuses a scenario where nothing fits and "
+        "says what would (see Memory below)")
     cost_model: str = Field("transformer", description="what prices a step: a cost model of the registry (`simbench "
                                                        "list`)")
     strategies: tuple[Annotated[
@@ -653,6 +676,7 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
     refused = (_positions_refused(scenario, root, source) + _packings_refused(scenario, root, source)
                + _layout_refused(scenario, root, source))
     refused = refused or _budgets_refused(scenario, root, source)  # a budget from memory needs a sound layout
+    refused = refused or _memory_refused(scenario, root, source)  # memory needs the budgets resolved
     if refused:
         raise InputErrors(refused)
     check_scenario_work(scenario, root, source)
@@ -734,9 +758,6 @@ def _layout_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[In
                                ffn=model.ffn, max_length=max_length)
     for key, message in problems:
         refuse(("parallel", key) if _written(root, ("parallel", key)) else ("parallel",), message)
-    memory = None if problems or refused else _memory_refused(scenario, layout, model, max_length)
-    if memory is not None:
-        refuse(("parallel",), memory)
     for key, spec in [*((("strategies", index), spec) for index, spec in enumerate(scenario.strategies)),
                       (("baseline",), scenario.baseline)]:
         if not spec.plan().source.layout_aware:
@@ -773,30 +794,52 @@ def _budgets_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[I
     return refused
 
 
-def _memory_refused(scenario: Scenario, layout: ParallelLayout, model, max_length: int) -> str | None:
-    """Why the layout's peak HBM per GPU exceeds the hardware's, at the fewest replicas simulated (ZeRO shards
-    least there); None when it fits or the profile states no capacity."""
-    from simbench.costmodels.memory import check_fits
+def check_scenario_memory(scenario: Scenario, root: yaml.Node, source: str) -> None:
+    """InputErrors where no strategy fits memory (`_memory_refused`): for a sweep's cells that differ from a
+    validated one only in values whose own checks do not see memory (batch_size, devices)."""
+    refused = _memory_refused(scenario, root, source)
+    if refused:
+        raise InputErrors(refused)
 
+
+def _memory_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
+    """The scenario refused where no strategy's largest microbatch fits HBM under any setting its `memory` policy
+    may choose, at the key the first way out changes (`simbench.resolved.scenario_memory`, as `run` checks it)."""
+    from simbench.sim.memory_budget import resolved_plans
+
+    try:
+        scenario_memory(scenario, resolved_plans([spec.plan() for spec in scenario.strategies], scenario.dataset.load(),
+                                                 get_model(scenario.model), scenario.hardware.load(), scenario.layout,
+                                                 min(scenario.replica_devices)))
+    except InputError as error:
+        key = (error.parameter,) if error.parameter in type(scenario).model_fields else ("memory",)
+        key = key if _written(root, key) or not _written(root, ("memory",)) else ("memory",)
+        return [InputError(f"{key[0]}: {error.message}", source=source, line=_line_of(root, key),
+                           parameter=error.parameter)]
+    return []
+
+
+def plan_labels(scenario: Scenario, plans: Sequence[ExecutionPlan]) -> dict[str, str]:
+    """Plan name -> label; a label left to its default names the plan as it runs (a `memory` budget as its number)."""
+    return {plan.name: spec.label if spec.label != spec.plan().name else plan.name
+            for plan, spec in zip(plans, scenario.strategies)}
+
+
+def scenario_memory(scenario: Scenario, plans: Sequence[ExecutionPlan],
+                    histogram: LengthHistogram | None = None) -> MemoryFit | None:
+    """The memory check of the scenario's resolved `plans` and padding (`sim.memory_fit.fit_memory`) at the fewest
+    replicas simulated: what `validate` refuses and `run` prices by; None where the profile states no HBM."""
     hardware = scenario.hardware.load()
     if hardware.hbm_capacity_bytes is None:
         return None
-    try:
-        check_fits(layout_memory(layout, model, scenario.batch_size * max_length, min(scenario.replica_devices)),
-                   hardware)
-    except InputError as error:
-        return error.message
-    return None
-
-
-def layout_memory(layout: ParallelLayout, model, tokens_per_microbatch: int, replicas: int):
-    """The layout's peak memory per GPU (`costmodels.memory.peak_memory`) with `replicas` data-parallel replicas."""
-    from simbench.costmodels.memory import peak_memory
-
-    return peak_memory(model, tokens_per_microbatch=tokens_per_microbatch, tp=layout.tp, pp=layout.pp, cp=layout.cp,
-                       dp=replicas, microbatches=layout.microbatches, virtual_stages=layout.virtual_stages,
-                       zero_stage=layout.zero_stage, recompute=layout.recompute,
-                       stage_layers=layout.stage_layers_of(model.layers))
+    labels = plan_labels(scenario, plans)
+    by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(list(plans))}
+    # A replica of several GPUs without `parallel` is priced by the plain cost model, which prices no recompute.
+    can_raise = scenario.layout is not None or scenario.gpus_per_replica == 1
+    return fit_memory(get_model(scenario.model), hardware, by_label,
+                      histogram if histogram is not None else scenario.dataset.load(), batch_size=scenario.batch_size,
+                      layout=memory_layout(scenario.layout, scenario.gpus_per_replica),
+                      replicas=min(scenario.replica_devices), policy=scenario.memory, can_raise=can_raise)
 
 
 def _written(root: yaml.Node, path: tuple) -> bool:

@@ -12,7 +12,7 @@ from simbench.report.plots import breakdown_figure, scaling_figure
 from simbench.report.summary import summary_markdown
 from simbench.report.units import DEVICE, device_unit
 from simbench.scenario import Scenario
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 
 SMALL = {"name": "small", "dataset": {"histogram": "squad_1_1_384"}, "strategies": ["spfhp", "packed-varlen"],
          "batch_size": 2, "steps": 3, "outputs": {"plots": ["scaling", "breakdown"], "formats": ["svg"]}}

@@ -158,7 +158,7 @@ def test_the_command_writes_results_summary_and_heatmap(sweep_file, tmp_path):
 
 def test_the_bundled_sweep_has_two_hundred_valid_cells_and_runs_by_name():
     sweep = sweeps.load_sweep("context-vs-scale")
-    assert len(sweep.cells) == 200 and sweep.report_axes == ("devices", "dataset.max_length")
+    assert len(sweep.cells) == 170 and sweep.report_axes == ("devices", "dataset.max_length")
     assert sweep.name == "context-vs-scale" and "context-vs-scale" in sweeps.bundled_sweeps()
     listing = CliRunner().invoke(app, ["list"])
     assert "Bundled sweeps (simbench sweep NAME)" in listing.output and "context-vs-scale" in listing.output

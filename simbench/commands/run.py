@@ -116,6 +116,8 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
             say(default)
         if budget is not None:
             say(budget)
+        for line in _memory_lines(scenario):
+            say(f"memory: {line}")
         for warning in warnings:
             say(f"warning: {warning}")
 
@@ -131,6 +133,18 @@ def _memory_budget_line(scenario) -> str | None:
         return None
     tokens = layout_token_budget(model, hardware, scenario.layout, min(scenario.replica_devices))
     return budget_sentence(tokens, scenario.layout)
+
+
+def _memory_lines(scenario) -> list[str]:
+    """The memory check `run` prices by (`simbench.resolved.scenario_memory`), in words."""
+    from simbench.resolved import scenario_plans
+    from simbench.scenario import scenario_memory
+    from simbench.sim.memory_fit import memory_sentences
+
+    memory = scenario_memory(scenario, scenario_plans(scenario))
+    if memory is None:
+        return []
+    return memory_sentences(memory.table(), one_gpu_layout=memory.raised and scenario.layout is None)
 
 
 def plot(report: Path = typer.Argument(..., metavar="DIR", help="an existing report folder")) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from simbench.costmodels.layout import ParallelLayout
 from simbench.report.baseline import baseline_of
-from simbench.sim.layout import ParallelLayout
 from simbench.sim.memory_budget import budget_sentence
 
 # The token-balanced packers a workload-balanced plan is measured against, the first present winning: first-fit

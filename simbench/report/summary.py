@@ -21,6 +21,7 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report.baseline import baseline_of, over_words
+from simbench.report.memory import left_out_note, memory_section, rankable
 from simbench.report.parallel import parallel_headline, parallel_section
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
@@ -58,10 +59,12 @@ def ideal_of(scaling: pd.DataFrame) -> float | None:
 
 def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> str:
     unit = device_unit(scenario.layout)
+    ranked = rankable(tables.scaling, tables.memory)  # a strategy that does not fit memory is never ranked first
     sections = [
         f"# {scenario.name}" + (f": {scenario.description.strip()}" if scenario.description.strip() else ""),
         defaults_note(scenario),
-        _headline(tables.scaling, _gpus_per_replica(scenario), unit),
+        _headline(ranked, _gpus_per_replica(scenario), unit),
+        left_out_note(tables.memory),
         parallel_headline(scenario.layout, tables.scaling, tables.parallel, tables.breakdown) if scenario.layout
         else None,
         _setup(scenario, histogram, tables.scaling, unit),
@@ -69,14 +72,15 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         *(f"**Warning**: {warning}." for warning in scenario.depth_warnings(histogram)),
         "## Winner at each scale\n\n" + "\n\n".join(
             f"Speed-ups over {over_words(reference)}:\n\n" + _winners_table(rows, unit)
-            for reference, rows in _groups(tables.scaling)),
+            for reference, rows in _groups(ranked)),
         _packing_section(tables.packing, tables.scaling, unit),
         f"## Speed-up over {over_words(baseline_of(tables.scaling))} by {unit.name} count\n\n"
         + _speedup_table(tables.scaling, unit)
         + _reference_note(tables.scaling, unit),
-        _assumptions_section(tables.assumptions, unit, baseline_of(tables.scaling)),
+        _assumptions_section(rankable(tables.assumptions, tables.memory), unit, baseline_of(tables.scaling)),
         _breakdown_section(tables.breakdown, four_d=scenario.layout is not None, unit=unit),
         parallel_section(scenario.layout, tables.scaling, tables.parallel) if scenario.layout else None,
+        memory_section(tables.memory, without_layout=scenario.layout is None, markdown_table=markdown_table),
         _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling, unit),
         provenance_note(scenario.hardware.profile, scenario.hardware.overrides,
                         unpadded=bool(tables.scaling.get("mode", pd.Series(dtype=str)).eq(
@@ -413,7 +417,7 @@ def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame, scalin
 def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> dict:
     """summary.json: the headline figures for scripts, every speed-up with the baseline it is over."""
     winners = []
-    for reference, rows in _groups(tables.scaling):
+    for reference, rows in _groups(rankable(tables.scaling, tables.memory)):
         for devices in sorted(rows["devices"].unique()):
             ranked = _ranked(rows, devices)
             winners.append({"devices": int(devices), "over": over_words(reference),
@@ -448,7 +452,8 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 def _files_section() -> str:
     return ("## Files\n\nreport.html (this summary with interactive charts and sortable tables, one file), "
             "summary.json (the headline figures for scripts), resolved.yaml (the scenario as run), packing.csv, "
-            "scaling.csv, breakdown.csv, latency.csv, gumbel.csv, extrapolation.csv, timeline.csv, timings.csv; "
+            "scaling.csv, breakdown.csv, latency.csv, gumbel.csv, extrapolation.csv, timeline.csv, timings.csv, "
+            "memory.csv (each strategy's peak memory per GPU against HBM, where the profile states it); "
             "plots as PNG and SVG.")
 
 

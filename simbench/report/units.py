@@ -1,7 +1,7 @@
 """What a report calls the simulator's unit: a device, or with a 4D layout a data-parallel replica of
 tp x pp x cp GPUs, counted with the GPUs it stands for. Every report word for it comes from here.
 
-    >>> from simbench.sim.layout import ParallelLayout
+    >>> from simbench.costmodels.layout import ParallelLayout
     >>> device_unit(None).count(8), device_unit(ParallelLayout(tp=8, pp=16, cp=16)).count(8)
     ('8 devices', '8 replicas (16,384 GPUs)')
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 
 
 @dataclass(frozen=True)

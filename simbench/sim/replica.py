@@ -2,7 +2,7 @@
 Wraps a one-GPU cost model, so that every plan whose batches go through `step_costs` runs inside the layout.
 
     >>> from simbench.costmodels import TransformerCostModel
-    >>> from simbench.sim.layout import ParallelLayout
+    >>> from simbench.costmodels.layout import ParallelLayout
     >>> from simbench.sim.replica import ReplicaCostModel
     >>> replica = ReplicaCostModel(TransformerCostModel("llama-3.1-8b", "h100-sxm"), ParallelLayout(pp=4, microbatches=8))
     >>> replica.gpus_per_replica
@@ -34,7 +34,7 @@ from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
 from simbench.costmodels.collectives import Link, allgather, allreduce, reduce_scatter
 from simbench.costmodels.model import FLOPS_PER_MULTIPLY_ACCUMULATE
 from simbench.errors import InputError
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.parallel.context_parallel import (ContextParallelWork, context_parallel_work, kv_bytes_per_token,
                                                     ring_attention_seconds)
 from simbench.sim.parallel.gradient_sync import GradientSync
@@ -527,7 +527,7 @@ def replica_breakdown(histogram, plans, packings: dict, cost_model: ReplicaCostM
     are the simulation's."""
     import pandas as pd
 
-    from simbench.sim.layout import CP_SHARDINGS
+    from simbench.costmodels.layout import CP_SHARDINGS
     from simbench.sim.plans import SimulationSettings
 
     layout = cost_model.layout

@@ -176,6 +176,12 @@ class BatchSource:
         return batch_size
 
     @staticmethod
+    def largest_microbatch_tokens(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int) -> int:
+        """Token slots of the largest microbatch of `batch_size` rows this plan runs: what its activations must
+        fit in memory. By default rows padded to max_length (padding, packs)."""
+        return batch_size * histogram.max_length
+
+    @staticmethod
     def distinct_rows_per_step(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int,
                                devices: list[int]) -> int:
         """Sequences or packs a step prices for the cluster sizes `devices` that `distinct_batches` prices

@@ -68,6 +68,11 @@ class TokenBudgetSource(BatchSource):
         return plan
 
     @staticmethod
+    def largest_microbatch_tokens(plan, histogram, batch_size):
+        """Its budget: every microbatch holds up to that many padded slots."""
+        return step_budget_tokens(plan, histogram, batch_size)
+
+    @staticmethod
     def random_stream(plan: ExecutionPlan) -> str:
         return plan.name
 
@@ -113,6 +118,12 @@ class LengthGroupedSource(BatchSource):
     @staticmethod
     def rows_per_device_step(plan: ExecutionPlan, histogram, batch_size: int) -> int:
         return sequences_per_batch(histogram, batch_size, histogram.max_length)
+
+    @staticmethod
+    def largest_microbatch_tokens(plan, histogram, batch_size):
+        """Its rows are as many as fill batch_size x max_length at the mean length; the batch that holds the
+        longest sequences pads them all to it (HF's group_by_length puts that megabatch first to fail early)."""
+        return sequences_per_batch(histogram, batch_size, histogram.max_length) * histogram.longest
 
     @property
     def shares_draws(self) -> bool:
