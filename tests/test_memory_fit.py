@@ -54,7 +54,8 @@ def test_the_table_is_peak_memory_of_each_strategys_largest_microbatch(tmp_path)
     scenario = scenario_of(tmp_path, text.replace("CAPACITY", str(80 * GIB)).replace("DEVICES", "[2, 8]"))
     histogram = scenario.dataset.load()
     table = run_experiment(scenario).memory.set_index("strategy")
-    expected_tokens = {"none": 32 * 1024, "spfhp:3": 32 * 1024, "unpad": 32 * 384, "sort": 32 * 384,
+    expected_tokens = {"none": 32 * 1024, "pad-to-longest": 32 * 384, "spfhp:3": 32 * 1024, "unpad": 32 * 384,
+                       "sort": 32 * 384,
                        "group-by-length": sequences_per_batch(histogram, 32, 1024) * 384,
                        "token-budget:budget_tokens=5000": 5000}
     assert table["tokens_per_microbatch"].to_dict() == expected_tokens
