@@ -46,7 +46,7 @@ def test_a_cost_model_that_cannot_price_a_sequence_alone_gets_the_slot_ratio_und
 def test_at_8k_strategies_pass_the_slot_ratio_but_not_the_reports_line():
     bundled = load_scenario("scenarios/llama8b-sft-8k.yaml")
     # Over padding to max length, which the ideal is over (the scenario's own baseline is pad-to-longest).
-    scenario = type(bundled).model_validate({**bundled.model_dump(), "steps": 30, "devices": [1, 1024],
+    scenario = type(bundled).model_validate({**bundled.model_dump(), "steps": 30, "devices": [8, 1024],
                                              "baseline": "none"})
     histogram = scenario.dataset.load()
     scaling = run_experiment(scenario, histogram).scaling

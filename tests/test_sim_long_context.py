@@ -102,7 +102,7 @@ dataset:
       - {share: 0.05, median_length: 40000, sigma: 1.0}
   max_length: 131072
 model: llama-3.1-8b
-hardware: h100-sxm
+hardware: {profile: h100-sxm, overrides: {hbm_capacity_bytes: 1.0e15}}   # of packs at 128k, not of memory
 strategies: [ffd, {name: packed-varlen, packer: ffd}, {name: lpfhp, max_depth: max}]
 baseline: none
 devices: [1, 8, 1048576]

@@ -144,7 +144,8 @@ def _memory_lines(scenario) -> list[str]:
     memory = scenario_memory(scenario, scenario_plans(scenario))
     if memory is None:
         return []
-    return memory_sentences(memory.table(), one_gpu_layout=memory.raised and scenario.layout is None)
+    return memory_sentences(memory.table(), one_gpu_layout=memory.raised and scenario.layout is None,
+                            replica_word="device" if scenario.layout is None else "replica")
 
 
 def plot(report: Path = typer.Argument(..., metavar="DIR", help="an existing report folder")) -> None:

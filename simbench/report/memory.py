@@ -46,7 +46,8 @@ def memory_section(memory: pd.DataFrame, without_layout: bool,
         "verdict": memory["verdict"],
         "made to fit by": memory["made_to_fit"].map(lambda value: value if isinstance(value, str) and value else "-"),
     })
-    return ("## Memory\n\n" + " ".join(memory_sentences(memory, one_gpu_layout=raised and without_layout))
+    return ("## Memory\n\n" + " ".join(memory_sentences(memory, one_gpu_layout=raised and without_layout,
+                                                     replica_word="device" if without_layout else "replica"))
             + " Peak memory per GPU of each strategy's largest microbatch (costmodels.memory.peak_memory: "
-            "parameters, gradients, optimizer state, activations, logits), at the fewest replicas simulated, where "
-            "ZeRO shards least (memory.csv).\n\n" + markdown_table(shown))
+            "parameters, gradients, optimizer state, activations, logits), at the fewest "
+            + ("devices" if without_layout else "replicas") + " simulated, where ZeRO shards least (memory.csv).\n\n" + markdown_table(shown))

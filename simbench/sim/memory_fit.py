@@ -101,14 +101,15 @@ class MemoryFit:
         return pd.DataFrame(rows, columns=list(MEMORY_COLUMNS))
 
 
-def memory_sentences(table: pd.DataFrame, one_gpu_layout: bool) -> list[str]:
+def memory_sentences(table: pd.DataFrame, one_gpu_layout: bool, replica_word: str = "replica") -> list[str]:
     """What a memory table (`MemoryFit.table`, or memory.csv read back) says: the largest peak, the settings
     raised and for whom, the strategies that do not fit. `one_gpu_layout`: the run without `parallel` was priced
-    as a 1 x 1 x 1 layout to price them."""
+    as a 1 x 1 x 1 layout to price them. `replica_word`: what a data-parallel rank is called where the report
+    speaks of it ("device" without a layout)."""
     if table.empty:
         return []
     first = table.iloc[0]
-    where = (f"per GPU at {int(first.replicas):,} replica{'s' if first.replicas > 1 else ''}, "
+    where = (f"per GPU at {int(first.replicas):,} {replica_word}{'s' if first.replicas > 1 else ''}, "
              f"ZeRO {int(first.zero_stage)}, recompute {first.recompute}")
     fitting = table[table["verdict"] != DOES_NOT_FIT]
     lines = []
