@@ -24,11 +24,13 @@ from simbench.costmodels.registry import COST_MODELS
 from simbench.histogram import LengthHistogram, load_histogram
 from simbench.sim.layout import ParallelLayout
 from simbench.sim.memory_budget import resolved_plans
-from simbench.sim.plans import ExecutionPlan, parse_plans, with_reference
+from simbench.sim.plans import ExecutionPlan, StepSizing, parse_plans, with_reference
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS
 
 if TYPE_CHECKING:
     from simbench.scenario import Scenario
+    from simbench.sim.footing import Footing
+    from simbench.strategies.packing import Packing
     from simbench.sim.results import SimulationResult
 
 
@@ -54,23 +56,31 @@ class Run:
     labels: Mapping[str, str] = field(default_factory=dict)  # plan name -> the scenario's label for it
     # A replica's 4D layout: `devices` then count replicas, `batch_size` rows per replica step (all microbatches).
     layout: ParallelLayout | None = None
+    # How the plans were sized against each other (`sim.footing`); None: each at `batch_size` (simulate's options).
+    footing: Footing | None = None
+    # Packings made while sizing, of the plans whose sizes they were made at: the run packs them no more.
+    packings: Mapping[str, Packing] = field(default_factory=dict)
 
     @classmethod
-    def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
-        """The scenario's run, on `histogram` if given (a sweep shares one between cells)."""
+    def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None,
+                      packings: Mapping[str, Packing] | None = None) -> Run:
+        """The scenario's run, on `histogram` if given (a sweep shares one between cells, and `packings` of it)."""
         histogram = histogram if histogram is not None else scenario.dataset.load()
         plans = scenario_plans(scenario, histogram)
         model, hardware, layout = get_model(scenario.model), scenario.hardware.load(), scenario.layout
         gpus_per_replica = scenario.gpus_per_device
-        # A label left to its default names the plan as it runs (a `memory` budget as its number).
-        labels = {plan.name: spec.label if spec.label != spec.plan().name else plan.name
-                  for plan, spec in zip(plans, scenario.strategies)}
-        return cls(scenario.name, histogram, model, hardware,
-                   _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout), plans,
+        cost_model = _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout)
+        sized, footing, packings = _sized_plans(scenario, histogram, plans, cost_model, model, hardware, packings)
+        # A label left to its default names the plan as it runs (a `memory` or sized budget as its number).
+        # Sizing keeps the plans' order (padding first) and renames only a budget it sizes.
+        renamed = {plan.name: new.name for plan, new in zip(with_reference(list(plans)), with_reference(list(sized)))}
+        labels = {renamed.get(plan.name, plan.name): spec.label if spec.label != spec.plan().name
+                  else renamed.get(plan.name, plan.name) for plan, spec in zip(plans, scenario.strategies)}
+        return cls(scenario.name, histogram, model, hardware, cost_model, sized,
                    scenario.replica_devices, scenario.device_batch_size, scenario.steps, scenario.seed,
                    shapes=scenario.shapes, training_steps=scenario.training_steps,
                    gpus_per_replica=gpus_per_replica, cost_model_name=scenario.cost_model,
-                   labels=labels, layout=layout)
+                   labels=labels, layout=layout, footing=footing, packings=packings)
 
     @classmethod
     def from_options(cls, histogram: LengthHistogram | str | Path, strategies: Sequence[str | ExecutionPlan],
@@ -124,6 +134,32 @@ class Run:
         return _cost_model(self.cost_model_name, self.model, hardware, self.gpus_per_replica, self.layout)
 
 
+def _sized_plans(scenario: Scenario, histogram: LengthHistogram, plans: tuple[ExecutionPlan, ...], cost_model,
+                 model: ModelSpec, hardware: HardwareProfile, given: Mapping[str, Packing] | None = None):
+    """The scenario's plans sized as its `compare_at` says (padding's included where sized), their footing, and
+    the packings made to size them that the run can use as they are."""
+    from simbench.sim.footing import size_plans
+    from simbench.sim.memory_budget import layout_token_budget
+    from simbench.sim.simulate import pack_plans
+
+    layout = scenario.layout
+    microbatches = layout.microbatches if layout is not None else 1
+    packings = pack_plans(histogram, list(plans), batch_size=scenario.device_batch_size, seed=scenario.seed,
+                          cost_model=cost_model, microbatches=microbatches, packings=given)
+    # A microbatch may hold what memory allows, and never less than the scenario's own microbatch: the user's
+    # claim that it fits stands (checking it is the memory model's business, not this sizing's).
+    memory = (layout_token_budget(model, hardware, layout, min(scenario.replica_devices))
+              if hardware.hbm_capacity_bytes is not None else 0)
+    slots = max(memory, scenario.batch_size * histogram.max_length)
+    sized, footing = size_plans(with_reference(list(plans)), histogram, packings, scenario.compare_at,
+                                scenario.device_batch_size, microbatches, slots)
+    if scenario.compare_at == "as-configured":
+        return plans, footing, packings  # made at the run's own sizes: the run packs nothing again
+    kept = {plan.name: packings[plan.name] for plan in sized if plan.name in packings
+            and plan.sizing == StepSizing(scenario.device_batch_size, microbatches)}
+    return sized, footing, kept
+
+
 def _cost_model(name: str, model: ModelSpec, hardware: HardwareProfile, gpus_per_replica: int,
                 layout: ParallelLayout | None = None):
     """The registry's cost model; with a layout, one GPU's, priced as a 4D replica by `ReplicaCostModel`."""
@@ -148,6 +184,7 @@ def scenario_plans(scenario: Scenario, histogram: LengthHistogram | None = None)
                           scenario.hardware.load(), scenario.layout, min(scenario.replica_devices))
 
 
-def resolve(scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
+def resolve(scenario: Scenario, histogram: LengthHistogram | None = None,
+            packings: Mapping[str, Packing] | None = None) -> Run:
     """The scenario's resolved run (see `Run.from_scenario`)."""
-    return Run.from_scenario(scenario, histogram)
+    return Run.from_scenario(scenario, histogram, packings)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import numpy as np
@@ -26,7 +26,7 @@ from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.sim.length_batching import BudgetBatchDraws, LengthGroupedStream
 from simbench.sim.orderstat import ItemSource
-from simbench.sim.plans import PLANS, BatchSource, ExecutionPlan, PlanType, register_plan
+from simbench.sim.plans import PLANS, BatchSource, ExecutionPlan, PlanType, StepSizing, register_plan
 from simbench.sim.batching import SequenceSampler
 from simbench.sim.megabatches import MegabatchSteps
 from simbench.strategies.group_by_length import megabatch_sequences, sequences_per_batch
@@ -53,6 +53,36 @@ class TokenBudgetSource(BatchSource):
     @staticmethod
     def packing_options(plan, histogram, batch_size, microbatches):
         return {"budget_tokens": step_budget_tokens(plan, histogram, batch_size, microbatches)}
+
+    @staticmethod
+    def expected_real_tokens_per_step(plan, histogram, packing, rows, microbatches):
+        """The mean real tokens of the bucketing's batches of a step's budget (every sequence once, so the
+        dataset's tokens over its batches)."""
+        batches = token_budget_batches(histogram, step_budget_tokens(plan, histogram, rows, microbatches))
+        return histogram.real_tokens / int(batches.repeats.sum())
+
+    @staticmethod
+    def microbatch_slots_per_row(plan, histogram):
+        return float(histogram.max_length)  # a step of `rows` rows has a budget of rows x max_length slots
+
+    @classmethod
+    def sized(cls, plan, histogram, packing, real_tokens_per_step, microbatches, microbatch_slots):
+        """By its budget: a step's slots found by bisection so that its batches hold about the target on
+        average, then cut into as many microbatches as memory needs (each budget at least the longest
+        sequence)."""
+        def expected(step_slots: int) -> float:
+            return histogram.real_tokens / int(token_budget_batches(histogram, step_slots).repeats.sum())
+
+        low, high = histogram.longest, max(histogram.longest, 2 * int(real_tokens_per_step) + histogram.max_length)
+        for _ in range(BUDGET_SEARCH_STEPS):
+            if high - low <= 1:
+                break
+            middle = (low + high) // 2
+            low, high = (middle, high) if expected(middle) < real_tokens_per_step else (low, middle)
+        step_slots = min((low, high), key=lambda slots: abs(expected(slots) - real_tokens_per_step))
+        count = max(microbatches, -(-step_slots // max(microbatch_slots, 1)))
+        budget = max(histogram.longest, -(-step_slots // count))
+        return replace(PLANS.get(plan.packer).build({"budget_tokens": budget}), sizing=StepSizing(1, count))
 
     @staticmethod
     def resolved(plan, histogram, memory_tokens_per_microbatch):
@@ -114,6 +144,11 @@ class LengthGroupedSource(BatchSource):
     def rows_per_device_step(plan: ExecutionPlan, histogram, batch_size: int) -> int:
         return sequences_per_batch(histogram, batch_size, histogram.max_length)
 
+    @staticmethod
+    def expected_real_tokens_per_step(plan, histogram, packing, rows, microbatches):
+        """Its batch's sequences (as many as fill `rows` x max_length at the mean length) at the mean length."""
+        return sequences_per_batch(histogram, rows, histogram.max_length) * histogram.real_tokens / histogram.sequences
+
     @property
     def shares_draws(self) -> bool:
         return False  # a device's batch depends on how many devices share its megabatch
@@ -154,6 +189,7 @@ class LengthGroupedSource(BatchSource):
 
 
 MEMORY = "memory"  # budget_tokens: what the run's layout lets a microbatch hold
+BUDGET_SEARCH_STEPS = 40  # bisection steps for a sized budget: far more than any budget's bits
 
 
 def step_budget_tokens(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int, microbatches: int = 1) -> int:
