@@ -67,19 +67,20 @@ class TokenBudgetSource(BatchSource):
 
     @classmethod
     def sized(cls, plan, histogram, packing, real_tokens_per_step, microbatches, microbatch_slots):
-        """By its budget: a step's slots found by bisection so that its batches hold about the target on
-        average, then cut into as many microbatches as memory needs (each budget at least the longest
-        sequence)."""
-        def expected(step_slots: int) -> float:
-            return histogram.real_tokens / int(token_budget_batches(histogram, step_slots).repeats.sum())
-
-        low, high = histogram.longest, max(histogram.longest, 2 * int(real_tokens_per_step) + histogram.max_length)
+        """By its budget: a step's slots scaled by the target over what its batches hold until they hold it
+        within BUDGET_PRECISION on average (the share of a budget that real tokens fill changes slowly with the
+        budget, so a few bucketings do), then cut into as many microbatches as memory needs (each budget at
+        least the longest sequence)."""
+        held: dict[int, float] = {}
+        slots = max(histogram.longest, round(real_tokens_per_step))
         for _ in range(BUDGET_SEARCH_STEPS):
-            if high - low <= 1:
+            if slots in held:
                 break
-            middle = (low + high) // 2
-            low, high = (middle, high) if expected(middle) < real_tokens_per_step else (low, middle)
-        step_slots = min((low, high), key=lambda slots: abs(expected(slots) - real_tokens_per_step))
+            held[slots] = histogram.real_tokens / int(token_budget_batches(histogram, slots).repeats.sum())
+            if abs(held[slots] / real_tokens_per_step - 1) <= BUDGET_PRECISION:
+                break
+            slots = max(histogram.longest, round(slots * real_tokens_per_step / held[slots]))
+        step_slots = min(held, key=lambda slots: (abs(held[slots] - real_tokens_per_step), slots))
         count = max(microbatches, -(-step_slots // max(microbatch_slots, 1)))
         budget = max(histogram.longest, -(-step_slots // count))
         return replace(PLANS.get(plan.packer).build({"budget_tokens": budget}), sizing=StepSizing(1, count))
@@ -189,7 +190,9 @@ class LengthGroupedSource(BatchSource):
 
 
 MEMORY = "memory"  # budget_tokens: what the run's layout lets a microbatch hold
-BUDGET_SEARCH_STEPS = 40  # bisection steps for a sized budget: far more than any budget's bits
+# A sized budget: the most bucketings tried, and how close to the target its batches' mean must come (chosen).
+BUDGET_SEARCH_STEPS = 8
+BUDGET_PRECISION = 0.005
 
 
 def step_budget_tokens(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int, microbatches: int = 1) -> int:
