@@ -11,7 +11,7 @@
 Tokens per optimizer step change how a model converges, not only how fast it trains, so speed-ups measured
 at different ones answer no question a user has. `equal-tokens` (the default) sizes every strategy's step to
 a common target: the real tokens that the scenario's step (`batch_size` rows of max_length, all microbatches)
-holds at the best efficiency any strategy's full-length rows reach, grown by the smallest whole factor that
+holds at the best efficiency any strategy's full-length rows reach, grown by the smallest whole factor (up to SCALE_MAX) that
 lets every strategy's whole rows reach it within TOLERANCE of each other (so packers run as configured
 unless another strategy's rows cannot come close, as 2 rows of a packer at 81 % against 2 at 99.9 % cannot).
 Each strategy reaches it with its own knobs (`BatchSource.sized`): rows (packs or sequences), a token
@@ -36,7 +36,7 @@ TOLERANCE = 0.05
 # flagged (chosen: twice equal-tokens' tolerance).
 FLAG_ABOVE = 0.10
 # The most the common step grows, in whole multiples of the scenario's, looking for one every strategy reaches.
-SCALE_MAX = 16
+SCALE_MAX = 4
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ named in BUILTIN_PLAN_MODULES; nothing else branches on a plan's kind.
 from __future__ import annotations
 
 import functools
+import math
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -90,6 +91,14 @@ class StepSizing:
 
     rows: int  # rows a device's step holds, all microbatches: what `batch_size` counts for the plan
     microbatches: int  # microbatches the rows run as, one after the other (gradient accumulation)
+
+
+def microbatch_count(step_slots: float, microbatch_slots: int, microbatches: int) -> int:
+    """Microbatches a step of `step_slots` token slots runs as: enough that none holds more than
+    `microbatch_slots`, in whole multiples of the run's own `microbatches` (a pipeline schedule's count stays
+    valid: interleaving asks for a multiple of the stages)."""
+    needed = math.ceil(step_slots / max(microbatch_slots, 1))
+    return microbatches * max(1, math.ceil(needed / microbatches))
 
 
 REFERENCE_PLAN = ExecutionPlan("none", PlanKind.PACKING, ExecutionMode.PADDED, packer="none", max_depth=1)
@@ -198,8 +207,8 @@ class BatchSource:
         guess = max(1, round(real_tokens_per_step / max(expected(1), 1e-9)))
         rows = min((max(1, guess + step) for step in (-1, 0, 1)),
                    key=lambda rows: (abs(expected(rows) - real_tokens_per_step), rows))
-        needed = -(-int(rows * cls.microbatch_slots_per_row(plan, histogram)) // max(microbatch_slots, 1))
-        return replace(plan, sizing=StepSizing(rows, min(rows, max(microbatches, needed))))
+        count = microbatch_count(rows * cls.microbatch_slots_per_row(plan, histogram), microbatch_slots, microbatches)
+        return replace(plan, sizing=StepSizing(max(rows, count), count))  # no microbatch without a row
 
     @staticmethod
     def random_stream(plan: ExecutionPlan) -> str:

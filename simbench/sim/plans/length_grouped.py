@@ -26,7 +26,8 @@ from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.sim.length_batching import BudgetBatchDraws, LengthGroupedStream
 from simbench.sim.orderstat import ItemSource
-from simbench.sim.plans import PLANS, BatchSource, ExecutionPlan, PlanType, StepSizing, register_plan
+from simbench.sim.plans import (PLANS, BatchSource, ExecutionPlan, PlanType, StepSizing, microbatch_count,
+                                 register_plan)
 from simbench.sim.batching import SequenceSampler
 from simbench.sim.megabatches import MegabatchSteps
 from simbench.strategies.group_by_length import megabatch_sequences, sequences_per_batch
@@ -81,9 +82,19 @@ class TokenBudgetSource(BatchSource):
                 break
             slots = max(histogram.longest, round(slots * real_tokens_per_step / held[slots]))
         step_slots = min(held, key=lambda slots: (abs(held[slots] - real_tokens_per_step), slots))
-        count = max(microbatches, -(-step_slots // max(microbatch_slots, 1)))
-        budget = max(histogram.longest, -(-step_slots // count))
-        return replace(PLANS.get(plan.packer).build({"budget_tokens": budget}), sizing=StepSizing(1, count))
+        # Each microbatch's budget lies between the longest sequence and what a microbatch may hold, so the
+        # step's slots come in whole microbatches where those two meet: of the counts around the step's, the
+        # one whose batches come closest.
+        most = max(microbatch_slots, histogram.longest)
+        count = microbatch_count(step_slots, most, microbatches)
+        options = {}
+        for each in (count, count - microbatches):
+            if each >= microbatches:
+                budget = min(max(histogram.longest, -(-step_slots // each)), most)
+                options[each] = budget, cls.expected_real_tokens_per_step(
+                    replace(plan, budget_tokens=budget), histogram, packing, 1, each)
+        count = min(options, key=lambda each: (abs(options[each][1] - real_tokens_per_step), each))
+        return replace(PLANS.get(plan.packer).build({"budget_tokens": options[count][0]}), sizing=StepSizing(1, count))
 
     @staticmethod
     def resolved(plan, histogram, memory_tokens_per_microbatch):
