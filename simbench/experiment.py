@@ -83,10 +83,11 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     fits of the step times (latency, gumbel and extrapolation come back empty): a sweep cell reports none.
     `assumptions=False` skips re-simulating the smallest cluster under the assumptions that could change the
     answer (ideal kernels, shapes all seen or all new)."""
-    run = resolve(scenario, histogram)
+    run = resolve(scenario, histogram, packings)
     histogram, cost_model, plans, labels = run.histogram, run.cost_model, list(run.plans), dict(run.labels)
     progress = progress or (lambda units: None)
-    packings = pack_plans(histogram, plans, batch_size=run.batch_size, seed=scenario.seed, packings=packings,
+    packings = pack_plans(histogram, plans, batch_size=run.batch_size, seed=scenario.seed,
+                          packings={**run.packings, **(packings or {})},
                           cost_model=cost_model, microbatches=run.microbatches,
                           progress=progress, stage=stage, baseline=run.baseline, workers=workers)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
@@ -104,14 +105,18 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     progress(2 * len(plans_by_label) - len(packing) - len(samples))
     scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                        "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
-                       "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise"]
+                       "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise",
+                       "real_tokens_per_step", "real_tokens_per_device_step", "expected_real_tokens_per_device_step",
+                       "rows_per_device_step", "microbatches_per_step", "budget_tokens", "compare_at"]
     summary = with_per_gpu_columns(summary, run.gpus_per_replica)
     # The most any strategy can gain over padding (`none`, None: the cost model cannot say), whatever the baseline;
     # not over VTS's padded pipeline.
     ideal = ideal_speedup(cost_model, histogram, run.batch_size)
     summary["ideal_speedup"] = np.where(summary["reference"] != VTS_REFERENCE, np.nan if ideal is None else ideal,
                                         np.nan)
-    summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
+    summary["real_tokens_per_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"]
+    summary["real_tokens_per_device_step"] = summary["real_tokens_per_step"] / summary["devices"]
+    summary = _with_footing_columns(summary, run)
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "hidden_sync_seconds",
                          "real_tokens_per_device_step"]
     # Seconds of work after the last cluster is simulated (18 s in 4D): each says so when done.
@@ -129,6 +134,18 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                             latency=latency, gumbel=gumbel, extrapolation=extrapolation, timeline=timeline,
                             timings=timings, assumptions=assumption_table, parallel=parallel,
                             memory=run.memory.table() if run.memory is not None else pd.DataFrame())
+
+
+def _with_footing_columns(summary: pd.DataFrame, run: Run) -> pd.DataFrame:
+    """Each strategy's step as it ran (rows, microbatches, token budget a microbatch) and the real tokens it
+    was expected to hold (`sim.footing`), beside the simulated ones."""
+    by_label = {run.label(name): plan for name, plan in run.footing.plans.items()}
+    rows = summary["strategy"].map(by_label)
+    return summary.assign(expected_real_tokens_per_device_step=rows.map(lambda plan: plan.expected_real_tokens_per_step),
+                          rows_per_device_step=rows.map(lambda plan: plan.rows),
+                          microbatches_per_step=rows.map(lambda plan: plan.microbatches),
+                          budget_tokens=rows.map(lambda plan: plan.budget_tokens).astype("Int64"),
+                          compare_at=run.footing.compare_at)
 
 
 def _parallel_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:

@@ -26,12 +26,14 @@ from simbench.histogram import LengthHistogram, load_histogram
 from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.memory_budget import resolved_plans
 from simbench.sim.memory_fit import MemoryFit
-from simbench.sim.plans import ExecutionPlan, baseline_plan, parse_plans, with_reference
+from simbench.sim.plans import ExecutionPlan, StepSizing, baseline_plan, parse_plans, with_reference
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
 from simbench.validation import check_whole_number
 
 if TYPE_CHECKING:
     from simbench.scenario import Scenario
+    from simbench.sim.footing import Footing
+    from simbench.strategies.packing import Packing
     from simbench.sim.results import SimulationResult
 
 
@@ -62,15 +64,20 @@ class Run:
     # Every strategy's largest microbatch against HBM and the settings that price the run (None: the profile
     # states no HBM capacity, or the run came from options)
     memory: MemoryFit | None = None
+    # How the plans were sized against each other (`sim.footing`); None: each at `batch_size` (simulate's options).
+    footing: Footing | None = None
+    # Packings made while sizing, of the plans whose sizes they were made at: the run packs them no more.
+    packings: Mapping[str, Packing] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "baseline", baseline_plan(self.baseline))
 
     @classmethod
-    def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
-        """The scenario's run, on `histogram` if given (a sweep shares one between cells)."""
+    def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None,
+                      packings: Mapping[str, Packing] | None = None) -> Run:
+        """The scenario's run, on `histogram` if given (a sweep shares one between cells, and `packings` of it)."""
         histogram = histogram if histogram is not None else scenario.dataset.load()
-        from simbench.scenario import plan_labels, scenario_memory
+        from simbench.scenario import scenario_memory
 
         plans = scenario_plans(scenario, histogram)
         model, hardware, layout = get_model(scenario.model), scenario.hardware.load(), scenario.layout
@@ -79,17 +86,27 @@ class Run:
             # Recompute and ZeRO are priced by the 4D replica: without `parallel`, a 1 x 1 x 1 layout of one GPU.
             layout = memory.priced
         gpus_per_replica = scenario.gpus_per_device if layout is None else layout.gpus_per_replica
-        labels = plan_labels(scenario, plans)
+        cost_model = _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout)
         (baseline,) = resolved_plans([scenario.baseline.plan()], histogram, model, hardware, scenario.layout,
                                      min(scenario.replica_devices))
+        sized, footing, packings = _sized_plans(scenario, histogram, plans, baseline, cost_model, model, hardware,
+                                                packings)
+        # A label left to its default names the plan as it runs (a `memory` or sized budget as its number).
+        # Sizing keeps the plans' order (padding and the baseline first) and renames only a budget it sizes.
+        renamed = {plan.name: new.name for plan, new in zip(with_reference(list(plans), baseline),
+                                                            with_reference(list(sized), baseline))}
+        labels = {renamed.get(plan.name, plan.name): spec.label if spec.label != spec.plan().name
+                  else renamed.get(plan.name, plan.name) for plan, spec in zip(plans, scenario.strategies)}
+        baseline = next(plan for plan in with_reference(list(sized), baseline)
+                        if plan.name == renamed.get(baseline.name, baseline.name))
         own_label = scenario.baseline.label  # where the baseline is among the strategies, their label holds
         labels.setdefault(baseline.name, own_label if own_label != scenario.baseline.plan().name else baseline.name)
-        return cls(scenario.name, histogram, model, hardware,
-                   _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout), plans,
+        return cls(scenario.name, histogram, model, hardware, cost_model, sized,
                    scenario.replica_devices, scenario.device_batch_size, scenario.steps, scenario.seed,
                    shapes=scenario.shapes, training_steps=scenario.training_steps,
                    gpus_per_replica=gpus_per_replica, cost_model_name=scenario.cost_model,
-                   labels=labels, layout=layout, baseline=baseline, memory=memory)
+                   labels=labels, layout=layout, baseline=baseline, memory=memory, footing=footing,
+                   packings=packings)
 
     @classmethod
     def from_options(cls, histogram: LengthHistogram | str | Path, strategies: Sequence[str | ExecutionPlan],
@@ -149,6 +166,33 @@ class Run:
         return _cost_model(self.cost_model_name, self.model, hardware, self.gpus_per_replica, self.layout)
 
 
+def _sized_plans(scenario: Scenario, histogram: LengthHistogram, plans: tuple[ExecutionPlan, ...],
+                 baseline: ExecutionPlan, cost_model, model: ModelSpec, hardware: HardwareProfile,
+                 given: Mapping[str, Packing] | None = None):
+    """The scenario's plans sized as its `compare_at` says (padding's included where sized), their footing, and
+    the packings made to size them that the run can use as they are."""
+    from simbench.sim.footing import size_plans
+    from simbench.sim.memory_budget import layout_token_budget
+    from simbench.sim.simulate import pack_plans
+
+    layout = scenario.layout
+    microbatches = layout.microbatches if layout is not None else 1
+    packings = pack_plans(histogram, list(plans), batch_size=scenario.device_batch_size, seed=scenario.seed,
+                          cost_model=cost_model, microbatches=microbatches, packings=given, baseline=baseline)
+    # A microbatch may hold what memory allows, and never less than the scenario's own microbatch: the user's
+    # claim that it fits stands (checking it is the memory model's business, not this sizing's).
+    memory = (layout_token_budget(model, hardware, layout, min(scenario.replica_devices))
+              if hardware.hbm_capacity_bytes is not None else 0)
+    slots = max(memory, scenario.batch_size * histogram.max_length)
+    sized, footing = size_plans(with_reference(list(plans), baseline), histogram, packings, scenario.compare_at,
+                                scenario.device_batch_size, microbatches, slots)
+    if scenario.compare_at == "as-configured":
+        return plans, footing, packings  # made at the run's own sizes: the run packs nothing again
+    kept = {plan.name: packings[plan.name] for plan in sized if plan.name in packings
+            and plan.sizing == StepSizing(scenario.device_batch_size, microbatches)}
+    return sized, footing, kept
+
+
 def _cost_model(name: str, model: ModelSpec, hardware: HardwareProfile, gpus_per_replica: int,
                 layout: ParallelLayout | None = None):
     """The registry's cost model; with a layout, one GPU's, priced as a 4D replica by `ReplicaCostModel`."""
@@ -173,6 +217,7 @@ def scenario_plans(scenario: Scenario, histogram: LengthHistogram | None = None)
                           scenario.hardware.load(), scenario.layout, min(scenario.replica_devices))
 
 
-def resolve(scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
+def resolve(scenario: Scenario, histogram: LengthHistogram | None = None,
+            packings: Mapping[str, Packing] | None = None) -> Run:
     """The scenario's resolved run (see `Run.from_scenario`)."""
-    return Run.from_scenario(scenario, histogram)
+    return Run.from_scenario(scenario, histogram, packings)

@@ -431,6 +431,11 @@ class Scenario(_Strict):
     batch_size: StrictInt = Field(32, ge=1, description="sequences (padding, sorting, un-padding, VTS) or packs "
                                   "(packing) per device and step; `token-budget` fills `batch_size x max_length` "
                                   "padded slots (or its `budget_tokens`), `group-by-length` takes the sequences whose mean length fills them")
+    compare_at: Literal["equal-tokens", "as-configured"] = Field(
+        "equal-tokens", description="equal-tokens: every strategy's optimizer step sized (rows, token budget, "
+        "gradient accumulation) to the same expected real tokens, within 5 % of each other (the scenario's step "
+        "at the best efficiency any strategy's rows reach; docs/scenarios.md \"Equal footing\"); as-configured: "
+        "every strategy at `batch_size` as given, flagged where their real tokens per step differ by over 10 %")
     steps: StrictInt = Field(200, ge=1, description="simulated training steps per strategy and device count")
     shapes: Literal["new", "seen", "auto"] = Field(
         "auto", description="which steps pay a new batch shape's first-sight cost: new (every variable shape, "

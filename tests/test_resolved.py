@@ -17,6 +17,7 @@ dataset: {histogram: squad_1_1_384}
 strategies: [sort, unpad, "spfhp:3", {name: packed-varlen, packer: lpfhp}]
 devices: [1, 4]
 steps: 4
+compare_at: as-configured  # simulate's options size every strategy alike: compared as configured
 outputs: {lp_bounds: false}
 """
 

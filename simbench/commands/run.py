@@ -120,6 +120,20 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
             say(f"memory: {line}")
         for warning in warnings:
             say(f"warning: {warning}")
+        for line in _footing_lines(scenario):
+            say(line)
+
+
+def _footing_lines(scenario) -> list[str]:
+    """How the run sizes its strategies' optimizer steps, and each way they are not on equal footing."""
+    from simbench.resolved import resolve
+
+    run = resolve(scenario)
+    footing = run.footing
+    lines = [f"compare_at: {footing.compare_at}: expected real tokens per optimizer step "
+             + ", ".join(f"{run.label(name)} {plan.expected_real_tokens_per_step:,.0f}"
+                         for name, plan in footing.plans.items())]
+    return lines + [f"warning: {warning}" for warning in footing.warnings(run.label)]
 
 
 def _memory_budget_line(scenario) -> str | None:

@@ -22,6 +22,7 @@ from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report.baseline import baseline_of, over_words
 from simbench.report.memory import left_out_note, memory_section, rankable
+from simbench.report.footing import footing_section, footing_warnings
 from simbench.report.parallel import parallel_headline, parallel_section
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
@@ -70,6 +71,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         _setup(scenario, histogram, tables.scaling, unit),
         overdraw_warning(tables.scaling, histogram.sequences, unit),
         *(f"**Warning**: {warning}." for warning in scenario.depth_warnings(histogram)),
+        *(f"**Warning**: {warning}." for warning in footing_warnings(tables.scaling)),
         "## Winner at each scale\n\n" + "\n\n".join(
             f"Speed-ups over {over_words(reference)}:\n\n" + _winners_table(rows, unit)
             for reference, rows in _groups(ranked)),
@@ -77,6 +79,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         f"## Speed-up over {over_words(baseline_of(tables.scaling))} by {unit.name} count\n\n"
         + _speedup_table(tables.scaling, unit)
         + _reference_note(tables.scaling, unit),
+        footing_section(tables.scaling, unit),
         _assumptions_section(rankable(tables.assumptions, tables.memory), unit, baseline_of(tables.scaling)),
         _breakdown_section(tables.breakdown, four_d=scenario.layout is not None, unit=unit),
         parallel_section(scenario.layout, tables.scaling, tables.parallel) if scenario.layout else None,
@@ -437,7 +440,9 @@ def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: Exper
         "seed": scenario.seed,
         "winners": winners,
         "warnings": [warning for warning in [overdraw_warning(tables.scaling, histogram.sequences),
-                                             *scenario.depth_warnings(histogram)] if warning],
+                                             *scenario.depth_warnings(histogram),
+                                             *footing_warnings(tables.scaling)] if warning],
+        "compare_at": scenario.compare_at,
         "scaling": _records(tables.scaling),
         "packing": _records(tables.packing),
     }

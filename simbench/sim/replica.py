@@ -528,6 +528,7 @@ def replica_breakdown(histogram, plans, packings: dict, cost_model: ReplicaCostM
     import pandas as pd
 
     from simbench.costmodels.layout import CP_SHARDINGS
+    from simbench.sim.accumulation import accumulating
     from simbench.sim.plans import SimulationSettings
 
     layout = cost_model.layout
@@ -540,9 +541,11 @@ def replica_breakdown(histogram, plans, packings: dict, cost_model: ReplicaCostM
         sharded = (cost_model if sharding == layout.cp_sharding
                    else ReplicaCostModel(cost_model.gpu_model, replace(layout, cp_sharding=sharding)))
         for plan in plans:
-            recorder = _Recorder(sharded)
-            settings = SimulationSettings(histogram, recorder, batch_size, steps, seed, "auto",
-                                          microbatches=layout.microbatches)
+            # A plan sized to its own rows runs them in its own microbatches (`compare_at: equal-tokens`).
+            own = sharded if plan.sizing is None else accumulating(sharded, plan.sizing.microbatches)
+            recorder = _Recorder(own)
+            settings = SimulationSettings(histogram, recorder, batch_size if plan.sizing is None else plan.sizing.rows,
+                                          steps, seed, "auto", microbatches=own.layout.microbatches)
             source = plan.source(plan, packings.get(plan.name), settings)
             drawn = source.chunk(steps, [1])
             costs = drawn[max(drawn)]

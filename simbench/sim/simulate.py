@@ -25,6 +25,7 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.noise import StepNoise, with_step_noise
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
+from simbench.sim.accumulation import accumulating
 from simbench.sim.engine import run_simpy
 from simbench.sim.montecarlo import StepAggregates, aggregate_by_cluster_size, step_timeline
 from simbench.sim.orderstat import build_pool, slowest_of
@@ -75,10 +76,9 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     check_whole_number(training_steps, "training_steps", minimum=1)
     _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
     check_simulation_work(simulation_rows(plans, histogram, devices, batch_size, steps, engine, baseline), max_rows)
-    cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
     check_whole_number(microbatches, "microbatches", minimum=1)
-    settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine, shapes, training_steps,
-                                  microbatches=microbatches)
+    settings = SimulationSettings(histogram, with_step_noise(cost_model, seed), batch_size, steps, seed, engine,
+                                  shapes, training_steps, microbatches=microbatches)
     packings = dict(packings or {})
     stage = stage or (lambda text: None)
     tell = _Progress(progress)
@@ -86,12 +86,13 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     latency_samples: dict[str, np.ndarray] = {}
     timelines: dict[str, pd.DataFrame] = {}
     for plan in plans:
-        packing = packings.get(plan.name) or _packing(plan, settings, packings)
+        plan_settings = _plan_settings(plan, settings, cost_model)
+        packing = packings.get(plan.name) or _packing(plan, plan_settings, packings)
         if packing is not None and plan.name not in packings:
             stage(f"packed {plan.name}: {packing.packs_total:,} packs in {packing.seconds:.2f} s")
         if packing is not None:
             packings[plan.name] = packing
-        plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, settings, tell, stage, gpus_per_device)
+        plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, plan_settings, tell, stage, gpus_per_device)
         runs.extend(plan_runs)
         if samples is not None:
             latency_samples[plan.name] = samples
@@ -125,7 +126,7 @@ def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, 
     for plan in ordered:
         if plan.name in elsewhere:
             continue  # collected below, once this process has packed the rest
-        packing = given.get(plan.name) or _packing(plan, settings, {**given, **packings})
+        packing = given.get(plan.name) or _packing(plan, settings.of_plan(plan, cost_model), {**given, **packings})
         if packing is not None:
             packings[plan.name] = packing
             if plan.name not in given and stage is not None:
@@ -169,10 +170,23 @@ def simulation_rows(plans: list[ExecutionPlan | str], histogram: LengthHistogram
     # Every plan draws its rows each step for each device it simulates one by one, and prices the
     # distinct batches of the larger clusters where it lists them.
     large = _split_by_size(sorted(devices), engine)[1]
-    return sum(steps * (plan.source.rows_per_device_step(plan, histogram, batch_size)
+    return sum(steps * (plan.source.rows_per_device_step(plan, histogram, _rows(plan, batch_size))
                         * _devices_one_by_one(plan, max(devices), engine)
-                        + plan.source.distinct_rows_per_step(plan, histogram, batch_size, large))
+                        + plan.source.distinct_rows_per_step(plan, histogram, _rows(plan, batch_size), large))
                for plan in _with_reference(plans, baseline))
+
+
+def _rows(plan: ExecutionPlan, batch_size: int) -> int:
+    """Rows a device's step of the plan holds: its own where a run sized it, else the run's batch_size."""
+    return batch_size if plan.sizing is None else plan.sizing.rows
+
+
+def _plan_settings(plan: ExecutionPlan, settings: SimulationSettings, cost_model) -> SimulationSettings:
+    """The settings `plan` runs with: its own rows and microbatches, priced as a step of that many microbatches
+    (with the profile's per-device noise of its own, seeded as the run's)."""
+    if plan.sizing is None or plan.sizing.microbatches == settings.microbatches:
+        return settings.of_plan(plan, settings.cost_model)
+    return settings.of_plan(plan, with_step_noise(accumulating(cost_model, plan.sizing.microbatches), settings.seed))
 
 
 def _with_reference(plans: list[ExecutionPlan | str], baseline: ExecutionPlan | str | None) -> list[ExecutionPlan]:
