@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,7 @@ from simbench.histogram import LengthHistogram
 from simbench.resolved import Run, resolve
 from simbench.scenario import Scenario
 from simbench.sim.plans import with_reference
-from simbench.sim.results import BREAKDOWN_COLUMNS, with_per_gpu_columns
+from simbench.sim.results import BREAKDOWN_COLUMNS, SEED_SPREAD_COLUMNS, across_seeds, with_per_gpu_columns
 from simbench.sim.simulate import pack_plans
 from simbench.strategies import get_strategy
 from simbench.strategies.lp_bound import lp_lower_bound
@@ -62,10 +62,10 @@ class ExperimentResult:
 
 
 def progress_total(scenario: Scenario) -> int:
-    """Units of work `run_experiment` reports, per plan: its packing, one per simulated device count, its LP
-    bound and its straggler fit (a plan without one of them counts it done when the others are)."""
+    """Units of work `run_experiment` reports, per plan: its packing, one per simulated device count and seed,
+    its LP bound and its straggler fit (a plan without one of them counts it done when the others are)."""
     plans = with_reference([spec.plan() for spec in scenario.strategies])
-    return len(plans) * (len(scenario.devices) + 3)
+    return len(plans) * (len(scenario.devices) * scenario.seeds + 3)
 
 
 def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
@@ -88,7 +88,14 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                           progress=progress, stage=stage)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = run.simulate(progress=progress, packings=packings, stage=stage)
-    summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
+    summary = result.summary
+    if scenario.seeds > 1:
+        # The packings are deterministic and shared; each further seed repeats the whole simulation on them.
+        # The straggler fits, timelines and assumptions keep the first seed's, as a single run has them.
+        summary = across_seeds([summary, *(
+            replace(run, seed=seed).simulate(progress=progress, packings=packings).summary
+            for seed in range(scenario.seed + 1, scenario.seed + scenario.seeds))])
+    summary = summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
     packing, timings = _packing_tables(result.packings, labels, histogram, bounds, progress,
                                        stage or (lambda text: None))
     plans_by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(plans)}
@@ -101,6 +108,9 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                        "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
                        "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise"]
+    if scenario.seeds > 1:  # a single seed's table stays as it always was
+        scaling_columns += ["seeds", *(f"{column}_seed_{spread}" for column in SEED_SPREAD_COLUMNS
+                                       for spread in ("sd", "sem"))]
     summary = with_per_gpu_columns(summary, run.gpus_per_replica)
     # The most any strategy can gain over padding (None: the cost model cannot say); not over other baselines.
     ideal = ideal_speedup(cost_model, histogram, run.batch_size)
