@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,7 @@ from simbench.histogram import LengthHistogram
 from simbench.resolved import Run, resolve
 from simbench.scenario import Scenario
 from simbench.sim.plans import with_reference
-from simbench.sim.results import BREAKDOWN_COLUMNS, VTS_REFERENCE, with_per_gpu_columns
+from simbench.sim.results import BREAKDOWN_COLUMNS, SEED_SPREAD_COLUMNS, VTS_REFERENCE, across_seeds, with_per_gpu_columns
 from simbench.sim.simulate import pack_plans
 from simbench.strategies import get_strategy
 from simbench.strategies.lp_bound import lp_lower_bound, stored_lp_lower_bound
@@ -65,10 +65,10 @@ class ExperimentResult:
 
 
 def progress_total(scenario: Scenario) -> int:
-    """Units of work `run_experiment` reports, per plan: its packing, one per simulated device count, its LP
-    bound and its straggler fit (a plan without one of them counts it done when the others are)."""
+    """Units of work `run_experiment` reports, per plan: its packing, one per simulated device count and seed,
+    its LP bound and its straggler fit (a plan without one of them counts it done when the others are)."""
     plans = with_reference([spec.plan() for spec in scenario.strategies], scenario.baseline.plan())
-    return len(plans) * (len(scenario.devices) + 3)
+    return len(plans) * (len(scenario.devices) * scenario.seeds + 3)
 
 
 def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
@@ -92,8 +92,15 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                           progress=progress, stage=stage, baseline=run.baseline, workers=workers)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = run.simulate(progress=progress, packings=packings, stage=stage)
-    summary = result.summary.assign(strategy=result.summary["strategy"].map(run.label),
-                                    reference=result.summary["reference"].map(run.label))
+    summary = result.summary
+    if scenario.seeds > 1:
+        # The packings are deterministic and shared; each further seed repeats the whole simulation on them.
+        # The straggler fits, timelines and assumptions keep the first seed's, as a single run has them.
+        summary = across_seeds([summary, *(
+            replace(run, seed=seed).simulate(progress=progress, packings=packings).summary
+            for seed in range(scenario.seed + 1, scenario.seed + scenario.seeds))])
+    summary = summary.assign(strategy=summary["strategy"].map(run.label),
+                             reference=summary["reference"].map(run.label))
     packing, timings = _packing_tables(result.packings, labels, histogram, bounds, progress,
                                        stage or (lambda text: None))
     plans_by_label = {labels.get(plan.name, plan.name): plan for plan in run.all_plans}
@@ -108,6 +115,9 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                        "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise",
                        "real_tokens_per_step", "real_tokens_per_device_step", "expected_real_tokens_per_device_step",
                        "rows_per_device_step", "microbatches_per_step", "budget_tokens", "compare_at"]
+    if scenario.seeds > 1:  # a single seed's table stays as it always was
+        scaling_columns += ["seeds", *(f"{column}_seed_{spread}" for column in SEED_SPREAD_COLUMNS
+                                       for spread in ("sd", "sem"))]
     summary = with_per_gpu_columns(summary, run.gpus_per_replica)
     # The most any strategy can gain over padding (`none`, None: the cost model cannot say), whatever the baseline;
     # not over VTS's padded pipeline.

@@ -33,7 +33,7 @@ from simbench.sim.memory_fit import DEFAULT_MEMORY_POLICY, MEMORY_POLICIES, Memo
 from simbench.sim.plans import (DEFAULT_BASELINE, ExecutionPlan, PlanType, packing_refusals, plan_fields,
                                 plan_from_fields, plan_type, with_reference)
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
-from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_gpus_per_replica, check_max_depth, \
+from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, SEEDS_MAX, check_gpus_per_replica, check_max_depth, \
     check_simulation_work
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
@@ -444,6 +444,9 @@ class Scenario(_Strict):
                                       "simulated: how often a device meets a batch shape for the first time")
     # Strict: `seed: true` is a mistake, not seed 1.
     seed: StrictInt = Field(0, ge=0, description="seeds every random draw; `--seed` replaces it")
+    seeds: StrictInt = Field(1, ge=1, le=SEEDS_MAX, description="whole simulations run with seeds seed, seed+1, "
+                             "... on the same packings: the report gives their mean and the spread across them "
+                             f"(up to {SEEDS_MAX}; `--seeds` replaces it)")
     outputs: OutputsSpec = Field(OutputsSpec(), description="plots, image formats and LP bounds (see below)")
     quick: QuickSpec = Field(QuickSpec(), description="what `--quick` runs (see below)")
 
@@ -606,7 +609,7 @@ def bundled_scenarios() -> dict[str, Traversable]:
     return bundled_files("scenarios", ".yaml")
 
 
-def load_scenarios(path: Path | str, *, seed: int | None = None) -> list[Scenario]:
+def load_scenarios(path: Path | str, *, seed: int | None = None, seeds: int | None = None) -> list[Scenario]:
     """Read and validate a scenario file, or a bundled one by name: one scenario, or several as YAML
     documents separated by `---`.
 
@@ -615,12 +618,13 @@ def load_scenarios(path: Path | str, *, seed: int | None = None) -> list[Scenari
     bundled = bundled_scenarios()
     if str(path) in bundled:
         with resources.as_file(bundled[str(path)]) as bundled_path:
-            return load_scenarios(bundled_path, seed=seed)
+            return load_scenarios(bundled_path, seed=seed, seeds=seeds)
     path = Path(path)
     if not path.exists():
         raise InputError(f"no such scenario file or bundled scenario (bundled: {', '.join(bundled)})",
                          source=str(path))
-    scenarios = parse_scenarios(read_text_file(path, "scenario"), source=str(path), base_dir=path.resolve().parent, seed=seed)
+    scenarios = parse_scenarios(read_text_file(path, "scenario"), source=str(path), base_dir=path.resolve().parent, seed=seed,
+                                 seeds=seeds)
     names = [scenario.name for scenario in scenarios]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -637,14 +641,15 @@ def load_scenario(path: Path | str, *, seed: int | None = None) -> Scenario:
     return scenarios[0]
 
 
-def parse_scenarios(text: str, *, source: str, base_dir: Path, seed: int | None = None) -> list[Scenario]:
+def parse_scenarios(text: str, *, source: str, base_dir: Path, seed: int | None = None,
+                    seeds: int | None = None) -> list[Scenario]:
     """Every scenario of the file; an invalid file raises every error of every document at once."""
     scenarios, errors = [], []
     for root, data in load_yaml_documents(text, source):
         if data is None:
             continue
         try:
-            scenarios.append(_validate(data, root, source, base_dir, seed))
+            scenarios.append(_validate(data, root, source, base_dir, seed, seeds))
         except InputErrors as error:
             errors += error.errors
         except InputError as error:
@@ -661,12 +666,15 @@ def scenario_from_mapping(data: dict, root: yaml.Node, source: str, base_dir: Pa
     return _validate(data, root, source, base_dir, None)
 
 
-def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int | None) -> Scenario:
+def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int | None,
+              seeds: int | None = None) -> Scenario:
     if not isinstance(data, dict):
         raise InputError("a scenario must be a mapping of keys such as `name`, `dataset`, `strategies`",
                          source=source, line=root.start_mark.line + 1)
     if seed is not None:
         data["seed"] = seed
+    if seeds is not None:
+        data["seeds"] = seeds
     _resolve_paths(data, base_dir)
     try:
         scenario = Scenario.model_validate(data)

@@ -23,6 +23,8 @@ def run(
                                                  "(a file of several scenarios: DIR/<scenario name>)"),
     quick: bool = typer.Option(False, "--quick", help="every strategy, but few steps and device counts (seconds)"),
     seed: int = typer.Option(None, "--seed", min=0, help="replace the scenario's seed"),
+    seeds: int = typer.Option(None, "--seeds", help="replace the scenario's seeds: whole simulations with seeds "
+                              "seed, seed+1, ..., reported as their mean and spread"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Simulate a scenario and write its report: tables, summary.md and plots."""
@@ -35,7 +37,7 @@ def run(
     from simbench.scenario import load_scenarios
 
     console = Console(stderr=True)
-    scenarios = load_scenarios(scenario_path, seed=seed)
+    scenarios = load_scenarios(scenario_path, seed=seed, seeds=seeds)
     if quick:
         scenarios = [scenario.quickened() for scenario in scenarios]
     targets = [out if out is not None and len(scenarios) == 1 else (out or REPORTS_DIR) / scenario.name

@@ -8,8 +8,9 @@ r"""summary.md: the headline answer (which strategy wins at which scale, by how 
     >>> histogram = scenario.dataset.load()
     >>> text = summary_markdown(scenario, histogram, run_experiment(scenario, histogram))
     >>> print(text.split("\n\n")[1])  # doctest: +NORMALIZE_WHITESPACE
-    **Answer:** on 1 device the fastest strategy is **sort**, 1.841x the throughput of pad-to-longest (real
-    tokens per second). On 8 devices it is **sort** at 1.973x, 24.9 % ahead of unpad (1.580x).
+    **Answer:** on 1 device the fastest strategy is **sort**, 2.11x ± 0.07 the throughput of padding (real
+    tokens per second). On 8 devices it is **sort** at 1.99x ± 0.08, 24.9 % ahead of unpad (1.59x ± 0.05).
+    Biggest loss with scale: unpad, from 1.9x ± 0.1 on 1 device to 1.59x ± 0.05 on 8 devices (15.8 % less).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from simbench.report.baseline import baseline_of, over_words
 from simbench.report.memory import left_out_note, memory_section, rankable
 from simbench.report.footing import footing_section, footing_warnings
 from simbench.report.parallel import parallel_headline, parallel_section
+from simbench.report.precision import MIN_LEAD, TIE_SIGMAS, lead_noise, leaders, names_text, ranked, speedup_text, \
+    tied
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
 from simbench.scenario import Scenario
@@ -35,11 +38,6 @@ SIGNIFICANT_LOSS = 0.05
 IDEAL_LABEL = "ideal: every sequence alone at full rate"
 # Drawn only where the cost model cannot price a sequence alone.
 SLOT_RATIO_LABEL = "padded slots / real tokens (not a ceiling: attention grows faster than tokens)"
-
-# A lead within this many standard errors of the run's sampling is a tie, not a win; so is one under
-# MIN_LEAD, far below what any cost model's own error allows to rank.
-TIE_SIGMAS = 2
-MIN_LEAD = 0.001
 
 
 def speedup_reference(histogram: LengthHistogram, scaling: pd.DataFrame) -> tuple[float, str] | None:
@@ -127,30 +125,11 @@ def _groups(scaling: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def _ranked(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
-    rows = scaling[scaling["devices"] == devices]
-    return rows.sort_values(["speedup", "strategy"], ascending=[False, True], kind="stable")
-
-
-def _lead_noise(first, second) -> float:
-    """The sampling error of first's lead over second: their throughputs' relative errors combined (the
-    padding reference both are measured against cancels). 0 where a table predates the column."""
-    return float(np.hypot(getattr(first, "throughput_noise", 0.0), getattr(second, "throughput_noise", 0.0)))
-
-
-def _tied(first, second) -> bool:
-    """Whether second's deficit lies within TIE_SIGMAS sampling errors of first's lead: no winner to call."""
-    lead = first.speedup / second.speedup - 1
-    return bool(lead < MIN_LEAD or lead <= TIE_SIGMAS * _lead_noise(first, second))
+    return ranked(scaling[scaling["devices"] == devices])
 
 
 def _leaders(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
-    """The fastest strategy and those tied with it: the run of the ranking down to the first one it leads
-    clearly (a slower strategy with a wider error bar is not tied with it past a faster one that is not)."""
-    ranked = _ranked(scaling, devices)
-    first, count = ranked.iloc[0], 1
-    while count < len(ranked) and _tied(first, ranked.iloc[count]):
-        count += 1
-    return ranked.iloc[:count]
+    return leaders(scaling[scaling["devices"] == devices])
 
 
 def _headline(scaling: pd.DataFrame, gpus_per_replica: int = 1, unit: DeviceUnit = DEVICE) -> str:
@@ -176,18 +155,18 @@ def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str, unit: Devic
         sentences = [f"{lead}on {unit.count(smallest)} {_tie_words(leaders[smallest], baseline)}"]
     else:
         sentences = [f"{lead}on {unit.count(smallest)} the fastest strategy is **{first.strategy}**, "
-                     f"{first.speedup:.3f}x the throughput of {baseline} (real tokens per second)."]
+                     f"{speedup_text(first)} the throughput of {baseline} (real tokens per second)."]
     if largest != smallest:
         ranked = _ranked(scaling, largest)
         last = ranked.iloc[0]
         if len(leaders[largest]) > 1:
             sentences.append(f"On {unit.count(largest)} {_tie_words(leaders[largest], baseline)}")
         else:
-            sentence = f"On {unit.count(largest)} it is **{last.strategy}** at {last.speedup:.3f}x"
+            sentence = f"On {unit.count(largest)} it is **{last.strategy}** at {speedup_text(last)}"
             if len(ranked) > 1:
                 second = ranked.iloc[1]
                 sentence += (f", {100 * (last.speedup / second.speedup - 1):.1f} % ahead of "
-                             f"{second.strategy} ({second.speedup:.3f}x)")
+                             f"{second.strategy} ({speedup_text(second)})")
             sentences.append(sentence + ".")
     # The winner changes only where the new leader is not tied with the previous one.
     changes = []
@@ -204,13 +183,11 @@ def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str, unit: Devic
 
 
 def _tie_words(tied: pd.DataFrame, baseline: str) -> str:
-    names = [f"**{name}**" for name in tied["strategy"]]
-    listed = ", ".join(names[:-1]) + f" and {names[-1]}"
-    spread = max(_lead_noise(tied.iloc[0], row) for row in tied.iloc[1:].itertuples())
-    figures = ", ".join(f"{speedup:.3f}x" for speedup in tied["speedup"])
-    return (f"{listed} tie ({figures} the throughput of {baseline}): their differences lie within {TIE_SIGMAS} "
-            f"standard errors of the run's sampling (one is {100 * spread:.2f} %) or under "
-            f"{100 * MIN_LEAD:.1f} %, too close to rank.")
+    spread = max(lead_noise(tied.iloc[0], row) for row in tied.iloc[1:].itertuples())
+    figures = list(dict.fromkeys(speedup_text(row) for row in tied.itertuples()))
+    return (f"{names_text(list(tied['strategy']), bold=True)} tie at {names_text(figures)} the throughput of "
+            f"{baseline}: their differences lie within {TIE_SIGMAS} standard errors of the run's sampling (one is "
+            f"{100 * spread:.2f} %) or under {100 * MIN_LEAD:.1f} %, too close to rank.")
 
 
 def _biggest_loss(scaling: pd.DataFrame, smallest: int, largest: int, unit: DeviceUnit = DEVICE) -> str:
@@ -220,8 +197,9 @@ def _biggest_loss(scaling: pd.DataFrame, smallest: int, largest: int, unit: Devi
     if loss.empty or loss.iloc[0] < SIGNIFICANT_LOSS:
         return ""
     name = loss.index[0]
-    return (f"Biggest loss with scale: {name}, from {by_size.loc[name, smallest]:.3f}x on {unit.count(smallest)} "
-            f"to {by_size.loc[name, largest]:.3f}x on {unit.count(largest)} ({100 * loss.iloc[0]:.1f} % less).")
+    rows = scaling[scaling["strategy"] == name].set_index("devices")
+    return (f"Biggest loss with scale: {name}, from {speedup_text(rows.loc[smallest])} on {unit.count(smallest)} "
+            f"to {speedup_text(rows.loc[largest])} on {unit.count(largest)} ({100 * loss.iloc[0]:.1f} % less).")
 
 
 def _setup(scenario: Scenario, histogram: LengthHistogram, scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
@@ -237,7 +215,7 @@ def _setup(scenario: Scenario, histogram: LengthHistogram, scaling: pd.DataFrame
             f"{_overridden(scenario.hardware.overrides)}{_replicas(_gpus_per_replica(scenario), unit)}; "
             f"batch size {scenario.batch_size} per {unit.name}{_microbatches(scenario)}, {scenario.steps} steps per "
             f"strategy and {unit.name} count, "
-            f"seed {scenario.seed}. {_baseline_sentence(scenario, baseline, unit)} {_shapes_note(scenario, unit)}")
+            f"{_seeds_note(scenario)} {_baseline_sentence(scenario, baseline, unit)} {_shapes_note(scenario, unit)}")
 
 
 def _baseline_sentence(scenario: Scenario, baseline: str, unit: DeviceUnit = DEVICE) -> str:
@@ -247,6 +225,16 @@ def _baseline_sentence(scenario: Scenario, baseline: str, unit: DeviceUnit = DEV
     name = scenario.baseline.plan().name
     return (f"Speed-ups are over **{over_words(baseline)}** on the same {unit.plural} (`baseline: {name}`: "
             f"{plan_type(scenario.baseline.name).description}).")
+
+
+def _seeds_note(scenario: Scenario) -> str:
+    """Which seeds ran, and what the ± beside a figure is."""
+    seeds = (f"seed {scenario.seed}" if scenario.seeds == 1 else
+             f"seeds {scenario.seed}-{scenario.seed + scenario.seeds - 1} (figures are their mean)")
+    across = "" if scenario.seeds == 1 else ", or across the seeds the standard error of their mean where larger"
+    return (f"{seeds}. A figure's ± is its spread (the standard error of the run's steps{across}), and it "
+            f"shows only the digits the spread supports; strategies whose lead lies within {TIE_SIGMAS} spreads "
+            "tie.")
 
 
 def _shapes_note(scenario: Scenario, unit: DeviceUnit = DEVICE) -> str:
@@ -287,12 +275,13 @@ def _winners_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
         ranked = _ranked(scaling, devices)
         best = ranked.iloc[0]
         row = {unit.plural: devices} | ({"GPUs": f"{unit.gpus(devices):,}"} if unit.gpus_each is not None else {})
-        row |= {"fastest": best.strategy, "speed-up": f"{best.speedup:.3f}"}
+        # Every strategy tied with the fastest is named with it: the table never calls one winner among them.
+        row |= {"fastest": names_text(list(_leaders(scaling, devices)["strategy"])), "speed-up": speedup_text(best, unit="")}
         if len(ranked) > 1:
             second = ranked.iloc[1]
             lead = f"{100 * (best.speedup / second.speedup - 1):.1f}"
-            row |= {"runner-up": second.strategy, "its speed-up": f"{second.speedup:.3f}",
-                    "lead %": f"tie ({lead})" if _tied(best, second) else lead}
+            row |= {"runner-up": second.strategy, "its speed-up": speedup_text(second, unit=""),
+                    "lead %": f"tie ({lead})" if tied(best, second) else lead}
         rows.append(row)
     return markdown_table(pd.DataFrame(rows))
 
@@ -300,7 +289,8 @@ def _winners_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
 def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
     if (packing["strategy"] == "none").all():  # padding alone, the reference of VTS-only scenarios
         return ""
-    one_device = scaling[scaling["devices"] == scaling["devices"].min()].set_index("strategy")["speedup"]
+    one_device = {row.strategy: speedup_text(row, unit="")
+                  for row in scaling[scaling["devices"] == scaling["devices"].min()].itertuples()}
     table = pd.DataFrame({
         "depth": packing["bound_depth"].map(lambda depth: "max" if pd.isna(depth) else str(int(depth))),
         "strategy": packing["label"],
@@ -310,7 +300,7 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame, unit: DeviceU
         "LP bound (packs)": packing["lower_bound_packs"].map(lambda value: _or_dash(value, "{:,.0f}")),
         "gap to bound %": (100 * pd.to_numeric(packing["gap_to_bound"])).map(lambda value: _or_dash(value, "{:.2f}")),
         "proof": packing["proof"].map(lambda proof: proof if isinstance(proof, str) else "-"),
-        "realized speed-up": packing["label"].map(lambda label: f"{one_device.get(label, float('nan')):.3f}"),
+        "realized speed-up": packing["label"].map(lambda label: one_device.get(label, "-")),
     })
     defined = ("Efficiency: real tokens over the token slots a step spends (rows x their length; for "
                "token-budget, each batch's whole budget of batch_size x max_length slots); padding tokens are "
@@ -327,8 +317,9 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame, unit: DeviceU
 
 
 def _speedup_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
-    table = scaling.pivot(index="strategy", columns="devices", values="speedup")
-    table = table.loc[list(dict.fromkeys(scaling["strategy"]))].map("{:.3f}".format)
+    shown = scaling.assign(shown=[speedup_text(row, unit="") for row in scaling.itertuples()])
+    table = shown.pivot(index="strategy", columns="devices", values="shown")
+    table = table.loc[list(dict.fromkeys(scaling["strategy"]))]
     # Without a layout a column is its device count alone, as the README's main-job table reads it.
     heading = str if unit.gpus_each is None else (lambda count: unit.count(int(count)))
     table.columns = [heading(column) for column in table.columns]

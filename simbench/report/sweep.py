@@ -8,17 +8,38 @@ from pathlib import Path
 
 import pandas as pd
 
+from simbench.report.precision import format_with_spread, leaders, names_text, speedup_spread
 from simbench.report.summary import markdown_table
 from simbench.sim.results import VTS_REFERENCE
 
+# winners.png's colour for a cell whose fastest strategies tie.
+TIE_LABEL = "tie"
+TIE_COLOUR = "#bdbdbd"
+
+
 def winners(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
-    """Per cell and device count: the fastest strategy over the cell's baseline and its speed-up."""
+    """Per cell and device count: the fastest strategy over the cell's baseline, its speed-up and that speed-up's spread,
+    and `tied_with`: the strategies tied with it by the Answer's rule (simbench.report.precision), comma-separated,
+    empty where it leads clearly."""
     over_baseline = results[results["reference"] != VTS_REFERENCE]
-    ranked = over_baseline.sort_values(["cell", "devices", "speedup", "strategy"],
-                                      ascending=[True, True, False, True], kind="stable")
-    best = ranked.groupby(["cell", "devices"], sort=True).head(1)
-    return best[["cell", *(axis for axis in axes if axis != "devices"), "devices", "strategy",
-                 "speedup"]].reset_index(drop=True)
+    rows = []
+    for _, group in over_baseline.groupby(["cell", "devices"], sort=True):
+        tied = leaders(group)
+        rows.append(tied.iloc[:1].assign(tied_with=", ".join(tied["strategy"].iloc[1:]),
+                                         speedup_spread=speedup_spread(tied.iloc[0])))
+    best = pd.concat(rows) if rows else over_baseline.assign(tied_with="", speedup_spread=0.0)
+    return best[["cell", *(axis for axis in axes if axis != "devices"), "devices", "strategy", "tied_with",
+                 "speedup", "speedup_spread"]].reset_index(drop=True)
+
+
+def _winners_text(table: pd.DataFrame) -> pd.DataFrame:
+    """The winners as summary.md shows them: tied strategies named together, speed-ups to the digits their
+    spread supports."""
+    names = [names_text([strategy, *filter(None, tied_with.split(", "))]) + (" (tie)" if tied_with else "")
+             for strategy, tied_with in zip(table["strategy"], table["tied_with"])]
+    speedups = [format_with_spread(speedup, spread) for speedup, spread in zip(table["speedup"],
+                                                                              table["speedup_spread"])]
+    return table.drop(columns=["tied_with", "speedup_spread"]).assign(strategy=names, speedup=speedups)
 
 
 def unpadding_crossover(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
@@ -65,7 +86,9 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
     if not results.empty:
         table = winners(results, axes)
         lines += ["", "## Fastest strategy per cell and device count", "",
-                  markdown_table(table.assign(speedup=table["speedup"].map("{:.3f}".format)))]
+                  "Strategies whose speed-ups lie within the Answer's tie rule of each other (a lead within "
+                  "two spreads, or under 0.1 %) are named together as a tie; a speed-up's ± is its spread.", "",
+                  markdown_table(_winners_text(table))]
         crossover = unpadding_crossover(results, axes)
         if not crossover.empty:
             lines += ["", "## Where packing overtakes un-padding", "",
@@ -81,7 +104,7 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
         if report_axes is not None:
             written.append(_winner_heatmap(out / "winners.png", table, report_axes, _over(results)))
             lines += ["", f"winners.png: the fastest strategy at each ({report_axes[0]}, {report_axes[1]}) "
-                          "at the largest device count of the cell."]
+                          f"at the largest device count of the cell ({TIE_LABEL}, marked =, where the fastest tie)."]
     if failures:
         lines += ["", "## Failed cells", "",
                   markdown_table(pd.DataFrame([{"cell": failure["cell"], "values": json.dumps(failure["values"]),
@@ -198,12 +221,16 @@ def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str], over: str 
 
     x, y = report_axes
     largest = table.sort_values("devices").groupby("cell").tail(1)
+    ties = largest["tied_with"].astype(bool) if "tied_with" in largest else pd.Series(False, index=largest.index)
+    # A cell whose fastest strategies tie names none of them: it is coloured as a tie.
+    largest = largest.assign(strategy=largest["strategy"].where(~ties, TIE_LABEL))
     others = [column for column in largest.columns
-              if column not in ("cell", "devices", "strategy", "speedup", x, y)]
+              if column not in ("cell", "devices", "strategy", "speedup", "tied_with", "speedup_spread", x, y)]
     panels = list(largest.groupby(others, sort=True)) if others else [((), largest)]
-    styles = strategy_styles(sorted(largest["strategy"].unique()))
-    strategies = list(styles)
-    palette = ListedColormap([style.colour for style in styles.values()])
+    styles = strategy_styles(sorted(set(largest["strategy"]) - {TIE_LABEL}))
+    colours = [style.colour for style in styles.values()] + ([TIE_COLOUR] if ties.any() else [])
+    strategies = list(styles) + ([TIE_LABEL] if ties.any() else [])
+    palette = ListedColormap(colours)
     columns, rows = largest[x].nunique(), largest[y].nunique()
     # The legend goes under the panels, where a narrow figure's title cannot run into it (beside them, it did);
     # a figure at least as wide as its title, a panel at least as tall as its axis label.
@@ -214,15 +241,18 @@ def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str], over: str 
                            + 0.3 * legend_rows, rows=len(panels))
     for axis, (key, rows_of_panel) in zip(axes, panels):
         grid = rows_of_panel.pivot_table(index=y, columns=x, values="strategy", aggfunc="first")
-        speedups = rows_of_panel.pivot_table(index=y, columns=x, values="speedup", aggfunc="max")
+        speedups = rows_of_panel.assign(shown=[("=" if strategy == TIE_LABEL else "") + f"{speedup:.2f}"
+                                               for strategy, speedup in zip(rows_of_panel["strategy"],
+                                                                            rows_of_panel["speedup"])]
+                                        ).pivot_table(index=y, columns=x, values="shown", aggfunc="first")
         codes = grid.apply(lambda column: column.map(strategies.index))
         sns.heatmap(codes.astype(float), cmap=palette, cbar=False, ax=axis, linewidths=0.5, vmin=-0.5,
-                    vmax=len(strategies) - 0.5, annot=speedups.map("{:.2f}".format).to_numpy(), fmt="",
+                    vmax=len(strategies) - 0.5, annot=speedups.to_numpy(), fmt="",
                     annot_kws={"fontsize": 8})
         key = key if isinstance(key, tuple) else (key,)
         axis.set_title(", ".join(f"{name} = {value}" for name, value in zip(others, key)) or None, fontsize=10)
         axis.tick_params(labelsize=8)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=style.colour) for style in styles.values()]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours]
     figure.legend(handles, strategies, title="fastest", loc="outside lower center", ncols=legend_columns,
                   frameon=False, fontsize=9, title_fontsize=9)
     figure.suptitle(f"fastest strategy and its speed-up over {over}", x=0.02, ha="left")

@@ -147,6 +147,37 @@ def _ratio_of_means_error(tokens: np.ndarray, seconds: np.ndarray) -> float:
 
 
 
+# Columns that differ between seeds and are averaged over them; the others (names, the engine, steps) are the
+# same in every seed's summary.
+SEED_MEAN_COLUMNS = ("speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean", "step_seconds_p99",
+                     *BREAKDOWN_COLUMNS, "hidden_sync_seconds", "speedup_noise", "throughput_noise")
+# Figures whose spread across seeds is reported (`<column>_seed_sd`, `<column>_seed_sem`).
+SEED_SPREAD_COLUMNS = ("speedup", "tokens_per_s")
+
+
+def across_seeds(summaries: list[pd.DataFrame]) -> pd.DataFrame:
+    """One summary from the `summarize` tables of whole simulations that differ only in their seed: the mean
+    of each SEED_MEAN_COLUMNS figure, `seeds`, and per SEED_SPREAD_COLUMNS figure its standard deviation
+    across the seeds (`_seed_sd`, ddof 1) and the standard error of their mean (`_seed_sem`)."""
+    first = summaries[0]
+    keys = first[["strategy", "devices"]].to_numpy()
+    for summary in summaries[1:]:
+        if not np.array_equal(summary[["strategy", "devices"]].to_numpy(), keys):
+            raise ValueError("the seeds' summaries must list the same (strategy, devices) rows in the same order")
+    combined = first.copy()
+    count = len(summaries)
+    for column in SEED_MEAN_COLUMNS:
+        if column in first:
+            combined[column] = np.mean([summary[column].to_numpy(float) for summary in summaries], axis=0)
+    combined["seeds"] = count
+    for column in SEED_SPREAD_COLUMNS:
+        values = np.array([summary[column].to_numpy(float) for summary in summaries])
+        spread = values.std(axis=0, ddof=1) if count > 1 else np.zeros(values.shape[1])
+        combined[f"{column}_seed_sd"] = spread
+        combined[f"{column}_seed_sem"] = spread / np.sqrt(count)
+    return combined
+
+
 def with_per_gpu_columns(summary: pd.DataFrame, gpus_per_replica: int) -> pd.DataFrame:
     """The summary with `gpus` (a device is a replica of `gpus_per_replica` GPUs) and `tokens_per_s_per_gpu`."""
     gpus = summary["devices"] * gpus_per_replica
