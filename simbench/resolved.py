@@ -14,7 +14,7 @@ through one, so what a command and a scenario mean by the same words cannot drif
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,6 +99,10 @@ class Run:
                   else renamed.get(plan.name, plan.name) for plan, spec in zip(plans, scenario.strategies)}
         baseline = next(plan for plan in with_reference(list(sized), baseline)
                         if plan.name == renamed.get(baseline.name, baseline.name))
+        if memory is not None:  # checked before sizing: its rows by the labels the run reports them under
+            relabel = {old: labels.get(renamed.get(old, old), old) for old in memory.tokens}
+            memory = replace(memory, tokens={relabel[old]: tokens for old, tokens in memory.tokens.items()},
+                             least={relabel.get(old, old): least for old, least in memory.least.items()})
         own_label = scenario.baseline.label  # where the baseline is among the strategies, their label holds
         labels.setdefault(baseline.name, own_label if own_label != scenario.baseline.plan().name else baseline.name)
         return cls(scenario.name, histogram, model, hardware, cost_model, sized,

@@ -14,18 +14,15 @@ strategies are not compared on equal footing.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report.baseline import baseline_of, over_words
-from simbench.report.precision import format_with_spread
+from simbench.report.footing import footing_warnings
+from simbench.report.precision import format_with_spread, leaders, speedup_spread, throughput_spread
 from simbench.sim.memory_fit import DOES_NOT_FIT
 
-# Real tokens per optimizer step that differ by more than this between strategies put them on unequal footing:
-# a step of other size trains differently (its learning rate, its noise), not only faster.
-FOOTING_TOLERANCE = 0.10
 SECONDS_PER_HOUR = 3600.0
 # decision.csv's columns (docs/scenarios.md, "The report"), in order.
 DECISION_COLUMNS = (
@@ -50,7 +47,7 @@ def decision_table(tables: ExperimentResult, histogram: LengthHistogram, devices
     scaling = tables.scaling
     devices = decision_devices(scaling) if devices is None else devices
     rows = scaling[scaling["devices"] == devices]
-    spread = _relative_spread(rows)
+    spread = pd.Series([throughput_spread(row) for row in rows.itertuples()], index=rows.index, dtype=float)
     per_gpu = rows["tokens_per_s_per_gpu"] if "tokens_per_s_per_gpu" in rows else rows["tokens_per_s"] / devices
     gpus = rows["gpus"] if "gpus" in rows else pd.Series(devices, index=rows.index)
     step_tokens = (rows["real_tokens_per_step"] if "real_tokens_per_step" in rows
@@ -61,7 +58,8 @@ def decision_table(tables: ExperimentResult, histogram: LengthHistogram, devices
         "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_gpu_spread": per_gpu * spread,
         "real_tokens_per_step": step_tokens,
         "epoch_hours": epoch_hours, "epoch_gpu_hours": epoch_hours * gpus,
-        "speedup": rows["speedup"], "speedup_spread": rows["speedup"] * _speedup_spread(rows, spread),
+        "speedup": rows["speedup"],
+        "speedup_spread": pd.Series([speedup_spread(row) for row in rows.itertuples()], index=rows.index, dtype=float),
         "reference": rows["reference"] if "reference" in rows else "none",
     })
     memory = _memory_by_strategy(tables.memory)
@@ -72,39 +70,11 @@ def decision_table(tables: ExperimentResult, histogram: LengthHistogram, devices
     return table.drop(columns="fits").reset_index(drop=True)[list(DECISION_COLUMNS)]
 
 
-def _relative_spread(rows: pd.DataFrame) -> pd.Series:
-    """Each throughput's relative spread: the larger of the steps' standard error and, with several seeds, the
-    spread across them (`seeds`)."""
-    spread = rows["throughput_noise"].fillna(0.0) if "throughput_noise" in rows else pd.Series(0.0, rows.index)
-    for column in ("throughput_seed_spread",):
-        if column in rows:
-            spread = np.maximum(spread, rows[column].fillna(0.0))
-    return spread
-
-
-def _speedup_spread(rows: pd.DataFrame, throughput_spread: pd.Series) -> pd.Series:
-    if "speedup_noise" in rows:
-        return np.maximum(rows["speedup_noise"].fillna(0.0), throughput_spread)
-    return throughput_spread
-
-
 def _memory_by_strategy(memory: pd.DataFrame) -> pd.DataFrame:
     columns = ["strategy", "peak_memory_gib", "hbm_capacity_gib", "memory_verdict", "made_to_fit"]
     if memory.empty or "verdict" not in memory:
         return pd.DataFrame(columns=columns)
     return memory.rename(columns={"verdict": "memory_verdict"})[columns]
-
-
-def footing_warning(table: pd.DataFrame) -> str | None:
-    """A sentence where the strategies' real tokens per optimizer step differ by more than FOOTING_TOLERANCE."""
-    tokens = table.set_index("strategy")["real_tokens_per_step"].dropna()
-    tokens = tokens[tokens > 0]
-    if tokens.size < 2 or tokens.max() <= tokens.min() * (1 + FOOTING_TOLERANCE):
-        return None
-    return (f"**Not on equal footing:** the strategies train on {tokens.min():,.0f} ({tokens.idxmin()}) to "
-            f"{tokens.max():,.0f} ({tokens.idxmax()}) real tokens per optimizer step, {tokens.max() / tokens.min():.1f}x "
-            "apart. A different step size changes convergence (learning rate, gradient noise), not only speed: "
-            "compare at equal tokens (`compare_at: equal-tokens`) before choosing on speed alone.")
 
 
 def decision_markdown(tables: ExperimentResult, histogram: LengthHistogram, unit_count) -> str:
@@ -113,7 +83,8 @@ def decision_markdown(tables: ExperimentResult, histogram: LengthHistogram, unit
     table = decision_table(tables, histogram)
     devices = int(table["devices"].iloc[0])
     over = over_words(baseline_of(tables.scaling))
-    best = table.iloc[0]
+    tied = _tied_with_best(table)
+    best = table[table["strategy"] == tied[0]].iloc[0] if tied else table.iloc[0]
     fits_word = _fits_words(best)
     lines = ["## Decision", "",
              f"On {unit_count(devices)}: use **{best.strategy}**, "
@@ -121,14 +92,15 @@ def decision_markdown(tables: ExperimentResult, histogram: LengthHistogram, unit
              f"per GPU, one epoch ({histogram.real_tokens:,} real tokens) in {_hours(best.epoch_hours)} "
              f"({best.epoch_gpu_hours:,.0f} GPU-hours), {format_with_spread(best.speedup, best.speedup_spread)}x "
              f"over {over}{fits_word}."]
-    tied = _tied_with_best(table)
     if len(tied) > 1:
         lines[-1] += (f" {', '.join(tied[1:])} {'is' if len(tied) == 2 else 'are'} within the spread of it: any of "
                       "them is as fast on this evidence.")
     lines += ["", _markdown(table, over)]
-    warning = footing_warning(table)
-    if warning:
-        lines += ["", warning]
+    lines += [f"\n**Not on equal footing:** {warning}." for warning in footing_warnings(tables.scaling)]
+    lines += [f"\nCompared at equal real tokens per optimizer step (`compare_at: equal-tokens`): a step of "
+              "another size would train differently, not only faster." if _equal_tokens(tables.scaling) else
+              "\nEach strategy at the scenario's own batch size (`compare_at: as-configured`): their real tokens "
+              "per optimizer step are in the table; a different step size changes convergence, not only speed."]
     lines += ["", "Spreads are one standard error (the steps' sampling, or the seeds' where there are several); "
               "a figure is shown to the digits its spread supports. An epoch is one pass over the dataset's real "
               "tokens at the simulated throughput."]
@@ -136,17 +108,13 @@ def decision_markdown(tables: ExperimentResult, histogram: LengthHistogram, unit
 
 
 def _tied_with_best(table: pd.DataFrame) -> list[str]:
-    """The first strategy and those whose throughput lies within two combined spreads of it (fitting only)."""
+    """The first strategy that fits and those tied with it by the Answer's rule (`report.precision.leaders`), on
+    the same speed-ups and spreads."""
     fitting = table[table["memory_verdict"].ne(DOES_NOT_FIT)]
     if fitting.empty:
         return []
-    best = fitting.iloc[0]
-    tied = [best.strategy]
-    for row in fitting.iloc[1:].itertuples():
-        combined = np.hypot(best.tokens_per_s_per_gpu_spread, row.tokens_per_s_per_gpu_spread)
-        if best.tokens_per_s_per_gpu - row.tokens_per_s_per_gpu <= 2 * combined:
-            tied.append(row.strategy)
-    return tied
+    rows = fitting.assign(throughput_noise=fitting["tokens_per_s_per_gpu_spread"] / fitting["tokens_per_s_per_gpu"])
+    return list(leaders(rows)["strategy"])
 
 
 def _fits_words(row) -> str:
@@ -184,3 +152,7 @@ def _memory_cell(row) -> str:
         return "not checked (no HBM capacity in the profile)"
     made = f", {row.made_to_fit}" if isinstance(row.made_to_fit, str) and row.made_to_fit else ""
     return f"{row.peak_memory_gib:.0f} / {row.hbm_capacity_gib:.0f} GiB: {row.memory_verdict}{made}"
+
+
+def _equal_tokens(scaling: pd.DataFrame) -> bool:
+    return "compare_at" in scaling and bool((scaling["compare_at"] == "equal-tokens").all())

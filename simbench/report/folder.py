@@ -33,6 +33,7 @@ from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report import html
 from simbench.report.baseline import baseline_of, over_words
+from simbench.report.decision import decision_table
 from simbench.report.summary import speedup_reference, summary_markdown, summary_record
 from simbench.report.tables import read_tables, write_tables
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
@@ -59,11 +60,12 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
         tell(f"wrote {RESOLVED_SCENARIO} and {len(tables_written)} tables ({', '.join(tables_written)})")
         # Summary and plots use the tables as stored, so `simbench plot` redraws them byte for byte.
         stored = read_tables(folder)
+        decision_table(stored, histogram).to_csv(folder / "decision.csv", index=False)
         summary = summary_markdown(scenario, histogram, stored)
         (folder / "summary.md").write_text(summary)
         (folder / "summary.json").write_text(json.dumps(json_ready(summary_record(scenario, histogram, stored)),
                                                         indent=1, allow_nan=False) + "\n")
-        tell("wrote summary.md and summary.json")
+        tell("wrote decision.csv, summary.md and summary.json")
         written = draw_plots(folder, scenario, histogram, stored, workers, stage)
         page = html.report_html(
             scenario.name, summary, [("scaling.csv", stored.scaling), ("packing.csv", stored.packing),

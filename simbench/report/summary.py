@@ -22,6 +22,7 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report.baseline import baseline_of, over_words
+from simbench.report.decision import decision_markdown, decision_table
 from simbench.report.memory import left_out_note, memory_section, rankable
 from simbench.report.footing import footing_section, footing_warnings
 from simbench.report.parallel import parallel_headline, parallel_section
@@ -62,6 +63,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
     sections = [
         f"# {scenario.name}" + (f": {scenario.description.strip()}" if scenario.description.strip() else ""),
         defaults_note(scenario),
+        decision_markdown(tables, histogram, unit.count),
         _headline(ranked, _gpus_per_replica(scenario), unit),
         left_out_note(tables.memory),
         parallel_headline(scenario.layout, tables.scaling, tables.parallel, tables.breakdown) if scenario.layout
@@ -430,6 +432,7 @@ def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: Exper
         "training_steps": scenario.training_steps,
         "seed": scenario.seed,
         "winners": winners,
+        "decision": _records(decision_table(tables, histogram)),
         "warnings": [warning for warning in [overdraw_warning(tables.scaling, histogram.sequences),
                                              *scenario.depth_warnings(histogram),
                                              *footing_warnings(tables.scaling)] if warning],
