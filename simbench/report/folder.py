@@ -11,8 +11,8 @@
     >>> with tempfile.TemporaryDirectory() as root:
     ...     folder = write_report(Path(root, "demo"), scenario, histogram, run_experiment(scenario, histogram))
     ...     sorted(path.name for path in folder.iterdir())  # doctest: +NORMALIZE_WHITESPACE
-    ['.simbench-folder.json', 'assumptions.csv', 'breakdown.csv', 'extrapolation.csv', 'gumbel.csv', 'latency.csv',
-     'memory.csv', 'packing.csv', 'report.html', 'resolved.yaml', 'scaling.csv', 'scaling.svg', 'summary.json',
+    ['.simbench-folder.json', 'assumptions.csv', 'breakdown.csv', 'decision.csv', 'extrapolation.csv', 'gumbel.csv',
+     'latency.csv', 'memory.csv', 'packing.csv', 'report.html', 'resolved.yaml', 'scaling.csv', 'scaling.svg', 'summary.json',
      'summary.md', 'timeline.csv', 'timings.csv']
 """
 
