@@ -846,7 +846,7 @@ def scenario_memory(scenario: Scenario, plans: Sequence[ExecutionPlan],
     if hardware.hbm_capacity_bytes is None:
         return None
     labels = plan_labels(scenario, plans)
-    by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(list(plans))}
+    by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(list(plans), scenario.baseline.plan())}
     # A replica of several GPUs without `parallel` is priced by the plain cost model, which prices no recompute.
     can_raise = scenario.layout is not None or scenario.gpus_per_replica == 1
     return fit_memory(get_model(scenario.model), hardware, by_label,

@@ -68,7 +68,7 @@ def test_the_issue_case_as_configured_is_flagged_and_equal_tokens_sizes_the_budg
 
 
 def test_as_configured_runs_every_plan_at_the_scenarios_sizes():
-    scenario = _sft(compare_at="as-configured", devices=(1, 4), steps=4, outputs=OutputsSpec(lp_bounds=False))
+    scenario = _sft(compare_at="as-configured", devices=(8, 32), steps=4, outputs=OutputsSpec(lp_bounds=False))
     run = resolve(scenario)
     assert all(plan.sizing is None for plan in run.plans)
     assert [plan.name for plan in run.plans] == [spec.plan().name for spec in scenario.strategies]
@@ -90,7 +90,7 @@ def test_bundled_bert_reproductions_compare_as_configured():
 
 
 def test_equal_tokens_is_deterministic():
-    scenario = _sft(devices=(1, 4), steps=6, outputs=OutputsSpec(lp_bounds=False))
+    scenario = _sft(devices=(8, 32), steps=6, outputs=OutputsSpec(lp_bounds=False))
     first = run_experiment(scenario, stragglers=False, assumptions=False).scaling
     second = run_experiment(scenario, stragglers=False, assumptions=False).scaling
     assert first.equals(second)

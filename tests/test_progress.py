@@ -113,7 +113,7 @@ def test_writing_a_report_says_each_file_as_it_is_written(tmp_path):
     lines = []
     write_report(tmp_path / "report", scenario, histogram, run_experiment(scenario, histogram), stage=lines.append)
     assert lines[0].startswith("wrote resolved.yaml and 10 tables (packing.csv, scaling.csv")
-    assert lines[1] == "wrote summary.md and summary.json"
+    assert lines[1] == "wrote decision.csv, summary.md and summary.json"
     plots = [line for line in lines if line.startswith("drew ")]
     assert [line.split()[1] for line in plots] == ["histogram.png", "packing.png", "scaling.png", "gumbel.png",
                                                    "breakdown.png"]  # no timeline: no VTS plan

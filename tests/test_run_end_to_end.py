@@ -14,6 +14,7 @@ from simbench.cli import app
 from simbench.errors import InputError
 from simbench.report import folder, plots
 from simbench.scenario import load_scenario
+from simbench.report.precision import speedup_text
 
 SCENARIO = """\
 name: smoke
@@ -114,9 +115,11 @@ def test_summary_answers_first(report):
     assert defaults.startswith("**Defaults:**") and "model: bert-large (default: no `model:` given)" in defaults
     assert "batch_size: 32 (default: no `batch_size:` given)" in defaults and "hardware: a100" in defaults
     assert "batch_size: 32 (default: no <code>batch_size:</code> given)" in (report / "report.html").read_text()
-    headline = summary.splitlines()[4]
-    assert headline.startswith("**Answer:**") and f"**{best.strategy}**" in headline
-    assert f"{best.speedup:.3f}x" in headline
+    # Then the decision, then the Answer.
+    assert summary.splitlines()[4] == "## Decision"
+    headline = next(line for line in summary.splitlines() if line.startswith("**Answer:**"))
+    assert f"**{best.strategy}**" in headline
+    assert speedup_text(best) in headline  # to the digits its spread supports
     assert "## Packing" in summary and "| spfhp:2 |" in summary
 
 

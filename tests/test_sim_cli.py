@@ -144,14 +144,14 @@ REPLICA_SCENARIO = """
 name: replicas
 dataset: {histogram: squad_1_1_384}
 model: llama-3.1-70b
-# HBM without limit: the memory check counts no tensor split in gpus_per_replica, and this test is of the figures
-hardware: {profile: h100-sxm, overrides: {hbm_capacity_bytes: 1.0e15}}
+hardware: {profile: h100-sxm, overrides: {hbm_capacity_bytes: 1.0e15}}  # of figures, not memory: HBM without limit
 gpus_per_replica: 8
 strategies: [spfhp:3, unpad]
 devices: [1, 4, 128]
 batch_size: 4
 steps: 10
 seed: 3
+compare_at: as-configured
 outputs: {lp_bounds: false}
 """
 
