@@ -105,7 +105,7 @@ def test_auto_shards_with_zero_where_recompute_alone_does_not_fit(tmp_path):
     auto = resolve(scenario_of(tmp_path, text))
     assert auto.memory.priced == ParallelLayout(zero_stage=2) == auto.layout
     assert auto.memory.table().set_index("strategy").loc["spfhp:3", "made_to_fit"] == "ZeRO 2"
-    with pytest.raises(InputErrors, match=r"s.yaml:10: memory: no strategy fits .* it fits with `memory: auto` "
+    with pytest.raises(InputErrors, match=r"s.yaml:11: memory: no strategy fits .* it fits with `memory: auto` "
                                           r"\(ZeRO 2, recompute none\)"):
         scenario_of(tmp_path, text + "memory: recompute\n")
 
