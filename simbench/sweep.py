@@ -544,8 +544,7 @@ def run_sweep(sweep: Sweep, out: Path, *, workers: int | None = None, scheduler:
     """
     address = scheduler_address(scheduler)
     ledger = SweepLedger.open(Path(out), name=sweep.name, fingerprint=_fingerprint(sweep), resume=resume,
-                              inputs=[sweep.source, *sweep.input_files()],
-                              legacy_fingerprint=lambda: _legacy_fingerprint(sweep))
+                              inputs=[sweep.source, *sweep.input_files()])
     with kept(ledger):
         todo = _cells_to_run(sweep, ledger, note)
         jobs = {job.key: job for cell in todo for job in packing_jobs(cell)}
@@ -617,11 +616,6 @@ def _fingerprint(sweep: Sweep) -> str:
     for cell in sweep.cells:
         digest.update(json.dumps(cell.scenario.model_dump(mode="json"), sort_keys=True).encode())
     return digest.hexdigest()
-
-
-def _legacy_fingerprint(sweep: Sweep) -> dict:
-    """sweep.json as simbench wrote it before the ledger, to resume such a folder."""
-    return {"name": sweep.name, "cells": [cell.scenario.model_dump(mode="json") for cell in sweep.cells]}
 
 
 # Where a Dask scheduler can be: an address of one of these transports, host and port.

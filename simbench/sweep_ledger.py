@@ -24,7 +24,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,22 +63,21 @@ class SweepLedger:
     finished: dict[str, str] = field(default_factory=dict)  # results/ file -> hash
     failed: dict[str, str] = field(default_factory=dict)  # failures/ file -> hash
     reports: dict[str, str] = field(default_factory=dict)  # report file -> hash
-    hashes_known: bool = True  # False for a folder an earlier simbench wrote without hashes
     _saved_at: float = 0.0
     _lock: int | None = None
     _exists: bool = False  # sweep.json is on disk: a fresh folder stays empty until a cell is written
     _changed: bool = False  # records not yet saved
 
     @classmethod
-    def open(cls, folder: Path, *, name: str, fingerprint: str, resume: bool, inputs: Iterable = (),
-             legacy_fingerprint: Callable[[], dict] | None = None) -> SweepLedger:
+    def open(cls, folder: Path, *, name: str, fingerprint: str, resume: bool,
+             inputs: Iterable = ()) -> SweepLedger:
         """The ledger of `folder`, checked before any work (see the module's docstring), locked for this
         process; an empty or missing folder starts an empty ledger."""
         folder = _checked_folder(Path(folder), inputs)
         folder.mkdir(parents=True, exist_ok=True)
         lock = _lock(folder)
         try:
-            ledger = cls._read(folder, name, fingerprint, resume, legacy_fingerprint)
+            ledger = cls._read(folder, name, fingerprint, resume)
             ledger._lock = lock
             ledger._check_subfolders()
             ledger._check_reports()
@@ -90,8 +89,7 @@ class SweepLedger:
         return ledger
 
     @classmethod
-    def _read(cls, folder: Path, name: str, fingerprint: str, resume: bool,
-              legacy_fingerprint: Callable[[], dict] | None) -> SweepLedger:
+    def _read(cls, folder: Path, name: str, fingerprint: str, resume: bool) -> SweepLedger:
         ledger_path = folder / LEDGER
         if not any(folder.iterdir()):
             return cls(folder, name, fingerprint)
@@ -102,12 +100,6 @@ class SweepLedger:
         if not resume:
             raise InputError("the folder holds an earlier run of a sweep: --resume to finish it, or choose another "
                              "--out", source=str(folder))
-        if record.get("ledger") is None and isinstance(record.get("cells"), list):
-            # Written by a simbench before the ledger: same cells, but no hashes to trust any file by.
-            if legacy_fingerprint is None or record != legacy_fingerprint():
-                raise InputError("the folder holds a run of a different sweep (other cells); choose another --out",
-                                 source=str(folder))
-            return cls(folder, name, fingerprint, hashes_known=False)
         if record.get("fingerprint") != fingerprint:
             raise InputError("the folder holds a run of a different sweep (other cells); choose another --out",
                              source=str(folder))
@@ -130,7 +122,7 @@ class SweepLedger:
             if path.is_symlink() or not path.is_file():
                 raise InputError(f"{name} is not the file simbench wrote (a link or a folder); move it out of the "
                                  "way or choose another --out", source=str(path))
-            if self.hashes_known and self.reports.get(name) not in (WRITING, file_sha256(path)):
+            if self.reports.get(name) not in (WRITING, file_sha256(path)):
                 raise InputError(f"{name} changed since simbench wrote it (or it did not write it): the report "
                                  "would replace your edits; move it out of the way or choose another --out",
                                  source=str(path))
@@ -173,8 +165,8 @@ class SweepLedger:
             self.failed.pop(name, None)
             return
         recorded = self.failed.get(name)
-        if path.is_symlink() or not path.is_file() or (self.hashes_known and (
-                file_sha256(path) != recorded if recorded is not None else not _is_cell_failure(path, index))):
+        if path.is_symlink() or not path.is_file() or (
+                file_sha256(path) != recorded if recorded is not None else not _is_cell_failure(path, index)):
             raise InputError(f"cell {index}'s failure record is not the file simbench wrote (changed since, a "
                              "folder or a link): move it out of the way, then --resume again", source=str(path))
         path.unlink()

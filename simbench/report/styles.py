@@ -102,8 +102,3 @@ def family_shade(family: str, index: int, members: int) -> str:
                 for at in (1, 3, 5)]
     return "#" + "".join(f"{channel:02x}" for channel in channels)
 
-
-def ordered_by_family(labels: Iterable[str], styles: dict[str, Style]) -> list[str]:
-    """`labels` in the order of `styles` (families together, in FAMILY_ORDER)."""
-    labels = set(labels)
-    return [label for label in styles if label in labels]
