@@ -61,16 +61,16 @@ class Claim:
     source: str
     fitted_on: str  # what simbench's parameters were fitted on ("" when nothing was)
     simbench: float
-    published: float
+    published: float | None  # None: a prediction with no published counterpart (it neither reproduces nor misses)
     tolerance_percent: float  # a prediction within it reproduces
 
     def row(self) -> dict:
-        error = 100 * (self.simbench / self.published - 1)
         fitted = self.fitted_on.startswith("this figure")
+        error = float("nan") if self.published is None else 100 * (self.simbench / self.published - 1)
+        reproduces = "" if fitted or self.published is None else ("yes" if abs(error) <= self.tolerance_percent else "no")
         return {"quantity": self.quantity, "source": self.source, "fitted on": self.fitted_on or "nothing",
-                "simbench": self.simbench, "published": self.published, "error %": error,
-                "kind": "fitted" if fitted else "predicted",
-                "reproduces": "" if fitted else ("yes" if abs(error) <= self.tolerance_percent else "no")}
+                "simbench": self.simbench, "published": float("nan") if self.published is None else self.published,
+                "error %": error, "kind": "fitted" if fitted else "predicted", "reproduces": reproduces}
 
 
 def validation_table(mlperf_dir: str | Path | None = None, *, simulations: bool = True) -> pd.DataFrame:
@@ -328,7 +328,9 @@ def _llama3_tflops_per_gpu(virtual_stages: int) -> float:
 
 def _vts_claims() -> list[Claim]:
     """A 24-stage layer pipeline on one CS-2 (inputs from the VTS post and the stated cs-2 assumptions);
-    simbench's model is BERT-large on both datasets, Cerebras' was Transformer-large on WMT14."""
+    simbench's model is BERT-large on every dataset, Cerebras' was Transformer-large on WMT14. Cerebras'
+    BERT figures were measured on Open Web Text at 512, so they are compared on the histogram modelled
+    from its published statistics (simbench.openwebtext); Wikipedia 512 has no published VTS figure."""
     from simbench.costmodels import TransformerCostModel
     from simbench.histogram import load_histogram
     from simbench.scenario import SyntheticHistogram
@@ -336,11 +338,14 @@ def _vts_claims() -> list[Claim]:
 
     wmt_like = SyntheticHistogram(synthetic="lognormal", sequences=4_500_000, median_length=27.8, sigma=0.6).build(256)
     cost_model = TransformerCostModel("bert-large", "cs-2")
-    source = "Cerebras VTS post, 2022"
+    cerebras = "Cerebras VTS post, 2022"
     claims = []
-    for histogram, label, plans in ((wmt_like, "WMT-like (87 % padding)", (("vts", 5.0),)),
-                                    (load_histogram("wikipedia_512"), "Wikipedia 512",
-                                     (("vts", 1.2), ("vts-bucketed", 1.4)))):
+    for histogram, label, source, plans in (
+            (wmt_like, "WMT-like (87 % padding)", cerebras, (("vts", 5.0),)),
+            (load_histogram("openwebtext_512"), "Open Web Text 512 (modelled from published statistics)",
+             f"{cerebras}, BERT-large on Open Web Text at 512", (("vts", 1.2), ("vts-bucketed", 1.4))),
+            (load_histogram("wikipedia_512"), "Wikipedia 512", "none published (Cerebras measured Open Web Text)",
+             (("vts", None), ("vts-bucketed", None)))):
         result = simulate(histogram, [plan for plan, _ in plans], [1], cost_model, batch_size=512, steps=20, seed=0,
                           baseline="none")  # VTS is over its own padded pipeline: no other baseline to draw
         speedups = result.summary.set_index("strategy")["speedup"]

@@ -5,6 +5,7 @@ The figures themselves are computed by `simbench.validation_runs.validation_tabl
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -81,8 +82,11 @@ def markdown(table: pd.DataFrame) -> str:
     lines = ["| quantity | source | fitted on | simbench | published | error | kind | reproduces |",
              "|---|---|---|---|---|---|---|---|"]
     for row in table.to_dict(orient="records"):
+        unpublished = math.isnan(row["published"])  # a prediction with no published counterpart
+        error = "" if unpublished else f"{round(row['error %'], 2) or 0.0:+.2f} %"
         lines.append(f"| {row['quantity']} | {row['source']} | {row['fitted on']} | {_number(row['simbench'])} "
-                     f"| {_number(row['published'])} | {round(row['error %'], 2) or 0.0:+.2f} % | {row['kind']} | {row['reproduces']} |")
+                     f"| {'none' if unpublished else _number(row['published'])} | {error} | {row['kind']} "
+                     f"| {row['reproduces']} |")
     return "\n".join(lines) + "\n"
 
 
