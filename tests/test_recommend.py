@@ -134,7 +134,7 @@ def test_a_strategy_the_stack_cannot_run_gives_way_to_the_fastest_it_can(stack, 
     rows = [row for row in summary["scaling"] if row["gpus"] == gpus]
     from simbench.report.recommend.plan import run_facts, training_plan
 
-    facts = run_facts(summary, scenario)
+    facts = run_facts(scenario)
     runnable = [row for row in ranked(rows)
                 if isinstance(STACKS[stack].express(training_plan(row, scenario, histogram), facts), Expression)]
     substitutions = 0
@@ -181,7 +181,7 @@ def test_each_family_maps_to_its_stack_settings(report):
 def test_a_layout_becomes_megatrons_parallel_and_memory_flags(report, summary, scenario):
     from simbench.report.recommend.plan import run_facts
 
-    facts = run_facts(summary, scenario)
+    facts = run_facts(scenario)
     base = recommend(report, "megatron", strategy="packed-varlen:ffd:max").plan
     stack = STACKS["megatron"]
     for zero_stage, recompute in [(1, "selective"), (2, "full"), (3, "none")]:
@@ -262,3 +262,48 @@ def test_the_command_prints_the_snippet_or_one_json_object(report):
 def test_recommend_from_takes_a_run_in_hand(report, summary, scenario):
     histogram = scenario.dataset.load()
     assert recommend_from(summary, scenario, histogram, "hf").to_json() == recommend(report, "hf").to_json()
+
+
+def test_a_strategy_the_run_added_itself_is_read_from_its_label(summary, scenario):
+    from simbench.report.recommend.plan import training_plan
+
+    histogram = scenario.dataset.load()
+    row = next(row for row in summary["scaling"] if row["strategy"] == "none")
+    assert training_plan({**row, "strategy": "lpfhp:2"}, scenario, histogram).family is Family.PACKS
+    unknown = training_plan({**row, "strategy": "a-baseline-of-the-future"}, scenario, histogram)
+    assert unknown.family is Family.OTHER and unknown.rows_per_device == BATCH_SIZE
+    assert all(isinstance(stack.express(unknown, None), str) for stack in STACKS.values())  # none can run it
+
+
+def test_the_docs_table_says_which_stack_runs_which_family(report):
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "commands.md").read_text()
+    table = text[text.index("| family: simbench strategies |"):].split("\n\n")[0].splitlines()
+    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    columns = {"TRL": "trl", "HF Trainer": "hf", "axolotl": "axolotl", "Megatron-LM": "megatron"}
+    stub = recommend_plan_stub()
+    documented = set()
+    for line in table[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        family = Family(cells[0].split("`")[1])
+        documented.add(family)
+        plan = replace(stub, family=family, per_document_attention=family in (
+            Family.PACKS_PER_DOCUMENT, Family.UNPAD, Family.UNPAD_EXCHANGE))
+        for name, cell in zip(header[1:], cells[1:]):
+            runs = isinstance(STACKS[columns[name]].express(plan, _decoder_facts()), Expression)
+            assert runs == (cell != "—"), (family, name, cell)
+    assert documented == set(Family) - {Family.OTHER}
+
+
+def _decoder_facts():
+    from simbench.report.recommend.plan import RunFacts
+
+    return RunFacts(scenario="s", model="llama-3.1-8b", is_decoder=True, hardware="h100-sxm",
+                    hardware_overridden=False, steps=5, seed=0, shapes="auto")
+
+
+def test_the_python_api_recommends_as_the_command_does(report):
+    import simbench
+
+    assert simbench.recommend(report, "megatron", gpus=1).snippet == recommend(report, "megatron", gpus=1).snippet

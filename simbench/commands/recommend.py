@@ -33,7 +33,7 @@ def recommend(
             "`simbench run` is read instead, at once")
     recommendation = recommend_run(source, stack, gpus=gpus, strategy=strategy, quick=quick, seed=seed)
     if as_json:
-        print(json.dumps(recommendation.to_json(), indent=1))
+        print(json.dumps(recommendation.to_json()))
     else:
         print(recommendation.snippet, end="")
 

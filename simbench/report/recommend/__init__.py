@@ -54,7 +54,7 @@ class Recommendation:
 
     def to_json(self) -> dict[str, Any]:
         plan = {key: (value.value if isinstance(value, Family) else value) for key, value in asdict(self.plan).items()}
-        return {"stack": self.stack, "option_names": self.source, "scenario": self.scenario,
+        return {"stack": self.stack, "names_from": self.source, "scenario": self.scenario,
                 "chosen": self.chosen.strategy, "strategy": self.plan.strategy, "gpus": self.plan.gpus,
                 "tokens_per_s_per_gpu": self.plan.tokens_per_s_per_gpu,
                 "relative_error": self.plan.relative_error, "simulated": True, "plan": plan,
@@ -120,7 +120,7 @@ def recommend_from(summary: dict, scenario: Scenario, histogram: LengthHistogram
         raise InputError(f"unknown stack {stack!r};{did_you_mean(stack, list(STACKS))} the stacks are "
                          f"{', '.join(STACKS)}", parameter="stack")
     target = STACKS[stack]
-    facts = run_facts(summary, scenario)
+    facts = run_facts(scenario)
     count, rows = rows_at(summary, gpus)
     labels = [row["strategy"] for row in rows]
     if strategy is not None and strategy not in labels:

@@ -17,7 +17,7 @@ from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.scenario import Scenario
 from simbench.sim.exchange import Exchange
-from simbench.sim.plans import REFERENCE_PLAN, ExecutionPlan, PlanKind
+from simbench.sim.plans import REFERENCE_PLAN, ExecutionPlan, PlanKind, parse_plan
 
 
 class Family(str, Enum):
@@ -97,37 +97,31 @@ class RunFacts:
     scenario: str
     model: str
     is_decoder: bool
-    layers: int
     hardware: str
     hardware_overridden: bool
     steps: int
     seed: int
     shapes: str
-    max_length: int
-    gpu_counts: tuple[int, ...]  # the GPU counts the run simulated
 
 
-def run_facts(summary: dict, scenario: Scenario) -> RunFacts:
-    model = get_model(scenario.model)
-    gpu_counts = sorted({int(row.get("gpus", row["devices"])) for row in summary.get("scaling", [])})
+def run_facts(scenario: Scenario) -> RunFacts:
     return RunFacts(scenario=scenario.name, model=scenario.model if isinstance(scenario.model, str) else "custom",
-                    is_decoder=model.is_decoder, layers=model.layers, hardware=scenario.hardware.profile,
+                    is_decoder=get_model(scenario.model).is_decoder, hardware=scenario.hardware.profile,
                     hardware_overridden=bool(scenario.hardware.overrides), steps=scenario.steps, seed=scenario.seed,
-                    shapes=scenario.shapes, max_length=int(summary.get("dataset", {}).get("max_length", 0)),
-                    gpu_counts=tuple(gpu_counts))
+                    shapes=scenario.shapes)
 
 
 def rows_at(summary: dict, gpus: int | None) -> tuple[int, list[dict]]:
     """The GPU count asked for (the largest simulated when None) and the scaling rows of that count."""
-    facts = summary.get("scaling", [])
-    counts = sorted({int(row.get("gpus", row["devices"])) for row in facts})
+    scaling = summary.get("scaling", [])
+    counts = sorted({int(row.get("gpus", row["devices"])) for row in scaling})
     if not counts:
         raise InputError("the run has no scaling rows to recommend from")
     chosen = counts[-1] if gpus is None else gpus
     if chosen not in counts:
         raise InputError(f"the run simulated {', '.join(f'{count:,}' for count in counts)} GPUs, not {chosen:,}; "
                          "pass one of them", parameter="gpus")
-    return chosen, [row for row in facts if int(row.get("gpus", row["devices"])) == chosen]
+    return chosen, [row for row in scaling if int(row.get("gpus", row["devices"])) == chosen]
 
 
 def winner(summary: dict, rows: list[dict]) -> str:
@@ -148,21 +142,20 @@ def ranked(rows: list[dict]) -> list[dict]:
 
 def training_plan(row: dict, scenario: Scenario, histogram: LengthHistogram) -> TrainingPlan:
     """The plan of one scaling row: the row's own batch and memory columns where it has them, else the scenario's."""
-    plans = {spec.label: spec.plan() for spec in scenario.strategies}
-    plan = plans.get(row["strategy"], REFERENCE_PLAN if row["strategy"] == REFERENCE_PLAN.name else None)
-    if plan is None:
-        raise InputError(f"strategy {row['strategy']!r} of the report is not in its resolved scenario")
+    plan = plan_of(row["strategy"], scenario)
     layout = scenario.layout
     microbatches = layout.microbatches if layout else 1
     # A device draws every microbatch's rows in a step; a trainer's batch size is one microbatch's.
-    drawn = plan.source.rows_per_device_step(plan, histogram, scenario.device_batch_size)
+    drawn = (plan.source.rows_per_device_step(plan, histogram, scenario.device_batch_size) if plan is not None
+             else scenario.device_batch_size)
+    family = family_of(plan) if plan is not None else Family.OTHER
     error = row.get("throughput_noise")
     return TrainingPlan(
-        strategy=row["strategy"], family=family_of(plan), packer=plan.packer, gpus=int(row.get("gpus", row["devices"])),
-        max_length=histogram.max_length,
+        strategy=row["strategy"], family=family, packer=plan.packer if plan is not None else None,
+        gpus=int(row.get("gpus", row["devices"])), max_length=histogram.max_length,
         rows_per_device=int(row.get("rows_per_device") or max(1, drawn // microbatches)),
         accumulation_steps=int(row.get("accumulation_steps") or microbatches),
-        per_document_attention=family_of(plan) in PER_DOCUMENT_ATTENTION,
+        per_document_attention=family in PER_DOCUMENT_ATTENTION,
         recompute=row.get("recompute", layout.recompute if layout else None),
         zero_stage=row.get("zero_stage", layout.zero_stage if layout else None),
         gpus_per_replica=scenario.gpus_per_device, tp=layout.tp if layout else 1, pp=layout.pp if layout else 1,
@@ -171,3 +164,17 @@ def training_plan(row: dict, scenario: Scenario, histogram: LengthHistogram) -> 
         overlap_gradient_sync=bool(layout and layout.overlap_gradient_sync),
         tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
         relative_error=None if error is None else float(error), fits=row.get("fits"))
+
+
+def plan_of(label: str, scenario: Scenario) -> ExecutionPlan | None:
+    """The simulator plan behind a report's label: the scenario's strategy of that label, or a plan the run adds
+    itself (padding) named by it; None for a label neither names."""
+    plans = {spec.label: spec.plan() for spec in scenario.strategies}
+    if label in plans:
+        return plans[label]
+    if label == REFERENCE_PLAN.name:
+        return REFERENCE_PLAN
+    try:
+        return parse_plan(label)
+    except InputError:
+        return None

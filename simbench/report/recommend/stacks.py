@@ -55,7 +55,7 @@ def recomputes(plan: TrainingPlan) -> bool:
     return plan.recompute not in (None, "none")
 
 
-def _shared_notes(plan: TrainingPlan, facts: RunFacts, pipeline: bool) -> list[str]:
+def _shared_notes(plan: TrainingPlan, facts: RunFacts, writes_layout: bool) -> list[str]:
     """What every Hugging Face-based stack says alike: recomputation granularity, layouts it does not write,
     and where transformers gives an encoder no per-document mask."""
     notes = []
@@ -63,7 +63,7 @@ def _shared_notes(plan: TrainingPlan, facts: RunFacts, pipeline: bool) -> list[s
         notes.append("simbench priced selective recomputation (attention only); gradient_checkpointing recomputes "
                      "whole layers, so expect somewhat less than the figure above")
     parallel = [f"{name} {size}" for name, size in (("TP", plan.tp), ("PP", plan.pp), ("CP", plan.cp)) if size > 1]
-    if parallel and not pipeline:
+    if parallel and not writes_layout:
         notes.append(f"the run's replica layout ({', '.join(parallel)}) is not written here: this stack has no "
                      "pipeline parallelism, and the throughput assumes the layout; Megatron-LM (`--for megatron`) "
                      "writes it")
@@ -143,7 +143,7 @@ def _trl(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
                 "model_init_kwargs": {"attn_implementation": attention(plan)},
                 # SFTConfig turns it on by default; the throughput is for the run's setting.
                 "gradient_checkpointing": recomputes(plan), **_hf_sharding(plan)}
-    return Expression(settings, tuple(notes + _shared_notes(plan, facts, pipeline=False)))
+    return Expression(settings, tuple(notes + _shared_notes(plan, facts, writes_layout=False)))
 
 
 # Why a stack cannot run a family and its closest setting, where every stack says the same.
@@ -218,12 +218,12 @@ def _hf(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
         arguments["train_sampling_strategy"] = "group_by_length"
         notes.append("transformers before #43138 (early 2026) spells it group_by_length=True")
     if collator["class"] == "DataCollatorWithPadding":
-        notes.append("DataCollatorWithPadding pads each batch (labels are yours to pad: a causal LM's collator that "
-                     "pads them with -100 to the same length batches alike)")
+        notes.append("DataCollatorWithPadding pads input_ids and attention_mask; to pad a causal LM's labels too "
+                     "(with -100), DataCollatorForSeq2Seq batches alike")
     model_class = "AutoModelForCausalLM" if facts.is_decoder else "AutoModelForMaskedLM"
     settings = {"model": {"class": model_class, "attn_implementation": attention(plan)}, "data_collator": collator,
                 "training_arguments": arguments}
-    return Expression(settings, tuple(notes + _shared_notes(plan, facts, pipeline=False)))
+    return Expression(settings, tuple(notes + _shared_notes(plan, facts, writes_layout=False)))
 
 
 def _render_hf(settings: dict[str, Any], comments: list[str]) -> str:
@@ -301,7 +301,7 @@ def _axolotl(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
         settings["tensor_parallel_size"] = plan.tp
     if plan.cp > 1:
         settings["context_parallel_size"] = plan.cp
-    layout_notes = _shared_notes(plan, facts, pipeline=plan.pp == 1)
+    layout_notes = _shared_notes(plan, facts, writes_layout=plan.pp == 1)  # it writes TP and CP
     return Expression(settings, tuple(notes + layout_notes))
 
 
