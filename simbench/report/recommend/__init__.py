@@ -29,6 +29,7 @@ from simbench.scenario import Scenario
 
 SUMMARY_JSON = "summary.json"
 COMMENT_WIDTH = 110
+NO_BREAK = "\u00a0"
 PACK_FAMILIES = (Family.PACKS, Family.PACKS_PER_DOCUMENT, Family.GREEDY)
 
 
@@ -215,8 +216,10 @@ def _comments(stack: Stack, facts: RunFacts, chosen: TrainingPlan, plan: Trainin
              *(f"Note: {note}." for note in notes)]
     wrapped = []
     for line in lines:
-        wrapped += textwrap.wrap(line, COMMENT_WIDTH - 2, initial_indent="# ", subsequent_indent="#   ",
-                                 break_on_hyphens=False, break_long_words=False)
+        # A number keeps its unit on its line: " %" is held together while wrapping.
+        wrapped += [part.replace(NO_BREAK, " ") for part in textwrap.wrap(
+            line.replace(" %", NO_BREAK + "%"), COMMENT_WIDTH - 2, initial_indent="# ", subsequent_indent="#   ",
+            break_on_hyphens=False, break_long_words=False)]
     return wrapped
 
 
@@ -225,13 +228,13 @@ def recommend_markdown(summary: dict, scenario: Scenario, histogram: LengthHisto
     recommendations = [recommend_from(summary, scenario, histogram, name) for name in STACKS]
     first = recommendations[0]
     sections = [f"# Recommended settings: {scenario.name}",
-                f"The run's fastest strategy on {first.chosen.gpus:,} GPUs is **{first.chosen.strategy}**, "
-                f"{rate_text(first.chosen)} (simulated). Below it is written in each stack's own settings; where a "
+                f"The run's fastest strategy on {first.chosen.gpus:,} GPUs is **{first.chosen.strategy}**: "
+                f"{rate_text(first.chosen)}, simulated. Below it is written in each stack's own settings; where a "
                 "stack cannot run it, the fastest strategy of this run that it can, and why. For another GPU count "
                 "or strategy: `simbench recommend REPORT --for STACK --gpus N --strategy NAME`."]
     for recommendation in recommendations:
         stack = STACKS[recommendation.stack]
-        heading = f"## {stack.title[0].upper()}{stack.title[1:]}: {recommendation.plan.strategy}"
+        heading = f"## {stack.label}: {recommendation.plan.strategy}"
         sections.append(f"{heading}\n\n```{stack.language}\n{recommendation.snippet}```")
     return "\n\n".join(sections) + "\n"
 

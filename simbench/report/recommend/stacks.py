@@ -37,7 +37,8 @@ class Stack:
     cannot), how its snippet is laid out (`render`), and every option name it may write."""
 
     name: str
-    title: str
+    label: str  # the stack's name in a heading
+    title: str  # what the snippet is, for its first comment
     source: str
     options: frozenset[str]
     express: Callable[[TrainingPlan, RunFacts], Expression | str]
@@ -55,18 +56,22 @@ def recomputes(plan: TrainingPlan) -> bool:
     return plan.recompute not in (None, "none")
 
 
-def _shared_notes(plan: TrainingPlan, facts: RunFacts, writes_layout: bool) -> list[str]:
-    """What every Hugging Face-based stack says alike: recomputation granularity, layouts it does not write,
-    and where transformers gives an encoder no per-document mask."""
+HF_LAYOUT = ("TrainingArguments' parallelism_config, accelerate's ParallelismConfig, takes tensor and context "
+             "parallel sizes but no pipeline stages")
+
+
+def _shared_notes(plan: TrainingPlan, facts: RunFacts, unwritten_layout: str | None) -> list[str]:
+    """What every Hugging Face-based stack says alike: recomputation granularity, a layout it does not write
+    (`unwritten_layout`: why; None where it writes it), and where transformers gives an encoder no
+    per-document mask."""
     notes = []
     if plan.recompute == "selective":
         notes.append("simbench priced selective recomputation (attention only); gradient_checkpointing recomputes "
                      "whole layers, so expect somewhat less than the figure above")
     parallel = [f"{name} {size}" for name, size in (("TP", plan.tp), ("PP", plan.pp), ("CP", plan.cp)) if size > 1]
-    if parallel and not writes_layout:
-        notes.append(f"the run's replica layout ({', '.join(parallel)}) is not written here: this stack has no "
-                     "pipeline parallelism, and the throughput assumes the layout; Megatron-LM (`--for megatron`) "
-                     "writes it")
+    if parallel and unwritten_layout:
+        notes.append(f"the run's replica layout ({', '.join(parallel)}) is not written here ({unwritten_layout}); "
+                     "the throughput assumes it, and `--for megatron` writes it")
     elif plan.gpus_per_replica > 1 and not parallel:
         notes.append(f"a device of this run is a replica of {plan.gpus_per_replica} GPUs (`gpus_per_replica`, tensor "
                      "or context parallel): the batch settings are per replica")
@@ -143,7 +148,7 @@ def _trl(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
                 "model_init_kwargs": {"attn_implementation": attention(plan)},
                 # SFTConfig turns it on by default; the throughput is for the run's setting.
                 "gradient_checkpointing": recomputes(plan), **_hf_sharding(plan)}
-    return Expression(settings, tuple(notes + _shared_notes(plan, facts, writes_layout=False)))
+    return Expression(settings, tuple(notes + _shared_notes(plan, facts, HF_LAYOUT)))
 
 
 # Why a stack cannot run a family and its closest setting, where every stack says the same.
@@ -178,7 +183,7 @@ def _flat_names(settings: dict[str, Any]) -> set[str]:
     return names
 
 
-TRL = Stack("trl", "TRL's SFTTrainer (an SFTConfig, as YAML for `trl sft --config` or SFTConfig(**...))",
+TRL = Stack("trl", "TRL", "TRL's SFTTrainer (an SFTConfig, as YAML for `trl sft --config` or SFTConfig(**...))",
             "TRL v1.9.0 SFTConfig (trl/trainer/sft_config.py) over transformers 5's TrainingArguments", TRL_OPTIONS,
             _trl, _render_yaml, _flat_names, "yaml")
 
@@ -223,7 +228,7 @@ def _hf(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
     model_class = "AutoModelForCausalLM" if facts.is_decoder else "AutoModelForMaskedLM"
     settings = {"model": {"class": model_class, "attn_implementation": attention(plan)}, "data_collator": collator,
                 "training_arguments": arguments}
-    return Expression(settings, tuple(notes + _shared_notes(plan, facts, writes_layout=False)))
+    return Expression(settings, tuple(notes + _shared_notes(plan, facts, HF_LAYOUT)))
 
 
 def _render_hf(settings: dict[str, Any], comments: list[str]) -> str:
@@ -250,9 +255,10 @@ def _hf_names(settings: dict[str, Any]) -> set[str]:
             | {key for key in [*collator, *settings["model"]] if key != "class"} | set(settings["training_arguments"]))
 
 
-HF = Stack("hf", "the Hugging Face Trainer (TrainingArguments, a collator, the model's attention; Python)",
-           "transformers 5 TrainingArguments, DataCollatorWithPadding and DataCollatorWithFlattening", HF_OPTIONS, _hf,
-           _render_hf, _hf_names, "python")
+HF = Stack("hf", "Hugging Face Trainer",
+           "the Hugging Face Trainer (TrainingArguments, a collator, the model's attention; Python)",
+           "transformers 5 TrainingArguments, DataCollatorWithPadding and DataCollatorWithFlattening", HF_OPTIONS,
+           _hf, _render_hf, _hf_names, "python")
 
 
 # --- axolotl: its YAML config ---------------------------------------------------------------------------------
@@ -301,11 +307,11 @@ def _axolotl(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
         settings["tensor_parallel_size"] = plan.tp
     if plan.cp > 1:
         settings["context_parallel_size"] = plan.cp
-    layout_notes = _shared_notes(plan, facts, writes_layout=plan.pp == 1)  # it writes TP and CP
+    layout_notes = _shared_notes(plan, facts, "axolotl has no pipeline parallelism" if plan.pp > 1 else None)
     return Expression(settings, tuple(notes + layout_notes))
 
 
-AXOLOTL = Stack("axolotl", "axolotl (its YAML config)",
+AXOLOTL = Stack("axolotl", "axolotl", "axolotl (its YAML config)",
                 "axolotl 0.18 config schema (src/axolotl/utils/schemas/config.py, training.py)", AXOLOTL_OPTIONS,
                 _axolotl, _render_yaml, _flat_names, "yaml")
 
@@ -384,7 +390,7 @@ def _render_flags(settings: dict[str, Any], comments: list[str]) -> str:
     return "\n".join([*comments, "SIMBENCH_ARGS=(", *lines, ")"]) + "\n"
 
 
-MEGATRON = Stack("megatron", "Megatron-LM (pretrain_gpt.py flags, as a bash array)",
+MEGATRON = Stack("megatron", "Megatron-LM", "Megatron-LM (pretrain_gpt.py flags, as a bash array)",
                  "Megatron-LM main, megatron-core 0.20 (megatron/training/arguments.py)", MEGATRON_OPTIONS, _megatron,
                  _render_flags, lambda settings: set(settings), "bash")
 
