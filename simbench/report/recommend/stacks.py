@@ -99,7 +99,8 @@ def _hf_sharding(plan: TrainingPlan) -> dict[str, Any]:
 TRL_OPTIONS = frozenset({
     # trl/trainer/sft_config.py, TRL v1.9.0 (packing_strategy since v0.19, "bfd" since v0.20; max_length, padding_free
     # since v0.16, formerly max_seq_length)
-    "packing", "packing_strategy", "padding_free", "max_length", "pad_to_multiple_of", "model_init_kwargs",
+    "packing", "packing_strategy", "padding_free", "max_length", "pad_to_multiple_of", "shuffle_dataset",
+    "model_init_kwargs",
     # transformers' TrainingArguments, which SFTConfig extends (train_sampling_strategy replaced group_by_length in
     # huggingface/transformers#43138, 2026)
     "per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
@@ -133,10 +134,12 @@ def _trl(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
         if plan.packer not in ("bfd", None):
             notes.append(f"TRL packs by best-fit decreasing (simbench's `bfd`), not `{plan.packer}`")
     elif family is Family.GREEDY:
-        data = {"packing": True, "packing_strategy": "wrapped", "max_length": L}
-        notes.append("TRL's wrapped packing concatenates the (shuffled) data and cuts rows at max_length, splitting "
+        # Greedy fills rows in a shuffled order; TRL shuffles before packing only when asked.
+        data = {"packing": True, "packing_strategy": "wrapped", "shuffle_dataset": True, "max_length": L}
+        notes.append("TRL's wrapped packing concatenates the shuffled data and cuts rows at max_length, splitting "
                      "sequences at row ends and attending across them, where greedy keeps each sequence whole and "
-                     "pads a row's end: close in speed (wrapped pads nothing), different in what each token sees")
+                     "pads a row's end: wrapped pads nothing, so expect at least greedy's figure, and tokens that "
+                     "see other documents")
     elif family is Family.UNPAD:
         data = {"packing": False, "padding_free": True, "max_length": None}
         notes.append(f"TRL refuses max_length with padding_free and no packing: truncate sequences to {L:,} tokens "
@@ -184,7 +187,8 @@ def _flat_names(settings: dict[str, Any]) -> set[str]:
 
 
 TRL = Stack("trl", "TRL", "TRL's SFTTrainer (an SFTConfig, as YAML for `trl sft --config` or SFTConfig(**...))",
-            "TRL v1.9.0 SFTConfig (trl/trainer/sft_config.py) over transformers 5's TrainingArguments", TRL_OPTIONS,
+            "TRL v1.9.0 SFTConfig (trl/trainer/sft_config.py; max_length was max_seq_length before v0.16) over "
+            "transformers 5's TrainingArguments", TRL_OPTIONS,
             _trl, _render_yaml, _flat_names, "yaml")
 
 
@@ -312,7 +316,8 @@ def _axolotl(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
 
 
 AXOLOTL = Stack("axolotl", "axolotl", "axolotl (its YAML config)",
-                "axolotl 0.18 config schema (src/axolotl/utils/schemas/config.py, training.py)", AXOLOTL_OPTIONS,
+                "axolotl 0.18 config schema (src/axolotl/utils/schemas/config.py, training.py; older versions spell "
+                "attn_implementation flash_attention: true or sdp_attention: true)", AXOLOTL_OPTIONS,
                 _axolotl, _render_yaml, _flat_names, "yaml")
 
 
@@ -325,7 +330,7 @@ MEGATRON_OPTIONS = frozenset({
     "--pipeline-model-parallel-size", "--context-parallel-size", "--num-virtual-stages-per-pipeline-rank",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--use-distributed-optimizer",
     "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--overlap-grad-reduce", "--overlap-param-gather",
-    "--sft", "--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss",
+    "--sft", "--reset-position-ids", "--reset-attention-mask",
 })
 
 
@@ -340,7 +345,7 @@ def _megatron(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
                      "--dataloader-inter-document-masking attends per document over rows cut from concatenated "
                      "documents")
     elif family is Family.GREEDY:
-        data = {"--reset-position-ids": True, "--reset-attention-mask": True, "--eod-mask-loss": True}
+        data = {"--reset-position-ids": True, "--reset-attention-mask": True}
         notes.append("Megatron's GPT dataset concatenates the shuffled documents and cuts rows at --seq-length, so a "
                      "document may straddle two rows where greedy keeps each whole and pads a row's end; "
                      "--reset-attention-mask masks attention per document over the whole row, as greedy's")
