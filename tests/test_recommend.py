@@ -307,3 +307,15 @@ def test_the_python_api_recommends_as_the_command_does(report):
     import simbench
 
     assert simbench.recommend(report, "megatron", gpus=1).snippet == recommend(report, "megatron", gpus=1).snippet
+
+
+def test_the_option_lists_hold_where_the_libraries_are_installed():
+    # Skipped without them (simbench does not depend on them); where installed, their own dataclasses decide.
+    dataclasses = pytest.importorskip("dataclasses")
+    training_args = pytest.importorskip("transformers.training_args")
+    names = {field.name for field in dataclasses.fields(training_args.TrainingArguments)}
+    assert {"per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+            "train_sampling_strategy", "fsdp", "deepspeed"} <= names
+    sft_config = pytest.importorskip("trl.trainer.sft_config")
+    sft_names = {field.name for field in dataclasses.fields(sft_config.SFTConfig)}
+    assert STACKS["trl"].options - {"attn_implementation"} <= sft_names

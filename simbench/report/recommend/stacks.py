@@ -97,12 +97,12 @@ def _hf_sharding(plan: TrainingPlan) -> dict[str, Any]:
 # --- TRL: SFTConfig (SFTTrainer) ------------------------------------------------------------------------------
 
 TRL_OPTIONS = frozenset({
-    # trl/trainer/sft_config.py, TRL v1.9.0 (packing_strategy since v0.19, "bfd" since v0.20; max_length, padding_free
-    # since v0.16, formerly max_seq_length)
+    # trl/trainer/sft_config.py of TRL 1.16.0 and 1.9.0 (packing_strategy since v0.19, "bfd" since v0.20;
+    # max_length and padding_free since v0.16, max_length formerly max_seq_length)
     "packing", "packing_strategy", "padding_free", "max_length", "pad_to_multiple_of", "shuffle_dataset",
     "model_init_kwargs",
-    # transformers' TrainingArguments, which SFTConfig extends (train_sampling_strategy replaced group_by_length in
-    # huggingface/transformers#43138, 2026)
+    # transformers' TrainingArguments (5.23), which SFTConfig extends (train_sampling_strategy replaced
+    # group_by_length in huggingface/transformers#43138, 2026)
     "per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
     "train_sampling_strategy", "fsdp", "deepspeed",
     # model_init_kwargs' key, passed to from_pretrained
@@ -187,15 +187,15 @@ def _flat_names(settings: dict[str, Any]) -> set[str]:
 
 
 TRL = Stack("trl", "TRL", "TRL's SFTTrainer (an SFTConfig, as YAML for `trl sft --config` or SFTConfig(**...))",
-            "TRL v1.9.0 SFTConfig (trl/trainer/sft_config.py; max_length was max_seq_length before v0.16) over "
-            "transformers 5's TrainingArguments", TRL_OPTIONS,
+            "TRL 1.16 SFTConfig (max_length was max_seq_length before 0.16) over transformers 5.23's "
+            "TrainingArguments", TRL_OPTIONS,
             _trl, _render_yaml, _flat_names, "yaml")
 
 
 # --- Hugging Face Trainer: TrainingArguments, a collator and the model's attention ---------------------------
 
 HF_OPTIONS = frozenset({
-    # transformers' TrainingArguments (src/transformers/training_args.py, transformers 5 with #43138)
+    # transformers' TrainingArguments (transformers/training_args.py, transformers 5.23)
     "output_dir", "per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
     "train_sampling_strategy", "fsdp", "deepspeed",
     # transformers' collators (src/transformers/data/data_collator.py) and their arguments
@@ -261,15 +261,15 @@ def _hf_names(settings: dict[str, Any]) -> set[str]:
 
 HF = Stack("hf", "Hugging Face Trainer",
            "the Hugging Face Trainer (TrainingArguments, a collator, the model's attention; Python)",
-           "transformers 5 TrainingArguments, DataCollatorWithPadding and DataCollatorWithFlattening", HF_OPTIONS,
+           "transformers 5.23: TrainingArguments, DataCollatorWithPadding, DataCollatorWithFlattening", HF_OPTIONS,
            _hf, _render_hf, _hf_names, "python")
 
 
 # --- axolotl: its YAML config ---------------------------------------------------------------------------------
 
 AXOLOTL_OPTIONS = frozenset({
-    # src/axolotl/utils/schemas/config.py and training.py, axolotl 0.18 (flash_attention: true and sdp_attention: true
-    # are deprecated there for attn_implementation)
+    # axolotl/utils/schemas/config.py and training.py of axolotl 0.21.0 and 0.18 (flash_attention: true and
+    # sdp_attention: true are deprecated there for attn_implementation)
     "sequence_len", "sample_packing", "sample_packing_sequentially", "pad_to_sequence_len", "batch_flattening",
     "micro_batch_size", "gradient_accumulation_steps", "attn_implementation", "group_by_length",
     "gradient_checkpointing", "deepspeed", "tensor_parallel_size", "context_parallel_size",
@@ -316,16 +316,16 @@ def _axolotl(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
 
 
 AXOLOTL = Stack("axolotl", "axolotl", "axolotl (its YAML config)",
-                "axolotl 0.18 config schema (src/axolotl/utils/schemas/config.py, training.py; older versions spell "
-                "attn_implementation flash_attention: true or sdp_attention: true)", AXOLOTL_OPTIONS,
+                "axolotl 0.21 config schema (before 0.18 attn_implementation was flash_attention: true or "
+                "sdp_attention: true)", AXOLOTL_OPTIONS,
                 _axolotl, _render_yaml, _flat_names, "yaml")
 
 
 # --- Megatron-LM: pretrain_gpt.py's flags ---------------------------------------------------------------------
 
 MEGATRON_OPTIONS = frozenset({
-    # megatron/training/arguments.py, Megatron-LM main with megatron-core 0.20 (2026-08): the flags it declares and
-    # those it generates from TrainingConfig, TransformerConfig and DistributedInitConfig
+    # megatron/training/arguments.py of megatron-core 0.19.2 (and Megatron-LM main, 0.20 in 2026-08): the flags it
+    # declares and those it generates from TrainingConfig, TransformerConfig and DistributedInitConfig
     "--seq-length", "--micro-batch-size", "--global-batch-size", "--tensor-model-parallel-size",
     "--pipeline-model-parallel-size", "--context-parallel-size", "--num-virtual-stages-per-pipeline-rank",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--use-distributed-optimizer",
@@ -396,7 +396,7 @@ def _render_flags(settings: dict[str, Any], comments: list[str]) -> str:
 
 
 MEGATRON = Stack("megatron", "Megatron-LM", "Megatron-LM (pretrain_gpt.py flags, as a bash array)",
-                 "Megatron-LM main, megatron-core 0.20 (megatron/training/arguments.py)", MEGATRON_OPTIONS, _megatron,
+                 "Megatron-LM's pretrain_gpt.py, megatron-core 0.19.2 (megatron/training/arguments.py)", MEGATRON_OPTIONS, _megatron,
                  _render_flags, lambda settings: set(settings), "bash")
 
 
