@@ -396,8 +396,8 @@ def _render_flags(settings: dict[str, Any], comments: list[str]) -> str:
 
 
 MEGATRON = Stack("megatron", "Megatron-LM", "Megatron-LM (pretrain_gpt.py flags, as a bash array)",
-                 "Megatron-LM's pretrain_gpt.py, megatron-core 0.19.2 (megatron/training/arguments.py)", MEGATRON_OPTIONS, _megatron,
-                 _render_flags, lambda settings: set(settings), "bash")
+                 "Megatron-LM's pretrain_gpt.py, megatron-core 0.19.2 (megatron/training/arguments.py)",
+                 MEGATRON_OPTIONS, _megatron, _render_flags, lambda settings: set(settings), "bash")
 
 
 STACKS = {stack.name: stack for stack in (TRL, HF, AXOLOTL, MEGATRON)}
