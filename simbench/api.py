@@ -61,12 +61,14 @@ def simulate(histogram: HistogramLike, strategies: str | Sequence[str | Executio
              model: str | dict[str, int] = "bert-large", hardware: str | Path | HardwareProfile = "a100",
              batch_size: int = 32, steps: int = 200, seed: int = 0, engine: str = "auto", shapes: str = "auto",
              training_steps: int = 10_000, hardware_overrides: dict | None = None, cost_model: str = "transformer",
-             gpus_per_replica: int = 1) -> SimulationResult:
+             gpus_per_replica: int = 1, baseline: str | ExecutionPlan | None = None) -> SimulationResult:
     """Simulate data-parallel training of each strategy on each device count, as `simbench simulate` does.
 
     `strategies` are plan names as the command takes them (`spfhp:3`, `unpad`, `packed-varlen:lpfhp:max`,
-    `all`); padding is always added as the reference. The result's `summary` DataFrame has one row per
-    (strategy, devices) with `speedup` over padding at the same device count. `shapes` (new, seen, auto)
+    `all`). `baseline` is the plan every speed-up is over, written the same way (None: a scenario's default
+    `baseline`, `simbench.sim.plans.DEFAULT_BASELINE`); it and padding (`none`) are always simulated. The
+    result's `summary` DataFrame has one row per (strategy, devices) with `speedup` over the baseline at the
+    same device count and `reference` naming it (VTS plans: over their padded pipeline). `shapes` (new, seen, auto)
     and `training_steps` say which steps pay a new batch shape's first-sight cost (`simbench.sim.shapes`);
     `hardware_overrides` replace profile fields and `cost_model` names the registry's cost model, as in a scenario.
     """
@@ -76,7 +78,7 @@ def simulate(histogram: HistogramLike, strategies: str | Sequence[str | Executio
     return Run.from_options(_histogram(histogram), plans, list(devices), model=model, hardware=hardware,
                             overrides=hardware_overrides, cost_model=cost_model, gpus_per_replica=gpus_per_replica,
                             batch_size=batch_size, steps=steps, seed=seed, engine=engine, shapes=shapes,
-                            training_steps=training_steps).simulate()
+                            training_steps=training_steps, baseline=baseline).simulate()
 
 
 def load_scenario(scenario: str | Path, *, name: str | None = None, seed: int | None = None) -> Scenario:
@@ -95,11 +97,13 @@ def load_scenario(scenario: str | Path, *, name: str | None = None, seed: int | 
 
 
 def run_scenario(scenario: Scenario | str | Path, *, name: str | None = None, quick: bool = False,
-                 seed: int | None = None, out: str | Path | None = None) -> ExperimentResult:
+                 seed: int | None = None, out: str | Path | None = None,
+                 baseline: str | None = None) -> ExperimentResult:
     """Everything `simbench run` computes for one scenario: the report's tables as DataFrames.
 
     `quick` runs the --quick variant (few steps and device counts); `out`, when given, also writes
-    the report folder (tables, summary.md, plots) there, atomically.
+    the report folder (tables, summary.md, plots) there, atomically. `baseline` (a plan as a scenario's
+    `strategies` write it) replaces the scenario's `baseline`, the plan every speed-up is over; None keeps it.
     """
     from simbench.experiment import run_experiment
 
@@ -107,6 +111,8 @@ def run_scenario(scenario: Scenario | str | Path, *, name: str | None = None, qu
         scenario = load_scenario(scenario, name=name, seed=seed)
     elif seed is not None:
         scenario = type(scenario).model_validate({**scenario.model_dump(), "seed": seed})
+    if baseline is not None:
+        scenario = type(scenario).model_validate({**scenario.model_dump(), "baseline": baseline})
     if quick:
         scenario = scenario.quickened()
     histogram = scenario.dataset.load()

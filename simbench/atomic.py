@@ -66,6 +66,7 @@ def check_output_file(path: Path, *, inputs=(), force: bool = False, option: str
         -o is also an input of this command (lengths.txt): writing it would destroy what is read; choose another -o
     """
     path = Path(path)
+    check_writable_parent(path, option)
     for item in inputs:
         if item is not None and _same_file(path, Path(item)):
             name = Path(item).name or str(item)
@@ -90,6 +91,7 @@ def check_output_folder(target: Path, *, inputs=(), option: str = "--out") -> Pa
     """Refuse, before any work, a folder output that is or holds one of the command's `inputs`: replacing
     the folder would delete them. Returns the folder a write really replaces (see `resolve_output_folder`)."""
     folder = resolve_output_folder(target, option)
+    check_writable_parent(folder, option)
     real_folder = Path(os.path.realpath(folder))
     for item in inputs:
         if item is None or not os.path.exists(item):
@@ -100,6 +102,19 @@ def check_output_folder(target: Path, *, inputs=(), option: str = "--out") -> Pa
             raise InputError(f"{option} {held} this command's input {item}: replacing the folder would destroy it; "
                              f"choose another {option}", source=str(target))
     return folder
+
+
+def check_writable_parent(path: Path, option: str) -> None:
+    """Refuse, before any work, an output whose folder cannot be made or written: a file where a folder of its
+    path should be, or a folder this user may not write (the work would be lost at the end)."""
+    ancestor = Path(os.path.abspath(path)).parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise InputError(f"{option}: {ancestor} is a file, not a folder; choose another {option}", source=str(path))
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(f"{option}: the folder {ancestor} is not writable; choose another {option}",
+                         source=str(path))
 
 
 def _same_file(first: Path, second: Path) -> bool:
@@ -198,12 +213,14 @@ def atomic_directory(target: Path, option: str = "--out", metadata: dict | None 
     from simbench import __version__
 
     target = resolve_output_folder(target, option)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    with _unwritable_as_input_error(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
     with _parent_lock(target.parent), _sigterm_as_exit():
         _sweep_leftovers(target)
         if target.is_dir():
             check_owned_folder(target, option)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+        with _unwritable_as_input_error(target):
+            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
         try:
             staging.chmod(0o777 & ~_umask())  # mkdtemp makes folders private; give the usual mode
             yield staging
@@ -288,8 +305,9 @@ def atomic_file(path: Path) -> Iterator[Path]:
     if path.exists() and not path.is_file() and not path.is_dir():  # a folder fails as it always did
         raise InputError("the output is not a regular file (a device, FIFO or socket); simbench writes only "
                          "regular files", source=str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.partial-", dir=path.parent)
+    with _unwritable_as_input_error(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.partial-", dir=path.parent)
     os.close(descriptor)
     try:
         os.chmod(temporary, 0o666 & ~_umask())
@@ -298,6 +316,17 @@ def atomic_file(path: Path) -> Iterator[Path]:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def _unwritable_as_input_error(path: Path) -> Iterator[None]:
+    """A folder that cannot be made or written to (permissions, a read-only file system, a file in the way)
+    named as the output's problem, not a traceback."""
+    try:
+        yield
+    except OSError as error:
+        raise InputError(f"cannot write here: {error.strerror or error}; choose another output",
+                         source=str(path)) from None
 
 
 def _umask() -> int:

@@ -5,15 +5,48 @@ anything else is a bug and keeps its traceback. Command modules import their hea
 inside the commands, so that `simbench --help` and `simbench list` start at once.
 """
 
-import importlib
-import pkgutil
+import os
+import signal
 import sys
+from pathlib import Path
 
-import typer
 
-import simbench
-import simbench.commands
-from simbench.errors import InputError
+class _Interrupted(BaseException):
+    """Ctrl-C, raised instead of KeyboardInterrupt: click turns that into "Aborted!" and exit status 1."""
+
+
+def _interrupt(signum, frame) -> None:
+    # Once: a second Ctrl-C must not interrupt the clean-up (ending the workers, removing a staging folder).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise _Interrupted
+
+
+def _interrupt_while_importing(signum, frame) -> None:
+    # Nothing started yet, nothing to clean up: the one line, and out.
+    sys.stderr.write("interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def _take_ctrl_c(handler=_interrupt) -> None:
+    """Ctrl-C ends the command with one line (see `main`), unless whoever started it ignores SIGINT."""
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _interrupt_while_importing):
+        signal.signal(signal.SIGINT, handler)
+
+
+# As the command (not when a test or a program imports this module), before the imports below take their
+# tenth of a second: a Ctrl-C during them is one line too.
+if Path(sys.argv[0]).name in ("simbench", "cli.py", "__main__.py"):
+    _take_ctrl_c(_interrupt_while_importing)
+
+import importlib  # noqa: E402
+import pkgutil  # noqa: E402
+
+import typer  # noqa: E402
+
+import simbench  # noqa: E402
+import simbench.commands  # noqa: E402
+from simbench.errors import InputError  # noqa: E402
 
 HELPERS_MODULE = "common"  # shared by the commands, adds none of its own
 
@@ -65,6 +98,7 @@ def main() -> None:
     # command alone: importing the others and typer's conversion of their signatures were a tenth of a cold
     # `simbench pack`. Anything else (`--help`, `list`, a typo) gets every command and typer's own messages.
     named = sys.argv[1].replace("-", "_") if len(sys.argv) > 1 else None
+    _take_ctrl_c()
     try:
         (build_app([named]) if named in command_modules() else sys.modules[__name__].app)()
     except InputError as error:
@@ -74,7 +108,7 @@ def main() -> None:
         _print_error("out of memory: this input needs more memory than the machine has; try fewer steps, "
                      "devices or strategies, a smaller histogram, or a strategy that scales (see `simbench list`)")
         sys.exit(2)
-    except KeyboardInterrupt:
+    except (_Interrupted, KeyboardInterrupt):
         # Outputs are written atomically, so an interrupted run has nothing to report but the stop.
         _print_error("interrupted", prefix="")
         sys.exit(130)

@@ -7,14 +7,14 @@ and fitting the stragglers. `simbench run` writes the results as a report (simbe
     ...                     devices=[1, 8], steps=5)
     >>> results = run_experiment(scenario)
     >>> results.scaling.query("devices == 8")[["strategy", "speedup"]].round(3).values.tolist()
-    [['none', 1.0], ['sort', 1.99], ['unpad', 1.594]]
+    [['none', 0.991], ['pad-to-longest', 1.0], ['sort', 1.973], ['unpad', 1.58]]
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -26,10 +26,10 @@ from simbench.histogram import LengthHistogram
 from simbench.resolved import Run, resolve
 from simbench.scenario import Scenario
 from simbench.sim.plans import with_reference
-from simbench.sim.results import BREAKDOWN_COLUMNS, with_per_gpu_columns
+from simbench.sim.results import BREAKDOWN_COLUMNS, SEED_SPREAD_COLUMNS, VTS_REFERENCE, across_seeds, with_per_gpu_columns
 from simbench.sim.simulate import pack_plans
 from simbench.strategies import get_strategy
-from simbench.strategies.lp_bound import lp_lower_bound
+from simbench.strategies.lp_bound import lp_lower_bound, stored_lp_lower_bound
 from simbench.strategies.packing import Packing
 from simbench.workers import ReportWorkers, result_of
 
@@ -59,13 +59,16 @@ class ExperimentResult:
     # with a 4D layout, per (strategy, CP sharding): a replica's mean step by cause (`sim.replica.replica_breakdown`)
     # and its peak memory per GPU; empty without one
     parallel: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # per strategy: its largest microbatch's peak memory per GPU against HBM and its verdict
+    # (`sim.memory_fit.MEMORY_COLUMNS`); empty where the hardware profile states no HBM capacity
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def progress_total(scenario: Scenario) -> int:
-    """Units of work `run_experiment` reports, per plan: its packing, one per simulated device count, its LP
-    bound and its straggler fit (a plan without one of them counts it done when the others are)."""
-    plans = with_reference([spec.plan() for spec in scenario.strategies])
-    return len(plans) * (len(scenario.devices) + 3)
+    """Units of work `run_experiment` reports, per plan: its packing, one per simulated device count and seed,
+    its LP bound and its straggler fit (a plan without one of them counts it done when the others are)."""
+    plans = with_reference([spec.plan() for spec in scenario.strategies], scenario.baseline.plan())
+    return len(plans) * (len(scenario.devices) * scenario.seeds + 3)
 
 
 def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
@@ -80,18 +83,27 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     fits of the step times (latency, gumbel and extrapolation come back empty): a sweep cell reports none.
     `assumptions=False` skips re-simulating the smallest cluster under the assumptions that could change the
     answer (ideal kernels, shapes all seen or all new)."""
-    run = resolve(scenario, histogram)
+    run = resolve(scenario, histogram, packings)
     histogram, cost_model, plans, labels = run.histogram, run.cost_model, list(run.plans), dict(run.labels)
     progress = progress or (lambda units: None)
-    packings = pack_plans(histogram, plans, batch_size=run.batch_size, seed=scenario.seed, packings=packings,
+    packings = pack_plans(histogram, plans, batch_size=run.batch_size, seed=scenario.seed,
+                          packings={**run.packings, **(packings or {})},
                           cost_model=cost_model, microbatches=run.microbatches,
-                          progress=progress, stage=stage)
+                          progress=progress, stage=stage, baseline=run.baseline, workers=workers)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
     result = run.simulate(progress=progress, packings=packings, stage=stage)
-    summary = result.summary.assign(strategy=result.summary["strategy"].map(lambda name: labels.get(name, name)))
+    summary = result.summary
+    if scenario.seeds > 1:
+        # The packings are deterministic and shared; each further seed repeats the whole simulation on them.
+        # The straggler fits, timelines and assumptions keep the first seed's, as a single run has them.
+        summary = across_seeds([summary, *(
+            replace(run, seed=seed).simulate(progress=progress, packings=packings).summary
+            for seed in range(scenario.seed + 1, scenario.seed + scenario.seeds))])
+    summary = summary.assign(strategy=summary["strategy"].map(run.label),
+                             reference=summary["reference"].map(run.label))
     packing, timings = _packing_tables(result.packings, labels, histogram, bounds, progress,
                                        stage or (lambda text: None))
-    plans_by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(plans)}
+    plans_by_label = {labels.get(plan.name, plan.name): plan for plan in run.all_plans}
     samples = result.latency_samples if stragglers else {}
     latency, gumbel, extrapolation = _straggler_tables(samples, labels, plans_by_label, summary,
                                                        run.batch_size, progress)
@@ -100,32 +112,62 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     progress(2 * len(plans_by_label) - len(packing) - len(samples))
     scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                        "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
-                       "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise"]
+                       "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise",
+                       "real_tokens_per_step", "real_tokens_per_device_step", "expected_real_tokens_per_device_step",
+                       "rows_per_device_step", "microbatches_per_step", "budget_tokens", "compare_at"]
+    if scenario.seeds > 1:  # a single seed's table stays as it always was
+        scaling_columns += ["seeds", *(f"{column}_seed_{spread}" for column in SEED_SPREAD_COLUMNS
+                                       for spread in ("sd", "sem"))]
     summary = with_per_gpu_columns(summary, run.gpus_per_replica)
-    # The most any strategy can gain over padding (None: the cost model cannot say); not over other baselines.
+    # The most any strategy can gain over padding (`none`, None: the cost model cannot say), whatever the baseline;
+    # not over VTS's padded pipeline.
     ideal = ideal_speedup(cost_model, histogram, run.batch_size)
-    summary["ideal_speedup"] = np.where(summary["reference"] == "none", np.nan if ideal is None else ideal, np.nan)
-    summary["real_tokens_per_device_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"] / summary["devices"]
+    summary["ideal_speedup"] = np.where(summary["reference"] != VTS_REFERENCE, np.nan if ideal is None else ideal,
+                                        np.nan)
+    summary["real_tokens_per_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"]
+    summary["real_tokens_per_device_step"] = summary["real_tokens_per_step"] / summary["devices"]
+    summary = _with_footing_columns(summary, run)
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "hidden_sync_seconds",
                          "real_tokens_per_device_step"]
+    # Seconds of work after the last cluster is simulated (18 s in 4D): each says so when done.
+    tell = stage or (lambda text: None)
+    if samples:
+        tell(f"fitted the step times' tails ({len(samples)} strategies)")
     assumption_table = (_assumption_table(run, result.packings)
                         if assumptions else pd.DataFrame())
+    if assumptions:
+        tell("re-simulated the smallest cluster under the assumptions that could change the answer")
     parallel = _parallel_table(run, result.packings) if run.layout is not None else pd.DataFrame()
+    if run.layout is not None:
+        tell("priced a replica's step by cause under every CP sharding")
     return ExperimentResult(packing=packing, scaling=summary[scaling_columns], breakdown=summary[breakdown_columns],
                             latency=latency, gumbel=gumbel, extrapolation=extrapolation, timeline=timeline,
-                            timings=timings, assumptions=assumption_table, parallel=parallel)
+                            timings=timings, assumptions=assumption_table, parallel=parallel,
+                            memory=run.memory.table() if run.memory is not None else pd.DataFrame())
+
+
+def _with_footing_columns(summary: pd.DataFrame, run: Run) -> pd.DataFrame:
+    """Each strategy's step as it ran (rows, microbatches, token budget a microbatch) and the real tokens it
+    was expected to hold (`sim.footing`), beside the simulated ones."""
+    by_label = {run.label(name): plan for name, plan in run.footing.plans.items()}
+    rows = summary["strategy"].map(by_label)
+    return summary.assign(expected_real_tokens_per_device_step=rows.map(lambda plan: plan.expected_real_tokens_per_step),
+                          rows_per_device_step=rows.map(lambda plan: plan.rows),
+                          microbatches_per_step=rows.map(lambda plan: plan.microbatches),
+                          budget_tokens=rows.map(lambda plan: plan.budget_tokens).astype("Int64"),
+                          compare_at=run.footing.compare_at)
 
 
 def _parallel_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
     """A 4D run's replica step by cause under each CP sharding, labelled, with the peak memory per GPU and the
     tokens memory allows a microbatch, at the fewest replicas simulated (ZeRO shards least there)."""
-    from simbench.scenario import layout_memory
+    from simbench.costmodels.memory import peak_memory
     from simbench.sim.memory_budget import layout_token_budget
     from simbench.sim.replica import replica_breakdown
 
     table = replica_breakdown(run.histogram, run.all_plans, packings, run.cost_model, run.batch_size, run.seed)
-    memory = layout_memory(run.layout, run.model, run.batch_size // run.layout.microbatches * run.histogram.max_length,
-                           min(run.devices))
+    memory = peak_memory(run.model, run.layout, replicas=min(run.devices),
+                         tokens_per_microbatch=run.batch_size // run.layout.microbatches * run.histogram.max_length)
     budget = (layout_token_budget(run.model, run.hardware, run.layout, min(run.devices))
               if run.hardware.hbm_capacity_bytes is not None else np.nan)
     return table.assign(strategy=table["strategy"].map(run.label), peak_memory_gib=memory.peak_bytes / 2**30,
@@ -177,12 +219,19 @@ def _start_bounds(packings: dict[str, Packing], histogram: LengthHistogram,
                   workers: ReportWorkers | None) -> dict[int | None, Future]:
     """The LP bound of every depth the packings need, computed by `workers` (or here, without them).
 
-    `optimal` computed the bound of its own depth while packing, so that one is already here, cached."""
+    `optimal` computed the bound of its own depth while packing, so that one is already here, cached, and
+    so is a bound stored for this histogram (shipped with the package or in the user cache)."""
     here = {packing.max_depth for packing in packings.values() if packing.strategy == "optimal"}
     inline = ReportWorkers(processes=0)
-    return {depth: (inline if depth in here or workers is None else workers).submit(
-        lp_lower_bound, histogram, histogram.max_length, depth)
-        for depth in dict.fromkeys(_bound_depth(packing) for packing in packings.values())}
+    bounds = {}
+    for depth in dict.fromkeys(_bound_depth(packing) for packing in packings.values()):
+        stored = stored_lp_lower_bound(histogram, histogram.max_length, depth)
+        if stored is not None:
+            bounds[depth] = inline.submit(lambda bound: bound, stored)
+        else:
+            bounds[depth] = (inline if depth in here or workers is None else workers).submit(
+                lp_lower_bound, histogram, histogram.max_length, depth)
+    return bounds
 
 
 def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histogram: LengthHistogram,
@@ -199,7 +248,8 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
                 f"waiting for the LP bound at depth {depth_name} ({seconds:.0f} s so far)"))
         if bound is not None and depth not in told:
             told.add(depth)
-            stage(f"LP bound at depth {depth_name} in {bound.seconds:.2f} s")
+            stage(f"LP bound at depth {depth_name} {'read from the cache' if bound.cached else 'computed'} "
+                  f"in {bound.seconds:.2f} s")
         progress(1)
         # A bound on packs of max length bounds no batch padded to its own longest (sort), as in `simbench pack`.
         if not bool((packing.slot_lengths == histogram.max_length).all()):
@@ -207,7 +257,8 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
         metrics = packing.metrics(bound.lower_bound_packs if bound else None)
         label = labels.get(name, name)
         timing_rows.append({"strategy": label, "packer": packing.strategy, "solve_seconds": metrics.pop("seconds"),
-                            "lp_bound_seconds": bound.seconds if bound else None})
+                            "lp_bound_seconds": bound.seconds if bound else None,
+                            "lp_bound_cached": bound.cached if bound else None})
         rows.append({"label": label, **metrics, "bound_depth": depth, "lp_bound_value": bound.value if bound else None})
     packing_columns = ["label", "strategy", "max_depth", "sequences", "packs", "tokens", "padding_tokens", "efficiency",
                        "packing_factor", "strategies_used", "depth_used", "lower_bound_packs", "gap_to_bound",
@@ -234,7 +285,9 @@ def _straggler_tables(latency_samples: dict[str, np.ndarray], labels: dict[str, 
                                               "speedup": speedups[:LATENCY_ROWS_KEPT]}))
             fit_rows.append({"strategy": label, "location": fit.location, "scale": fit.scale, "samples": samples.size,
                              "padded_step_seconds": padded_seconds, "batch_size": batch_size})
-            simulated = summary[summary["strategy"] == label].set_index("devices")["speedup"]
+            # Over padding, as the fit is, whatever the run's baseline.
+            simulated = (summary[summary["strategy"] == label].set_index("devices")["tokens_per_s"]
+                         / summary[summary["strategy"] == "none"].set_index("devices")["tokens_per_s"])
             extrapolation_rows += [{"strategy": label, "devices": devices,
                                     "expected_speedup": expected_min_speedup(fit.location, fit.scale, int(devices)),
                                     "simulated_speedup": simulated.get(devices, np.nan)} for devices in device_counts]

@@ -14,21 +14,26 @@ through one, so what a command and a scenario mean by the same words cannot drif
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.costmodels.registry import COST_MODELS
+from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.memory_budget import resolved_plans
-from simbench.sim.plans import ExecutionPlan, parse_plans, with_reference
-from simbench.sim.shapes import DEFAULT_TRAINING_STEPS
+from simbench.sim.memory_fit import MemoryFit
+from simbench.sim.plans import ExecutionPlan, StepSizing, baseline_plan, parse_plans, with_reference
+from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
+from simbench.validation import check_whole_number
 
 if TYPE_CHECKING:
     from simbench.scenario import Scenario
+    from simbench.sim.footing import Footing
+    from simbench.strategies.packing import Packing
     from simbench.sim.results import SimulationResult
 
 
@@ -54,23 +59,58 @@ class Run:
     labels: Mapping[str, str] = field(default_factory=dict)  # plan name -> the scenario's label for it
     # A replica's 4D layout: `devices` then count replicas, `batch_size` rows per replica step (all microbatches).
     layout: ParallelLayout | None = None
+    # The plan every speed-up is over (None: simbench.sim.plans.DEFAULT_BASELINE, the scenario schema's default).
+    baseline: ExecutionPlan | None = None
+    # Every strategy's largest microbatch against HBM and the settings that price the run (None: the profile
+    # states no HBM capacity, or the run came from options)
+    memory: MemoryFit | None = None
+    # How the plans were sized against each other (`sim.footing`); None: each at `batch_size` (simulate's options).
+    footing: Footing | None = None
+    # Packings made while sizing, of the plans whose sizes they were made at: the run packs them no more.
+    packings: Mapping[str, Packing] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "baseline", baseline_plan(self.baseline))
 
     @classmethod
-    def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
-        """The scenario's run, on `histogram` if given (a sweep shares one between cells)."""
+    def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None,
+                      packings: Mapping[str, Packing] | None = None) -> Run:
+        """The scenario's run, on `histogram` if given (a sweep shares one between cells, and `packings` of it)."""
         histogram = histogram if histogram is not None else scenario.dataset.load()
+        from simbench.scenario import scenario_memory
+
         plans = scenario_plans(scenario, histogram)
         model, hardware, layout = get_model(scenario.model), scenario.hardware.load(), scenario.layout
-        gpus_per_replica = scenario.gpus_per_device
-        # A label left to its default names the plan as it runs (a `memory` budget as its number).
-        labels = {plan.name: spec.label if spec.label != spec.plan().name else plan.name
-                  for plan, spec in zip(plans, scenario.strategies)}
-        return cls(scenario.name, histogram, model, hardware,
-                   _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout), plans,
+        memory = scenario_memory(scenario, plans, histogram)
+        if memory is not None and memory.raised:
+            # Recompute and ZeRO are priced by the 4D replica: without `parallel`, a 1 x 1 x 1 layout of one GPU.
+            layout = memory.priced
+        gpus_per_replica = scenario.gpus_per_device if layout is None else layout.gpus_per_replica
+        cost_model = _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout)
+        (baseline,) = resolved_plans([scenario.baseline.plan()], histogram, model, hardware, scenario.layout,
+                                     min(scenario.replica_devices))
+        sized, footing, packings = _sized_plans(scenario, histogram, plans, baseline, cost_model, model, hardware,
+                                                packings)
+        # A label left to its default names the plan as it runs (a `memory` or sized budget as its number).
+        # Sizing keeps the plans' order (padding and the baseline first) and renames only a budget it sizes.
+        renamed = {plan.name: new.name for plan, new in zip(with_reference(list(plans), baseline),
+                                                            with_reference(list(sized), baseline))}
+        labels = {renamed.get(plan.name, plan.name): spec.label if spec.label != spec.plan().name
+                  else renamed.get(plan.name, plan.name) for plan, spec in zip(plans, scenario.strategies)}
+        baseline = next(plan for plan in with_reference(list(sized), baseline)
+                        if plan.name == renamed.get(baseline.name, baseline.name))
+        if memory is not None:  # checked before sizing: its rows by the labels the run reports them under
+            relabel = {old: labels.get(renamed.get(old, old), old) for old in memory.tokens}
+            memory = replace(memory, tokens={relabel[old]: tokens for old, tokens in memory.tokens.items()},
+                             least={relabel.get(old, old): least for old, least in memory.least.items()})
+        own_label = scenario.baseline.label  # where the baseline is among the strategies, their label holds
+        labels.setdefault(baseline.name, own_label if own_label != scenario.baseline.plan().name else baseline.name)
+        return cls(scenario.name, histogram, model, hardware, cost_model, sized,
                    scenario.replica_devices, scenario.device_batch_size, scenario.steps, scenario.seed,
                    shapes=scenario.shapes, training_steps=scenario.training_steps,
                    gpus_per_replica=gpus_per_replica, cost_model_name=scenario.cost_model,
-                   labels=labels, layout=layout)
+                   labels=labels, layout=layout, baseline=baseline, memory=memory, footing=footing,
+                   packings=packings)
 
     @classmethod
     def from_options(cls, histogram: LengthHistogram | str | Path, strategies: Sequence[str | ExecutionPlan],
@@ -78,8 +118,12 @@ class Run:
                      hardware: str | Path | HardwareProfile = "a100", overrides: Mapping | None = None,
                      cost_model: str = "transformer", gpus_per_replica: int = 1, batch_size: int = 32,
                      steps: int = 200, seed: int = 0, engine: str = "auto", shapes: str = "auto",
-                     training_steps: int = DEFAULT_TRAINING_STEPS) -> Run:
-        """The run `simbench simulate` and `simbench.simulate` describe with their options."""
+                     training_steps: int = DEFAULT_TRAINING_STEPS, baseline: str | ExecutionPlan | None = None) -> Run:
+        """The run `simbench simulate` and `simbench.simulate` describe with their options; `baseline` None is the
+        scenario schema's default (`simbench.sim.plans.DEFAULT_BASELINE`)."""
+        if not devices:
+            raise InputError("devices: give at least one device count", parameter="devices")
+        check_whole_number(training_steps, "training_steps", minimum=1, maximum=TRAINING_STEPS_MAX)
         if not isinstance(histogram, LengthHistogram):
             histogram = load_histogram(histogram)
         named = parse_plans([plan for plan in strategies if not isinstance(plan, ExecutionPlan)])
@@ -88,14 +132,15 @@ class Run:
         profile = load_hardware(hardware, dict(overrides) if overrides else None)
         plans = resolved_plans({plan.name: plan for plan in [*named, *given]}.values(), histogram, spec, profile,
                                None, min(devices))
+        (baseline,) = resolved_plans([baseline_plan(baseline)], histogram, spec, profile, None, min(devices))
         return cls(histogram.name, histogram, spec, profile, _cost_model(cost_model, spec, profile, gpus_per_replica),
                    plans, tuple(devices), batch_size, steps, seed, engine, shapes, training_steps, gpus_per_replica,
-                   cost_model)
+                   cost_model, baseline=baseline)
 
     @property
     def all_plans(self) -> list[ExecutionPlan]:
-        """The plans with padding, the reference every speed-up is measured against, first."""
-        return with_reference(list(self.plans))
+        """The plans with padding first and the baseline every speed-up is over second (see `with_reference`)."""
+        return with_reference(list(self.plans), self.baseline)
 
     @property
     def microbatches(self) -> int:
@@ -117,11 +162,39 @@ class Run:
                         steps=self.steps, seed=self.seed, engine=self.engine, progress=progress, packings=packings,
                         max_rows=SIMULATED_ROWS_MAX if max_rows is None else max_rows, stage=stage,
                         shapes=shapes or self.shapes, training_steps=self.training_steps,
-                        microbatches=self.microbatches)
+                        microbatches=self.microbatches, gpus_per_device=self.gpus_per_replica,
+                        baseline=self.baseline)
 
     def cost_model_on(self, hardware: HardwareProfile) -> object:
         """This run's kind of cost model for its model on other hardware (the assumptions a report weighs)."""
         return _cost_model(self.cost_model_name, self.model, hardware, self.gpus_per_replica, self.layout)
+
+
+def _sized_plans(scenario: Scenario, histogram: LengthHistogram, plans: tuple[ExecutionPlan, ...],
+                 baseline: ExecutionPlan, cost_model, model: ModelSpec, hardware: HardwareProfile,
+                 given: Mapping[str, Packing] | None = None):
+    """The scenario's plans sized as its `compare_at` says (padding's included where sized), their footing, and
+    the packings made to size them that the run can use as they are."""
+    from simbench.sim.footing import size_plans
+    from simbench.sim.memory_budget import layout_token_budget
+    from simbench.sim.simulate import pack_plans
+
+    layout = scenario.layout
+    microbatches = layout.microbatches if layout is not None else 1
+    packings = pack_plans(histogram, list(plans), batch_size=scenario.device_batch_size, seed=scenario.seed,
+                          cost_model=cost_model, microbatches=microbatches, packings=given, baseline=baseline)
+    # A microbatch may hold what memory allows, and never less than the scenario's own microbatch: the user's
+    # claim that it fits stands (checking it is the memory model's business, not this sizing's).
+    memory = (layout_token_budget(model, hardware, layout, min(scenario.replica_devices))
+              if hardware.hbm_capacity_bytes is not None else 0)
+    slots = max(memory, scenario.batch_size * histogram.max_length)
+    sized, footing = size_plans(with_reference(list(plans), baseline), histogram, packings, scenario.compare_at,
+                                scenario.device_batch_size, microbatches, slots)
+    if scenario.compare_at == "as-configured":
+        return plans, footing, packings  # made at the run's own sizes: the run packs nothing again
+    kept = {plan.name: packings[plan.name] for plan in sized if plan.name in packings
+            and plan.sizing == StepSizing(scenario.device_batch_size, microbatches)}
+    return sized, footing, kept
 
 
 def _cost_model(name: str, model: ModelSpec, hardware: HardwareProfile, gpus_per_replica: int,
@@ -148,6 +221,7 @@ def scenario_plans(scenario: Scenario, histogram: LengthHistogram | None = None)
                           scenario.hardware.load(), scenario.layout, min(scenario.replica_devices))
 
 
-def resolve(scenario: Scenario, histogram: LengthHistogram | None = None) -> Run:
+def resolve(scenario: Scenario, histogram: LengthHistogram | None = None,
+            packings: Mapping[str, Packing] | None = None) -> Run:
     """The scenario's resolved run (see `Run.from_scenario`)."""
-    return Run.from_scenario(scenario, histogram)
+    return Run.from_scenario(scenario, histogram, packings)

@@ -9,8 +9,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -27,10 +28,12 @@ from simbench.data import bundled_files
 from simbench.errors import InputError, InputErrors, did_you_mean, read_text_file
 from simbench.yamlfile import load_yaml_documents
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
-from simbench.sim.layout import ParallelLayout
-from simbench.sim.plans import (ExecutionPlan, PlanType, packing_refusals, plan_fields, plan_from_fields,
-                                plan_type)
-from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, check_gpus_per_replica, check_max_depth, \
+from simbench.costmodels.layout import ParallelLayout
+from simbench.sim.memory_fit import DEFAULT_MEMORY_POLICY, MEMORY_POLICIES, MemoryFit, fit_memory, memory_layout
+from simbench.sim.plans import (DEFAULT_BASELINE, ExecutionPlan, PlanType, packing_refusals, plan_fields,
+                                plan_from_fields, plan_type, with_reference)
+from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
+from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, SEEDS_MAX, check_gpus_per_replica, check_max_depth, \
     check_simulation_work
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
@@ -333,36 +336,50 @@ class QuickSpec(_Strict):
     lp_bounds: bool = Field(False, description="compute the LP bounds under --quick too")
 
 
-class ParallelSpec(_Strict):
-    """A replica's 4D layout (`simbench.sim.layout.ParallelLayout`); with it, `devices` count GPUs."""
+def _layout_default(name: str) -> Any:
+    """`ParallelLayout`'s default for one of its fields: the schema states the layout's, never its own."""
+    return next(field.default for field in dataclasses.fields(ParallelLayout) if field.name == name)
 
-    tp: StrictInt = Field(1, ge=1, description="tensor-parallel GPUs: each layer's heads and feed-forward width split "
-                          "over them, inside one node")
-    pp: StrictInt = Field(1, ge=1, description="pipeline stages, each holding about layers / pp of the model "
-                          "(`stage_layers`)")
-    cp: StrictInt = Field(1, ge=1, description="context-parallel ranks, each holding 1 / cp of a row's tokens")
-    dp: StrictInt | None = Field(None, ge=1, description="data-parallel replicas; default devices / (tp x pp x cp), and "
-                                 "with it `devices` defaults to dp x tp x pp x cp")
-    microbatches: StrictInt = Field(1, ge=1, description="microbatches per replica and step, each of `batch_size` "
-                                    "rows, run through the pipeline")
-    virtual_stages: StrictInt = Field(1, ge=1, description="interleaved chunks per pipeline stage (interleaved 1F1B "
-                                      "when above 1)")
+
+class ParallelSpec(_Strict):
+    """A replica's 4D layout (`simbench.costmodels.layout.ParallelLayout`); with it, `devices` count GPUs."""
+
+    tp: StrictInt = Field(
+        _layout_default("tp"), ge=1,
+        description="tensor-parallel GPUs: each layer's heads and feed-forward width split over them, inside one node")
+    pp: StrictInt = Field(
+        _layout_default("pp"), ge=1,
+        description="pipeline stages, each holding about layers / pp of the model (`stage_layers`)")
+    cp: StrictInt = Field(
+        _layout_default("cp"), ge=1, description="context-parallel ranks, each holding 1 / cp of a row's tokens")
+    dp: StrictInt | None = Field(
+        _layout_default("dp"), ge=1, description="data-parallel replicas; default devices / (tp x pp x cp), and with "
+        "it `devices` defaults to dp x tp x pp x cp")
+    microbatches: StrictInt = Field(
+        _layout_default("microbatches"), ge=1,
+        description="microbatches per replica and step, each of `batch_size` rows, run through the pipeline")
+    virtual_stages: StrictInt = Field(
+        _layout_default("virtual_stages"), ge=1,
+        description="interleaved chunks per pipeline stage (interleaved 1F1B when above 1)")
     cp_sharding: Literal["contiguous", "zigzag", "per-document"] = Field(
-        "zigzag", description="how a row's tokens are cut over the cp ranks: contiguous blocks, zigzag (chunks i and "
-        "2 cp - 1 - i to rank i) or per document (each document cut over every rank)")
-    zero_stage: Literal[0, 1, 2, 3] = Field(1, description="ZeRO stage over the data-parallel replicas: 1 shards the "
-                                            "optimizer state, 2 the gradients too, 3 the parameters too")
+        _layout_default("cp_sharding"), description="how a row's tokens are cut over the cp ranks: contiguous blocks, "
+        "zigzag (chunks i and 2 cp - 1 - i to rank i) or per document (each document cut over every rank)")
+    zero_stage: Literal[0, 1, 2, 3] = Field(
+        _layout_default("zero_stage"), description="ZeRO stage over the data-parallel replicas: 1 shards the "
+        "optimizer state, 2 the gradients too, 3 the parameters too")
     recompute: Literal["none", "selective", "full"] = Field(
-        "none", description="activation recomputation in the backward pass: none, selective (attention) or full")
+        _layout_default("recompute"),
+        description="activation recomputation in the backward pass: none, selective (attention) or full")
     stage_layers: Literal["balanced", "even"] | list[Annotated[StrictInt, Field(ge=0)]] = Field(
-        "balanced", description="how the layers spread over the pp x virtual_stages pipeline chunks: balanced (the "
-        "default: as evenly as possible, the chunks with one layer fewer first and last, since those also run the "
-        "embedding and the output layer and loss; Llama 3's 126-layer 405B on pp 16 is 7, 8 x 14, 7), even (equal "
-        "chunks; refused when the layers do not divide) or each chunk's layer count in pipeline order")
+        _layout_default("stage_layers"), description="how the layers spread over the pp x virtual_stages pipeline "
+        "chunks: balanced (the default: as evenly as possible, the chunks with one layer fewer first and last, since "
+        "those also run the embedding and the output layer and loss; Llama 3's 126-layer 405B on pp 16 is 7, 8 x 14, "
+        "7), even (equal chunks; refused when the layers do not divide) or each chunk's layer count in pipeline order")
     overlap_gradient_sync: StrictBool = Field(
-        False, description="reduce the gradients during the last microbatch's backward pass and gather the updated "
-        "parameters during the next step's forward, as Megatron-LM's --overlap-grad-reduce and "
-        "--overlap-param-gather do (both off by default there, as here); off: the whole sync follows the step")
+        _layout_default("overlap_gradient_sync"), description="reduce the gradients during the last microbatch's "
+        "backward pass and gather the updated parameters during the next step's forward, as Megatron-LM's "
+        "--overlap-grad-reduce and --overlap-param-gather do (both off by default there, as here); off: the whole "
+        "sync follows the step")
 
     def layout(self) -> ParallelLayout:
         return ParallelLayout(**self.model_dump())
@@ -378,7 +395,8 @@ class Scenario(_Strict):
     ] = Field("bert-large", description="a model preset, or dimensions `{layers, hidden, heads, ffn}` with optional "
               "`vocab`, `max_positions` and, for decoders, `family: decoder`, `kv_heads`, `gated_mlp`, `positions` "
               "(`learned`, `rotary`), `tied_embeddings`, `biases` (`all`, `qkv`, `none`), `norm` (`layernorm`, "
-              "`rmsnorm`)")
+              "`rmsnorm`); a model whose learned positions are fewer than `dataset.max_length` is refused; left out, "
+              "`validate` and the report say so")
     hardware: HardwareSpec = Field(HardwareSpec(), description="a hardware preset or profile file (`hardware: cs-2` "
                                    "is short for `{profile: cs-2}`), or a mapping (see below)")
     gpus_per_replica: int = Field(1, description="GPUs in one data-parallel device (tensor or context "
@@ -387,26 +405,48 @@ class Scenario(_Strict):
     parallel: ParallelSpec | None = Field(None, description="a 4D layout of each replica (tensor, pipeline, context "
                                           "parallel, microbatches; see below): `devices` then count GPUs, and each "
                                           "replica's step runs a pipeline of context-parallel groups")
+    memory: Literal[MEMORY_POLICIES] = Field(
+        DEFAULT_MEMORY_POLICY, description="what a strategy whose largest microbatch exceeds HBM gets: `refuse` marks "
+        "it `does not fit` (never ranked first), `recompute` raises activation recomputation (none, selective, full) "
+        "until it fits, `auto` (the default: trainers make a model fit rather than stop) does that at each ZeRO stage "
+        "up to 3 (FSDP) where there are replicas to shard over; the raised settings price the whole run, a scenario "
+        "without `parallel` then running as a 1 x 1 x 1 layout; `validate` refuses a scenario where nothing fits and "
+        "says what would (see Memory below)")
     cost_model: str = Field("transformer", description="what prices a step: a cost model of the registry (`simbench "
                                                        "list`)")
     strategies: tuple[Annotated[
         Annotated[StrategySpec, Tag(_FULL)],
         Field(description="a name, or a mapping with `name` and parameters"),
     ], ...] = Field(min_length=1, description="the strategies to compare, each a name or a mapping with `name` and "
-                    "parameters (see below); padding (`none`), the reference of every speed-up, is always simulated")
+                    "parameters (see below); padding (`none`) and the `baseline` are always simulated")
+    baseline: Annotated[StrategySpec, Field(description="a plan")] = Field(
+        DEFAULT_BASELINE, validate_default=True, description="the strategy every speed-up is over (at the same "
+        "device count), written as in `strategies`, e.g. `none`, `pad-to-longest`, `sort`; always simulated. The "
+        "default, `pad-to-longest` (random batches each padded to its own longest: Hugging Face's "
+        "`DataCollatorWithPadding`), is what people run; `none` (every sequence padded to max_length) is what "
+        "the packing and un-padding papers and MLPerf measure against. The ideal speed-up and the packing "
+        "figures stay over `none`, which is always simulated too; VTS plans are over their own padded pipeline")
     devices: tuple[Annotated[StrictInt, Field(ge=1, le=DEVICES_MAX)], ...] = Field(
         DEFAULT_DEVICES, min_length=1, description="data-parallel cluster sizes to simulate, up to 1,048,576")
     batch_size: StrictInt = Field(32, ge=1, description="sequences (padding, sorting, un-padding, VTS) or packs "
                                   "(packing) per device and step; `token-budget` fills `batch_size x max_length` "
                                   "padded slots (or its `budget_tokens`), `group-by-length` takes the sequences whose mean length fills them")
+    compare_at: Literal["equal-tokens", "as-configured"] = Field(
+        "equal-tokens", description="equal-tokens: every strategy's optimizer step sized (rows, token budget, "
+        "gradient accumulation) to the same expected real tokens, within 5 % of each other (the scenario's step "
+        "at the best efficiency any strategy's rows reach; docs/scenarios.md \"Equal footing\"); as-configured: "
+        "every strategy at `batch_size` as given, flagged where their real tokens per step differ by over 10 %")
     steps: StrictInt = Field(200, ge=1, description="simulated training steps per strategy and device count")
     shapes: Literal["new", "seen", "auto"] = Field(
         "auto", description="which steps pay a new batch shape's first-sight cost: new (every variable shape, "
         "a run's first steps), seen (none, steady state) or auto (the average over training_steps)")
-    training_steps: StrictInt = Field(10_000, ge=1, le=10**12, description="steps of the training run being "
+    training_steps: StrictInt = Field(DEFAULT_TRAINING_STEPS, ge=1, le=TRAINING_STEPS_MAX, description="steps of the training run being "
                                       "simulated: how often a device meets a batch shape for the first time")
     # Strict: `seed: true` is a mistake, not seed 1.
     seed: StrictInt = Field(0, ge=0, description="seeds every random draw; `--seed` replaces it")
+    seeds: StrictInt = Field(1, ge=1, le=SEEDS_MAX, description="whole simulations run with seeds seed, seed+1, "
+                             "... on the same packings: the report gives their mean and the spread across them "
+                             f"(up to {SEEDS_MAX}; `--seeds` replaces it)")
     outputs: OutputsSpec = Field(OutputsSpec(), description="plots, image formats and LP bounds (see below)")
     quick: QuickSpec = Field(QuickSpec(), description="what `--quick` runs (see below)")
 
@@ -444,6 +484,11 @@ class Scenario(_Strict):
             return [_short_form(item) if isinstance(item, str) else item for item in value]
         return value
 
+    @field_validator("baseline", mode="before")
+    @classmethod
+    def _baseline_shorthand(cls, value: Any) -> Any:
+        return _short_form(value) if isinstance(value, str) else value
+
     @field_validator("strategies")
     @classmethod
     def _distinct_plans(cls, strategies: tuple[StrategySpec, ...]) -> tuple[StrategySpec, ...]:
@@ -454,8 +499,8 @@ class Scenario(_Strict):
         if repeated:
             raise ValueError(f"each plan may be listed once; repeated: {', '.join(repeated)}")
         if any(spec.label == "none" for spec in strategies) and not any(plan.is_reference for plan in plans):
-            raise ValueError("the label 'none' belongs to padding, the reference every speed-up is measured "
-                             "against; choose another label")
+            raise ValueError("the label 'none' belongs to padding to max length, always simulated; choose another "
+                             "label")
         return strategies
 
     @field_validator("devices", mode="before")
@@ -509,6 +554,18 @@ class Scenario(_Strict):
                              f"(give them different max_depth or a `label`)")
         return self
 
+    @model_validator(mode="after")
+    def _baseline_label(self) -> Scenario:
+        # A baseline that is not among the strategies adds a row of its own, under its label.
+        baseline = self.baseline.plan()
+        if any(spec.plan().name == baseline.name for spec in self.strategies):
+            return self
+        taken = {spec.label for spec in self.strategies} | ({"none"} - {baseline.name})
+        if self.baseline.label in taken:
+            raise ValueError(f"baseline: the label {self.baseline.label!r} belongs to another strategy; give the "
+                             "baseline another `label`")
+        return self
+
     def quickened(self) -> Scenario:
         """The --quick variant: every strategy, fewer steps and device counts, no LP bounds unless asked."""
         devices = self.quick.devices or (self.devices[0], self.devices[len(self.devices) // 2], self.devices[-1])
@@ -530,6 +587,13 @@ class Scenario(_Strict):
                 warnings += [warning] if warning else []
         return warnings
 
+    def unstated_defaults(self) -> list[str]:
+        """The keys that shape every figure (model, hardware, batch size) which the scenario leaves to their
+        defaults, each as `model: bert-large (default: no `model:` given)`: `validate` and the report say them."""
+        values = {"model": self.model, "hardware": self.hardware.profile, "batch_size": self.batch_size}
+        return [f"{key}: {value} (default: no `{key}:` given)" for key, value in values.items()
+                if key not in self.model_fields_set]
+
     def input_files(self) -> list[Path]:
         """The user's files this scenario reads (a histogram, a hardware profile): what no output may replace."""
         names = [self.dataset.histogram, self.hardware.profile]
@@ -545,7 +609,7 @@ def bundled_scenarios() -> dict[str, Traversable]:
     return bundled_files("scenarios", ".yaml")
 
 
-def load_scenarios(path: Path | str, *, seed: int | None = None) -> list[Scenario]:
+def load_scenarios(path: Path | str, *, seed: int | None = None, seeds: int | None = None) -> list[Scenario]:
     """Read and validate a scenario file, or a bundled one by name: one scenario, or several as YAML
     documents separated by `---`.
 
@@ -554,12 +618,13 @@ def load_scenarios(path: Path | str, *, seed: int | None = None) -> list[Scenari
     bundled = bundled_scenarios()
     if str(path) in bundled:
         with resources.as_file(bundled[str(path)]) as bundled_path:
-            return load_scenarios(bundled_path, seed=seed)
+            return load_scenarios(bundled_path, seed=seed, seeds=seeds)
     path = Path(path)
     if not path.exists():
         raise InputError(f"no such scenario file or bundled scenario (bundled: {', '.join(bundled)})",
                          source=str(path))
-    scenarios = parse_scenarios(read_text_file(path, "scenario"), source=str(path), base_dir=path.resolve().parent, seed=seed)
+    scenarios = parse_scenarios(read_text_file(path, "scenario"), source=str(path), base_dir=path.resolve().parent, seed=seed,
+                                 seeds=seeds)
     names = [scenario.name for scenario in scenarios]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -576,14 +641,15 @@ def load_scenario(path: Path | str, *, seed: int | None = None) -> Scenario:
     return scenarios[0]
 
 
-def parse_scenarios(text: str, *, source: str, base_dir: Path, seed: int | None = None) -> list[Scenario]:
+def parse_scenarios(text: str, *, source: str, base_dir: Path, seed: int | None = None,
+                    seeds: int | None = None) -> list[Scenario]:
     """Every scenario of the file; an invalid file raises every error of every document at once."""
     scenarios, errors = [], []
     for root, data in load_yaml_documents(text, source):
         if data is None:
             continue
         try:
-            scenarios.append(_validate(data, root, source, base_dir, seed))
+            scenarios.append(_validate(data, root, source, base_dir, seed, seeds))
         except InputErrors as error:
             errors += error.errors
         except InputError as error:
@@ -600,12 +666,15 @@ def scenario_from_mapping(data: dict, root: yaml.Node, source: str, base_dir: Pa
     return _validate(data, root, source, base_dir, None)
 
 
-def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int | None) -> Scenario:
+def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int | None,
+              seeds: int | None = None) -> Scenario:
     if not isinstance(data, dict):
         raise InputError("a scenario must be a mapping of keys such as `name`, `dataset`, `strategies`",
                          source=source, line=root.start_mark.line + 1)
     if seed is not None:
         data["seed"] = seed
+    if seeds is not None:
+        data["seeds"] = seeds
     _resolve_paths(data, base_dir)
     try:
         scenario = Scenario.model_validate(data)
@@ -617,8 +686,10 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
                   for each, path in zip(found, paths)
                   if not any(len(other) > len(path) and other[:len(path)] == path for other in paths)]
         raise InputErrors(sorted(errors, key=lambda each: each.line or 0)) from None
-    refused = _packings_refused(scenario, root, source) + _layout_refused(scenario, root, source)
+    refused = (_positions_refused(scenario, root, source) + _packings_refused(scenario, root, source)
+               + _layout_refused(scenario, root, source))
     refused = refused or _budgets_refused(scenario, root, source)  # a budget from memory needs a sound layout
+    refused = refused or _memory_refused(scenario, root, source)  # memory needs the budgets resolved
     if refused:
         raise InputErrors(refused)
     check_scenario_work(scenario, root, source)
@@ -634,18 +705,32 @@ def check_scenario_work(scenario: Scenario, root: yaml.Node, source: str, rows: 
     if rows is None:
         rows = simulation_rows([spec.plan() for spec in scenario.strategies], scenario.dataset.load(),
                                list(scenario.replica_devices), scenario.device_batch_size,
-                               scenario.steps)
+                               scenario.steps, baseline=scenario.baseline.plan())
     try:
         check_simulation_work(rows, raising="simulate the largest sizes alone with `simbench simulate --max-rows`")
     except InputError as error:
         raise InputError(error.message, source=source, line=_line_of(root, ("steps",))) from None
 
 
+def _positions_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
+    """A model whose learned positions end before the dataset's max length, at the `model` key (where the
+    default model was taken, at the max length that asks for more)."""
+    max_length = scenario.dataset.max_length or scenario.dataset.load().max_length
+    problem = get_model(scenario.model).positions_problem(max_length)
+    if problem is None:
+        return []
+    written = _written(root, ("model",))
+    key = ("model",) if written or not _written(root, ("dataset", "max_length")) else ("dataset", "max_length")
+    default = "" if written else " (the default: no `model:` given)"
+    return [InputError(f"model{default}: {problem}", source=source, line=_line_of(root, key))]
+
+
 def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
     """Each strategy whose packer refuses the scenario's max length and depth, at its line and key, so
     that `validate` reports it and `run` stops before any work."""
     plans = [spec.plan() for spec in scenario.strategies]
-    if not any(plan.source.packing_request(plan) for plan in plans):
+    baseline = scenario.baseline.plan()
+    if not any(plan.source.packing_request(plan) for plan in [*plans, baseline]):
         return []
     max_length = scenario.dataset.max_length or scenario.dataset.load().max_length
     refused = []
@@ -656,6 +741,9 @@ def _packings_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[
             key = key[:-1]
         refused.append(InputError(f"{'.'.join(map(str, key))} ({plans[index].name}): {error.message}",
                                   source=source, line=_line_of(root, key)))
+    for _, error in packing_refusals([baseline], max_length):
+        refused.append(InputError(f"baseline ({baseline.name}): {error.message}", source=source,
+                                  line=_line_of(root, ("baseline",))))
     return refused
 
 
@@ -683,13 +771,11 @@ def _layout_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[In
                                ffn=model.ffn, max_length=max_length)
     for key, message in problems:
         refuse(("parallel", key) if _written(root, ("parallel", key)) else ("parallel",), message)
-    memory = None if problems or refused else _memory_refused(scenario, layout, model, max_length)
-    if memory is not None:
-        refuse(("parallel",), memory)
-    for index, spec in enumerate(scenario.strategies):
+    for key, spec in [*((("strategies", index), spec) for index, spec in enumerate(scenario.strategies)),
+                      (("baseline",), scenario.baseline)]:
         if not spec.plan().source.layout_aware:
-            refuse(("strategies", index), f"{spec.plan().name} runs its own pipeline and cannot run inside a 4D "
-                                          f"layout; leave `parallel` out to simulate it")
+            refuse(key, f"{spec.plan().name} runs its own pipeline and cannot run inside a 4D "
+                        f"layout; leave `parallel` out to simulate it")
     return refused
 
 
@@ -721,30 +807,52 @@ def _budgets_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[I
     return refused
 
 
-def _memory_refused(scenario: Scenario, layout: ParallelLayout, model, max_length: int) -> str | None:
-    """Why the layout's peak HBM per GPU exceeds the hardware's, at the fewest replicas simulated (ZeRO shards
-    least there); None when it fits or the profile states no capacity."""
-    from simbench.costmodels.memory import check_fits
+def check_scenario_memory(scenario: Scenario, root: yaml.Node, source: str) -> None:
+    """InputErrors where no strategy fits memory (`_memory_refused`): for a sweep's cells that differ from a
+    validated one only in values whose own checks do not see memory (batch_size, devices)."""
+    refused = _memory_refused(scenario, root, source)
+    if refused:
+        raise InputErrors(refused)
 
+
+def _memory_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[InputError]:
+    """The scenario refused where no strategy's largest microbatch fits HBM under any setting its `memory` policy
+    may choose, at the key the first way out changes (`simbench.resolved.scenario_memory`, as `run` checks it)."""
+    from simbench.sim.memory_budget import resolved_plans
+
+    try:
+        scenario_memory(scenario, resolved_plans([spec.plan() for spec in scenario.strategies], scenario.dataset.load(),
+                                                 get_model(scenario.model), scenario.hardware.load(), scenario.layout,
+                                                 min(scenario.replica_devices)))
+    except InputError as error:
+        key = (error.parameter,) if error.parameter in type(scenario).model_fields else ("memory",)
+        key = key if _written(root, key) or not _written(root, ("memory",)) else ("memory",)
+        return [InputError(f"{key[0]}: {error.message}", source=source, line=_line_of(root, key),
+                           parameter=error.parameter)]
+    return []
+
+
+def plan_labels(scenario: Scenario, plans: Sequence[ExecutionPlan]) -> dict[str, str]:
+    """Plan name -> label; a label left to its default names the plan as it runs (a `memory` budget as its number)."""
+    return {plan.name: spec.label if spec.label != spec.plan().name else plan.name
+            for plan, spec in zip(plans, scenario.strategies)}
+
+
+def scenario_memory(scenario: Scenario, plans: Sequence[ExecutionPlan],
+                    histogram: LengthHistogram | None = None) -> MemoryFit | None:
+    """The memory check of the scenario's resolved `plans` and padding (`sim.memory_fit.fit_memory`) at the fewest
+    replicas simulated: what `validate` refuses and `run` prices by; None where the profile states no HBM."""
     hardware = scenario.hardware.load()
     if hardware.hbm_capacity_bytes is None:
         return None
-    try:
-        check_fits(layout_memory(layout, model, scenario.batch_size * max_length, min(scenario.replica_devices)),
-                   hardware)
-    except InputError as error:
-        return error.message
-    return None
-
-
-def layout_memory(layout: ParallelLayout, model, tokens_per_microbatch: int, replicas: int):
-    """The layout's peak memory per GPU (`costmodels.memory.peak_memory`) with `replicas` data-parallel replicas."""
-    from simbench.costmodels.memory import peak_memory
-
-    return peak_memory(model, tokens_per_microbatch=tokens_per_microbatch, tp=layout.tp, pp=layout.pp, cp=layout.cp,
-                       dp=replicas, microbatches=layout.microbatches, virtual_stages=layout.virtual_stages,
-                       zero_stage=layout.zero_stage, recompute=layout.recompute,
-                       stage_layers=layout.stage_layers_of(model.layers))
+    labels = plan_labels(scenario, plans)
+    by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(list(plans), scenario.baseline.plan())}
+    # A replica of several GPUs without `parallel` is priced by the plain cost model, which prices no recompute.
+    can_raise = scenario.layout is not None or scenario.gpus_per_replica == 1
+    return fit_memory(get_model(scenario.model), hardware, by_label,
+                      histogram if histogram is not None else scenario.dataset.load(), batch_size=scenario.batch_size,
+                      layout=memory_layout(scenario.layout, scenario.gpus_per_replica),
+                      replicas=min(scenario.replica_devices), policy=scenario.memory, can_raise=can_raise)
 
 
 def _written(root: yaml.Node, path: tuple) -> bool:

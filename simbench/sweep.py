@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from simbench.errors import InputError, read_text_file
-from simbench.scenario import Scenario, check_scenario_work, scenario_from_mapping
+from simbench.scenario import Scenario, check_scenario_memory, check_scenario_work, scenario_from_mapping
 from simbench.strategies.packing import PackOptions
 from simbench.sweep_ledger import FAILURES, RESULTS, SweepLedger, cell_file, kept, read_ledger
 from simbench.validation import SIMULATED_ROWS_MAX
@@ -242,6 +242,7 @@ class _CellValidator:
         self.scenarios: dict[tuple, tuple[Scenario, dict]] = {}  # others' fingerprint -> a validated cell
         self.own_values: dict[tuple, Any] = {}  # (fingerprint, key, value as JSON) -> the field's value
         self.rows_per_step: dict[tuple, int] = {}
+        self.memory_checked: set[tuple] = set()
 
     def cell(self, index: int, values: dict, name: str, written: dict | None = None) -> SweepCell:
         """Cell `index`, its `values` set in the base scenario; `written`: each key's YAML nodes (`_cell_node`)."""
@@ -272,7 +273,15 @@ class _CellValidator:
                 update[key] = self._own_value(fingerprint, mapping, key, values[key], name, written)
         scenario = scenario.model_copy(update=update)
         self._check_work(fingerprint, scenario, written)
+        self._check_memory(fingerprint, scenario, written)
         return scenario
+
+    def _check_memory(self, fingerprint: tuple, scenario: Scenario, written: dict) -> None:
+        """Memory depends on the rows of a microbatch and the fewest replicas: checked once per pair."""
+        memo = (fingerprint, scenario.batch_size, min(scenario.replica_devices))
+        if memo not in self.memory_checked:
+            check_scenario_memory(scenario, _cell_node(self.base_node, written), self.source)
+            self.memory_checked.add(memo)
 
     def _own_value(self, fingerprint: tuple, mapping: dict, key: str, value, name: str, written: dict):
         memo = (fingerprint, key, _frozen(value))
@@ -289,7 +298,8 @@ class _CellValidator:
         if memo not in self.rows_per_step:  # as check_scenario_work counts them: replicas and their microbatches
             self.rows_per_step[memo] = simulation_rows([spec.plan() for spec in scenario.strategies],
                                                        scenario.dataset.load(), list(scenario.replica_devices),
-                                                       scenario.device_batch_size, 1)
+                                                       scenario.device_batch_size, 1,
+                                                       baseline=scenario.baseline.plan())
         rows = scenario.steps * self.rows_per_step[memo]
         if rows > SIMULATED_ROWS_MAX:  # the check's own cost, 10^5 times, would be a third of a dry run
             check_scenario_work(scenario, _cell_node(self.base_node, written), self.source, rows=rows)

@@ -36,6 +36,10 @@ LEDGER = "sweep.json"
 RESULTS = "results"  # Parquet dataset: one file per finished cell
 FAILURES = "failures"  # one JSON file per failed cell: its error
 REPORTS = ("summary.md", "scaling.png", "winners.png")
+# A report's hash while simbench writes it: recorded before the first report is replaced, so that a sweep
+# killed while writing its reports (SIGINT, SIGKILL) resumes and rewrites them instead of taking its own half-
+# recorded files for a user's edits.
+WRITING = "writing"
 LEDGER_VERSION = 1
 SAVE_EVERY_SECONDS = 2.0  # a killed sweep loses at most this much of its record: those cells run again
 # What simbench writes, and the staging files atomic_file leaves when a process is killed mid-write.
@@ -126,7 +130,7 @@ class SweepLedger:
             if path.is_symlink() or not path.is_file():
                 raise InputError(f"{name} is not the file simbench wrote (a link or a folder); move it out of the "
                                  "way or choose another --out", source=str(path))
-            if self.hashes_known and self.reports.get(name) != file_sha256(path):
+            if self.hashes_known and self.reports.get(name) not in (WRITING, file_sha256(path)):
                 raise InputError(f"{name} changed since simbench wrote it (or it did not write it): the report "
                                  "would replace your edits; move it out of the way or choose another --out",
                                  source=str(path))
@@ -193,10 +197,18 @@ class SweepLedger:
         if time.monotonic() - self._saved_at >= SAVE_EVERY_SECONDS or kind == FAILURES:
             self.save()
 
+    def writing_reports(self) -> None:
+        """Say, before any report file is replaced, that simbench is writing them (see WRITING)."""
+        self.reports.update(dict.fromkeys(REPORTS, WRITING))
+        self.save()
+
     def record_reports(self, paths: Iterable[Path]) -> None:
         """Record the report files just written, so that the next --resume can tell them from your edits."""
         for path in paths:
             self.reports[Path(path).name] = file_sha256(Path(path))
+        for name in [name for name, digest in self.reports.items() if digest == WRITING]:
+            if not (self.folder / name).exists():  # not written this time, and none left from before
+                del self.reports[name]
         self.save()
 
     def save(self) -> None:

@@ -29,6 +29,9 @@ DEFAULT_DEVICES = tuple(2**power for power in range(12))  # 1, 2, 4, ..., 2048
 # Rows (sequences or packs) one simulation may draw and price: a few minutes on two cores at most.
 # `--steps 1000000000` asked for ~10^11 and ran for hours; the default wiki512 run draws ~10^7.
 SIMULATED_ROWS_MAX = 500_000_000
+# Whole simulations a run repeats with successive seeds to measure its spread across them: enough for a
+# standard error of the mean; each costs a full simulation.
+SEEDS_MAX = 100
 
 
 def check_whole_number(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 
 from simbench.validation import check_whole_number
 
@@ -31,7 +33,12 @@ HEARTBEAT_SECONDS = 3.0
 
 
 class ReportWorkers:
-    """A small pool of spawned processes (not forked: the progress bar's thread must not be copied mid-write)."""
+    """A small pool of spawned processes (not forked: the progress bar's thread must not be copied mid-write).
+
+    Its processes end before the `with` block does, whether it succeeds, fails or is interrupted: a Ctrl-C
+    reaches the whole process group, but workers never act on it (they start with SIGINT blocked and then
+    ignore it); the process they work for hears it, terminates them and reports the stop once.
+    """
 
     def __init__(self, processes: int | None = None):
         if processes is None:
@@ -44,10 +51,15 @@ class ReportWorkers:
     def submit(self, function, *arguments) -> Future:
         """Run `function(*arguments)` in a worker, or here and now without workers."""
         if self.executor is not None:
-            return self.executor.submit(function, *arguments)
+            with _sigint_held():  # a submit may spawn a worker: it must not start able to hear SIGINT
+                return self.executor.submit(function, *arguments)
         future = Future()
         future.set_result(function(*arguments))
         return future
+
+    def result(self, future: Future, waiting: Callable[[float], None] | None = None):
+        """`future.result()`, telling `waiting(seconds so far)` every HEARTBEAT_SECONDS until it comes."""
+        return result_of(future, waiting)
 
     def completed(self, jobs: dict[Hashable, tuple], waiting: Callable[[float], None] | None = None,
                   every: float = HEARTBEAT_SECONDS) -> Iterator[tuple[Hashable, object]]:
@@ -58,7 +70,7 @@ class ReportWorkers:
             for key, (function, *arguments) in jobs.items():
                 yield key, function(*arguments)
             return
-        pending = {self.executor.submit(function, *arguments): key for key, (function, *arguments) in jobs.items()}
+        pending = {self.submit(function, *arguments): key for key, (function, *arguments) in jobs.items()}
         start = time.perf_counter()
         while pending:
             done, _ = wait(pending, timeout=every, return_when=FIRST_COMPLETED)
@@ -70,9 +82,24 @@ class ReportWorkers:
     def __enter__(self) -> ReportWorkers:
         return self
 
-    def __exit__(self, *exception) -> None:
-        if self.executor is not None:
-            self.executor.shutdown(wait=True, cancel_futures=True)
+    def __exit__(self, kind, error, trace) -> None:
+        if self.executor is None:
+            return
+        processes = list((getattr(self.executor, "_processes", None) or {}).values())
+        if kind is not None:
+            # Failed or interrupted: what the workers are doing is for no one; they end now, not when done. The
+            # pool is not waited for: with a worker killed mid-write its shutdown could wait forever.
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                process.join()
+            # Its queues' semaphores live on until exit: the resource tracker ends with the process, a moment after.
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            return
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        for process in processes:
+            process.join()
+        _stop_resource_tracker()
 
 
 def _processes_asked() -> int:
@@ -88,7 +115,36 @@ def _processes_asked() -> int:
 PARENT_CHECK_SECONDS = 0.2
 
 
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """SIGINT held back in this thread (delivered when the block ends): a process spawned meanwhile inherits
+    it blocked, so a Ctrl-C while it starts Python cannot print its KeyboardInterrupt traceback."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _stop_resource_tracker() -> None:
+    """End multiprocessing's resource tracker, a process the pool started beside its workers that would
+    otherwise outlive the command by a moment (it is started again if anything needs it)."""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        stop()
+
+
 def _start_worker(parent: int) -> None:
+    # The process it works for ends the workers on Ctrl-C: a worker's own KeyboardInterrupt would only print a
+    # traceback (SIGINT reaches the whole process group). Blocked since it was spawned, ignored from now on.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _exit_with(parent)
     import simbench.report.plots  # noqa: F401  (matplotlib and seaborn load while the main process simulates)
 

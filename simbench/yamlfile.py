@@ -24,6 +24,8 @@ from simbench.errors import InputError
 # Far beyond any scenario or hardware profile (a few hundred values), far below what hangs a validator.
 MAX_EXPANDED_NODES = 100_000
 MAX_DEPTH = 100
+# Far beyond any count a scenario holds (10**12 training steps has 13 digits), far below Python's 4,300.
+MAX_INTEGER_DIGITS = 40
 _TOO_MANY_VALUES = (f"the YAML holds more than {MAX_EXPANDED_NODES:,} values (counting each use of an alias, "
                     "&name / *name, in full), far more than any scenario needs")
 
@@ -97,12 +99,22 @@ def _check_bounded(root: yaml.Node, source: str) -> None:
             continue
         if key in expanded:
             continue
+        _check_integer_size(node, source)
         if key in on_path:
             raise InputError("a YAML alias refers to a value that contains it", source=source,
                              line=node.start_mark.line + 1)
         on_path.add(key)
         stack.append((node, True))
         stack.extend((child, False) for child in _children(node) if id(child) not in expanded)
+
+
+def _check_integer_size(node: yaml.Node, source: str) -> None:
+    """An integer of thousands of digits is a mistake, and Python refuses to read one past 4,300 digits with a
+    ValueError of its own: named here, with its line, instead."""
+    if (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:int"
+            and len(node.value) > MAX_INTEGER_DIGITS):
+        raise InputError(f"an integer of {len(node.value):,} characters; simbench reads whole numbers of up to "
+                         f"{MAX_INTEGER_DIGITS} digits", source=source, line=node.start_mark.line + 1)
 
 
 def _check_unique_keys(node: yaml.Node, source: str) -> None:

@@ -9,6 +9,9 @@ from simbench.histogram import load_histogram
 # Reports compute their bounds and plots in this process: worker processes pay off on the main job,
 # not on the suite's small runs (the tests that compare both paths set it themselves).
 os.environ.setdefault("SIMBENCH_WORKERS", "0")
+# Every LP bound computed, none read from the bounds shipped or cached (whose tests turn them on), and nothing
+# written to the user's cache.
+os.environ.setdefault("SIMBENCH_CACHE", "off")
 
 
 @pytest.fixture(scope="session")

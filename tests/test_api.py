@@ -79,3 +79,8 @@ def test_a_file_of_several_scenarios_needs_a_name():
         simbench.load_scenario("vts")
     with pytest.raises(InputError, match="no scenario named 'wmt'"):
         simbench.load_scenario("vts", name="wmt")
+
+
+def test_simulate_without_a_device_count_is_an_input_error():
+    with pytest.raises(InputError, match="at least one device count"):
+        simbench.simulate("squad_1_1_384", ["unpad"], [])

@@ -145,6 +145,7 @@ def test_the_simulation_budget_is_stated_and_can_be_raised():
     squad = load_histogram("squad_1_1_384")
     cost_model = TransformerCostModel("bert-base", "a100")
     with pytest.raises(InputError, match=r"about 6.4e\+03 sequences or packs, more than the 1e\+03 allowed"):
-        simulate(squad, ["unpad"], [1], cost_model, batch_size=32, steps=100, seed=0, max_rows=1000)
-    result = simulate(squad, ["unpad"], [1], cost_model, batch_size=32, steps=100, seed=0, max_rows=10_000)
+        simulate(squad, ["unpad"], [1], cost_model, batch_size=32, steps=100, seed=0, max_rows=1000, baseline="none")
+    result = simulate(squad, ["unpad"], [1], cost_model, batch_size=32, steps=100, seed=0, max_rows=10_000,
+                      baseline="none")
     assert set(result.summary["strategy"]) == {"none", "unpad"}

@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simbench.cli import app
+from simbench.costmodels.layout import ParallelLayout
 from simbench.costmodels.memory import max_tokens_per_microbatch
 from simbench.errors import InputError, InputErrors
 from simbench.resolved import Run, resolve
@@ -20,6 +21,7 @@ model: llama-3.1-8b
 hardware: h100-sxm
 batch_size: 1
 steps: 3
+compare_at: as-configured  # the budgets as written, not sized to the other strategies' tokens
 """
 LAYOUT = "parallel: {tp: 2, pp: 2, microbatches: 4, dp: 2}\n"
 
@@ -50,13 +52,13 @@ def test_a_bad_budget_is_refused_naming_the_strategy_and_key(bad):
 def test_a_bad_budget_in_a_scenario_is_refused_at_its_line(tmp_path):
     with pytest.raises(InputErrors) as raised:
         scenario_of(tmp_path, LLAMA + "strategies:\n  - {name: token-budget, budget_tokens: -1}\n")
-    assert "s.yaml:8" in str(raised.value) and "budget_tokens" in str(raised.value)
+    assert "s.yaml:9" in str(raised.value) and "budget_tokens" in str(raised.value)
 
 
 def test_memory_is_the_layouts_max_tokens_per_microbatch_and_the_label_shows_the_number(tmp_path):
     scenario = scenario_of(tmp_path, LLAMA + LAYOUT + "strategies: [{name: token-budget, budget_tokens: memory}]\n")
-    direct = max_tokens_per_microbatch("llama-3.1-8b", "h100-sxm", tp=2, pp=2, dp=2, microbatches=4, zero_stage=1,
-                                       recompute="none")
+    direct = max_tokens_per_microbatch("llama-3.1-8b", "h100-sxm", ParallelLayout(tp=2, pp=2, microbatches=4),
+                                       replicas=2)
     run = resolve(scenario)
     (plan,) = run.plans
     assert plan.budget_tokens == direct > 0
@@ -67,7 +69,7 @@ def test_memory_is_the_layouts_max_tokens_per_microbatch_and_the_label_shows_the
 def test_memory_without_a_layout_is_one_gpus():
     run = Run.from_options("squad_1_1_384", ["token-budget:budget_tokens=memory"], [2, 8], model="llama-3.1-8b",
                            hardware="h100-sxm", steps=2)
-    direct = max_tokens_per_microbatch("llama-3.1-8b", "h100-sxm", dp=2, zero_stage=1, recompute="none")
+    direct = max_tokens_per_microbatch("llama-3.1-8b", "h100-sxm", ParallelLayout(), replicas=2)
     assert run.plans[0].budget_tokens == direct > 0
 
 
@@ -77,16 +79,16 @@ def test_memory_where_no_token_fits_names_hbm_capacity_bytes(tmp_path):
                          hardware="h100-sxm", steps=2)
     assert raised.value.parameter == "hbm_capacity_bytes"
     assert "token-budget" in str(raised.value) and "hbm_capacity_bytes" in str(raised.value)
-    with pytest.raises(InputErrors, match=r"s.yaml:9: strategies.0.budget_tokens: .*hbm_capacity_bytes"):
+    with pytest.raises(InputErrors, match=r"s.yaml:10: strategies.0.budget_tokens: .*hbm_capacity_bytes"):
         scenario_of(tmp_path, LLAMA.replace("llama-3.1-8b", "llama-3.1-70b")
                     + "strategies:\n  - name: token-budget\n    budget_tokens: memory\n")
 
 
 def test_a_budget_over_what_the_layouts_hbm_holds_is_refused_with_what_it_holds(tmp_path):
-    allowed = max_tokens_per_microbatch("llama-3.1-8b", "h100-sxm", tp=2, pp=2, dp=2, microbatches=4, zero_stage=1,
-                                        recompute="none")
+    allowed = max_tokens_per_microbatch("llama-3.1-8b", "h100-sxm", ParallelLayout(tp=2, pp=2, microbatches=4),
+                                        replicas=2)
     over = LLAMA + LAYOUT + f"strategies:\n  - name: token-budget\n    budget_tokens: {allowed + 1}\n"
-    with pytest.raises(InputErrors, match=rf"s.yaml:10: strategies.0.budget_tokens: .*{allowed + 1:,} tokens a "
+    with pytest.raises(InputErrors, match=rf"s.yaml:11: strategies.0.budget_tokens: .*{allowed + 1:,} tokens a "
                                           rf"microbatch exceed what h100-sxm's HBM holds on TP 2 x PP 2 x CP 1, "
                                           rf"ZeRO 1, recompute none, up to {allowed:,}"):
         scenario_of(tmp_path, over)
@@ -120,8 +122,8 @@ def test_a_4d_step_holds_the_budget_for_each_microbatch(tmp_path):
 def test_validate_states_the_memory_budget(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(LLAMA + LAYOUT + "strategies: [ffd]\n")
-    direct = max_tokens_per_microbatch("llama-3.1-8b", "h100-sxm", tp=2, pp=2, dp=2, microbatches=4, zero_stage=1,
-                                       recompute="none")
+    direct = max_tokens_per_microbatch("llama-3.1-8b", "h100-sxm", ParallelLayout(tp=2, pp=2, microbatches=4),
+                                       replicas=2)
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 0
     assert (f"Memory allows up to {direct:,} tokens a microbatch (TP 2 x PP 2 x CP 1, ZeRO 1, recompute none)"

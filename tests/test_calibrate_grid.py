@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simbench.calibrate.gridfit import (FITTED_FIELDS, GRID_FIELDS, GRID_PROFILE_FIELDS, SHIPPED_GRID, fit_grid,
-                                        load_timing_grid)
+                                        load_timing_grid, predict_grid)
 from simbench.cli import app
 from simbench.costmodels.hardware import load_hardware
 from simbench.costmodels.model import get_model
@@ -23,11 +23,14 @@ runner = CliRunner()
 
 def test_the_committed_cpu_grid_refits_to_its_profile():
     """profiles/grid-cpu-tiny.grid.jsonl: `simbench calibrate --grid --device cpu --model tiny --threads 1`. Refitted
-    from the raw timings alone, it gives the committed profile's fitted terms, and predicts its held-out shapes."""
+    from the raw timings alone, it predicts every timing as the committed profile does, to 1e-6 (terms the grid
+    cannot tell apart, such as a launch floor no CPU timing reaches, may land anywhere along their flat direction:
+    predictions, not parameters, are what a fit must reproduce), and predicts its held-out shapes."""
     profile = load_hardware(COMMITTED_PROFILE)
-    fit = fit_grid(load_timing_grid(COMMITTED_GRID), profile)
+    timings = load_timing_grid(COMMITTED_GRID)
+    fit = fit_grid(timings, profile)
+    np.testing.assert_allclose(predict_grid(fit.profile, timings), predict_grid(profile, timings), rtol=1e-6)
     for name in GRID_PROFILE_FIELDS:
-        assert getattr(profile, name) == pytest.approx(getattr(fit.profile, name), rel=1e-3, abs=1e-12), name
         assert profile.provenance[name].startswith("fitted: simbench calibrate --grid"), name
     assert profile.calibration["grid_file"] == COMMITTED_GRID.name and profile.calibration["device"] == "cpu"
     assert fit.held_out_errors.size == 5  # two padded rows off the 128-token tile, three mixes of documents
@@ -53,7 +56,7 @@ def test_a_cpu_grid_has_shapes_to_fit_and_to_hold_out():
 
 @pytest.mark.parametrize("model", ["bert-large", "llama-3.1-8b"])
 def test_a_gpu_grid_times_the_shapes_the_h200_grid_timed(model):
-    """The padded rows and the batches of equal documents of timing_grid.py; the odd rows and mixes of documents
+    """The padded rows and the batches of equal documents of the stored H200 grid; the odd rows and mixes of documents
     are drawn anew (held out either way)."""
     pytest.importorskip("torch")
     from simbench.calibrate.grid import grid_shapes

@@ -108,3 +108,29 @@ def test_a_marked_example_runs(language, code, tmp_path):
         command = ["bash", "-c", prelude + code]
     done = subprocess.run(command, cwd=REPOSITORY, env=environment, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{code}\nexit status {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+
+
+def test_the_commands_page_names_exactly_the_commands_that_take_json_and_their_help_says_json_lines():
+    import click
+    import typer
+
+    from simbench.cli import build_app
+
+    def commands(group: click.Group, prefix: str = ""):
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                yield from commands(command, f"{prefix}{name} ")
+            else:
+                yield prefix + name, command
+
+    taking = {}
+    for name, command in commands(typer.main.get_command(build_app())):
+        option = next((param for param in command.params if "--json" in getattr(param, "opts", ())), None)
+        if option is not None:
+            taking[name] = option.help
+    page = (DOCS / "commands.md").read_text()
+    named = re.search(r"`--json` \(on (.*?)\) prints JSON\s+lines", page, re.S)
+    assert named, "docs/commands.md no longer says which commands take --json"
+    assert set(re.findall(r"`([\w -]+)`", named.group(1))) == set(taking)
+    for name, help_text in taking.items():
+        assert help_text.startswith("JSON lines"), name

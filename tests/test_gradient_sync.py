@@ -13,7 +13,7 @@ from simbench.costmodels.collectives import Link, allgather, reduce_scatter
 from simbench.errors import InputError, InputErrors
 from simbench.resolved import resolve
 from simbench.scenario import parse_scenarios
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.parallel.gradient_sync import GradientSync, gradient_sync_of
 from simbench.sim.replica import ReplicaCostModel
 

@@ -198,7 +198,7 @@ def test_failed_build_keeps_the_previous_csv(tmp_path):
 
 @pytest.mark.parametrize("output, message", [
     ("folder", "folder: -o is a folder; give a file name"),
-    ("lengths.txt/h.csv", "lengths.txt/h.csv: cannot write: File exists"),
+    ("lengths.txt/h.csv", "lengths.txt is a file, not a folder"),
     ("h.json", "the histogram is written as CSV; name it .csv, not 'h.json'"),
 ])
 def test_unwritable_output_is_an_input_error(tmp_path, output, message):

@@ -103,7 +103,7 @@ def test_no_module_imports_itself_through_others():
 STAGES = ("simbench.errors", "simbench.validation", "simbench.plugins", "simbench.registry", "simbench.yamlfile",
           "simbench.atomic",
           "simbench.distinct", "simbench.data", "simbench.histogram", "simbench.histogram_hf",
-          "simbench.histogram_build", "simbench.strategies", "simbench.costmodels", "simbench.sim",
+          "simbench.histogram_build", "simbench.stored_results", "simbench.strategies", "simbench.costmodels", "simbench.sim",
           "simbench.calibrate", "simbench.scenario", "simbench.resolved", "simbench.workers", "simbench.experiment",
           "simbench.sweep_ledger", "simbench.sweep", "simbench.report", "simbench.validation_runs",
           "simbench.report.docs_pages", "simbench.report.main_job_table", "simbench.calibrate.runs",

@@ -60,13 +60,14 @@ def test_a_synthetic_histogram_takes_one_distribution(tmp_path, fields):
 def test_the_llm_scenarios_say_what_they_simulate():
     sft = load_scenario(SCENARIOS / "llama8b-sft-8k.yaml")
     histogram = sft.dataset.load()
-    assert sft.gpus_per_replica == 1 and max(sft.devices) == 1024 and histogram.max_length == 8192
+    assert sft.layout.gpus_per_replica == 1 and sft.devices[0] == 8 and max(sft.devices) == 1024
+    assert (sft.layout.zero_stage, sft.layout.recompute) == (3, "full") and histogram.max_length == 8192
     # The figures its comment states.
     assert histogram.sequences == 500_000 and round(histogram.real_tokens / histogram.sequences) == 1614
     assert round(100 * (1 - histogram.efficiency), 1) == 80.3
     pretrain = load_scenario(SCENARIOS / "llama70b-pretrain-32k.yaml")
     histogram = pretrain.dataset.load()
-    assert pretrain.gpus_per_replica == 8 and max(pretrain.devices) * pretrain.gpus_per_replica == 1024
+    assert pretrain.layout.gpus_per_replica == 8 and pretrain.replica_devices[0] == 2 and max(pretrain.devices) == 1024
     assert histogram.sequences == 1_024_100 and round(histogram.real_tokens / histogram.sequences) == 2801
     assert round(100 * (1 - histogram.efficiency), 1) == 91.5
 

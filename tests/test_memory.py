@@ -4,15 +4,17 @@ figure for Llama-3-8B, its monotone properties, the token budget, and refusing a
 import pytest
 
 from simbench.costmodels.hardware import HARDWARE_PRESETS, load_hardware
+from simbench.costmodels.layout import ParallelLayout
 from simbench.costmodels.memory import (
     GIB,
+    MIXED_PRECISION_ADAM,
     MEGATRON_MIXED_PRECISION,
     activation_bytes_per_token,
     check_fits,
     fits,
     max_tokens_per_microbatch,
-    peak_memory,
 )
+from simbench.costmodels.memory import peak_memory as peak_on_layout
 from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
 
@@ -20,6 +22,18 @@ from simbench.errors import InputError
 LLAMA_405B = ModelSpec(name="llama-3.1-405b", family="decoder", layers=126, hidden=16384, heads=128, kv_heads=8,
                        ffn=53248, vocab=128256, max_positions=131072, gated_mlp=True, positions="rotary",
                        tied_embeddings=False, biases="none", norm="rmsnorm")
+
+
+def peak_memory(model, *, tokens_per_microbatch, dp=1, precision=MIXED_PRECISION_ADAM, recompute="selective",
+                zero_stage=0, **layout):
+    """`peak_memory` on the layout these keywords give (selective recompute, no ZeRO unless told)."""
+    return peak_on_layout(model, ParallelLayout(recompute=recompute, zero_stage=zero_stage, **layout),
+                          tokens_per_microbatch=tokens_per_microbatch, replicas=dp, precision=precision)
+
+
+def budget_of(model, hardware, *, dp=1, recompute="selective", zero_stage=0, **layout):
+    return max_tokens_per_microbatch(model, hardware, ParallelLayout(recompute=recompute, zero_stage=zero_stage,
+                                                                     **layout), replicas=dp)
 
 
 def test_llama3_8b_against_megatrons_theoretical_memory_model():
@@ -104,12 +118,12 @@ def test_405b_on_one_gpu_is_refused_with_the_numbers():
 
 def test_token_budget_is_the_largest_that_fits():
     layout = dict(tp=2, pp=2, cp=2, dp=2, microbatches=8, zero_stage=1)
-    budget = max_tokens_per_microbatch("llama-3.1-8b", "h100-sxm", **layout)
+    budget = budget_of("llama-3.1-8b", "h100-sxm", **layout)
     assert budget > 0 and budget % 2 == 0
     capacity = HARDWARE_PRESETS["h100-sxm"].hbm_capacity_bytes
     assert peak_memory("llama-3.1-8b", tokens_per_microbatch=budget, **layout).peak_bytes <= capacity
     assert peak_memory("llama-3.1-8b", tokens_per_microbatch=budget + 2, **layout).peak_bytes > capacity
-    assert max_tokens_per_microbatch("llama-3.1-8b", "h200", **layout) > budget
+    assert budget_of("llama-3.1-8b", "h200", **layout) > budget
 
 
 def test_presets_state_their_datasheet_memory():
@@ -122,9 +136,10 @@ def test_presets_state_their_datasheet_memory():
 
 
 @pytest.mark.parametrize("bad, parameter", [
-    (dict(tp=3), "tp"), (dict(pp=5), "pp"), (dict(pp=4, virtual_stages=3), "pp"), (dict(zero_stage=4), "zero_stage"),
+    (dict(tp=3), "tp"), (dict(pp=5, stage_layers="even"), "stage_layers"),
+    (dict(pp=4, virtual_stages=3, stage_layers="even"), "stage_layers"), (dict(zero_stage=4), "zero_stage"),
     (dict(recompute="some"), "recompute"), (dict(tokens_per_microbatch=-1), "tokens_per_microbatch"),
-    (dict(dp=0), "dp"), (dict(microbatches=0), "microbatches")])
+    (dict(dp=0), "replicas"), (dict(microbatches=0), "microbatches")])
 def test_bad_layouts_name_the_parameter(bad, parameter):
     with pytest.raises(InputError) as error:
         peak_memory("llama-3.1-8b", **{"tokens_per_microbatch": 8192, **bad})

@@ -212,7 +212,8 @@ def test_bound_command_prints_the_json_contract():
     result = CliRunner().invoke(app, ["bound", "squad_1_1_384", "--max-depth", "3", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert set(report) == {"histogram", "max_length", "max_depth", "lp_value", "lower_bound_packs", "seconds"}
+    assert set(report) == {"histogram", "max_length", "max_depth", "lp_value", "lower_bound_packs", "seconds",
+                           "cached"}
     bound = lp_lower_bound(load_histogram("squad_1_1_384"), 384, 3)
     assert (report["max_length"], report["max_depth"]) == (384, 3)
     assert report["lower_bound_packs"] == bound.lower_bound_packs

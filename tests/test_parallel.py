@@ -14,7 +14,7 @@ from simbench.experiment import run_experiment
 from simbench.histogram import LengthHistogram
 from simbench.resolved import resolve
 from simbench.scenario import SyntheticHistogram, load_scenario, parse_scenarios
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.parallel.pipeline import analytic_bubble_fraction, pipeline_step
 from simbench.sim.replica import ReplicaCostModel
 from simbench.strategies import PackOptions, get_strategy
@@ -62,15 +62,16 @@ def test_dp_alone_sets_the_devices_and_a_vts_plan_is_refused(tmp_path):
 
 def test_a_layout_over_the_hbm_is_refused_before_simulating_with_its_numbers(tmp_path):
     text = LLAMA.replace("llama-3.1-8b", "llama-3.1-70b").replace("max_length: 8192", "max_length: 131072")
-    found = errors_of(tmp_path, text + "parallel: {tp: 8, zero_stage: 0, dp: 1}\n")
+    found = errors_of(tmp_path, text + "memory: refuse\nparallel: {tp: 8, zero_stage: 0, dp: 1}\n")
     (memory,) = [e for e in found if "HBM" in e]
-    assert "parallel: the layout needs" in memory and "GiB of HBM" in memory and "optimizer state" in memory
+    assert "s.yaml:8: parallel: no strategy fits h100-sxm's 80 GiB of HBM per GPU" in memory
+    assert "GiB per GPU on 8 GPUs (ZeRO 0, recompute none); shard the model (parallel: tp, pp)" in memory
 
 
 def test_without_parallel_nothing_changes():
-    run = resolve(load_scenario(SCENARIOS / "llama70b-pretrain-32k.yaml"))
+    run = resolve(load_scenario(SCENARIOS / "squad384.yaml"))
     assert run.layout is None and isinstance(run.cost_model, TransformerCostModel)
-    assert run.devices == (1, 2, 4, 8, 16, 32, 64, 128) and run.gpus_per_replica == 8
+    assert run.memory is not None and not run.memory.raised
 
 
 def test_one_gpu_per_replica_reduces_to_the_data_parallel_step(tmp_path):
@@ -302,15 +303,14 @@ def test_a_decoders_output_layer_runs_on_the_last_chunk():
 def test_memory_follows_each_stages_layers():
     from simbench.costmodels.memory import activation_bytes_per_token, peak_memory
 
-    layers = ParallelLayout(pp=16).stage_layers_of(126)
-    memory = peak_memory("llama-3.1-405b", tokens_per_microbatch=8192, tp=8, pp=16, dp=128, microbatches=16,
-                         zero_stage=1, recompute="none", stage_layers=layers)
+    layout = ParallelLayout(tp=8, pp=16, microbatches=16, zero_stage=1, recompute="none")
+    memory = peak_memory("llama-3.1-405b", layout, tokens_per_microbatch=8192, replicas=128)
     # Stage 1 holds a layer more than stage 0 and one microbatch fewer in flight: 8 x 15 > 7 x 16.
     assert memory.stage == 1 and memory.in_flight_microbatches == 15
     per_token = activation_bytes_per_token("llama-3.1-405b", "none")
     assert memory.activation_bytes == pytest.approx(15 * 8 * per_token * 8192 / 8)
-    with pytest.raises(InputError, match="do not split into pp x virtual_stages = 16 x 1 equal pipeline stages"):
-        peak_memory("llama-3.1-405b", tokens_per_microbatch=8192, tp=8, pp=16)
+    with pytest.raises(InputError, match="do not divide into pp x virtual_stages = 16 x 1 = 16 equal pipeline chunks"):
+        peak_memory("llama-3.1-405b", ParallelLayout(tp=8, pp=16, stage_layers="even"), tokens_per_microbatch=8192)
 
 
 def test_the_405b_128k_scenario_puts_llama_3s_layers_on_its_stages():
@@ -331,3 +331,38 @@ def test_outlier_delay_at_a_million_devices_refuses_quickly_and_says_how_to_draw
         simulate(histogram, ["wlb"], [1, 2**20], model, batch_size=32, steps=5, seed=0)
     undelayed = simulate(histogram, ["wlb:outlier_delay=false"], [1, 2**20], model, batch_size=32, steps=5, seed=0)
     assert 2**20 in set(undelayed.summary["devices"])
+
+
+def test_a_one_gpu_layout_reads_in_the_singular_without_a_cp_sharding_and_progress_counts_replicas(tmp_path):
+    from simbench.report.summary import summary_markdown
+
+    text = ("name: words\ndataset: {histogram: squad_1_1_384}\nstrategies: [spfhp, wlb]\ndevices: [1, 2]\n"
+            "batch_size: 2\nsteps: 4\noutputs: {lp_bounds: false}\nparallel: {zero_stage: 3}\n")
+    (scenario,) = parse_scenarios(text, source="s.yaml", base_dir=tmp_path)
+    tables = run_experiment(scenario, assumptions=False)
+    summary = summary_markdown(scenario, scenario.dataset.load(), tables)
+    assert "(1 GPU a replica), 1 microbatch, no context parallelism" in summary
+    assert "1 GPUs" not in summary and "1 microbatches" not in summary and "zigzag" not in summary
+    assert "| none (CP 1) (run) |" in summary and "| -0.0 |" not in summary
+    # Two GPUs a replica: the progress lines count replicas and say their GPUs.
+    (scenario,) = parse_scenarios(text.replace("{zero_stage: 3}", "{pp: 2, microbatches: 2}").replace(
+        "devices: [1, 2]", "devices: [2, 8]"), source="s.yaml", base_dir=tmp_path)
+    lines = []
+    run_experiment(scenario, stage=lines.append, assumptions=False)
+    simulated = [line for line in lines if line.startswith("simulated")]
+    assert simulated and all(line.endswith("on 1, 4 replicas (2 to 8 GPUs)") for line in simulated)
+    assert lines[-1] == "priced a replica's step by cause under every CP sharding"
+
+
+def test_a_negative_pipeline_stall_is_explained_and_a_rounding_zero_reads_zero():
+    import pandas as pd
+
+    from simbench.report.parallel import _milliseconds, _negative_stall_note
+
+    assert _milliseconds(-4.4e-13) == "0.0" and _milliseconds(-0.44) == "-0.4" and _milliseconds(1.26) == "1.3"
+    assert _negative_stall_note(pd.DataFrame({"stall_seconds": [0.2, -4.4e-16]})) == ""
+    assert "1F1B fills" in _negative_stall_note(pd.DataFrame({"stall_seconds": [0.2, -0.00044]}))
+    # The cause, not rounding: 1F1B with its short microbatches at the fill and drain beats equal ones.
+    forward = np.array([0.45, 0.90, 0.82, 0.65])[:, None].repeat(3, axis=1)
+    step = pipeline_step(forward, 2 * forward, schedule="1f1b")
+    assert float(step.stall_seconds) < -0.5

@@ -119,7 +119,7 @@ def test_a_cost_model_plugin_prices_a_scenario_with_a_plugin_plan(monkeypatch):
                         strategies=["fixed-length", "unpad"], devices=[1, 2], steps=4, batch_size=4,
                         outputs={"lp_bounds": False})
     scaling = run_experiment(scenario).scaling.set_index(["strategy", "devices"])
-    assert set(scaling.index.get_level_values("strategy")) == {"none", "fixed-length", "unpad"}
+    assert set(scaling.index.get_level_values("strategy")) == {"none", "pad-to-longest", "fixed-length", "unpad"}
     assert np.allclose(scaling["step_seconds_mean"], FlatCostModel.seconds)  # whatever the batch holds
     # Equal step times: the speed-up is the ratio of real tokens, 64 per sequence against SQuAD's mean.
     assert scaling.loc[("fixed-length", 1), "tokens_per_s"] == pytest.approx(4 * 64 / FlatCostModel.seconds)

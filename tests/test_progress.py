@@ -29,7 +29,7 @@ def test_simulate_tells_whole_units_within_each_strategy(monkeypatch, rows_per_c
              progress=progress, stage=stage)
     units = [value for kind, value in events if kind == "progress"]
     assert all(isinstance(unit, int) and unit >= 1 for unit in units)
-    assert sum(units) == 3 * len(devices)  # (none, unpad, spfhp:3) x 3 device counts
+    assert sum(units) == 4 * len(devices)  # (none, pad-to-longest, unpad, spfhp:3) x 3 device counts
     # Each strategy's simulation ends with a "simulated" line: the bar has moved more than once before it.
     told = 0
     for kind, value in events:
@@ -57,7 +57,8 @@ def test_a_run_tells_its_announced_total_and_moves_while_packing(monkeypatch, st
     run_experiment(scenario, progress=progress, stage=stage, stragglers=stragglers)  # a sweep cell fits none
     assert sum(value for kind, value in events if kind == "progress") == progress_total(scenario)
     before = events[:events.index(("simulate", None))]
-    assert [kind for kind, _ in before].count("progress") == 5  # a unit per plan packed (padding's too) first
+    # A unit per plan packed (padding's and the baseline's, pad-to-longest, too) first.
+    assert [kind for kind, _ in before].count("progress") == 6
 
 
 def test_a_run_says_each_packing_before_it_simulates():
@@ -68,7 +69,8 @@ def test_a_run_says_each_packing_before_it_simulates():
     lines = [text for kind, text in events if kind == "stage"]
     first_simulated = next(index for index, line in enumerate(lines) if line.startswith("simulated"))
     packed = [line.split(": ")[0].removeprefix("packed ") for line in lines[:first_simulated]]
-    assert packed == ["none", "greedy:max", "spfhp:2", "sort"]  # every packing as it is made, none left silent
+    # Every packing as it is made, none left silent (the baseline's, pad-to-longest, gives the report its padding).
+    assert packed == ["none", "pad-to-longest", "greedy:max", "spfhp:2", "sort"]
 
 
 def test_waiting_on_a_worker_is_told_every_few_seconds_until_it_answers():
@@ -110,8 +112,8 @@ def test_writing_a_report_says_each_file_as_it_is_written(tmp_path):
     histogram = scenario.dataset.load()
     lines = []
     write_report(tmp_path / "report", scenario, histogram, run_experiment(scenario, histogram), stage=lines.append)
-    assert lines[0].startswith("wrote resolved.yaml and 9 tables (packing.csv, scaling.csv")
-    assert lines[1] == "wrote summary.md and summary.json"
+    assert lines[0].startswith("wrote resolved.yaml and 10 tables (packing.csv, scaling.csv")
+    assert lines[1] == "wrote decision.csv, summary.md and summary.json"
     plots = [line for line in lines if line.startswith("drew ")]
     assert [line.split()[1] for line in plots] == ["histogram.png", "packing.png", "scaling.png", "gumbel.png",
                                                    "breakdown.png"]  # no timeline: no VTS plan

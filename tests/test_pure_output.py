@@ -33,12 +33,14 @@ JSON_COMMANDS = {
     "bound": ["bound", "{histogram}", "--max-depth", "3", "--json"],
     "simulate": ["simulate", "{histogram}", "--strategy", "all", "--devices", "1,2", "--steps", "3",
                  "--batch-size", "8", "--json"],
+    "list": ["list", "--json"],
+    "validate": ["validate", "squad384", "--json"],
 }
 
 
 # `bound` prints no progress, so it has no --quiet.
 @pytest.mark.parametrize("command, quiet", [("pack", False), ("pack", True), ("bound", False), ("simulate", False),
-                                            ("simulate", True)])
+                                            ("simulate", True), ("list", False), ("validate", False)])
 def test_json_stdout_is_one_json_object_per_line(command, quiet, small_histogram):
     arguments = [argument.format(histogram=small_histogram) for argument in JSON_COMMANDS[command]]
     if quiet:
@@ -65,3 +67,15 @@ def test_quiet_run_prints_nothing_on_stdout(small_histogram, tmp_path):
     completed = run_simbench("run", str(scenario), "--quiet", "--out", str(tmp_path / "report"), cwd=tmp_path)
     assert completed.stdout == ""
     assert (tmp_path / "report" / "summary.md").is_file()
+
+
+def test_sweep_and_run_progress_go_to_stderr_leaving_stdout_empty(tmp_path):
+    # Their results are files; every line they print (estimate, progress, where the report went) is progress.
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text("name: tiny\nbase:\n  dataset: {histogram: squad_1_1_384}\n  strategies: [spfhp:3, unpad]\n"
+                     "  batch_size: 4\n  steps: 3\n  outputs: {plots: [], lp_bounds: false}\n"
+                     "axes:\n  devices: [1, 2]\n  batch_size: [4, 8]\nreport: {x: devices, y: batch_size}\n")
+    swept = run_simbench("sweep", str(sweep), "--workers", "0", "--out", str(tmp_path / "sweep"))
+    assert swept.stdout == "" and "cells done" in swept.stderr and "wrote" in swept.stderr
+    ran = run_simbench("run", "squad384", "--quick", "--out", str(tmp_path / "run"))
+    assert ran.stdout == "" and "wrote" in ran.stderr and "simulated" in ran.stderr

@@ -12,7 +12,7 @@ from simbench.report.plots import breakdown_figure, scaling_figure
 from simbench.report.summary import summary_markdown
 from simbench.report.units import DEVICE, device_unit
 from simbench.scenario import Scenario
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 
 SMALL = {"name": "small", "dataset": {"histogram": "squad_1_1_384"}, "strategies": ["spfhp", "packed-varlen"],
          "batch_size": 2, "steps": 3, "outputs": {"plots": ["scaling", "breakdown"], "formats": ["svg"]}}
@@ -53,7 +53,7 @@ def test_a_layouts_summary_counts_replicas_and_their_gpus(laid_out):
     text = summary_markdown(scenario, scenario.dataset.load(), tables)
     assert "**Answer:** on 1 replica (8 GPUs)" in text and "On 4 replicas (32 GPUs)" in text
     assert "| replicas | GPUs | fastest |" in text and "| 4 | 32 |" in text
-    assert "## Speed-up over padding by replica count" in text
+    assert "## Speed-up over pad-to-longest by replica count" in text
     assert "| strategy | 1 replica (8 GPUs) | 4 replicas (32 GPUs) |" in text
     assert "## Where a step's time goes (4 replicas (32 GPUs), ms per step)" in text
     assert "real tokens per replica" in text and "batch size 2 per replica and microbatch" in text
@@ -65,7 +65,7 @@ def test_without_a_layout_the_summary_says_devices_as_before(flat):
     text = summary_markdown(scenario, scenario.dataset.load(), tables)
     assert "**Answer:** on 1 device the fastest strategy is" in text or "**Answer:** on 1 device **" in text
     assert "| devices | fastest |" in text and "| strategy | 1 | 4 |" in text
-    assert "## Speed-up over padding by device count" in text and "real tokens per device" in text
+    assert "## Speed-up over pad-to-longest by device count" in text and "real tokens per device" in text
     assert "## Where a step's time goes (4 devices, ms per step)" in text
     assert "replica" not in run_part(text) and "GPUs" not in run_part(text)
 

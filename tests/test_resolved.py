@@ -17,6 +17,7 @@ dataset: {histogram: squad_1_1_384}
 strategies: [sort, unpad, "spfhp:3", {name: packed-varlen, packer: lpfhp}]
 devices: [1, 4]
 steps: 4
+compare_at: as-configured  # simulate's options size every strategy alike: compared as configured
 outputs: {lp_bounds: false}
 """
 
@@ -30,9 +31,9 @@ def test_plans_are_parsed_once_per_run(tmp_path, monkeypatch):
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO)
     scenario = load_scenario(path)
-    assert len(calls) == 4  # each strategy once, when the scenario is read
+    assert len(calls) == 5  # each strategy and the baseline once, when the scenario is read
     run_experiment(scenario, assumptions=False)
-    assert len(calls) == 4  # and never again
+    assert len(calls) == 5  # and never again
 
 
 def test_the_dataset_is_loaded_once(tmp_path, monkeypatch):

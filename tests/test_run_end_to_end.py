@@ -14,6 +14,7 @@ from simbench.cli import app
 from simbench.errors import InputError
 from simbench.report import folder, plots
 from simbench.scenario import load_scenario
+from simbench.report.precision import speedup_text
 
 SCENARIO = """\
 name: smoke
@@ -72,19 +73,23 @@ def test_scaling_rows_match_strategies_and_devices(report):
     scenario = load_scenario(report / "resolved.yaml")
     assert scenario.steps == 5  # --quick
     scaling = pd.read_csv(report / "scaling.csv")
-    labels = ["none"] + [spec.label for spec in scenario.strategies]  # padding is always the reference
+    # Padding and the baseline (the default, pad-to-longest) are always simulated.
+    labels = ["none", "pad-to-longest"] + [spec.label for spec in scenario.strategies]
     assert sorted(map(tuple, scaling[["strategy", "devices"]].to_numpy().tolist())) == \
         sorted((label, devices) for label in labels for devices in scenario.devices)
     assert {"strategy", "devices", "speedup", "tokens_per_s"} <= set(scaling.columns)
-    assert (scaling.loc[scaling["strategy"] == "none", "speedup"] == 1.0).all()
+    assert (scaling.loc[scaling["strategy"] == "pad-to-longest", "speedup"] == 1.0).all()
+    assert set(scaling.loc[~scaling["strategy"].isin(["vts", "bucketed"]), "reference"]) == {"pad-to-longest"}
     assert (scaling["tokens_per_s"] > 0).all()
 
 
 def test_packing_table_has_bounds_and_gaps(report):
     packing = pd.read_csv(report / "packing.csv")
-    assert list(packing["label"]) == ["none", "spfhp:2", "lpfhp:3"]
-    assert (packing["packs"] >= packing["lower_bound_packs"]).all()
-    assert packing["gap_to_bound"].ge(0).all()
+    assert list(packing["label"]) == ["none", "pad-to-longest", "spfhp:2", "lpfhp:3"]
+    bounded = packing.dropna(subset=["lower_bound_packs"])  # no bound on rows padded to their batch's longest
+    assert list(bounded["label"]) == ["none", "spfhp:2", "lpfhp:3"]
+    assert (bounded["packs"] >= bounded["lower_bound_packs"]).all()
+    assert bounded["gap_to_bound"].ge(0).all()
     # The packing paper's Table 5 (SQuAD 1.1): SPFHP at depth 2 needs 45,335 packs.
     assert packing.set_index("label").loc["spfhp:2", "packs"] == 45335
     # ... which is the LP bound at depth 2: proven optimal, and the report's table says so.
@@ -102,12 +107,19 @@ def test_breakdown_adds_up_to_the_step_time(report):
 def test_summary_answers_first(report):
     summary = (report / "summary.md").read_text()
     scaling = pd.read_csv(report / "scaling.csv")
-    padded = scaling[scaling["reference"] == "none"]
+    padded = scaling[scaling["reference"] == "pad-to-longest"]
     # Ties (un-padding with and without exchange on one device) go to the first name alphabetically.
     best = padded[padded["devices"] == 1].sort_values(["speedup", "strategy"], ascending=[False, True]).iloc[0]
-    headline = summary.splitlines()[2]
-    assert headline.startswith("**Answer:**") and f"**{best.strategy}**" in headline
-    assert f"{best.speedup:.3f}x" in headline
+    # The scenario gives no model, hardware or batch size: the defaults it ran with come first, said aloud.
+    defaults = summary.splitlines()[2]
+    assert defaults.startswith("**Defaults:**") and "model: bert-large (default: no `model:` given)" in defaults
+    assert "batch_size: 32 (default: no `batch_size:` given)" in defaults and "hardware: a100" in defaults
+    assert "batch_size: 32 (default: no <code>batch_size:</code> given)" in (report / "report.html").read_text()
+    # Then the decision, then the Answer.
+    assert summary.splitlines()[4] == "## Decision"
+    headline = next(line for line in summary.splitlines() if line.startswith("**Answer:**"))
+    assert f"**{best.strategy}**" in headline
+    assert speedup_text(best) in headline  # to the digits its spread supports
     assert "## Packing" in summary and "| spfhp:2 |" in summary
 
 
@@ -264,7 +276,7 @@ def test_list_shows_strategies_histograms_and_presets():
 def test_report_folder_module_reads_what_it_wrote(report):
     scenario, histogram, tables = folder.read_report(report)
     assert scenario.name == "smoke" and histogram.name == "squad_1_1_384"
-    assert len(tables.scaling) == 7 * 3
+    assert len(tables.scaling) == 8 * 3
 
 
 def test_a_profile_with_unlimited_bandwidth_writes_strict_json(tmp_path):

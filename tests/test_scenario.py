@@ -1,5 +1,7 @@
 """Scenario files: defaults, shorthands, and errors that name the file, line, key and allowed values."""
 
+import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -289,3 +291,74 @@ def test_a_misspelt_hardware_override_gets_a_did_you_mean(tmp_path):
     path = write(tmp_path, FIVE_LINES + "hardware: {profile: a100, overrides: {kernel_lanch_seconds: 0}}\n")
     with pytest.raises(InputError, match="did you mean 'kernel_launch_seconds'"):
         load_scenario(path)
+
+
+LONG_ROWS = """\
+name: long
+dataset:
+  histogram: {synthetic: lognormal, sequences: 2000, median_length: 1000, sigma: 1.0}
+  max_length: 8192
+strategies: [spfhp:3]
+"""
+
+
+@pytest.mark.parametrize("model, refused", [(None, True), ("bert-large", True), ("gpt2", True),
+                                            ("{layers: 2, hidden: 64, heads: 2, ffn: 128, max_positions: 8192}",
+                                             False),
+                                            ("llama-3.1-8b", False), ("mistral-7b", False),
+                                            # rotary positions have no table to run past
+                                            ("{layers: 2, hidden: 64, heads: 2, ffn: 128, family: decoder, "
+                                             "positions: rotary, max_positions: 512}", False)])
+def test_a_model_with_fewer_learned_positions_than_max_length_is_refused_at_its_key(tmp_path, model, refused):
+    text = LONG_ROWS + (f"model: {model}\n" if model else "")
+    if not refused:  # memory aside (a 7-8B model fits no single GPU): positions are this test's question
+        roomy = text + "hardware: {profile: a100, overrides: {hbm_capacity_bytes: 1.0e15}}\n"
+        assert load_scenario(write(tmp_path, roomy)).dataset.max_length == 8192
+        return
+    message = error_of(tmp_path, text)
+    line = 6 if model else 4  # the model key, or the max length that asks the default model for more
+    assert f"scenario.yaml:{line}:" in message and "learned positions, fewer than the 8,192 tokens" in message
+    assert ("no `model:` given" in message) is (model is None)
+
+
+def test_unstated_defaults_are_said_by_validate_and_the_report(tmp_path):
+    short = write(tmp_path, LONG_ROWS.replace("8192", "512"))
+    said = CliRunner().invoke(app, ["validate", str(short)])
+    assert said.exit_code == 0, said.output
+    for default in ("model: bert-large (default: no `model:` given)", "hardware: a100 (default: no `hardware:` "
+                    "given)", "batch_size: 32 (default: no `batch_size:` given)"):
+        assert default in said.output
+    stated = write(tmp_path, LONG_ROWS.replace("8192", "512") + "model: bert-base\nhardware: h100-sxm\nbatch_size: 8\n",
+                   "stated.yaml")
+    assert load_scenario(stated).unstated_defaults() == []
+    assert "(default:" not in CliRunner().invoke(app, ["validate", str(stated)]).output
+    as_json = CliRunner().invoke(app, ["validate", str(short), "--json"])
+    (record,) = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert record["valid"] and record["defaults"] == load_scenario(short).unstated_defaults()
+    assert len(record["defaults"]) == 3
+
+
+def test_validate_json_lists_every_error_as_one_object(tmp_path):
+    path = write(tmp_path, LONG_ROWS + "steps: 0\nseed: -1\n")
+    result = CliRunner().invoke(app, ["validate", str(path), "--json"])
+    (record,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert result.exit_code == 2 and not record["valid"] and len(record["errors"]) == 2
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda path: path.name)
+def test_a_sweep_a_bundled_scenario_points_to_exists_or_runs_as_written(path, tmp_path):
+    # A comment's sweep is a bundled one by name, or an axis written out that sweeps the scenario as it is.
+    from simbench.sweep import bundled_sweeps, load_sweep
+
+    comments = " ".join(line for line in path.read_text().splitlines() if line.lstrip().startswith("#"))
+    if "sweep" not in comments:
+        return
+    axes = re.findall(r"sweep `([\w.]+): (\[[^\]]*\])`", comments)
+    named = [name for name in re.findall(r"sweep ([\w-]+)", comments) if name in bundled_sweeps()]
+    assert axes or named, f"{path.name} mentions a sweep that is neither bundled nor written out"
+    for key, values in axes:
+        base = yaml.safe_load(path.read_text())
+        sweep = tmp_path / "sweep.yaml"
+        sweep.write_text(yaml.safe_dump({"name": "pointed", "base": {k: v for k, v in base.items() if k != "name"},
+                                         "axes": {key: yaml.safe_load(values)}}))
+        assert len(load_sweep(sweep).cells) == len(yaml.safe_load(values))

@@ -1,6 +1,7 @@
 """Per-device batches: exact sampling, BatchSet invariants, sorted batches, padding exchange, bucketing."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -143,3 +144,18 @@ def test_outlier_delay_with_one_kind_draws_like_plain_packs():
     picks = OutlierDelaySampler(PACKING, threshold=100).picks(np.random.default_rng(1), 5_000, 2, 4)
     shares = np.bincount(picks, minlength=PACKING.strategies_used) / picks.size
     assert np.allclose(shares, PACKING.repeats / PACKING.packs_total, atol=0.01)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_guide_table_is_the_search_it_replaces(seed):
+    from simbench.sim.batching import _guide_table
+
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(1, 5000))
+    weights = rng.integers(0, 4, size).astype(float) if seed % 2 else rng.random(size) ** 8
+    weights[-1] += 1.0
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
+    cdf[-1] = np.inf
+    cells = 8 * size
+    assert np.array_equal(_guide_table(cdf, cells), np.searchsorted(cdf, np.arange(cells) / cells, side="right"))

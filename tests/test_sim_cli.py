@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simbench.cli import app
-from simbench.commands.common import parse_counts
+from simbench.commands.common import parse_counts, parse_strategies
 from simbench.errors import InputError
 
 RUNNER = CliRunner()
@@ -20,11 +20,34 @@ def test_json_prints_one_object_per_strategy_and_device_count():
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(record["strategy"], record["devices"]) for record in records] == [
-        ("none", 1), ("none", 4), ("spfhp:2", 1), ("spfhp:2", 4), ("unpad", 1), ("unpad", 4)]
+        ("none", 1), ("none", 4), ("pad-to-longest", 1), ("pad-to-longest", 4), ("spfhp:2", 1), ("spfhp:2", 4),
+        ("unpad", 1), ("unpad", 4)]
     for record in records:
         assert {"strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
                 "engine"} <= set(record)
         assert record["speedup"] > 0 and record["engine"] in ("simpy", "vectorized")
+        assert record["reference"] == "pad-to-longest"
+
+
+def test_baseline_names_what_every_speedup_is_over():
+    result = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "unpad", "--baseline", "sort", "--devices", "1,4",
+                                 "--steps", "5", "--batch-size", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {record["strategy"] for record in records} == {"none", "sort", "unpad"}
+    assert {record["reference"] for record in records} == {"sort"}
+    assert all(record["speedup"] == 1.0 for record in records if record["strategy"] == "sort")
+
+
+def test_comma_separated_strategies_simulate_as_the_repeated_option_does():
+    # A plan's own `:` and `=` survive; only commas separate.
+    arguments = ["simulate", "squad_1_1_384", "--devices", "1,2", "--steps", "4", "--batch-size", "4", "--json"]
+    repeated = RUNNER.invoke(app, [*arguments, "-s", "spfhp:3", "-s", "unpad", "-s", "vts-bucketed:window=2"])
+    listed = RUNNER.invoke(app, [*arguments, "-s", "spfhp:3, unpad,vts-bucketed:window=2"])
+    assert repeated.exit_code == 0 and listed.exit_code == 0, listed.output
+    assert listed.stdout == repeated.stdout
+    assert {json.loads(line)["strategy"] for line in listed.stdout.splitlines()} >= {"spfhp:3", "unpad"}
+    assert parse_strategies(["a:1,b", "c:x=2"]) == ["a:1", "b", "c:x=2"] and parse_strategies(None) is None
 
 
 def test_table_names_every_strategy():
@@ -94,7 +117,7 @@ def test_table_says_what_each_speedup_is_over_and_warns_when_a_step_outdraws_the
     assert result.exit_code == 0, result.output
     rows = {line.split("│")[1].strip() + "@" + line.split("│")[2].strip(): line for line in result.stdout.splitlines()
             if line.startswith("│")}
-    assert "vts-padded" in rows["vts@1"] and "padding" in rows["spfhp:3@1"]
+    assert "vts-padded" in rows["vts@1"] and "pad-to-longest" in rows["spfhp:3@1"]
     # 1 device x 8 packs of at most 3 sequences is fewer than 100; 16 x 8 padded sequences are more.
     warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning")]
     assert len(warnings) == 1 and "the dataset has 100" in warnings[0] and "from 16 devices" in warnings[0]
@@ -103,7 +126,8 @@ def test_table_says_what_each_speedup_is_over_and_warns_when_a_step_outdraws_the
 def test_outside_a_terminal_each_finished_stage_is_a_line_and_quiet_silences_them(tmp_path):
     tiny = tmp_path / "tiny.csv"
     tiny.write_text("length,count\n10,300\n50,400\n64,300\n")
-    arguments = ["simulate", str(tiny), "-s", "spfhp:2", "--devices", "1,2", "--steps", "2", "--batch-size", "2"]
+    arguments = ["simulate", str(tiny), "-s", "spfhp:2", "--devices", "1,2", "--steps", "2", "--batch-size", "2",
+                 "--baseline", "none"]
     lines = RUNNER.invoke(app, arguments).stderr.splitlines()
     stages = [line.split("] ", 1)[1] for line in lines if line.startswith("[")]
     assert stages == ["packed none: 1,000 packs in " + stages[0].rsplit(" in ", 1)[1],
@@ -120,13 +144,14 @@ REPLICA_SCENARIO = """
 name: replicas
 dataset: {histogram: squad_1_1_384}
 model: llama-3.1-70b
-hardware: h100-sxm
+hardware: {profile: h100-sxm, overrides: {hbm_capacity_bytes: 1.0e15}}  # of figures, not memory: HBM without limit
 gpus_per_replica: 8
 strategies: [spfhp:3, unpad]
 devices: [1, 4, 128]
 batch_size: 4
 steps: 10
 seed: 3
+compare_at: as-configured
 outputs: {lp_bounds: false}
 """
 
@@ -142,7 +167,7 @@ def test_gpus_per_replica_gives_the_figures_of_the_scenario_key(tmp_path):
                                  "--batch-size", "4", "--steps", "10", "--seed", "3", "--json"])
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(records) == len(scaling) == 9
+    assert len(records) == len(scaling) == 12  # none, the baseline pad-to-longest, spfhp:3, unpad
     for record in records:
         expected = scaling.loc[(record["strategy"], record["devices"])]
         assert record["gpus"] == 8 * record["devices"] == expected["gpus"]

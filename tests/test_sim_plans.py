@@ -4,7 +4,7 @@ import pytest
 
 from simbench.costmodels.base import ExecutionMode
 from simbench.errors import InputError
-from simbench.sim.plans import PLANS, Exchange, PlanKind, parse_plan, parse_plans, with_reference
+from simbench.sim.plans import DEFAULT_BASELINE, PLANS, Exchange, PlanKind, parse_plan, parse_plans, with_reference
 from simbench.sim.plans.vts import DEFAULT_BUCKET_WINDOW, DEFAULT_VTS_STAGES
 from simbench.strategies import available_strategies
 
@@ -79,9 +79,17 @@ def test_all_expands_to_every_packer_and_simulator_plan_once():
 
 
 def test_padding_reference_always_comes_first_and_only_once():
-    plans = with_reference(parse_plans(["unpad", "none"]))
+    plans = with_reference(parse_plans(["unpad", "none"]), "none")
     assert [plan.name for plan in plans] == ["none", "unpad"]
     assert plans[0].is_reference
+
+
+@pytest.mark.parametrize("baseline", [None, "pad-to-longest", "sort", "unpad"])
+def test_the_baseline_follows_padding_once(baseline):
+    plans = with_reference(parse_plans(["unpad", "none", "sort"]), baseline)
+    names = [plan.name for plan in plans]
+    assert names[:2] == ["none", baseline or DEFAULT_BASELINE]
+    assert sorted(names) == sorted(set(names)) and {"unpad", "sort"} <= set(names)
 
 
 @pytest.mark.parametrize("text", ["sort:3", "none:max", "sort:sort"])

@@ -3,12 +3,17 @@
 Speed-ups are measured as throughput in real tokens/s over padding's, with bert-large on a preset.
 """
 
+import functools
+
 import pytest
 
 from simbench.costmodels.gumbel import PAPER_LOCATION, PAPER_SCALE, fit_gumbel
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.histogram import load_histogram
 from simbench.sim.simulate import simulate
+
+# Measured against padding to max length, as the figures and closed forms here are.
+simulate = functools.partial(simulate, baseline="none")
 
 # Krell et al. 2021, Table 1 (Wikipedia, max length 512): realized speed-up per SPFHP depth.
 TABLE_1_SPFHP_SPEEDUPS = {2: 1.544, 3: 1.716, 4: 1.803, 8: 1.895}

@@ -51,7 +51,7 @@ def test_unpadded_step_is_the_expected_maximum_of_per_device_token_sums():
 
 
 def test_padding_step_time_is_the_closed_form():
-    result = simulate(SQUAD, [], [1, 32], LINEAR, batch_size=8, steps=20, seed=0)
+    result = simulate(SQUAD, [], [1, 32], LINEAR, batch_size=8, steps=20, seed=0, baseline="none")
     for devices, group in result.traces.groupby("devices"):
         expected = 8 * SQUAD.max_length * SECONDS_PER_TOKEN + OVERHEAD_SECONDS + LINEAR.allreduce_seconds(devices)
         assert np.allclose(group["step_seconds"], expected)
@@ -61,7 +61,7 @@ def test_packing_speedup_does_not_depend_on_the_device_count():
     """Packs have fixed shapes: every device takes the same time, nobody waits, the speed-up is flat."""
     # 38,400 packs on one device keep the Monte Carlo noise of the token count near 0.2 %.
     result = simulate(SQUAD, ["spfhp:3"], [1, 8, 64], LinearCostModel(step_overhead_seconds=1e-3),
-                      batch_size=64, steps=600, seed=0)
+                      batch_size=64, steps=600, seed=0, baseline="none")
     packed = result.summary[result.summary["strategy"] == "spfhp:3"]
     assert packed["speedup"].max() / packed["speedup"].min() - 1 < 0.005
     assert (packed["waiting_seconds"] < 1e-12).all()
@@ -74,7 +74,7 @@ def test_unpadding_loses_with_scale_and_padding_exchange_recovers_most_of_it():
     # Steps of ~30 ms: the exchange's all-gather and sort (well under 1 ms) are worth paying for.
     cost_model = LinearCostModel(seconds_per_token=1e-5, step_overhead_seconds=2e-3, allreduce_latency_seconds=1e-5)
     result = simulate(SQUAD, ["unpad", "unpad-exchange", "unpad-exchange-overlap"], [1, 2, 8, 64, 512], cost_model,
-                      batch_size=16, steps=100, seed=1)
+                      batch_size=16, steps=100, seed=1, baseline="none")
     speedup = result.summary.pivot(index="devices", columns="strategy", values="speedup")
     step = result.summary.pivot(index="devices", columns="strategy", values="step_seconds_mean")
     # Common random numbers: a larger cluster adds devices, so its slowest device is never faster.
@@ -100,7 +100,7 @@ def test_unpadding_beats_packing_on_one_device_and_loses_from_two_on():
 
 def test_breakdown_adds_up_to_the_step_time_for_every_plan():
     plans = ["spfhp:2", "unpad", "unpad-exchange", "unpad-exchange-overlap", "vts", "vts-bucketed:window=2"]
-    result = simulate(SQUAD, plans, [1, 4, 32], LINEAR, batch_size=8, steps=12, seed=2)
+    result = simulate(SQUAD, plans, [1, 4, 32], LINEAR, batch_size=8, steps=12, seed=2, baseline="none")
     summary = result.summary
     assert np.allclose(summary[list(BREAKDOWN_COLUMNS)].sum(axis=1), summary["step_seconds_mean"])
     assert (summary[list(BREAKDOWN_COLUMNS)] > -1e-12).all().all()
@@ -123,6 +123,7 @@ def test_auto_engine_uses_simpy_for_small_runs_and_draws_the_slowest_of_large_in
     summary = simulate(SQUAD, ["unpad", "unpad-exchange"], [1, 2048], LINEAR, batch_size=2, steps=5, seed=0).summary
     engines = summary.set_index(["strategy", "devices"])["engine"].to_dict()
     assert engines == {("none", 1): "simpy", ("none", 2048): "order-statistics", ("unpad", 1): "simpy",
+                       ("pad-to-longest", 1): "simpy", ("pad-to-longest", 2048): "order-statistics",
                        ("unpad", 2048): "order-statistics", ("unpad-exchange", 1): "simpy",
                        ("unpad-exchange", 2048): "vectorized"}
 
@@ -139,13 +140,13 @@ def test_same_seed_same_results_and_other_seed_other_draws():
 def test_result_contract_for_the_report():
     calls = []
     result = simulate(SQUAD, ["spfhp:2", "vts"], [1, 2], LINEAR, batch_size=4, steps=6, seed=0, progress=calls.append)
-    assert sum(calls) == 3 * 2  # (none, spfhp:2, vts) x 2 device counts
+    assert sum(calls) == 4 * 2  # (none, pad-to-longest, spfhp:2, vts) x 2 device counts
     assert {"strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
             "engine", *BREAKDOWN_COLUMNS} <= set(result.summary.columns)
     assert {"step", "step_seconds", "slowest_device_seconds", "mean_device_seconds", "allreduce_seconds",
             "real_tokens", "sequences"} <= set(result.traces.columns)
-    assert len(result.traces) == 3 * 2 * 6
-    assert set(result.packings) == {"none", "spfhp:2"}
+    assert len(result.traces) == 4 * 2 * 6
+    assert set(result.packings) == {"none", "pad-to-longest", "spfhp:2"}  # the baseline packs its random batches
     assert result.latency_samples["none"].size >= 6 and (result.latency_samples["vts"] > 0).all()
     assert set(result.vts_timeline) == {"vts"}
     packed = result.traces[result.traces["strategy"] == "spfhp:2"]
@@ -186,7 +187,7 @@ def test_sorted_batches_cost_the_slowest_devices_longest_sequence_closed_form():
     batch_size, steps = 16, 400
     sorted_padding = ExecutionPlan("sorted", PlanKind.PACKING, ExecutionMode.SORTED, packer="none", max_depth=1)
     result = simulate(SQUAD, [sorted_padding], [1, 8], LinearCostModel(seconds_per_token=1e-6),
-                      batch_size=batch_size, steps=steps, seed=4)
+                      batch_size=batch_size, steps=steps, seed=4, baseline="none")
     descending = SQUAD.expand()[::-1]
     whole_batches = descending.size // batch_size
     longest = descending[:whole_batches * batch_size].reshape(whole_batches, batch_size).max(axis=1)

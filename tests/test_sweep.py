@@ -65,7 +65,7 @@ def test_each_packing_is_made_once_for_every_cell_that_needs_it(sweep_file, tmp_
     sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", workers=0)
     assert sorted(made) == [("lpfhp", None), ("spfhp", 3)]  # 4 cells, 2 packers, one histogram
     results = sweeps.read_results(tmp_path / "out")
-    assert len(results) == 4 * 4  # cells x (3 strategies + padding), one device count each
+    assert len(results) == 4 * 5  # cells x (3 strategies + padding + the baseline, pad-to-longest), one device count
     assert set(results.columns) >= {"cell", "model", "devices", "strategy", "speedup", "seed", "simbench_version"}
 
 
@@ -158,7 +158,7 @@ def test_the_command_writes_results_summary_and_heatmap(sweep_file, tmp_path):
 
 def test_the_bundled_sweep_has_two_hundred_valid_cells_and_runs_by_name():
     sweep = sweeps.load_sweep("context-vs-scale")
-    assert len(sweep.cells) == 200 and sweep.report_axes == ("devices", "dataset.max_length")
+    assert len(sweep.cells) == 170 and sweep.report_axes == ("devices", "dataset.max_length")
     assert sweep.name == "context-vs-scale" and "context-vs-scale" in sweeps.bundled_sweeps()
     listing = CliRunner().invoke(app, ["list"])
     assert "Bundled sweeps (simbench sweep NAME)" in listing.output and "context-vs-scale" in listing.output
@@ -419,3 +419,35 @@ def test_a_sweep_reports_its_packings_then_its_cells_with_the_work_they_hold(swe
     assert [state.done for state in cells] == [1, 2, 3, 4] and cells[-1].remaining_work == pytest.approx(0, abs=1e-9)
     assert cells[0].remaining_seconds is None  # the first cell to finish is not timed: it paid for the start
     assert all(state.remaining_seconds is not None for state in cells[1:])
+
+
+@pytest.mark.parametrize("stop_in", ["_scaling_facets", "_winner_heatmap"])
+def test_a_sweep_stopped_while_writing_its_reports_resumes_and_rewrites_them(finished_sweep, tmp_path, monkeypatch,
+                                                                           stop_in):
+    """Interrupted after its cells finished, between one report file and the next (a file replaced, the ledger
+    not yet told its hash): --resume rewrites the reports, where it had refused them as the user's edits."""
+    import json
+
+    from simbench.report import sweep as sweep_report
+
+    out = copy_of(finished_sweep, tmp_path)
+    for name in ("summary.md", "scaling.png", "winners.png"):  # as a first run is when its last cell finishes
+        (out / name).unlink()
+    ledger = json.loads((out / "sweep.json").read_text())
+    (out / "sweep.json").write_text(json.dumps({**ledger, "reports": {}}))
+    real = getattr(sweep_report, stop_in)
+
+    def stopped(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_report, stop_in, stopped)
+    stopped_run = resume(finished_sweep[0], out)
+    assert stopped_run.exit_code == 130, stopped_run.output
+    monkeypatch.setattr(sweep_report, stop_in, real)
+    result = resume(finished_sweep[0], out)
+    assert result.exit_code == 0, result.output
+    assert (out / "summary.md").read_text() == (finished_sweep[1] / "summary.md").read_text()
+    ledger = json.loads((out / "sweep.json").read_text())
+    assert set(ledger["reports"]) == {"summary.md", "scaling.png", "winners.png"}
+    assert "writing" not in ledger["reports"].values()

@@ -3,6 +3,7 @@ of the cell's scenario and the layout's columns; a layout a cell cannot hold is 
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -117,12 +118,19 @@ def test_cells_share_packings_and_a_workload_balancing_packer_gets_each_models_p
                                              r"parallel.cp_sharding: Input should be 'contiguous', 'zigzag' or "
                                              r"'per-document'"),
     ("devices: [16, 10]", r"cell 1 \(devices=10\): devices: 10 is not a multiple of tp x pp x cp = 2 x 1 x 2"),
-    ("model: [bert-large, llama-3.1-70b]", r"cell 1 \(model=llama-3.1-70b\): parallel: the layout needs .* GiB .* "
-                                           r"more than h100-sxm's 80.0 GiB of HBM"),
 ])
 def test_a_layout_a_cell_cannot_hold_is_refused_naming_the_cell_and_key(tmp_path, axis, message):
     with pytest.raises(InputError, match=message):
         sweep_of(tmp_path, BASE + f"axes:\n  {axis}\n")
+
+
+def test_a_cell_whose_model_does_not_fit_memory_is_refused_saying_what_would(tmp_path):
+    text = (BASE.replace("  steps: 3\n", "  steps: 3\n  memory: refuse\n")
+            + "axes:\n  model: [bert-large, llama-3.1-70b]\n")
+    with pytest.raises(InputError, match=r"cell 1 \(model=llama-3.1-70b\): memory: no strategy fits h100-sxm's 80 GiB "
+                                         r"of HBM per GPU: .* on 16 GPUs \(ZeRO 1, recompute none\); it fits with "
+                                         r"`memory: auto` \(ZeRO 3, recompute none\)"):
+        sweep_of(tmp_path, text)
 
 
 def test_the_sweep_summary_says_what_a_device_is_where_a_cell_has_a_layout(swept, tmp_path):
@@ -131,3 +139,19 @@ def test_the_sweep_summary_says_what_a_device_is_where_a_cell_has_a_layout(swept
     sweep, results = swept
     write_sweep_report(tmp_path, sweep.name, sweep.axes, None, [], results)
     assert "its devices are data-parallel replicas of `gpus_per_replica` GPUs" in (tmp_path / "summary.md").read_text()
+
+
+def test_slow_packers_packed_in_workers_give_the_same_packings(squad):
+    from simbench.sim.simulate import pack_plans
+    from simbench.strategies import get_strategy
+    from simbench.workers import ReportWorkers
+
+    plans = ["greedy", "nnlshp:3", "nnlshp:2", "spfhp:3", "optimal:3"]
+    assert get_strategy("greedy").slow and get_strategy("nnlshp").slow
+    here = pack_plans(squad, plans, batch_size=32, seed=3)
+    with ReportWorkers(processes=2) as workers:
+        beside = pack_plans(squad, plans, batch_size=32, seed=3, workers=workers)
+    assert list(beside) == list(here)  # in the plans' order, whichever finished first
+    for name, packing in here.items():
+        assert np.array_equal(beside[name].rows, packing.rows), name
+        assert np.array_equal(beside[name].repeats, packing.repeats), name

@@ -7,7 +7,7 @@ layers on padded rows and on flat variable-length batches, the first step at eac
     >>> sorted({shape.kind for shape in shapes}), all(shape.tokens <= 1024 for shape in shapes)
     (['padded', 'varlen'], True)
 
-One step is what `timing_grid.py` (simbench/data/measurements/h200-2026-11) timed on an H200: the layers
+One step is what the stored H200 grid (simbench/data/measurements/h200-2026-11) timed: the layers
 alone (no embeddings, head or optimizer) from a random input that requires grad, to the mean square of the
 output, between two device synchronisations. `padded` rows attend over the whole row (bidirectional for an
 encoder, causal for a decoder); `varlen` batches are one flat batch of documents, attention within each.
@@ -42,7 +42,7 @@ from simbench.validation import check_seed, check_whole_number
 # are multiples of it, its held-out ones are not.
 TILE = 128
 # The token counts of a step on each kind of device, as multiples of the grid's longest row: a GPU grid
-# as timing_grid.py's on the H200 (rows of up to 512 tokens for an encoder, 16,384 for a decoder), a CPU
+# as the stored H200 grid's (rows of up to 512 tokens for an encoder, 16,384 for a decoder), a CPU
 # grid a few hundred tokens a step, so that a small model's grid takes seconds.
 LONGEST_ROW = {("cuda", "encoder"): 512, ("cuda", "decoder"): 16_384, ("cpu", "encoder"): 256, ("cpu", "decoder"): 256}
 GRID_RECORD_FIELDS = ("model", "layers", "kind", "rows", "row_length", "documents", "tokens", "first_ms",
@@ -98,7 +98,7 @@ def _cpu_shapes(longest: int, quick: bool, rng: np.random.Generator) -> list[Gri
 
 
 def _gpu_encoder_shapes(longest: int, rng: np.random.Generator) -> list[GridShape]:
-    """timing_grid.py's encoder grid, scaled to the model's longest row (512 for BERT-large: the same shapes)."""
+    """The stored H200 grid's encoder shapes, scaled to the model's longest row (512 for BERT-large: the same shapes)."""
     shapes = [GridShape("padded", total // length, length) for length in (longest // 4, longest // 2,
                                                                          3 * longest // 4, longest)
               for total in (8 * longest, 16 * longest, 32 * longest)]
@@ -110,7 +110,7 @@ def _gpu_encoder_shapes(longest: int, rng: np.random.Generator) -> list[GridShap
 
 
 def _gpu_decoder_shapes(longest: int, rng: np.random.Generator) -> list[GridShape]:
-    """timing_grid.py's decoder grid, scaled to the model's longest row (16,384: the same shapes, but for
+    """The stored H200 grid's decoder shapes, scaled to the model's longest row (16,384: the same shapes, but for
     the odd rows' lengths, rounded off multiples of 128)."""
     shapes = [GridShape("padded", max(1, longest // length), length)
               for length in (longest // 16, longest // 8, longest // 4, longest // 2, longest)]
@@ -186,7 +186,7 @@ def time_grid(settings: GridSettings, progress: Callable[[], None] = lambda: Non
     settings.check_work(shapes)
     torch.set_num_threads(settings.threads)
     device = torch.device(settings.device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # as timing_grid.py; CPUs lack fast bf16
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # as the stored H200 grid; CPUs lack fast bf16
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(settings.seed)
     layers = _layers(settings).to(device, dtype)

@@ -6,7 +6,7 @@ variable-length batches of model slices), and says how well it predicts the timi
     >>> fit.held_out_median_error < 0.05
     True
 
-The grid's format is that of `timing_grid.py` (simbench/data/measurements/h200-2026-11): one JSON object
+The grid's format is the stored H200 grid's (simbench/data/measurements/h200-2026-11): one JSON object
 a line with model, layers, kind (padded | varlen), rows, row_length, documents, tokens, first_ms and
 median_ms. Every prediction goes through `TransformerCostModel`, so the fit and the simulator price a step
 the same way. It never imports torch: a grid timed elsewhere is fitted on any machine.
@@ -33,6 +33,9 @@ from simbench.errors import InputError, read_text_file
 # A copy of ../shared/measurements/h200-2026-11 (one NVIDIA H200, PyTorch 2.11, bf16, eager; its README says how).
 SHIPPED_GRID = Path(str(resources.files("simbench.data"))) / "measurements" / "h200-2026-11" / "grid.jsonl"
 KINDS = ("padded", "varlen")
+# The shortest step time a grid line may state: a forward and backward pass through a layer launches kernels
+# for microseconds at least, so a shorter time is a unit mistake, and would drive the rates past their bounds.
+STEP_MS_MIN = 1e-3
 GRID_FIELDS = ("model", "layers", "kind", "rows", "row_length", "documents", "tokens", "first_ms", "median_ms")
 # Eager PyTorch issues about 1,200 kernels a step for 24 encoder layers (the grid's README): 50 a layer.
 # The count is held; the host's time per kernel is fitted, so only their product (the floor) matters.
@@ -57,6 +60,16 @@ FITTED_FIELDS = {
     "varlen_bidirectional_attention_fraction": ((0.05, 2.0), 1.0),
     "varlen_bidirectional_half_length_tokens": ((0.0, 1e5), 1e3),
 }
+# The solver's settings, fixed so that a fit does not depend on the machine: starts, tolerances, evaluations,
+# and the relative difference in cost below which two starts' minima tie (the earlier start is kept).
+FIT_STARTS = 8
+FIT_START_SPREAD = 4.0
+FIT_TOLERANCE = 1e-12
+FIT_EVALUATIONS_MAX = 2_000
+FIT_TIE_RELATIVE = 1e-9
+# Each start is solved in the solver's fixed coordinates and in coordinates scaled by the Jacobian: each reaches
+# minima the other misses on some grids.
+FIT_COORDINATE_SCALES = (1.0, "jac")
 # The rates whose bounds and start follow the device's speed (`_rate_scale`).
 RATE_FIELDS = ("linear_flops_per_s", "attention_flops_per_s")
 _START = {"linear_flops_per_s": 0.7e15, "dense_half_saturation_width": 500.0, "attention_flops_per_s": 0.45e15,
@@ -166,8 +179,9 @@ def _timing_of_line(line: str, source: str, number: int) -> GridTiming:
             raise bad(f"{key} must be a whole number from 1 to {1 << 24}, found {value!r}")
     for key in ("first_ms", "median_ms"):
         value = record[key]
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1e7:
-            raise bad(f"{key} must be a positive time in milliseconds, found {value!r}")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not STEP_MS_MIN <= value < 1e7:
+            raise bad(f"{key} must be a time in milliseconds from {STEP_MS_MIN:g} (a microsecond: no training "
+                      f"step of a layer is shorter) to 1e7, found {value!r}")
     documents = record["documents"]
     if record["kind"] == "varlen":
         if (not isinstance(documents, list) or not documents
@@ -283,8 +297,29 @@ def _fit_values(base: dict, timings: Sequence[GridTiming]) -> dict[str, float]:
         return np.log(predicted / measured)
 
     start = np.clip(np.array([_START[name] for name in names]) / gpu_scales, lower + 1e-9, upper - 1e-9)
-    solution = least_squares(residuals, start, bounds=(lower, upper), x_scale="jac")
-    return values_of(solution.x)
+    # The cost has several local minima (a faster host per kernel against a slower rate, a saturation that
+    # trades with the attention rate); which one an adaptive solver reaches from one start differed between
+    # machines. Every start of a fixed set is solved to tight tolerances with fixed coordinate scales, and the
+    # lowest cost wins (the earliest start on a tie), so the same grid gives the same profile anywhere.
+    best = None
+    for point in _starts(start, lower, upper):
+        for x_scale in FIT_COORDINATE_SCALES:
+            solution = least_squares(residuals, point, bounds=(lower, upper), x_scale=x_scale, ftol=FIT_TOLERANCE,
+                                     xtol=FIT_TOLERANCE, gtol=FIT_TOLERANCE, max_nfev=FIT_EVALUATIONS_MAX)
+            if best is None or solution.cost < best.cost * (1 - FIT_TIE_RELATIVE):
+                best = solution
+    return values_of(best.x)
+
+
+def _starts(start: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> list[np.ndarray]:
+    """The fit's starting points: the usual start, then FIT_STARTS - 1 points of an unscrambled Halton sequence
+    spread a factor FIT_START_SPREAD either side of it (in log, or linearly for a term whose start is 0)."""
+    from scipy.stats import qmc
+
+    unit = qmc.Halton(d=start.size, scramble=False).random(FIT_STARTS)[1:]  # its first point is the origin
+    factors = FIT_START_SPREAD ** (2 * unit - 1)
+    points = [start] + [np.clip(start * factor, lower + 1e-9, upper - 1e-9) for factor in factors]
+    return points
 
 
 def _rate_scale(timings: Sequence[GridTiming]) -> float:
@@ -318,15 +353,27 @@ def first_sight_fields(timings: Sequence[GridTiming]) -> dict[str, float]:
             "first_sight_varlen_seconds_per_layer": median("varlen") or 0.0}
 
 
+def check_evidence(timings: Sequence[GridTiming]) -> None:
+    """InputError unless the timings hold at least as many distinct shapes as the fit has terms, and padded
+    shapes of more than one token count (else the saturation and the floor cannot be told from the rate): the
+    same timing written many times is one piece of evidence, and a fit on it would return its start values."""
+    shapes = {(t.model, t.layers, t.kind, t.rows, t.row_length, t.documents) for t in timings}
+    if len(shapes) < len(FITTED_FIELDS):
+        raise InputError(f"the timing grid has {len(shapes)} distinct shapes to fit {len(FITTED_FIELDS)} terms on "
+                         f"({len(timings)} timings, held out: {HELD_OUT_RULE}); time more shapes")
+    padded_tokens = {t.tokens for t in timings if t.kind == "padded"}
+    if len(padded_tokens) < 2:
+        raise InputError(f"the timing grid's padded shapes hold {len(padded_tokens)} distinct token count(s); "
+                         "the rate, its saturation and the launch floor need padded steps of several sizes")
+
+
 def fit_grid(timings: Sequence[GridTiming], base: HardwareProfile | str = "h200") -> GridFit:
     """Fit the profile's GPU terms on every timing, and again without the held-out ones to predict them."""
     timings = tuple(timings)
     base_data = grid_base(base)
     held_in = [timing for timing in timings if not timing.held_out]
     held_out = [timing for timing in timings if timing.held_out]
-    if len(held_in) < len(FITTED_FIELDS):
-        raise InputError(f"the timing grid has {len(held_in)} timings to fit {len(FITTED_FIELDS)} terms on "
-                         f"(held out: {HELD_OUT_RULE}); time more shapes")
+    check_evidence(held_in)
     partial = _profile(base_data, _fit_values(base_data, held_in))
     held_out_predicted = predict_grid(partial, held_out) if held_out else np.zeros(0)
     values = _fit_values(base_data, timings)

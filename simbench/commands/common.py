@@ -53,6 +53,14 @@ def parse_counts(text: str, option: str) -> list[int]:
     return counts
 
 
+def parse_strategies(values: Iterable[str] | None) -> list[str] | None:
+    """A repeatable `--strategy` whose values may each list several, comma-separated (`-s spfhp:3,unpad`), as
+    `--devices 1,8` does; a plan's name holds `:` and `=` but never a comma."""
+    if values is None:
+        return None
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
 def parse_model(text: str):
     """A model preset name, or dimensions written `layers=2,hidden=128,heads=2,ffn=512`."""
     from simbench.costmodels.model import get_model

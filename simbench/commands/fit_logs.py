@@ -30,7 +30,7 @@ def fit_logs(
     steps: int = typer.Option(1000, "--steps", help="simulated steps per log"),
     seed: int = typer.Option(0, "--seed", min=0),
     output: Path = typer.Option(None, "-o", "--output", help="write the fitted hardware profile (YAML) here"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object per table row"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines: one JSON object per table row"),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Fit profile fields on some logs, then compare simbench with every log: fitted or predicted, and the error."""

@@ -27,7 +27,7 @@ def gumbel(
     devices: str = typer.Option(",".join(map(str, DEFAULT_DEVICES)), "--devices",
                                 help="comma-separated device counts to extrapolate to"),
     after_step: int = typer.Option(50, "--after-step", help="with --log: skip warm-up steps up to this one"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines: the fit as one JSON object on one line"),
 ) -> None:
     """Single-device Gumbel behind a cluster fit, and the expected cluster speed-up per device count."""
     from simbench.costmodels import extrapolation

@@ -6,12 +6,14 @@ from simbench.commands.common import print_table
 
 
 def list_everything(profile: str = typer.Option(None, "--profile", help="show one hardware preset or profile "
-                                                                       "file: every field, its value and source")
-                    ) -> None:
+                                                                       "file: every field, its value and source"),
+                    as_json: bool = typer.Option(False, "--json", help="JSON lines: one object per row, with its "
+                                                                       "section")) -> None:
     """Show strategies, simulator plans, cost models, bundled histograms and scenarios, and model and hardware
     presets."""
+    show = _json_section if as_json else _section
     if profile is not None:
-        list_profile(profile)
+        list_profile(profile, show)
         return
     from simbench.costmodels import COST_MODELS, HARDWARE_PRESETS, MODEL_PRESETS
     from simbench.data import bundled_files
@@ -19,25 +21,25 @@ def list_everything(profile: str = typer.Option(None, "--profile", help="show on
     from simbench.sim.plans import PLANS
     from simbench.strategies import available_strategies
 
-    _section("Packers and batchers (registry)", ["name", "description"],
-             [(name, strategy.description) for name, strategy in available_strategies().items()])
-    _section("Simulator plans", ["name", "description"],
-             [(name, plan.description + (f"; own keys: {', '.join(plan.parameters)}" if plan.parameters else ""))
-              for name, plan in PLANS.items()])
-    _section("Cost models", ["name", "description"],
-             [(name, cost_model.description) for name, cost_model in COST_MODELS.items()])
-    _section("Bundled histograms", ["name", "file"], [(name, str(path)) for name, path in bundled_histograms().items()])
-    _section("Bundled scenarios (simbench run NAME)", ["name", "file"],
-             # bundled_files, not scenario.py: its pydantic models cost more start-up time than the rest of `list`
-             [(name, str(path)) for name, path in bundled_files("scenarios", ".yaml").items()])
-    _section("Bundled sweeps (simbench sweep NAME)", ["name", "file"],
-             [(name, str(path)) for name, path in bundled_files("scenarios/sweeps", ".yaml").items()])
-    _section("Model presets", ["name", "layers", "hidden", "heads", "ffn"],
-             [(name, *map(str, (model.layers, model.hidden, model.heads, model.ffn)))
-              for name, model in MODEL_PRESETS.items()])
-    _section("Hardware presets (`simbench list --profile NAME`: every field and its source)",
-             ["name", "fields: measured or fitted / datasheet / chosen", "source"],
-             [(name, _field_counts(profile), profile.source) for name, profile in HARDWARE_PRESETS.items()])
+    show("Packers and batchers (registry)", ["name", "description"],
+         [(name, strategy.description) for name, strategy in available_strategies().items()])
+    show("Simulator plans", ["name", "description"],
+         [(name, plan.description + (f"; own keys: {', '.join(plan.parameters)}" if plan.parameters else ""))
+          for name, plan in PLANS.items()])
+    show("Cost models", ["name", "description"],
+         [(name, cost_model.description) for name, cost_model in COST_MODELS.items()])
+    show("Bundled histograms", ["name", "file"], [(name, str(path)) for name, path in bundled_histograms().items()])
+    show("Bundled scenarios (simbench run NAME)", ["name", "file"],
+         # bundled_files, not scenario.py: its pydantic models cost more start-up time than the rest of `list`
+         [(name, str(path)) for name, path in bundled_files("scenarios", ".yaml").items()])
+    show("Bundled sweeps (simbench sweep NAME)", ["name", "file"],
+         [(name, str(path)) for name, path in bundled_files("scenarios/sweeps", ".yaml").items()])
+    show("Model presets", ["name", "layers", "hidden", "heads", "ffn"],
+         [(name, *map(str, (model.layers, model.hidden, model.heads, model.ffn)))
+          for name, model in MODEL_PRESETS.items()])
+    show("Hardware presets (`simbench list --profile NAME`: every field and its source)",
+         ["name", "fields: measured or fitted / datasheet / chosen", "source"],
+         [(name, _field_counts(profile), profile.source) for name, profile in HARDWARE_PRESETS.items()])
 
 
 def _field_counts(profile) -> str:
@@ -48,18 +50,24 @@ def _field_counts(profile) -> str:
     return f"{measured} / {kinds.count('datasheet')} / {len(kinds) - measured - kinds.count('datasheet')}"
 
 
-def list_profile(name: str) -> None:
+def list_profile(name: str, show=None) -> None:
     """One hardware preset or profile file: every field, its value and where it comes from."""
     from simbench.report.validation_table import profile_provenance
 
     rows = profile_provenance(name)
-    _section(f"Hardware profile {name}", ["field", "value", "source"],
-             [(row["field"], f"{row['value']:.4g}" if isinstance(row["value"], float) else str(row["value"]),
-               row["source"]) for row in rows])
+    values = [f"{row['value']:.4g}" if isinstance(row["value"], float) else str(row["value"]) for row in rows]
+    (show or _section)(f"Hardware profile {name}", ["field", "value", "source"],
+                       [(row["field"], value, row["source"]) for row, value in zip(rows, values)])
 
 
 def _section(title: str, columns: list[str], rows: list[tuple[str, ...]]) -> None:
     print_table(title, columns, rows, left=columns, title_justify="left")
+
+
+def _json_section(title: str, columns: list[str], rows: list[tuple[str, ...]]) -> None:
+    from simbench.commands.common import print_json_lines
+
+    print_json_lines({"section": title.split(" (")[0], **dict(zip(columns, row))} for row in rows)
 
 
 def register(app: typer.Typer) -> None:

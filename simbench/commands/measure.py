@@ -11,7 +11,8 @@ import typer
 
 from simbench.calibrate.runs import DEFAULT_MAX_LENGTH
 from simbench.commands.common import (UNPADDED_HELP, WALL_CLOCK_HELP, advancing, command, parse_model,
-                                      print_json_lines, print_table, progress_bar, say, stdout_to_stderr)
+                                      parse_strategies, print_json_lines, print_table, progress_bar, say,
+                                      stdout_to_stderr)
 
 
 
@@ -20,8 +21,8 @@ def measure(
                                  help="scenario YAML or bundled scenario (its strategies are measured), or a "
                                       "histogram file or bundled histogram name (padding, sort, lpfhp, unpadding)"),
     strategy: list[str] = typer.Option(None, "--strategy", "-s",
-                                       help="strategy to measure instead (repeat the option), written as for "
-                                            "simulate: none, sort, spfhp:3, packed-varlen:lpfhp, unpad, "
+                                       help="strategy to measure instead (repeat the option, or separate by commas), "
+                                            "written as for simulate: none, sort, spfhp:3, packed-varlen:lpfhp, unpad, "
                                             "token-budget, group-by-length..."),
     device: str = typer.Option(None, "--device", help="cpu or cuda[:N]; default: cuda when available"),
     steps: int = typer.Option(16, "--steps", help="timed batches per strategy"),
@@ -44,7 +45,8 @@ def measure(
     quick: bool = typer.Option(False, "--quick", help="without --profile: a quick calibration (seconds, for tests)"),
     unpadded_attention: str = typer.Option(None, "--unpadded-attention", help=UNPADDED_HELP),
     wall_clock: bool = typer.Option(False, "--wall-clock", help=WALL_CLOCK_HELP),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object per strategy (only JSON on stdout)"),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="JSON lines: one JSON object per strategy (only JSON on stdout)"),
     output_dir: Path = typer.Option(None, "-o", "--output", help="folder for the CSV, the plot and the settings"),
 ) -> None:
     """Run real training steps per strategy and compare realized speed-ups with the cost model's, at first
@@ -59,7 +61,8 @@ def measure(
         run = measure_strategies(source, output_dir=output_dir, model=spec, layers=layers, device=device,
                                  steps=steps, batch_size=batch_size, repeats=repeats, profile_path=profile_path,
                                  max_length=max_length, threads=threads, seed=seed, quick=quick,
-                                 unpadded_attention=unpadded_attention, wall_clock=wall_clock, strategies=strategy,
+                                 unpadded_attention=unpadded_attention, wall_clock=wall_clock,
+                                 strategies=parse_strategies(strategy),
                                  progress=advancing(progress, progress.add_task("timing")), note=say)
     if as_json:
         print_json_lines(run.table[MEASURE_COLUMNS].to_dict(orient="records"))

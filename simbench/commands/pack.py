@@ -23,14 +23,14 @@ def pack(
     max_length: int = typer.Option(None, "--max-length", help="pack length in tokens [default: the histogram's]"),
     seed: int = typer.Option(0, "--seed", help="seed of the random shuffle (greedy)"),
     batch_size: int = typer.Option(32, "--batch-size", help="sequences per batch (sort)"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON object per strategy per line"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines: one JSON object per strategy"),
     check_baseline: bool = typer.Option(False, "--check-baseline",
                                         help="compare with the recorded efficiencies; exit 1 where a packer needs more "
                                              "than one pack beyond its record"),
     baseline_path: Path = typer.Option(None, "--baseline", help="records for --check-baseline [default: bundled]"),
     bound: bool = typer.Option(None, "--bound/--no-bound",
                                help="compute the LP lower bound on packs [default: only where it is cheap]"),
-    time_limit_seconds: float = typer.Option(None, "--time-limit", help="seconds optimal may search for packs it "
+    time_limit_seconds: float = typer.Option(None, "--time-limit", help="CPU seconds optimal may search for packs it "
                                              "can prove optimal, once it has its bound [default: 5]"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:

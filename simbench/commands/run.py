@@ -23,6 +23,8 @@ def run(
                                                  "(a file of several scenarios: DIR/<scenario name>)"),
     quick: bool = typer.Option(False, "--quick", help="every strategy, but few steps and device counts (seconds)"),
     seed: int = typer.Option(None, "--seed", min=0, help="replace the scenario's seed"),
+    seeds: int = typer.Option(None, "--seeds", help="replace the scenario's seeds: whole simulations with seeds "
+                              "seed, seed+1, ..., reported as their mean and spread"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Simulate a scenario and write its report: tables, summary.md and plots."""
@@ -35,7 +37,7 @@ def run(
     from simbench.scenario import load_scenarios
 
     console = Console(stderr=True)
-    scenarios = load_scenarios(scenario_path, seed=seed)
+    scenarios = load_scenarios(scenario_path, seed=seed, seeds=seeds)
     if quick:
         scenarios = [scenario.quickened() for scenario in scenarios]
     targets = [out if out is not None and len(scenarios) == 1 else (out or REPORTS_DIR) / scenario.name
@@ -55,40 +57,85 @@ def run(
                       f"{histogram.max_length:,} tokens; packing {len(scenario.strategies)} strategies")
             with progress_bar(console, quiet) as progress:
                 task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
+                tell = _telling(progress, task, stage)
                 tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units),
-                                        stage=stage, workers=workers)
-                progress.update(task, description=f"writing {target}")
-                if stage is not None:
-                    stage(f"writing {target}/")
-                write_report(target, scenario, histogram, tables, workers, stage)
+                                        stage=tell, workers=workers)
+                tell(f"writing {target}/")
+                write_report(target, scenario, histogram, tables, workers, tell)
             say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")
             warning = overdraw_warning(tables.scaling, histogram.sequences)
             if warning:
                 say(warning.replace("**", ""))
 
 
-def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP)) -> None:
-    """Check a scenario file without running it; every error in it is listed at once."""
+def _telling(progress, task, stage):
+    """Each finished stage in the live bar's words (a terminal), and as a line where `stage` speaks (elsewhere):
+    the fits, the 4D table and the plots take seconds after the bar is full, and neither stays silent then."""
+    width = 70
+
+    def tell(text: str) -> None:
+        progress.update(task, description=text if len(text) <= width else text[:width - 3] + "...")
+        if stage is not None:
+            stage(text)
+
+    return tell
+
+
+def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
+             as_json: bool = typer.Option(False, "--json", help="JSON lines: one object per scenario (valid, its "
+                                          "defaults, memory line and warnings) or one with every error")) -> None:
+    """Check a scenario file without running it; every error in it is listed at once, and every default it
+    runs with (model, hardware, batch size not given) is said."""
+    from simbench.commands.common import print_json_lines
     from simbench.errors import InputErrors
     from simbench.scenario import load_scenarios
 
     try:
         scenarios = load_scenarios(scenario_path)  # validating loads each dataset
-    except InputErrors as errors:
-        if len(errors.errors) == 1:
-            raise errors.errors[0] from None  # one line, as every command says one error
-        for error in errors.errors:
+    except InputError as failure:  # InputErrors holds every error of the file; others come alone
+        errors = failure.errors if isinstance(failure, InputErrors) else [failure]
+        if as_json:
+            print_json_lines([{"file": str(scenario_path), "valid": False, "errors": [str(error) for error in errors]}])
+            raise typer.Exit(2) from None
+        if len(errors) == 1:
+            raise errors[0] from None  # one line, as every command says one error
+        for error in errors:
             say(f"error: {error}")
-        say(f"{scenario_path}: {len(errors.errors)} errors")
+        say(f"{scenario_path}: {len(errors)} errors")
         raise typer.Exit(2) from None
     for scenario in scenarios:
-        say(f"{scenario_path}: valid scenario {scenario.name!r} ({len(scenario.strategies)} strategies, "
+        budget, warnings = _memory_budget_line(scenario), scenario.depth_warnings()
+        if as_json:
+            print_json_lines([{"file": str(scenario_path), "valid": True, "scenario": scenario.name,
+                               "strategies": [spec.label for spec in scenario.strategies],
+                               "devices": list(scenario.devices), "defaults": scenario.unstated_defaults(),
+                               "memory": budget, "warnings": warnings}])
+            continue
+        count = len(scenario.strategies)
+        say(f"{scenario_path}: valid scenario {scenario.name!r} ({count} strateg{'y' if count == 1 else 'ies'}, "
             f"devices {', '.join(map(str, scenario.devices))})")
-        budget = _memory_budget_line(scenario)
+        for default in scenario.unstated_defaults():
+            say(default)
         if budget is not None:
             say(budget)
-        for warning in scenario.depth_warnings():
+        for line in _memory_lines(scenario):
+            say(f"memory: {line}")
+        for warning in warnings:
             say(f"warning: {warning}")
+        for line in _footing_lines(scenario):
+            say(line)
+
+
+def _footing_lines(scenario) -> list[str]:
+    """How the run sizes its strategies' optimizer steps, and each way they are not on equal footing."""
+    from simbench.resolved import resolve
+
+    run = resolve(scenario)
+    footing = run.footing
+    lines = [f"compare_at: {footing.compare_at}: expected real tokens per optimizer step "
+             + ", ".join(f"{run.label(name)} {plan.expected_real_tokens_per_step:,.0f}"
+                         for name, plan in footing.plans.items())]
+    return lines + [f"warning: {warning}" for warning in footing.warnings(run.label)]
 
 
 def _memory_budget_line(scenario) -> str | None:
@@ -102,6 +149,19 @@ def _memory_budget_line(scenario) -> str | None:
         return None
     tokens = layout_token_budget(model, hardware, scenario.layout, min(scenario.replica_devices))
     return budget_sentence(tokens, scenario.layout)
+
+
+def _memory_lines(scenario) -> list[str]:
+    """The memory check `run` prices by (`simbench.resolved.scenario_memory`), in words."""
+    from simbench.resolved import scenario_plans
+    from simbench.scenario import scenario_memory
+    from simbench.sim.memory_fit import memory_sentences
+
+    memory = scenario_memory(scenario, scenario_plans(scenario))
+    if memory is None:
+        return []
+    return memory_sentences(memory.table(), one_gpu_layout=memory.raised and scenario.layout is None,
+                            replica_word="device" if scenario.layout is None else "replica")
 
 
 def plot(report: Path = typer.Argument(..., metavar="DIR", help="an existing report folder")) -> None:

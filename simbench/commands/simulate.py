@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import typer
 
-from simbench.commands.common import (QUIET_HELP, command, parse_counts, print_json_lines, print_table, progress_bar,
-                                      say, stage_lines)
+from simbench.commands.common import (QUIET_HELP, command, parse_counts, parse_strategies, print_json_lines,
+                                      print_table, progress_bar, say, stage_lines)
 from simbench.validation import DEFAULT_DEVICES, SIMULATED_ROWS_MAX
 
 TABLE_COLUMNS = ("strategy", "devices", "speed-up", "over", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms", "engine")
@@ -20,7 +20,12 @@ def simulate(
     strategy: list[str] = typer.Option(..., "--strategy", "-s",
                                        help="NAME[:DEPTH] of a packer, unpad, unpad-exchange, unpad-exchange-overlap, "
                                             "packed-varlen[:PACKER][:DEPTH], vts[:stages=S], "
-                                            "vts-bucketed[:window=K], or all; repeatable"),
+                                            "vts-bucketed[:window=K], or all; repeatable or "
+                                            "comma-separated (-s spfhp:3,unpad)"),
+    baseline: str = typer.Option(None, "--baseline",
+                                 help="the strategy every speed-up is over, written as --strategy takes one, e.g. "
+                                      "none (every sequence padded to the longest possible); default: a scenario's "
+                                      "default `baseline`, random batches each padded to their own longest"),
     devices: str = typer.Option(",".join(map(str, DEFAULT_DEVICES)), "--devices", "-n",
                                 help="comma-separated device counts"),
     model: str = typer.Option("bert-large", "--model", help="model preset"),
@@ -39,12 +44,12 @@ def simulate(
     shapes: str = typer.Option("auto", "--shapes", help="which steps pay a new batch shape's first-sight cost: "
                                "new, seen or auto (the average over --training-steps)"),
     training_steps: int = typer.Option(10_000, "--training-steps", help="steps of the training run simulated"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON object per (strategy, devices) line"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines: one JSON object per (strategy, devices)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
     max_rows: int = typer.Option(SIMULATED_ROWS_MAX, "--max-rows",
                                  help="refuse a run that would draw and price more sequences or packs than this"),
 ) -> None:
-    """Simulate data-parallel training steps of each strategy and report speed-ups over padding."""
+    """Simulate data-parallel training steps of each strategy and report speed-ups over the baseline."""
     from rich.console import Console
 
     from simbench.commands.common import field_values
@@ -52,10 +57,10 @@ def simulate(
     from simbench.resolved import Run
     from simbench.sim.results import with_per_gpu_columns
 
-    run = Run.from_options(histogram, strategy, parse_counts(devices, "--devices"), model=model, hardware=hardware,
-                           overrides=field_values(settings), cost_model=cost_model_name,
+    run = Run.from_options(histogram, parse_strategies(strategy), parse_counts(devices, "--devices"), model=model,
+                           hardware=hardware, overrides=field_values(settings), cost_model=cost_model_name,
                            gpus_per_replica=gpus_per_replica, batch_size=batch_size, steps=steps, seed=seed,
-                           engine=engine, shapes=shapes, training_steps=training_steps)
+                           engine=engine, shapes=shapes, training_steps=training_steps, baseline=baseline)
     lengths = run.histogram
     console = Console(stderr=True)
     with progress_bar(console, quiet) as progress:
@@ -73,7 +78,8 @@ def simulate(
         columns = (*TABLE_COLUMNS[:2], *REPLICA_COLUMNS, *TABLE_COLUMNS[2:]) if replicas else TABLE_COLUMNS
         # The table needs ~120 columns; a narrower pipe or terminal would truncate every number.
         print_table(f"{lengths.name}, {model} on {hardware}{_replicas(run.gpus_per_replica)}: speed-up over "
-                    "the row's reference (padding unless `over` names another) at the same device count",
+                    f"the row's reference (`over`: the baseline {run.baseline.name}, or VTS's padded pipeline) at the "
+                    "same device count",
                     columns, (_row(row, replicas) for row in summary.itertuples()), left=["strategy", "over", "engine"],
                     min_width=160 if replicas else 132, no_wrap=True)
 
@@ -86,7 +92,7 @@ def _row(row, replicas: bool) -> list[str]:
     milliseconds = [f"{1e3 * getattr(row, name):.1f}" for name in
                     ("step_seconds_mean", "waiting_seconds", "communication_seconds", "stall_seconds")]
     # VTS is measured against its own padded pipeline, not against padding's tokens per second.
-    over = "padding" if row.reference == "none" else row.reference
+    over = row.reference
     per_gpu = [f"{row.gpus:,}", f"{row.tokens_per_s_per_gpu:,.0f}"] if replicas else []
     return [row.strategy, str(row.devices), *per_gpu, f"{row.speedup:.3f}", over, f"{row.tokens_per_s:,.0f}",
             *milliseconds, row.engine]

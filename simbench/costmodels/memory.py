@@ -1,8 +1,10 @@
 """Peak device memory (HBM) per GPU of a transformer trained on a tensor x pipeline x context x data parallel layout,
 and the tokens per microbatch that memory allows.
 
+    >>> from simbench.costmodels.layout import ParallelLayout
     >>> from simbench.costmodels.memory import peak_memory
-    >>> memory = peak_memory("llama-3.1-8b", tokens_per_microbatch=8192, tp=2, dp=4, zero_stage=1)
+    >>> layout = ParallelLayout(tp=2, zero_stage=1, recompute="selective")
+    >>> memory = peak_memory("llama-3.1-8b", layout, tokens_per_microbatch=8192, replicas=4)
     >>> round(memory.peak_bytes / 2**30, 1), round(memory.activation_bytes / 2**30, 1)
     (44.2, 16.0)
 """
@@ -10,10 +12,10 @@ and the tokens per microbatch that memory allows.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
+from simbench.costmodels.layout import RECOMPUTE, ParallelLayout
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.errors import InputError
 from simbench.validation import check_choice, check_whole_number
@@ -50,8 +52,6 @@ TOKEN_ID_BYTES = 8
 # ZeRO-3 / FSDP gathers one layer's full parameters to compute it and prefetches the next one.
 GATHERED_LAYERS = 2
 
-RECOMPUTE = ("none", "selective", "full")
-ZERO_STAGES = (0, 1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -114,19 +114,17 @@ def activation_bytes_per_token(model: ModelSpec | str, recompute: str = "selecti
     return kept
 
 
-def peak_memory(model: ModelSpec | str, *, tokens_per_microbatch: int, tp: int = 1, pp: int = 1, cp: int = 1,
-                dp: int = 1, microbatches: int = 1, virtual_stages: int = 1, zero_stage: int = 0,
-                recompute: str = "selective", precision: Precision = MIXED_PRECISION_ADAM,
-                stage_layers: Sequence[int] | None = None) -> MemoryBreakdown:
+def peak_memory(model: ModelSpec | str, layout: ParallelLayout = ParallelLayout(), *, tokens_per_microbatch: int,
+                replicas: int = 1, precision: Precision = MIXED_PRECISION_ADAM) -> MemoryBreakdown:
     """Peak memory per GPU of training `model` with microbatches of `tokens_per_microbatch` tokens (a pipeline's
-    microbatch before context parallelism splits it) on a tp x pp x cp x dp layout, the most loaded stage's.
-    `stage_layers`: each stage's layers (pp counts summing to the model's); None splits them evenly.
+    microbatch before context parallelism splits it) on `layout` with `replicas` data-parallel replicas, the most
+    loaded stage's. Each stage holds its chunks' layers (`ParallelLayout.stage_layers_of`).
 
     Parameters split over tp (tensor parallel) and pp (pipeline stages; the first stage also holds the input
     embedding, the last the final norm and the LM head: both when tied, as Megatron-LM keeps a copy on each).
-    ZeRO stage 1 shards the optimizer state over dp x cp (Megatron-LM's distributed optimizer shards over the
-    data-parallel group with context parallelism folded in; FSDP over torchtitan's dp_shard x cp mesh), stage 2
-    the gradients too, stage 3 (FSDP) the parameters too, gathering GATHERED_LAYERS layers at a time.
+    ZeRO stage 1 shards the optimizer state over replicas x cp (Megatron-LM's distributed optimizer shards over
+    the data-parallel group with context parallelism folded in; FSDP over torchtitan's dp_shard x cp mesh), stage
+    2 the gradients too, stage 3 (FSDP) the parameters too, gathering GATHERED_LAYERS layers at a time.
     Activations: `activation_bytes_per_token` x the stage's layers x tokens / (tp x cp) (sequence parallelism
     splits the rest of a layer's activations over tp as attention heads do), for each microbatch in flight:
     1F1B keeps min(pp - stage, microbatches) on a stage, the interleaved schedule (virtual_stages > 1) adds
@@ -137,16 +135,11 @@ def peak_memory(model: ModelSpec | str, *, tokens_per_microbatch: int, tp: int =
     """
     model = get_model(model)
     tokens = check_whole_number(tokens_per_microbatch, "tokens_per_microbatch", minimum=0)
-    tp, pp, cp, dp = (check_whole_number(value, name, minimum=1)
-                      for value, name in ((tp, "tp"), (pp, "pp"), (cp, "cp"), (dp, "dp")))
-    microbatches = check_whole_number(microbatches, "microbatches", minimum=1)
-    virtual_stages = check_whole_number(virtual_stages, "virtual_stages", minimum=1)
-    zero_stage = check_whole_number(zero_stage, "zero_stage", minimum=0, maximum=3)
-    check_choice(recompute, "recompute", RECOMPUTE)
-    layers = _check_layout(model, tp, pp, virtual_stages, stage_layers)
+    replicas = check_whole_number(replicas, "replicas", minimum=1)
+    layers = _check_layout(model, layout)
     # Every stage: with uneven stages a middle one (a layer more, a microbatch fewer in flight) can be the peak.
-    stages = [_stage_memory(model, stage, layers[stage], tokens, tp, pp, cp, dp, microbatches, virtual_stages,
-                            zero_stage, recompute, precision) for stage in range(pp)]
+    stages = [_stage_memory(model, layout, stage, layers[stage], tokens, replicas, precision)
+              for stage in range(layout.pp)]
     return max(stages, key=lambda memory: memory.peak_bytes)
 
 
@@ -165,36 +158,33 @@ def check_fits(memory: MemoryBreakdown, hardware: HardwareProfile | str) -> None
                          "recompute more or put fewer tokens in a microbatch", parameter="hbm_capacity_bytes")
 
 
-def max_tokens_per_microbatch(model: ModelSpec | str, hardware: HardwareProfile | str, *, tp: int = 1, pp: int = 1,
-                              cp: int = 1, dp: int = 1, microbatches: int = 1, virtual_stages: int = 1,
-                              zero_stage: int = 0, recompute: str = "selective",
-                              precision: Precision = MIXED_PRECISION_ADAM,
-                              stage_layers: Sequence[int] | None = None) -> int:
-    """The most tokens a microbatch can hold on this layout without exceeding the profile's HBM, a multiple of
-    cp (each context-parallel rank takes an equal share); 0 if the parameters and optimizer state alone do not fit.
-    Memory grows linearly with the tokens on every stage, so the budget is the least over the stages."""
+def max_tokens_per_microbatch(model: ModelSpec | str, hardware: HardwareProfile | str,
+                              layout: ParallelLayout = ParallelLayout(), *, replicas: int = 1,
+                              precision: Precision = MIXED_PRECISION_ADAM) -> int:
+    """The most tokens a microbatch can hold on `layout` with `replicas` data-parallel replicas without exceeding
+    the profile's HBM, a multiple of cp (each context-parallel rank takes an equal share); 0 if the parameters and
+    optimizer state alone do not fit. Memory grows linearly with the tokens on every stage, so the budget is the
+    least over the stages."""
     capacity = _capacity(load_hardware(hardware))
-    layout = dict(tp=tp, pp=pp, cp=cp, dp=dp, microbatches=microbatches, virtual_stages=virtual_stages,
-                  zero_stage=zero_stage, recompute=recompute, precision=precision)
     model = get_model(model)
-    peak_memory(model, tokens_per_microbatch=0, stage_layers=stage_layers, **layout)  # checks the layout once
-    layers = _check_layout(model, tp, pp, virtual_stages, stage_layers)
-    probe = 2**20 * cp
+    replicas = check_whole_number(replicas, "replicas", minimum=1)
+    layers = _check_layout(model, layout)
+    probe = 2**20 * layout.cp
     budget = math.inf
-    for stage in range(pp):
-        empty = _stage_memory(model, stage, layers[stage], 0, tp, pp, cp, dp, microbatches, virtual_stages,
-                              zero_stage, recompute, precision).peak_bytes
-        full = _stage_memory(model, stage, layers[stage], probe, tp, pp, cp, dp, microbatches, virtual_stages,
-                             zero_stage, recompute, precision).peak_bytes
+    for stage in range(layout.pp):
+        empty = _stage_memory(model, layout, stage, layers[stage], 0, replicas, precision).peak_bytes
+        full = _stage_memory(model, layout, stage, layers[stage], probe, replicas, precision).peak_bytes
         if empty > capacity:
             return 0
         budget = min(budget, (capacity - empty) * probe / (full - empty))
-    return int(budget // cp) * cp
+    return int(budget // layout.cp) * layout.cp
 
 
-def _stage_memory(model: ModelSpec, stage: int, layers: int, tokens: int, tp: int, pp: int, cp: int, dp: int,
-                  microbatches: int, virtual_stages: int, zero_stage: int, recompute: str,
+def _stage_memory(model: ModelSpec, layout: ParallelLayout, stage: int, layers: int, tokens: int, replicas: int,
                   precision: Precision) -> MemoryBreakdown:
+    # The layout's memory settings, unpacked here only.
+    tp, pp, cp, microbatches = layout.tp, layout.pp, layout.cp, layout.microbatches
+    virtual_stages, zero_stage, recompute = layout.virtual_stages, layout.zero_stage, layout.recompute
     first, last = stage == 0, stage == pp - 1
     embedding = model.vocab * model.hidden + (model.max_positions * model.hidden if model.positions == "learned" else 0)
     head = model.vocab * model.hidden  # untied, or tied but on another stage (Megatron keeps a copy there)
@@ -205,7 +195,7 @@ def _stage_memory(model: ModelSpec, stage: int, layers: int, tokens: int, tp: in
     if last:
         parameters += final_norm + (head if (not model.tied_embeddings or pp > 1) else 0)
     parameters /= tp
-    shards = dp * cp
+    shards = replicas * cp
     gathered = 0.0
     if zero_stage == 3:
         gathered = precision.parameter_bytes * min(GATHERED_LAYERS, layers) * model.parameters_per_layer / tp
@@ -231,25 +221,15 @@ def _stage_memory(model: ModelSpec, stage: int, layers: int, tokens: int, tp: in
         stage=stage, in_flight_microbatches=in_flight)
 
 
-def _check_layout(model: ModelSpec, tp: int, pp: int, virtual_stages: int,
-                  stage_layers: Sequence[int] | None) -> tuple[int, ...]:
-    """Each stage's layers, after checking that the layout can split the model."""
-    if stage_layers is not None:
-        layers = tuple(check_whole_number(count, "stage_layers", minimum=0) for count in stage_layers)
-        if len(layers) != pp or sum(layers) != model.layers:
-            raise InputError(f"stage_layers must give each of the pp = {pp} stages its layers, summing to the "
-                             f"model's {model.layers}; found {list(layers)}", parameter="stage_layers")
-    elif model.layers % (pp * virtual_stages):
-        raise InputError(f"the model's {model.layers} layers do not split into pp x virtual_stages = "
-                         f"{pp} x {virtual_stages} equal pipeline stages; give stage_layers", parameter="pp")
-    else:
-        layers = (model.layers // pp,) * pp
+def _check_layout(model: ModelSpec, layout: ParallelLayout) -> tuple[int, ...]:
+    """Each pipeline stage's layers, after checking that the layout can split the model."""
+    tp = layout.tp
     if model.heads % tp or (model.kv_heads or model.heads) % tp and tp % (model.kv_heads or model.heads):
         raise InputError(f"tp ({tp}) must divide the model's {model.heads} attention heads (and its "
                          f"{model.kv_heads or model.heads} key/value heads, or be a multiple of them)", parameter="tp")
     if model.ffn % tp:
         raise InputError(f"tp ({tp}) must divide the model's feed-forward width {model.ffn}", parameter="tp")
-    return layers
+    return layout.stage_layers_of(model.layers)
 
 
 def _capacity(profile: HardwareProfile) -> float:

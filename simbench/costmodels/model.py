@@ -79,6 +79,16 @@ class ModelSpec:
     def is_decoder(self) -> bool:
         return self.family == "decoder"
 
+    def positions_problem(self, max_length: int) -> str | None:
+        """Why this model cannot read rows of `max_length` tokens: learned position embeddings end at
+        `max_positions` (a row past them has no position to look up); rotary positions have no table, so
+        they set no limit here. None when it can."""
+        if self.positions != "learned" or max_length <= self.max_positions:
+            return None
+        return (f"{self.name} has {self.max_positions:,} learned positions, fewer than the {max_length:,} tokens "
+                f"of a row (dataset max length); name a model with that many positions or rotary ones (e.g. "
+                f"llama-3.1-8b), or a max_length up to {self.max_positions:,}")
+
     @property
     def kv_hidden(self) -> int:
         """Width of the K and V projections: kv_heads x head size."""

@@ -11,15 +11,16 @@
     >>> with tempfile.TemporaryDirectory() as root:
     ...     folder = write_report(Path(root, "demo"), scenario, histogram, run_experiment(scenario, histogram))
     ...     sorted(path.name for path in folder.iterdir())  # doctest: +NORMALIZE_WHITESPACE
-    ['.simbench-folder.json', 'assumptions.csv', 'breakdown.csv', 'extrapolation.csv', 'gumbel.csv', 'latency.csv', 'packing.csv',
-     'recommend.md', 'report.html', 'resolved.yaml', 'scaling.csv', 'scaling.svg', 'summary.json', 'summary.md',
-     'timeline.csv', 'timings.csv']
+    ['.simbench-folder.json', 'assumptions.csv', 'breakdown.csv', 'decision.csv', 'extrapolation.csv', 'gumbel.csv',
+     'latency.csv', 'memory.csv', 'packing.csv', 'recommend.md', 'report.html', 'resolved.yaml', 'scaling.csv',
+     'scaling.svg', 'summary.json', 'summary.md', 'timeline.csv', 'timings.csv']
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,8 @@ from simbench.errors import InputError
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report import html
+from simbench.report.baseline import baseline_of, over_words
+from simbench.report.decision import decision_table
 from simbench.report.summary import speedup_reference, summary_markdown, summary_record
 from simbench.report.recommend import recommend_markdown
 from simbench.report.tables import read_tables, write_tables
@@ -58,11 +61,12 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
         tell(f"wrote {RESOLVED_SCENARIO} and {len(tables_written)} tables ({', '.join(tables_written)})")
         # Summary and plots use the tables as stored, so `simbench plot` redraws them byte for byte.
         stored = read_tables(folder)
+        decision_table(stored, histogram).to_csv(folder / "decision.csv", index=False)
         summary = summary_markdown(scenario, histogram, stored)
         (folder / "summary.md").write_text(summary)
-        (folder / "summary.json").write_text(json.dumps(summary_record(scenario, histogram, stored), indent=1,
-                                                        allow_nan=False) + "\n")
-        tell("wrote summary.md and summary.json")
+        (folder / "summary.json").write_text(json.dumps(json_ready(summary_record(scenario, histogram, stored)),
+                                                        indent=1, allow_nan=False) + "\n")
+        tell("wrote decision.csv, summary.md and summary.json")
         # From summary.json as stored, so that `simbench recommend` on the folder says the same.
         (folder / "recommend.md").write_text(recommend_markdown(json.loads((folder / "summary.json").read_text()),
                                                                 scenario, histogram))
@@ -85,16 +89,17 @@ def report_charts(histogram: LengthHistogram, tables: ExperimentResult, unit: De
     from simbench.report.styles import Style, strategy_styles
 
     charts = []
-    reference = tables.scaling.get("reference", pd.Series("none", index=tables.scaling.index))
-    line, line_label = speedup_reference(histogram, tables.scaling)
+    baseline = baseline_of(tables.scaling)
+    reference = tables.scaling.get("reference", pd.Series(baseline, index=tables.scaling.index))
+    line, line_label = speedup_reference(histogram, tables.scaling) or (None, "")
     styles = strategy_styles(tables.scaling["strategy"], tables.scaling)
     for name in dict.fromkeys(reference):
-        over = "padding" if name == "none" else name
+        over = over_words(name)
         charts.append(html.line_chart(
             f"Speed-up over {over} (real tokens per second) against {unit.plural}",
             tables.scaling[reference == name], "devices", "speedup", "strategy", x_label=unit.axis_label(),
             y_label=f"speed-up over {over}", log2_x=True, styles=styles, y_format="x",
-            reference=line if name == "none" else None, reference_label=line_label))
+            reference=line if name == baseline else None, reference_label=line_label))
     bins = min(HISTOGRAM_BINS, histogram.max_length)
     edges = np.linspace(0, histogram.max_length, bins + 1).round().astype(int)
     lengths = np.arange(1, histogram.max_length + 1)
@@ -176,17 +181,22 @@ def plot_arguments(scenario: Scenario, histogram: LengthHistogram, tables: Exper
     return {name: arguments[name] for name in scenario.outputs.plots if has_data.get(name, True)}
 
 
+def _render(name: str, values: dict, formats: tuple) -> dict:
+    """`plots.render`, imported where it runs: with workers, the main process never loads matplotlib (2 s)."""
+    from simbench.report.plots import render
+
+    return render(name, values, formats)
+
+
 def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
                workers: ReportWorkers | None = None, stage: Callable[[str], None] | None = None) -> list[Path]:
     """Every plot the scenario asks for that its tables have data for, drawn by `workers` side by side;
     `stage(text)` hears of each as it is written, and every few seconds while none is."""
-    from simbench.report.plots import render
-
     tell = stage or (lambda text: None)
     arguments = plot_arguments(scenario, histogram, tables)
     formats = tuple(scenario.outputs.formats)
     drawing = workers or ReportWorkers(processes=0)
-    jobs = {name: (render, name, values, formats) for name, values in arguments.items()}
+    jobs = {name: (_render, name, values, formats) for name, values in arguments.items()}
     written = {}
     for name, contents in drawing.completed(jobs, lambda seconds: tell(
             f"drawing plots: {len(written)} of {len(jobs)} written ({seconds:.0f} s since the last)")):
@@ -197,3 +207,16 @@ def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tab
             written[name].append(path)
         tell(f"drew {' and '.join(path.name for path in written[name])} ({len(written)} of {len(jobs)} plots)")
     return [path for name in jobs for path in written[name]]  # in the scenario's order, whichever came first
+
+
+def json_ready(value):
+    """`value` with what JSON cannot hold made plain: NaN (a figure not computed) as null, an infinite float (a
+    profile's `.inf`, no limit) as the string "inf" or "-inf", which any JSON reader takes and `float()` reads
+    back."""
+    if isinstance(value, dict):
+        return {key: json_ready(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
+from simbench.report.baseline import baseline_of
 from simbench.sim.memory_budget import budget_sentence
 
 # The token-balanced packers a workload-balanced plan is measured against, the first present winning: first-fit
@@ -25,9 +26,15 @@ CAUSES = (("compute_seconds", "compute"), ("padding_seconds", "padding"),
 
 def layout_words(layout: ParallelLayout) -> str:
     interleaved = f", {layout.virtual_stages} virtual stages" if layout.virtual_stages > 1 else ""
-    return (f"TP {layout.tp} x PP {layout.pp} x CP {layout.cp} ({layout.gpus_per_replica:,} GPUs a replica), "
-            f"{layout.microbatches} microbatches{interleaved}, {layout.cp_sharding} CP sharding, ZeRO "
-            f"{layout.zero_stage}, recompute {layout.recompute}")
+    gpus, microbatches = layout.gpus_per_replica, layout.microbatches
+    return (f"TP {layout.tp} x PP {layout.pp} x CP {layout.cp} ({gpus:,} GPU{'' if gpus == 1 else 's'} a "
+            f"replica), {microbatches} microbatch{'' if microbatches == 1 else 'es'}{interleaved}, "
+            f"{sharding_words(layout, layout.cp_sharding)}, ZeRO {layout.zero_stage}, recompute {layout.recompute}")
+
+
+def sharding_words(layout: ParallelLayout, sharding: str) -> str:
+    """'zigzag CP sharding'; at CP 1 no sharding happens, whatever the layout names."""
+    return "no context parallelism" if layout.cp == 1 else f"{sharding} CP sharding"
 
 
 def parallel_headline(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.DataFrame,
@@ -37,7 +44,7 @@ def parallel_headline(layout: ParallelLayout, scaling: pd.DataFrame, parallel: p
     from simbench.report.summary import _leaders, _ranked
 
     largest = scaling["devices"].max()
-    rows = scaling[scaling["reference"] == "none"]
+    rows = scaling[scaling["reference"] == baseline_of(scaling)]
     leaders = _leaders(rows, largest)
     ranked = _ranked(rows, largest)
     if len(ranked) < 2:
@@ -137,12 +144,12 @@ def parallel_section(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd
 
     if parallel.empty:
         return ""
+    shardings = parallel["cp_sharding"] if layout.cp > 1 else pd.Series("none (CP 1)", index=parallel.index)
     table = pd.DataFrame({"strategy": parallel["strategy"],
-                          "CP sharding": parallel["cp_sharding"] + parallel["simulated"].map({True: " (run)",
-                                                                                              False: ""}),
-                          "step": (1e3 * parallel["step_seconds"]).map("{:.1f}".format)})
+                          "CP sharding": shardings + parallel["simulated"].map({True: " (run)", False: ""}),
+                          "step": (1e3 * parallel["step_seconds"]).map(_milliseconds)})
     for cause, words in CAUSES:
-        table[words] = (1e3 * parallel[cause]).map("{:.1f}".format)
+        table[words] = (1e3 * parallel[cause]).map(_milliseconds)
     table["real tokens"] = parallel["real_tokens"].map("{:,.0f}".format)
     table["tokens/s per GPU"] = parallel["tokens_per_s_per_gpu"].map("{:,.0f}".format)
     peak, capacity = float(parallel["peak_memory_gib"].iloc[0]), float(parallel["hbm_capacity_gib"].iloc[0])
@@ -161,7 +168,7 @@ def parallel_section(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd
             "with every microbatch at the step's mean, stall what unequal microbatches add. Each row is 100 replica "
             "steps drawn as the simulation draws them; the shardings not run are priced on the same draws. "
             "Waiting for the slowest replica and the gradients' reduce-scatter and all-gather are in the "
-            "breakdown above.")
+            "breakdown above." + _negative_stall_note(parallel))
     gains = wlb_gains(layout, scaling, parallel)
     if not gains.empty:
         text += ("\n\n### Workload-balanced packing against token-balanced packing\n\n" + markdown_table(gains) +
@@ -171,6 +178,21 @@ def parallel_section(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd
                  "(a chosen threshold: WLB-LLM states none) so that a step's packs all hold one or none; a label "
                  "ending in `outlier_delay=false` does not.")
     return text
+
+
+def _milliseconds(value: float) -> str:
+    # A cause that is zero up to the float sums' rounding (-4e-13 ms) reads 0.0, not -0.0.
+    return f"{round(value, 1) + 0.0:.1f}"
+
+
+def _negative_stall_note(parallel: pd.DataFrame) -> str:
+    """Why a pipeline stall below zero is no error, where the table shows one."""
+    if not (parallel["stall_seconds"] <= -0.5e-4).any():
+        return ""
+    return (" A negative pipeline stall is no rounding: unequal microbatches can beat equal ones of the same mean, "
+            "since 1F1B fills the pipeline with its first microbatches and drains it with its last, so a step "
+            "whose short microbatches fall there finishes sooner than the equal schedule (the step is still the "
+            "sum of its causes).")
 
 
 def wlb_gains(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.DataFrame) -> pd.DataFrame:
@@ -187,12 +209,15 @@ def wlb_gains(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.DataFr
         by_sharding = parallel.set_index(["strategy", "cp_sharding"])["tokens_per_s_per_gpu"]
         for sharding in parallel["cp_sharding"].unique():
             if (name, sharding) in by_sharding and (other, sharding) in by_sharding:
-                rows.append(_gain_row(name, other, f"one replica, {sharding}", by_sharding[(name, sharding)],
+                where = sharding if layout.cp > 1 else "no CP"
+                rows.append(_gain_row(name, other, f"one replica, {where}", by_sharding[(name, sharding)],
                                       by_sharding[(other, sharding)]))
         by_size = scaling.set_index(["strategy", "devices"])["tokens_per_s_per_gpu"]
         for devices in sorted(scaling["devices"].unique()):
-            rows.append(_gain_row(name, other, f"{int(devices) * layout.gpus_per_replica:,} GPUs, "
-                                  f"{layout.cp_sharding}", by_size[(name, devices)], by_size[(other, devices)]))
+            gpus = int(devices) * layout.gpus_per_replica
+            rows.append(_gain_row(name, other, f"{gpus:,} GPU{'' if gpus == 1 else 's'}, "
+                                  f"{layout.cp_sharding if layout.cp > 1 else 'no CP'}", by_size[(name, devices)],
+                                  by_size[(other, devices)]))
     return pd.DataFrame(rows)
 
 

@@ -30,6 +30,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 from matplotlib.transforms import ScaledTranslation  # noqa: E402
 
 from simbench.histogram import LengthHistogram  # noqa: E402
+from simbench.report.baseline import baseline_of, over_words  # noqa: E402
 from simbench.report.styles import Style, strategy_styles  # noqa: E402
 from simbench.report.units import DEVICE, DeviceUnit  # noqa: E402
 from simbench.sim.results import BREAKDOWN_COLUMNS  # noqa: E402
@@ -230,8 +231,9 @@ def scaling_figure(scaling: pd.DataFrame, title: str = "", dashed: tuple[float, 
     speed-up) bold and named at its right end; `dashed` (speed-up, name: the ideal,
     simbench.report.summary.speedup_reference) dashed black. `title` names the dataset, model and hardware.
     The legend, beside the plot, lists every strategy under its family; `unit` names what is counted."""
+    baseline = baseline_of(scaling)
     if "reference" not in scaling:
-        scaling = scaling.assign(reference="none")
+        scaling = scaling.assign(reference=baseline)
     styles = strategy_styles(scaling["strategy"], scaling)
     families = list(dict.fromkeys(style.family for style in styles.values()))
     rows_shown = len(styles) + len(families) + (dashed is not None)
@@ -254,9 +256,9 @@ def scaling_figure(scaling: pd.DataFrame, title: str = "", dashed: tuple[float, 
             # Plans measured against another baseline are dashed and say so; so are a family's 13th and later.
             line, = axis.plot(rows["devices"], rows["speedup"], color=style.colour, marker=style.marker,
                               markersize=5.5 if bold else 3.5, linewidth=2.4 if bold else 1.1,
-                              linestyle="--" if reference != "none" or style.dashed else "-", zorder=3 if bold else 2)
+                              linestyle="--" if reference != baseline or style.dashed else "-", zorder=3 if bold else 2)
             handles.append(line)
-            labels.append(label + ("" if reference == "none" else f" (over {reference})"))
+            labels.append(label + ("" if reference == baseline else f" (over {reference})"))
             if bold:
                 ends.append((rows["speedup"].iloc[-1], label, style.colour))
     line = dashed[0] if dashed is not None else 0.0
@@ -271,9 +273,10 @@ def scaling_figure(scaling: pd.DataFrame, title: str = "", dashed: tuple[float, 
     top = max(scaling["speedup"].max(), line)
     axis.set_ylim(top=1.0 + (top - 1.0) * 1.06 if top > 1.0 else None)  # keep the dashed line off the frame
     axis.set_xlabel(device_axis_label(devices, unit.axis_label("data parallel")))
-    axis.set_ylabel(f"speed-up over padding (same {unit.plural})")
+    axis.set_ylabel(f"speed-up over {over_words(baseline)} (same {unit.plural})")
     # Over the whole figure: over the axis alone, a long setting ran off its left edge.
-    figure.suptitle(f"Realized speed-up versus cluster size{': ' + title if title else ''}", fontsize=11)
+    figure.suptitle(f"Realized speed-up over {over_words(baseline)} versus cluster size{': ' + title if title else ''}",
+                    fontsize=11)
     names_inches = _name_line_ends(axis, ends, figure)
     # Beside the names at the lines' ends, level with the frame's top (a figure legend rose into the title).
     beside = axis.transAxes + ScaledTranslation(names_inches + 0.1, 0.0, figure.dpi_scale_trans)
@@ -426,6 +429,7 @@ def breakdown_figure(breakdown: pd.DataFrame, unit: DeviceUnit = DEVICE) -> Figu
     shown = sorted({device_counts[0], device_counts[-1]})
     # One y-scale for both panels: the point is to compare a strategy's time on a small and a large cluster.
     figure, axes = _figure(width=5.5 * len(shown), height=4.8, columns=len(shown), sharey=True)
+    totals = []
     for axis, devices in zip(axes, shown):
         rows = breakdown[breakdown["devices"] == devices]
         positions = np.arange(len(rows))
@@ -436,14 +440,38 @@ def breakdown_figure(breakdown: pd.DataFrame, unit: DeviceUnit = DEVICE) -> Figu
             axis.bar(positions, values, bottom=bottom, color=color,
                      label=part.removesuffix("_seconds").replace("_", " "))
             bottom += values
+        padding = np.clip(rows["padding_seconds"].to_numpy(), 0.0, None) * per_thousand_tokens_ms
+        totals.append((axis, bottom, padding))
         axis.set_xticks(positions, rows["strategy"], rotation=45, ha="right", fontsize=8)
         axis.margins(y=0.05)
         axis.set_title(unit.count(int(devices)))
+    _cut_towering_bars(totals)
     axes[0].set_ylabel(f"{unit.name} time per 1,000 real tokens (ms)")
     # Beside the panels: inside, it would cover the tallest bars.
     figure.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=8)
     figure.suptitle("Where the time goes")
     return figure
+
+
+def _cut_towering_bars(panels: list[tuple]) -> None:
+    """Padding to max length can cost tens of times what the others do (58 ms per 1,000 real tokens against
+    1-2 ms in 4D at 128k), and its bar flattened every other to a line: when a bar towers SPIKE_CLIP_RATIO
+    times over the rest, the axis is cut above the rest and each cut bar says its total and padding's share.
+
+    `panels`: (axis, each bar's total, each bar's padding) per panel; the panels share their y-axis."""
+    totals = np.concatenate([bars for _, bars, _ in panels])
+    rest = totals[totals <= SPIKE_CLIP_RATIO * np.median(totals)].max(initial=0.0)
+    if rest <= 0 or totals.max() <= SPIKE_CLIP_RATIO * rest:
+        return
+    top = 1.3 * rest
+    for axis, bars, padding in panels:
+        axis.set_ylim(0, top)
+        for position, (total, padded) in enumerate(zip(bars, padding)):
+            if total > top:
+                axis.annotate(f"{total:,.1f} ms\n(cut; {100 * padded / total:.0f} %\npadding)", (position, top),
+                              xytext=(0, -4), textcoords="offset points", ha="center", va="top", fontsize=7,
+                              bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none",
+                                    "alpha": 0.85})
 
 
 FIGURES = {"histogram": histogram_figure, "packing": packing_figure, "scaling": scaling_figure,

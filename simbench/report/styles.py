@@ -53,6 +53,8 @@ def plan_family(label: str, row: dict | None = None) -> str:
         plan = parse_plan(label)
     except InputError:
         return _family_from_row(row) if row else "other"
+    if plan.source.family is not None:
+        return plan.source.family
     mode = str(getattr(plan.mode, "value", plan.mode))
     if plan.kind == PlanKind.PACKING or mode in LENGTH_GROUPING_MODES:
         return _family_from_row({"packer": plan.packer, "mode": mode, "reference": "none"})

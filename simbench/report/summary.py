@@ -7,10 +7,10 @@ r"""summary.md: the headline answer (which strategy wins at which scale, by how 
     ...                     devices=[1, 8], steps=5)
     >>> histogram = scenario.dataset.load()
     >>> text = summary_markdown(scenario, histogram, run_experiment(scenario, histogram))
-    >>> print(text.split("\n\n")[1])  # doctest: +NORMALIZE_WHITESPACE
-    **Answer:** on 1 device the fastest strategy is **sort**, 2.111x the throughput of padding (real tokens
-    per second). On 8 devices it is **sort** at 1.990x, 24.9 % ahead of unpad (1.594x). Biggest loss with
-    scale: unpad, from 1.892x on 1 device to 1.594x on 8 devices (15.8 % less).
+    >>> print(next(part for part in text.split("\n\n") if part.startswith("**Answer:**")))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    **Answer:** on 1 device the fastest strategy is **sort**, 1.84x ± 0.07 the throughput of pad-to-longest (real
+    tokens per second). On 8 devices it is **sort** at 1.97x ± 0.08, 24.9 % ahead of unpad (1.58x ± 0.05).
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ import pandas as pd
 from simbench.costmodels.base import ExecutionMode
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
+from simbench.report.baseline import baseline_of, over_words
+from simbench.report.decision import decision_markdown, decision_table
+from simbench.report.memory import left_out_note, memory_section, rankable
+from simbench.report.footing import footing_section, footing_warnings
 from simbench.report.parallel import parallel_headline, parallel_section
+from simbench.report.precision import MIN_LEAD, TIE_SIGMAS, lead_noise, leaders, names_text, ranked, speedup_text, \
+    tied
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
 from simbench.scenario import Scenario
@@ -34,15 +40,13 @@ IDEAL_LABEL = "ideal: every sequence alone at full rate"
 # Drawn only where the cost model cannot price a sequence alone.
 SLOT_RATIO_LABEL = "padded slots / real tokens (not a ceiling: attention grows faster than tokens)"
 
-# A lead within this many standard errors of the run's sampling is a tie, not a win; so is one under
-# MIN_LEAD, far below what any cost model's own error allows to rank.
-TIE_SIGMAS = 2
-MIN_LEAD = 0.001
 
-
-def speedup_reference(histogram: LengthHistogram, scaling: pd.DataFrame) -> tuple[float, str]:
+def speedup_reference(histogram: LengthHistogram, scaling: pd.DataFrame) -> tuple[float, str] | None:
     """The dashed line over the speed-ups over padding, and its name: the cost model's ideal speed-up
-    (simbench.costmodels.ideal) where the run computed it, else the ratio of padded slots to real tokens."""
+    (simbench.costmodels.ideal) where the run computed it, else the ratio of padded slots to real tokens.
+    None where the speed-ups are over another baseline: both figures are over padding to max length."""
+    if baseline_of(scaling) != "none":
+        return None
     ideal = ideal_of(scaling)
     return (ideal, IDEAL_LABEL) if ideal is not None else (histogram.theoretical_speedup, SLOT_RATIO_LABEL)
 
@@ -55,23 +59,31 @@ def ideal_of(scaling: pd.DataFrame) -> float | None:
 
 def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> str:
     unit = device_unit(scenario.layout)
+    ranked = rankable(tables.scaling, tables.memory)  # a strategy that does not fit memory is never ranked first
     sections = [
         f"# {scenario.name}" + (f": {scenario.description.strip()}" if scenario.description.strip() else ""),
-        _headline(tables.scaling, _gpus_per_replica(scenario), unit),
+        defaults_note(scenario),
+        decision_markdown(tables, histogram, unit.count),
+        _headline(ranked, _gpus_per_replica(scenario), unit),
+        left_out_note(tables.memory),
         parallel_headline(scenario.layout, tables.scaling, tables.parallel, tables.breakdown) if scenario.layout
         else None,
         _setup(scenario, histogram, tables.scaling, unit),
         overdraw_warning(tables.scaling, histogram.sequences, unit),
         *(f"**Warning**: {warning}." for warning in scenario.depth_warnings(histogram)),
+        *(f"**Warning**: {warning}." for warning in footing_warnings(tables.scaling)),
         "## Winner at each scale\n\n" + "\n\n".join(
-            ("" if reference == "none" else f"Over {reference}:\n\n") + _winners_table(rows, unit)
-            for reference, rows in _groups(tables.scaling)),
+            f"Speed-ups over {over_words(reference)}:\n\n" + _winners_table(rows, unit)
+            for reference, rows in _groups(ranked)),
         _packing_section(tables.packing, tables.scaling, unit),
-        f"## Speed-up over padding by {unit.name} count\n\n" + _speedup_table(tables.scaling, unit)
+        f"## Speed-up over {over_words(baseline_of(tables.scaling))} by {unit.name} count\n\n"
+        + _speedup_table(tables.scaling, unit)
         + _reference_note(tables.scaling, unit),
-        _assumptions_section(tables.assumptions, unit),
+        footing_section(tables.scaling, unit),
+        _assumptions_section(rankable(tables.assumptions, tables.memory), unit, baseline_of(tables.scaling)),
         _breakdown_section(tables.breakdown, four_d=scenario.layout is not None, unit=unit),
         parallel_section(scenario.layout, tables.scaling, tables.parallel) if scenario.layout else None,
+        memory_section(tables.memory, without_layout=scenario.layout is None, markdown_table=markdown_table),
         _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling, unit),
         provenance_note(scenario.hardware.profile, scenario.hardware.overrides,
                         unpadded=bool(tables.scaling.get("mode", pd.Series(dtype=str)).eq(
@@ -80,6 +92,15 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         _files_section(),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def defaults_note(scenario: Scenario) -> str | None:
+    """The model, hardware and batch size the scenario left to their defaults, said before any figure they set."""
+    defaults = scenario.unstated_defaults()
+    if not defaults:
+        return None
+    return ("**Defaults:** " + "; ".join(defaults) + ". Every figure below assumes "
+            "them; set the keys in the scenario to price your own model, hardware and batch.")
 
 
 def overdraw_warning(scaling: pd.DataFrame, dataset_sequences: int, unit: DeviceUnit = DEVICE) -> str | None:
@@ -106,30 +127,11 @@ def _groups(scaling: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def _ranked(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
-    rows = scaling[scaling["devices"] == devices]
-    return rows.sort_values(["speedup", "strategy"], ascending=[False, True], kind="stable")
-
-
-def _lead_noise(first, second) -> float:
-    """The sampling error of first's lead over second: their throughputs' relative errors combined (the
-    padding reference both are measured against cancels). 0 where a table predates the column."""
-    return float(np.hypot(getattr(first, "throughput_noise", 0.0), getattr(second, "throughput_noise", 0.0)))
-
-
-def _tied(first, second) -> bool:
-    """Whether second's deficit lies within TIE_SIGMAS sampling errors of first's lead: no winner to call."""
-    lead = first.speedup / second.speedup - 1
-    return bool(lead < MIN_LEAD or lead <= TIE_SIGMAS * _lead_noise(first, second))
+    return ranked(scaling[scaling["devices"] == devices])
 
 
 def _leaders(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
-    """The fastest strategy and those tied with it: the run of the ranking down to the first one it leads
-    clearly (a slower strategy with a wider error bar is not tied with it past a faster one that is not)."""
-    ranked = _ranked(scaling, devices)
-    first, count = ranked.iloc[0], 1
-    while count < len(ranked) and _tied(first, ranked.iloc[count]):
-        count += 1
-    return ranked.iloc[:count]
+    return leaders(scaling[scaling["devices"] == devices])
 
 
 def _headline(scaling: pd.DataFrame, gpus_per_replica: int = 1, unit: DeviceUnit = DEVICE) -> str:
@@ -139,7 +141,7 @@ def _headline(scaling: pd.DataFrame, gpus_per_replica: int = 1, unit: DeviceUnit
                              if gpus_per_replica > 1 and unit.gpus_each is None else "")
     sentences = []
     for index, (reference, rows) in enumerate(_groups(scaling)):
-        baseline = "padding" if reference == "none" else reference
+        baseline = over_words(reference)
         if index:
             sentences.append(f"Against {baseline} instead:")
         sentences.append(_group_headline(rows, baseline, lead=lead if index == 0 else "", unit=unit))
@@ -155,18 +157,18 @@ def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str, unit: Devic
         sentences = [f"{lead}on {unit.count(smallest)} {_tie_words(leaders[smallest], baseline)}"]
     else:
         sentences = [f"{lead}on {unit.count(smallest)} the fastest strategy is **{first.strategy}**, "
-                     f"{first.speedup:.3f}x the throughput of {baseline} (real tokens per second)."]
+                     f"{speedup_text(first)} the throughput of {baseline} (real tokens per second)."]
     if largest != smallest:
         ranked = _ranked(scaling, largest)
         last = ranked.iloc[0]
         if len(leaders[largest]) > 1:
             sentences.append(f"On {unit.count(largest)} {_tie_words(leaders[largest], baseline)}")
         else:
-            sentence = f"On {unit.count(largest)} it is **{last.strategy}** at {last.speedup:.3f}x"
+            sentence = f"On {unit.count(largest)} it is **{last.strategy}** at {speedup_text(last)}"
             if len(ranked) > 1:
                 second = ranked.iloc[1]
                 sentence += (f", {100 * (last.speedup / second.speedup - 1):.1f} % ahead of "
-                             f"{second.strategy} ({second.speedup:.3f}x)")
+                             f"{second.strategy} ({speedup_text(second)})")
             sentences.append(sentence + ".")
     # The winner changes only where the new leader is not tied with the previous one.
     changes = []
@@ -183,13 +185,11 @@ def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str, unit: Devic
 
 
 def _tie_words(tied: pd.DataFrame, baseline: str) -> str:
-    names = [f"**{name}**" for name in tied["strategy"]]
-    listed = ", ".join(names[:-1]) + f" and {names[-1]}"
-    spread = max(_lead_noise(tied.iloc[0], row) for row in tied.iloc[1:].itertuples())
-    figures = ", ".join(f"{speedup:.3f}x" for speedup in tied["speedup"])
-    return (f"{listed} tie ({figures} the throughput of {baseline}): their differences lie within {TIE_SIGMAS} "
-            f"standard errors of the run's sampling (one is {100 * spread:.2f} %) or under "
-            f"{100 * MIN_LEAD:.1f} %, too close to rank.")
+    spread = max(lead_noise(tied.iloc[0], row) for row in tied.iloc[1:].itertuples())
+    figures = list(dict.fromkeys(speedup_text(row) for row in tied.itertuples()))
+    return (f"{names_text(list(tied['strategy']), bold=True)} tie at {names_text(figures)} the throughput of "
+            f"{baseline}: their differences lie within {TIE_SIGMAS} standard errors of the run's sampling (one is "
+            f"{100 * spread:.2f} %) or under {100 * MIN_LEAD:.1f} %, too close to rank.")
 
 
 def _biggest_loss(scaling: pd.DataFrame, smallest: int, largest: int, unit: DeviceUnit = DEVICE) -> str:
@@ -199,23 +199,44 @@ def _biggest_loss(scaling: pd.DataFrame, smallest: int, largest: int, unit: Devi
     if loss.empty or loss.iloc[0] < SIGNIFICANT_LOSS:
         return ""
     name = loss.index[0]
-    return (f"Biggest loss with scale: {name}, from {by_size.loc[name, smallest]:.3f}x on {unit.count(smallest)} "
-            f"to {by_size.loc[name, largest]:.3f}x on {unit.count(largest)} ({100 * loss.iloc[0]:.1f} % less).")
+    rows = scaling[scaling["strategy"] == name].set_index("devices")
+    return (f"Biggest loss with scale: {name}, from {speedup_text(rows.loc[smallest])} on {unit.count(smallest)} "
+            f"to {speedup_text(rows.loc[largest])} on {unit.count(largest)} ({100 * loss.iloc[0]:.1f} % less).")
 
 
 def _setup(scenario: Scenario, histogram: LengthHistogram, scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
     model = scenario.model if isinstance(scenario.model, str) else "custom: " + ", ".join(
         f"{key}={value}" for key, value in scenario.model.items())
     ideal = ideal_of(scaling)
-    ceiling = "" if ideal is None else (f"; no strategy can pass {ideal:.3f}x over padding (every sequence alone at "
-                                        "full rate, no padding, fixed cost or stragglers)")
+    ceiling = "" if ideal is None else (f"; no strategy can pass {ideal:.3f}x over padding to max length (every "
+                                        "sequence alone at full rate, no padding, fixed cost or stragglers)")
+    baseline = baseline_of(scaling)
     return (f"Dataset `{histogram.name}`: {histogram.sequences:,} sequences, max length {histogram.max_length}, "
             f"{100 * (1 - histogram.efficiency):.1f} % padding, padded slots / real tokens "
             f"{histogram.theoretical_speedup:.3f}x{ceiling}. Model `{model}` on hardware `{scenario.hardware.profile}`"
             f"{_overridden(scenario.hardware.overrides)}{_replicas(_gpus_per_replica(scenario), unit)}; "
             f"batch size {scenario.batch_size} per {unit.name}{_microbatches(scenario)}, {scenario.steps} steps per "
             f"strategy and {unit.name} count, "
-            f"seed {scenario.seed}. {_shapes_note(scenario, unit)}")
+            f"{_seeds_note(scenario)} {_baseline_sentence(scenario, baseline, unit)} {_shapes_note(scenario, unit)}")
+
+
+def _baseline_sentence(scenario: Scenario, baseline: str, unit: DeviceUnit = DEVICE) -> str:
+    """What every speed-up is over: the scenario's `baseline`, in its plan's own words."""
+    from simbench.sim.plans import plan_type
+
+    name = scenario.baseline.plan().name
+    return (f"Speed-ups are over **{over_words(baseline)}** on the same {unit.plural} (`baseline: {name}`: "
+            f"{plan_type(scenario.baseline.name).description}).")
+
+
+def _seeds_note(scenario: Scenario) -> str:
+    """Which seeds ran, and what the ± beside a figure is."""
+    seeds = (f"seed {scenario.seed}" if scenario.seeds == 1 else
+             f"seeds {scenario.seed}-{scenario.seed + scenario.seeds - 1} (figures are their mean)")
+    across = "" if scenario.seeds == 1 else ", or across the seeds the standard error of their mean where larger"
+    return (f"{seeds}. A figure's ± is its spread (the standard error of the run's steps{across}), and it "
+            f"shows only the digits the spread supports; strategies whose lead lies within {TIE_SIGMAS} spreads "
+            "tie.")
 
 
 def _shapes_note(scenario: Scenario, unit: DeviceUnit = DEVICE) -> str:
@@ -232,7 +253,10 @@ def _gpus_per_replica(scenario: Scenario) -> int:
 
 
 def _microbatches(scenario: Scenario) -> str:
-    return f" and microbatch ({scenario.layout.microbatches} microbatches a step)" if scenario.layout else ""
+    if not scenario.layout:
+        return ""
+    microbatches = scenario.layout.microbatches
+    return f" and microbatch ({microbatches} microbatch{'' if microbatches == 1 else 'es'} a step)"
 
 
 def _replicas(gpus_per_replica: int, unit: DeviceUnit = DEVICE) -> str:
@@ -253,12 +277,13 @@ def _winners_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
         ranked = _ranked(scaling, devices)
         best = ranked.iloc[0]
         row = {unit.plural: devices} | ({"GPUs": f"{unit.gpus(devices):,}"} if unit.gpus_each is not None else {})
-        row |= {"fastest": best.strategy, "speed-up": f"{best.speedup:.3f}"}
+        # Every strategy tied with the fastest is named with it: the table never calls one winner among them.
+        row |= {"fastest": names_text(list(_leaders(scaling, devices)["strategy"])), "speed-up": speedup_text(best, unit="")}
         if len(ranked) > 1:
             second = ranked.iloc[1]
             lead = f"{100 * (best.speedup / second.speedup - 1):.1f}"
-            row |= {"runner-up": second.strategy, "its speed-up": f"{second.speedup:.3f}",
-                    "lead %": f"tie ({lead})" if _tied(best, second) else lead}
+            row |= {"runner-up": second.strategy, "its speed-up": speedup_text(second, unit=""),
+                    "lead %": f"tie ({lead})" if tied(best, second) else lead}
         rows.append(row)
     return markdown_table(pd.DataFrame(rows))
 
@@ -266,7 +291,8 @@ def _winners_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
 def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
     if (packing["strategy"] == "none").all():  # padding alone, the reference of VTS-only scenarios
         return ""
-    one_device = scaling[scaling["devices"] == scaling["devices"].min()].set_index("strategy")["speedup"]
+    one_device = {row.strategy: speedup_text(row, unit="")
+                  for row in scaling[scaling["devices"] == scaling["devices"].min()].itertuples()}
     table = pd.DataFrame({
         "depth": packing["bound_depth"].map(lambda depth: "max" if pd.isna(depth) else str(int(depth))),
         "strategy": packing["label"],
@@ -276,7 +302,7 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame, unit: DeviceU
         "LP bound (packs)": packing["lower_bound_packs"].map(lambda value: _or_dash(value, "{:,.0f}")),
         "gap to bound %": (100 * pd.to_numeric(packing["gap_to_bound"])).map(lambda value: _or_dash(value, "{:.2f}")),
         "proof": packing["proof"].map(lambda proof: proof if isinstance(proof, str) else "-"),
-        "realized speed-up": packing["label"].map(lambda label: f"{one_device.get(label, float('nan')):.3f}"),
+        "realized speed-up": packing["label"].map(lambda label: one_device.get(label, "-")),
     })
     defined = ("Efficiency: real tokens over the token slots a step spends (rows x their length; for "
                "token-budget, each batch's whole budget of batch_size x max_length slots); padding tokens are "
@@ -286,14 +312,16 @@ def _packing_section(packing: pd.DataFrame, scaling: pd.DataFrame, unit: DeviceU
                   packing["lower_bound_packs"].notna().any() else
                   "LP bounds were not computed in this run (`outputs.lp_bounds: false`).")
     return ("## Packing (laid out like the packing paper's Table 1)\n\n" + markdown_table(table) +
-            f"\n\n{defined}Realized speed-up: on {unit.count(int(scaling['devices'].min()))}, over padding. "
+            f"\n\n{defined}Realized speed-up: on {unit.count(int(scaling['devices'].min()))}, over "
+            f"{over_words(baseline_of(scaling))}. "
             f"{bound_note} "
             "Solve times are in timings.csv (measured, so they differ from run to run).")
 
 
 def _speedup_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
-    table = scaling.pivot(index="strategy", columns="devices", values="speedup")
-    table = table.loc[list(dict.fromkeys(scaling["strategy"]))].map("{:.3f}".format)
+    shown = scaling.assign(shown=[speedup_text(row, unit="") for row in scaling.itertuples()])
+    table = shown.pivot(index="strategy", columns="devices", values="shown")
+    table = table.loc[list(dict.fromkeys(scaling["strategy"]))]
     # Without a layout a column is its device count alone, as the README's main-job table reads it.
     heading = str if unit.gpus_each is None else (lambda count: unit.count(int(count)))
     table.columns = [heading(column) for column in table.columns]
@@ -301,14 +329,15 @@ def _speedup_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
 
 
 def _reference_note(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
-    if "reference" not in scaling or set(scaling["reference"]) <= {"none"}:
+    baseline = baseline_of(scaling)
+    if "reference" not in scaling or set(scaling["reference"]) <= {baseline}:
         return ""
-    others = scaling[scaling["reference"] != "none"].drop_duplicates("strategy")
+    others = scaling[scaling["reference"] != baseline].drop_duplicates("strategy")
     notes = ", ".join(f"{row.strategy} over {row.reference}" for row in others.itertuples())
-    return f"\n\nSpeed-ups are over padding on the same {unit.plural}, except: {notes}."
+    return f"\n\nSpeed-ups are over {over_words(baseline)} on the same {unit.plural}, except: {notes}."
 
 
-def _assumptions_section(assumptions: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
+def _assumptions_section(assumptions: pd.DataFrame, unit: DeviceUnit = DEVICE, baseline: str = "none") -> str:
     """The smallest cluster under the assumptions that could change its answer, and whether they do."""
     if assumptions.empty:
         return ""
@@ -325,7 +354,7 @@ def _assumptions_section(assumptions: pd.DataFrame, unit: DeviceUnit = DEVICE) -
         else:
             lines.append(f"With {variant} {winner} still wins on {unit.count(devices)}.")
     text = table.map(lambda value: _or_dash(value, "{:.3f}")).reset_index()
-    return (f"## What could change the answer ({unit.count(devices)}, speed-up over padding)\n\n"
+    return (f"## What could change the answer ({unit.count(devices)}, speed-up over {over_words(baseline)})\n\n"
             "Ideal kernels: variable-length and un-padded kernels as fast as padded ones, no launch floor or "
             "first-sight cost (the profile's measured terms set to their ideal). Shapes seen: steady state, no "
             "step meets a new batch shape; shapes new: every variable-shape batch is new (a run's first steps). "
@@ -360,7 +389,8 @@ def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame, scalin
     if gumbel.empty:
         return ""
     largest = int(extrapolation["devices"].max())
-    simulated = scaling.set_index(["strategy", "devices"])["speedup"]
+    # Over padding, as the fit is, whatever the run's baseline.
+    simulated = extrapolation.dropna(subset=["simulated_speedup"]).set_index(["strategy", "devices"])["simulated_speedup"]
     lines = []
     for row in gumbel.itertuples():
         rows = extrapolation[extrapolation["strategy"] == row.strategy].set_index("devices")["expected_speedup"]
@@ -383,10 +413,10 @@ def _straggler_section(gumbel: pd.DataFrame, extrapolation: pd.DataFrame, scalin
 def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult) -> dict:
     """summary.json: the headline figures for scripts, every speed-up with the baseline it is over."""
     winners = []
-    for reference, rows in _groups(tables.scaling):
+    for reference, rows in _groups(rankable(tables.scaling, tables.memory)):
         for devices in sorted(rows["devices"].unique()):
             ranked = _ranked(rows, devices)
-            winners.append({"devices": int(devices), "over": "padding" if reference == "none" else reference,
+            winners.append({"devices": int(devices), "over": over_words(reference),
                             "fastest": ranked.iloc[0].strategy, "speedup": float(ranked.iloc[0].speedup)})
     return {
         "scenario": scenario.name,
@@ -402,8 +432,11 @@ def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: Exper
         "training_steps": scenario.training_steps,
         "seed": scenario.seed,
         "winners": winners,
+        "decision": _records(decision_table(tables, histogram)),
         "warnings": [warning for warning in [overdraw_warning(tables.scaling, histogram.sequences),
-                                             *scenario.depth_warnings(histogram)] if warning],
+                                             *scenario.depth_warnings(histogram),
+                                             *footing_warnings(tables.scaling)] if warning],
+        "compare_at": scenario.compare_at,
         "scaling": _records(tables.scaling),
         "packing": _records(tables.packing),
     }
@@ -419,7 +452,8 @@ def _files_section() -> str:
     return ("## Files\n\nreport.html (this summary with interactive charts and sortable tables, one file), "
             "summary.json (the headline figures for scripts), recommend.md (the chosen strategy as TRL, Hugging Face "
             "Trainer, axolotl and Megatron-LM settings), resolved.yaml (the scenario as run), packing.csv, "
-            "scaling.csv, breakdown.csv, latency.csv, gumbel.csv, extrapolation.csv, timeline.csv, timings.csv; "
+            "scaling.csv, breakdown.csv, latency.csv, gumbel.csv, extrapolation.csv, timeline.csv, timings.csv, "
+            "memory.csv (each strategy's peak memory per GPU against HBM, where the profile states it); "
             "plots as PNG and SVG.")
 
 

@@ -8,16 +8,38 @@ from pathlib import Path
 
 import pandas as pd
 
+from simbench.report.precision import format_with_spread, leaders, names_text, speedup_spread
 from simbench.report.summary import markdown_table
+from simbench.sim.results import VTS_REFERENCE
+
+# winners.png's colour for a cell whose fastest strategies tie.
+TIE_LABEL = "tie"
+TIE_COLOUR = "#bdbdbd"
+
 
 def winners(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
-    """Per cell and device count: the fastest strategy over padding and its speed-up."""
-    over_padding = results[results["reference"] == "none"]
-    ranked = over_padding.sort_values(["cell", "devices", "speedup", "strategy"],
-                                      ascending=[True, True, False, True], kind="stable")
-    best = ranked.groupby(["cell", "devices"], sort=True).head(1)
-    return best[["cell", *(axis for axis in axes if axis != "devices"), "devices", "strategy",
-                 "speedup"]].reset_index(drop=True)
+    """Per cell and device count: the fastest strategy over the cell's baseline, its speed-up and that speed-up's spread,
+    and `tied_with`: the strategies tied with it by the Answer's rule (simbench.report.precision), comma-separated,
+    empty where it leads clearly."""
+    over_baseline = results[results["reference"] != VTS_REFERENCE]
+    rows = []
+    for _, group in over_baseline.groupby(["cell", "devices"], sort=True):
+        tied = leaders(group)
+        rows.append(tied.iloc[:1].assign(tied_with=", ".join(tied["strategy"].iloc[1:]),
+                                         speedup_spread=speedup_spread(tied.iloc[0])))
+    best = pd.concat(rows) if rows else over_baseline.assign(tied_with="", speedup_spread=0.0)
+    return best[["cell", *(axis for axis in axes if axis != "devices"), "devices", "strategy", "tied_with",
+                 "speedup", "speedup_spread"]].reset_index(drop=True)
+
+
+def _winners_text(table: pd.DataFrame) -> pd.DataFrame:
+    """The winners as summary.md shows them: tied strategies named together, speed-ups to the digits their
+    spread supports."""
+    names = [names_text([strategy, *filter(None, tied_with.split(", "))]) + (" (tie)" if tied_with else "")
+             for strategy, tied_with in zip(table["strategy"], table["tied_with"])]
+    speedups = [format_with_spread(speedup, spread) for speedup, spread in zip(table["speedup"],
+                                                                              table["speedup_spread"])]
+    return table.drop(columns=["tied_with", "speedup_spread"]).assign(strategy=names, speedup=speedups)
 
 
 def unpadding_crossover(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
@@ -33,7 +55,7 @@ def unpadding_crossover(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.Data
         if unpad.empty:
             continue
         row = dict(zip(keys, key))
-        packers = group[group["packer"].notna() & (group["packer"] != "none") & (group["reference"] == "none")]
+        packers = group[group["packer"].notna() & (group["packer"] != "none") & (group["reference"] != VTS_REFERENCE)]
         for label, mode in (("fixed-shape packing", "padded"), ("packed-varlen", "packed_varlen")):
             best = packers[packers["mode"] == mode].groupby("devices")["speedup"].max()
             shared = sorted(set(unpad.index) & set(best.index))
@@ -48,19 +70,25 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
                        failures: list[dict], results: pd.DataFrame) -> list[Path]:
     """summary.md (and winners.png when two axes are named) in `out`, each written atomically."""
     from simbench.atomic import atomic_file
+    from simbench.sweep_ledger import read_ledger
 
     out = Path(out)
+    ledger = read_ledger(out)
+    if ledger is not None:  # before the first file is replaced: an interrupted write resumes
+        ledger.writing_reports()
     lines = [f"# Sweep {name}", "",
              f"{results['cell'].nunique() if not results.empty else 0} cells finished, {len(failures)} failed "
-             f"(their errors are in failures/). Speed-ups are over padding at the same device count, except "
-             f"where `reference` names another baseline (VTS: its padded pipeline)."
+             f"(their errors are in failures/). Speed-ups are over each cell's baseline (its `baseline` key, "
+             f"named in `reference`) at the same device count; VTS plans are over their padded pipeline."
              + (" Where a cell has a 4D layout its devices are data-parallel replicas of `gpus_per_replica` GPUs; "
                 "`gpus` counts them all." if _has_layout(results) else "")]
     written = []
     if not results.empty:
         table = winners(results, axes)
         lines += ["", "## Fastest strategy per cell and device count", "",
-                  markdown_table(table.assign(speedup=table["speedup"].map("{:.3f}".format)))]
+                  "Strategies whose speed-ups lie within the Answer's tie rule of each other (a lead within "
+                  "two spreads, or under 0.1 %) are named together as a tie; a speed-up's ± is its spread.", "",
+                  markdown_table(_winners_text(table))]
         crossover = unpadding_crossover(results, axes)
         if not crossover.empty:
             lines += ["", "## Where packing overtakes un-padding", "",
@@ -70,13 +98,13 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
                       "", markdown_table(crossover.fillna("-"))]
         if results["devices"].nunique() > 1:
             written.append(_scaling_facets(out / "scaling.png", results, axes))
-            lines += ["", "scaling.png: speed-up over padding against devices, one panel per combination of the "
+            lines += ["", f"scaling.png: speed-up over {_over(results)} against devices, one panel per combination of the "
                           "other swept values" + (f" (the first {FACETS_MAX})" if _facet_count(results, axes)
                                                   > FACETS_MAX else "") + "."]
         if report_axes is not None:
-            written.append(_winner_heatmap(out / "winners.png", table, report_axes))
+            written.append(_winner_heatmap(out / "winners.png", table, report_axes, _over(results)))
             lines += ["", f"winners.png: the fastest strategy at each ({report_axes[0]}, {report_axes[1]}) "
-                          "at the largest device count of the cell."]
+                          f"at the largest device count of the cell ({TIE_LABEL}, marked =, where the fastest tie)."]
     if failures:
         lines += ["", "## Failed cells", "",
                   markdown_table(pd.DataFrame([{"cell": failure["cell"], "values": json.dumps(failure["values"]),
@@ -84,9 +112,6 @@ def write_sweep_report(out: Path, name: str, axes: tuple[str, ...], report_axes:
     with atomic_file(out / "summary.md") as temporary:
         temporary.write_text("\n".join(lines) + "\n")
     written = [out / "summary.md", *written]
-    from simbench.sweep_ledger import read_ledger
-
-    ledger = read_ledger(out)
     if ledger is not None:  # so that --resume tells these files from a user's edits
         ledger.record_reports(written)
     return written
@@ -114,14 +139,14 @@ def _scaling_facets(path: Path, results: pd.DataFrame, axes: tuple[str, ...]) ->
 
 
 def scaling_facets_figure(results: pd.DataFrame, axes: tuple[str, ...]):
-    """Speed-up over padding against devices (log2), a line per strategy in its family's style
+    """Speed-up over the baseline against devices (log2), a line per strategy in its family's style
     (simbench.report.styles), a panel per combination of the other axes (the first `FACETS_MAX`), each with
     its own tick labels; the legend beside the panels."""
     from simbench.report.plots import _figure, device_axis_label, device_ticks
     from simbench.report.styles import strategy_styles
 
     keys = _facet_keys(axes)
-    rows = results[(results["reference"] == "none") & (results["strategy"] != "none")]
+    rows = results[(results["reference"] != VTS_REFERENCE) & (results["strategy"] != "none")]
     panels = (list(rows.groupby(keys, sort=True)) if keys else [((), rows)])[:FACETS_MAX]
     styles = strategy_styles(sorted(rows["strategy"].unique()), rows)
     columns = min(len(panels), 3)
@@ -140,7 +165,7 @@ def scaling_facets_figure(results: pd.DataFrame, axes: tuple[str, ...]):
         key = key if isinstance(key, tuple) else (key,)
         axis.set_title(", ".join(f"{name} = {value}" for name, value in zip(keys, key)), fontsize=9)
         axis.set_xlabel(device_axis_label(devices, "devices"), fontsize=9)
-        axis.set_ylabel("speed-up over padding", fontsize=9)
+        axis.set_ylabel(f"speed-up over {_over(results)}", fontsize=9)
         axis.tick_params(labelsize=8)
     for axis in grid[len(panels):]:
         axis.set_visible(False)
@@ -168,11 +193,23 @@ def _save(figure, path: Path, dpi: int) -> Path:
     return path
 
 
-def _winner_heatmap(path: Path, table: pd.DataFrame, report_axes: tuple[str, str]) -> Path:
-    return _save(winners_figure(table, report_axes), path, dpi=110)
+def _winner_heatmap(path: Path, table: pd.DataFrame, report_axes: tuple[str, str], over: str) -> Path:
+    return _save(winners_figure(table, report_axes, over), path, dpi=110)
 
 
-def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str]):
+WINNERS_WIDTH_MIN = 6.5  # inches: the title's width
+WINNERS_PANEL_HEIGHT_MIN = 2.0  # inches: a panel as tall as its y-axis label ("dataset.max_length")
+
+
+def _over(results: pd.DataFrame) -> str:
+    """The sweep's baseline in words: the cells' one baseline, or each cell's where a sweep varies it."""
+    from simbench.report.baseline import over_words
+
+    baselines = set(results["reference"]) - {VTS_REFERENCE}
+    return over_words(baselines.pop()) if len(baselines) == 1 else "each cell's baseline"
+
+
+def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str], over: str = "the baseline"):
     """The winner over the two report axes, one panel per combination of the other swept axes, each
     strategy in its family's colour (simbench.report.styles)."""
     import matplotlib.pyplot as plt
@@ -184,26 +221,39 @@ def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str]):
 
     x, y = report_axes
     largest = table.sort_values("devices").groupby("cell").tail(1)
+    ties = largest["tied_with"].astype(bool) if "tied_with" in largest else pd.Series(False, index=largest.index)
+    # A cell whose fastest strategies tie names none of them: it is coloured as a tie.
+    largest = largest.assign(strategy=largest["strategy"].where(~ties, TIE_LABEL))
     others = [column for column in largest.columns
-              if column not in ("cell", "devices", "strategy", "speedup", x, y)]
+              if column not in ("cell", "devices", "strategy", "speedup", "tied_with", "speedup_spread", x, y)]
     panels = list(largest.groupby(others, sort=True)) if others else [((), largest)]
-    styles = strategy_styles(sorted(largest["strategy"].unique()))
-    strategies = list(styles)
-    palette = ListedColormap([style.colour for style in styles.values()])
+    styles = strategy_styles(sorted(set(largest["strategy"]) - {TIE_LABEL}))
+    colours = [style.colour for style in styles.values()] + ([TIE_COLOUR] if ties.any() else [])
+    strategies = list(styles) + ([TIE_LABEL] if ties.any() else [])
+    palette = ListedColormap(colours)
     columns, rows = largest[x].nunique(), largest[y].nunique()
-    figure, axes = _figure(width=3.5 + 0.75 * columns, height=(0.9 + 0.45 * rows) * len(panels) + 0.6,
-                           rows=len(panels))
+    # The legend goes under the panels, where a narrow figure's title cannot run into it (beside them, it did);
+    # a figure at least as wide as its title, a panel at least as tall as its axis label.
+    legend_columns = min(len(strategies), 3)
+    legend_rows = -(-len(strategies) // legend_columns)
+    figure, axes = _figure(width=max(WINNERS_WIDTH_MIN, 3.5 + 0.75 * columns),
+                           height=max(WINNERS_PANEL_HEIGHT_MIN, 0.9 + 0.45 * rows) * len(panels) + 0.9
+                           + 0.3 * legend_rows, rows=len(panels))
     for axis, (key, rows_of_panel) in zip(axes, panels):
         grid = rows_of_panel.pivot_table(index=y, columns=x, values="strategy", aggfunc="first")
-        speedups = rows_of_panel.pivot_table(index=y, columns=x, values="speedup", aggfunc="max")
+        speedups = rows_of_panel.assign(shown=[("=" if strategy == TIE_LABEL else "") + f"{speedup:.2f}"
+                                               for strategy, speedup in zip(rows_of_panel["strategy"],
+                                                                            rows_of_panel["speedup"])]
+                                        ).pivot_table(index=y, columns=x, values="shown", aggfunc="first")
         codes = grid.apply(lambda column: column.map(strategies.index))
         sns.heatmap(codes.astype(float), cmap=palette, cbar=False, ax=axis, linewidths=0.5, vmin=-0.5,
-                    vmax=len(strategies) - 0.5, annot=speedups.map("{:.2f}".format).to_numpy(), fmt="",
+                    vmax=len(strategies) - 0.5, annot=speedups.to_numpy(), fmt="",
                     annot_kws={"fontsize": 8})
         key = key if isinstance(key, tuple) else (key,)
         axis.set_title(", ".join(f"{name} = {value}" for name, value in zip(others, key)) or None, fontsize=10)
         axis.tick_params(labelsize=8)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=style.colour) for style in styles.values()]
-    figure.legend(handles, strategies, title="fastest", loc="outside right upper", frameon=False)
-    figure.suptitle("fastest strategy and its speed-up over padding", x=0.02, ha="left")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours]
+    figure.legend(handles, strategies, title="fastest", loc="outside lower center", ncols=legend_columns,
+                  frameon=False, fontsize=9, title_fontsize=9)
+    figure.suptitle(f"fastest strategy and its speed-up over {over}", x=0.02, ha="left")
     return figure

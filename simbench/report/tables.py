@@ -40,7 +40,7 @@ def file_names() -> dict[str, str]:
 
 
 # Tables only some runs have (a 4D layout's): written when they hold rows, so that other reports stay as they were.
-_WRITTEN_WHEN_FILLED = {"parallel"}
+_WRITTEN_WHEN_FILLED = {"parallel", "memory"}
 
 
 def write_tables(tables: ExperimentResult, folder: Path) -> list[str]:

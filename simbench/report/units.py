@@ -1,7 +1,7 @@
 """What a report calls the simulator's unit: a device, or with a 4D layout a data-parallel replica of
 tp x pp x cp GPUs, counted with the GPUs it stands for. Every report word for it comes from here.
 
-    >>> from simbench.sim.layout import ParallelLayout
+    >>> from simbench.costmodels.layout import ParallelLayout
     >>> device_unit(None).count(8), device_unit(ParallelLayout(tp=8, pp=16, cp=16)).count(8)
     ('8 devices', '8 replicas (16,384 GPUs)')
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,13 @@ class DeviceUnit:
         """'8 devices'; with a layout '8 replicas (16,384 GPUs)'."""
         if self.gpus_each is None:
             return f"{count} {self.words(count)}"
-        return f"{count:,} {self.words(count)} ({count * self.gpus_each:,} GPUs)"
+        gpus = count * self.gpus_each
+        return f"{count:,} {self.words(count)} ({gpus:,} GPU{'' if gpus == 1 else 's'})"
 
     def axis_label(self, note: str = "") -> str:
         """An axis of counts: 'devices (data parallel)'; with a layout 'replicas (data parallel, x 2,048 GPUs)'."""
-        notes = [part for part in (note, None if self.gpus_each is None else f"x {self.gpus_each:,} GPUs") if part]
+        gpus = None if self.gpus_each is None else f"x {self.gpus_each:,} GPU{'' if self.gpus_each == 1 else 's'}"
+        notes = [part for part in (note, gpus) if part]
         return self.plural + (f" ({', '.join(notes)})" if notes else "")
 
     def gpus(self, count: int) -> int | None:

@@ -27,8 +27,7 @@ class InverseCdf:
         cdf /= cdf[-1]
         cdf[-1] = np.inf  # no draw falls past the last index, whatever the rounding
         self.cdf = cdf
-        cells = self.GUIDE_CELLS_PER_WEIGHT * cdf.size
-        self.guide = np.searchsorted(cdf, np.arange(cells) / cells, side="right")
+        self.guide = _guide_table(cdf, self.GUIDE_CELLS_PER_WEIGHT * cdf.size)
 
     def sample(self, rng: np.random.Generator, size) -> np.ndarray:
         return self.at(rng.random(size))
@@ -43,6 +42,18 @@ class InverseCdf:
             picks[behind] += 1
             behind = behind[self.cdf[picks[behind]] <= uniform[behind]]
         return picks.reshape(size)
+
+
+def _guide_table(cdf: np.ndarray, cells: int) -> np.ndarray:
+    """`searchsorted(cdf, arange(cells) / cells, side="right")` in linear time (the search took 1.8 s for a
+    million weights, and every plan and device count builds one): each cdf value counts from the first cell
+    whose start (computed as the search computes it) is not below it."""
+    first_cell = np.ceil(cdf[:-1] * cells).clip(0, cells).astype(np.int64)
+    # The product may round either way: step to the first cell that truly starts at or above the value.
+    first_cell -= (first_cell > 0) & ((first_cell - 1) / cells >= cdf[:-1])
+    first_cell += (first_cell < cells) & (first_cell / cells < cdf[:-1])
+    # The last value is infinite: it counts in no cell.
+    return np.cumsum(np.bincount(first_cell, minlength=cells + 1)[:cells])
 
 
 def draw_in_proportion(weights: np.ndarray, rng: np.random.Generator, shape) -> np.ndarray:

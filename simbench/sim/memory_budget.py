@@ -2,7 +2,7 @@
 `memory` resolved to that number, once, where a run knows its model, hardware and layout.
 
     >>> from simbench.sim.memory_budget import layout_token_budget
-    >>> from simbench.sim.layout import ParallelLayout
+    >>> from simbench.costmodels.layout import ParallelLayout
     >>> layout_token_budget("llama-3.1-8b", "h100-sxm", ParallelLayout(tp=2, pp=2, microbatches=8), replicas=2)
     29513
 """
@@ -17,7 +17,7 @@ from simbench.costmodels.memory import max_tokens_per_microbatch
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.plans import ExecutionPlan
 
 # Without a layout a device is one GPU: tp = pp = cp = 1, ParallelLayout's ZeRO stage and recompute.
@@ -29,10 +29,7 @@ def layout_token_budget(model: ModelSpec | str, hardware: HardwareProfile | str,
     """`costmodels.memory.max_tokens_per_microbatch` on `layout` (None: one GPU) with `replicas` data-parallel
     replicas, the fewest a run simulates (ZeRO shards least there); 0 if the parameters alone do not fit."""
     model, layout = get_model(model), layout or SINGLE_GPU
-    return max_tokens_per_microbatch(model, load_hardware(hardware), tp=layout.tp, pp=layout.pp, cp=layout.cp,
-                                     dp=replicas, microbatches=layout.microbatches,
-                                     virtual_stages=layout.virtual_stages, zero_stage=layout.zero_stage,
-                                     recompute=layout.recompute, stage_layers=layout.stage_layers_of(model.layers))
+    return max_tokens_per_microbatch(model, load_hardware(hardware), layout, replicas=replicas)
 
 
 def memory_budget_tokens(model: ModelSpec | str, hardware: HardwareProfile | str, layout: ParallelLayout | None,

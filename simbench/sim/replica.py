@@ -2,7 +2,7 @@
 Wraps a one-GPU cost model, so that every plan whose batches go through `step_costs` runs inside the layout.
 
     >>> from simbench.costmodels import TransformerCostModel
-    >>> from simbench.sim.layout import ParallelLayout
+    >>> from simbench.costmodels.layout import ParallelLayout
     >>> from simbench.sim.replica import ReplicaCostModel
     >>> replica = ReplicaCostModel(TransformerCostModel("llama-3.1-8b", "h100-sxm"), ParallelLayout(pp=4, microbatches=8))
     >>> replica.gpus_per_replica
@@ -34,7 +34,7 @@ from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
 from simbench.costmodels.collectives import Link, allgather, allreduce, reduce_scatter
 from simbench.costmodels.model import FLOPS_PER_MULTIPLY_ACCUMULATE
 from simbench.errors import InputError
-from simbench.sim.layout import ParallelLayout
+from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.parallel.context_parallel import (ContextParallelWork, context_parallel_work, kv_bytes_per_token,
                                                     ring_attention_seconds)
 from simbench.sim.parallel.gradient_sync import GradientSync
@@ -527,7 +527,8 @@ def replica_breakdown(histogram, plans, packings: dict, cost_model: ReplicaCostM
     are the simulation's."""
     import pandas as pd
 
-    from simbench.sim.layout import CP_SHARDINGS
+    from simbench.costmodels.layout import CP_SHARDINGS
+    from simbench.sim.accumulation import accumulating
     from simbench.sim.plans import SimulationSettings
 
     layout = cost_model.layout
@@ -540,9 +541,11 @@ def replica_breakdown(histogram, plans, packings: dict, cost_model: ReplicaCostM
         sharded = (cost_model if sharding == layout.cp_sharding
                    else ReplicaCostModel(cost_model.gpu_model, replace(layout, cp_sharding=sharding)))
         for plan in plans:
-            recorder = _Recorder(sharded)
-            settings = SimulationSettings(histogram, recorder, batch_size, steps, seed, "auto",
-                                          microbatches=layout.microbatches)
+            # A plan sized to its own rows runs them in its own microbatches (`compare_at: equal-tokens`).
+            own = sharded if plan.sizing is None else accumulating(sharded, plan.sizing.microbatches)
+            recorder = _Recorder(own)
+            settings = SimulationSettings(histogram, recorder, batch_size if plan.sizing is None else plan.sizing.rows,
+                                          steps, seed, "auto", microbatches=own.layout.microbatches)
             source = plan.source(plan, packings.get(plan.name), settings)
             drawn = source.chunk(steps, [1])
             costs = drawn[max(drawn)]

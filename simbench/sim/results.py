@@ -17,13 +17,15 @@ from simbench.strategies.packing import Packing
 
 BREAKDOWN_COLUMNS = ("compute_seconds", "padding_seconds", "masked_attention_seconds", "overhead_seconds",
                      "waiting_seconds", "communication_seconds", "stall_seconds")
+# VTS plans are measured against the same pipeline with padded samples, not against the baseline's tokens/s.
+VTS_REFERENCE = "vts-padded"
 
 
 @dataclass(frozen=True, eq=False)
 class SimulationResult:
     """Everything `simulate` measured.
 
-    summary: one row per (strategy, devices): speedup (real tokens/s over `reference`: padding at the
+    summary: one row per (strategy, devices): speedup (real tokens/s over `reference`: the baseline at the
         same devices, or for VTS the same pipeline with padded samples), tokens_per_s, sequences_per_s,
         step_seconds_mean, step_seconds_p99, engine ("simpy" or "vectorized"), the BREAKDOWN_COLUMNS
         (seconds per step, adding up to step_seconds_mean), hidden_sync_seconds (the gradients' sync the
@@ -109,22 +111,24 @@ class PlanRun:
             "throughput_noise": _ratio_of_means_error(aggregates.real_tokens, timeline.step_seconds),
         }
         if self.reference_step_seconds is not None:
-            row["reference"] = "vts-padded"
+            row["reference"] = VTS_REFERENCE
             row["speedup"] = self.reference_step_seconds * steps / total_seconds
-        else:
-            row["reference"] = "none"
         return row
 
 
-def summarize(runs: list[PlanRun]) -> pd.DataFrame:
-    """One row per run; `speedup` is throughput in real tokens/s over padding's at the same devices."""
+def summarize(runs: list[PlanRun], baseline: str) -> pd.DataFrame:
+    """One row per run; `speedup` is throughput in real tokens/s over the plan `baseline`'s at the same
+    devices (VTS plans: over their padded pipeline), `reference` names what it is over."""
     summary = pd.DataFrame([run.summary_row() for run in runs])
-    reference = summary[summary["strategy"] == "none"].set_index("devices")["tokens_per_s"]
-    over_padding = summary["tokens_per_s"] / summary["devices"].map(reference)
-    summary["speedup"] = summary["speedup"].fillna(over_padding) if "speedup" in summary else over_padding
+    if "reference" not in summary:
+        summary["reference"] = None
+    summary["reference"] = summary["reference"].fillna(baseline)
+    over_baseline = summary[summary["strategy"] == baseline].set_index("devices")
+    speedup = summary["tokens_per_s"] / summary["devices"].map(over_baseline["tokens_per_s"])
+    summary["speedup"] = summary["speedup"].fillna(speedup) if "speedup" in summary else speedup
     # Two runs' sampling errors, taken as independent: an upper bound where plans draw the same sequences.
-    reference_noise = summary[summary["strategy"] == "none"].set_index("devices")["throughput_noise"]
-    summary["speedup_noise"] = np.where(summary["strategy"] == "none", 0.0, np.hypot(
+    reference_noise = over_baseline["throughput_noise"]
+    summary["speedup_noise"] = np.where(summary["strategy"] == baseline, 0.0, np.hypot(
         summary["throughput_noise"], summary["devices"].map(reference_noise).fillna(0.0)))
     columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean", "engine",
                "reference", *BREAKDOWN_COLUMNS, "hidden_sync_seconds", "step_seconds_p99", "steps", "packer", "max_depth", "mode",
@@ -141,6 +145,37 @@ def _ratio_of_means_error(tokens: np.ndarray, seconds: np.ndarray) -> float:
     linearised = tokens / tokens.mean() - seconds / seconds.mean()
     return float(linearised.std(ddof=1) / np.sqrt(steps))
 
+
+
+# Columns that differ between seeds and are averaged over them; the others (names, the engine, steps) are the
+# same in every seed's summary.
+SEED_MEAN_COLUMNS = ("speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean", "step_seconds_p99",
+                     *BREAKDOWN_COLUMNS, "hidden_sync_seconds", "speedup_noise", "throughput_noise")
+# Figures whose spread across seeds is reported (`<column>_seed_sd`, `<column>_seed_sem`).
+SEED_SPREAD_COLUMNS = ("speedup", "tokens_per_s")
+
+
+def across_seeds(summaries: list[pd.DataFrame]) -> pd.DataFrame:
+    """One summary from the `summarize` tables of whole simulations that differ only in their seed: the mean
+    of each SEED_MEAN_COLUMNS figure, `seeds`, and per SEED_SPREAD_COLUMNS figure its standard deviation
+    across the seeds (`_seed_sd`, ddof 1) and the standard error of their mean (`_seed_sem`)."""
+    first = summaries[0]
+    keys = first[["strategy", "devices"]].to_numpy()
+    for summary in summaries[1:]:
+        if not np.array_equal(summary[["strategy", "devices"]].to_numpy(), keys):
+            raise ValueError("the seeds' summaries must list the same (strategy, devices) rows in the same order")
+    combined = first.copy()
+    count = len(summaries)
+    for column in SEED_MEAN_COLUMNS:
+        if column in first:
+            combined[column] = np.mean([summary[column].to_numpy(float) for summary in summaries], axis=0)
+    combined["seeds"] = count
+    for column in SEED_SPREAD_COLUMNS:
+        values = np.array([summary[column].to_numpy(float) for summary in summaries])
+        spread = values.std(axis=0, ddof=1) if count > 1 else np.zeros(values.shape[1])
+        combined[f"{column}_seed_sd"] = spread
+        combined[f"{column}_seed_sem"] = spread / np.sqrt(count)
+    return combined
 
 
 def with_per_gpu_columns(summary: pd.DataFrame, gpus_per_replica: int) -> pd.DataFrame:

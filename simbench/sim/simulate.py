@@ -6,7 +6,9 @@
     >>> result = simulate(load_histogram("squad_1_1_384"), ["unpad"], [1, 8], LinearCostModel(),
     ...                   batch_size=8, steps=20, seed=0)
     >>> result.summary[["strategy", "devices", "engine"]].values.tolist()
-    [['none', 1, 'simpy'], ['none', 8, 'simpy'], ['unpad', 1, 'simpy'], ['unpad', 8, 'simpy']]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [['none', 1, 'simpy'], ['none', 8, 'simpy'], ['pad-to-longest', 1, 'simpy'], ['pad-to-longest', 8, 'simpy'],
+     ['unpad', 1, 'simpy'], ['unpad', 8, 'simpy']]
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.noise import StepNoise, with_step_noise
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
+from simbench.sim.accumulation import accumulating
 from simbench.sim.engine import run_simpy
 from simbench.sim.montecarlo import StepAggregates, aggregate_by_cluster_size, step_timeline
 from simbench.sim.orderstat import build_pool, slowest_of
 from simbench.sim.parallel.gradient_sync import gradient_sync_of
-from simbench.sim.plans import (BatchSource, ExecutionPlan, SimulationSettings, packing_refusals, parse_plans,
-                                 with_reference)
+from simbench.sim.plans import (BatchSource, ExecutionPlan, SimulationSettings, baseline_plan, packing_refusals,
+                                 parse_plans, with_reference)
 from simbench.sim.pricing import DeviceCosts
 from simbench.sim.results import PlanRun, SimulationResult, summarize
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, SHAPES, first_sight
@@ -52,8 +55,9 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
              progress: Callable[[int], None] | None = None,
              packings: dict[str, Packing] | None = None, max_rows: int = SIMULATED_ROWS_MAX,
              stage: Callable[[str], None] | None = None, shapes: str = "auto",
-             training_steps: int = DEFAULT_TRAINING_STEPS, microbatches: int = 1) -> SimulationResult:
-    """Simulate every plan (plus padding, the reference) on every cluster size in `devices`.
+             training_steps: int = DEFAULT_TRAINING_STEPS, microbatches: int = 1,
+             gpus_per_device: int = 1, baseline: ExecutionPlan | str | None = None) -> SimulationResult:
+    """Simulate every plan (plus padding and the baseline) on every cluster size in `devices`.
 
     `progress(units)` hears of work as it is done, in whole units that add up to len(with_reference(plans)) *
     len(devices): one per (plan, devices), told in parts as batches are priced and each cluster is timed.
@@ -61,18 +65,20 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     `stage(text)` hears of each stage as it finishes (a packing made, a group of cluster sizes simulated).
     `shapes` and `training_steps` say which steps pay a new batch shape's first-sight cost (`sim.shapes`).
     `microbatches`: how many microbatches a device's `batch_size` rows make (a 4D replica's; a token budget
-    is per microbatch).
+    is per microbatch). `gpus_per_device`: the GPUs a device stands for (a replica's), for the stage lines' words.
+    `baseline`: the plan every speed-up is over (a name as `plans` takes them; None:
+    `simbench.sim.plans.DEFAULT_BASELINE`); padding (`none`) is simulated too, whatever the baseline.
     """
-    plans = _with_reference(plans)
+    baseline = baseline_plan(baseline)
+    plans = _with_reference(plans, baseline)
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
     check_choice(shapes, "shapes", SHAPES)
     check_whole_number(training_steps, "training_steps", minimum=1)
     _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
-    check_simulation_work(simulation_rows(plans, histogram, devices, batch_size, steps, engine), max_rows)
-    cost_model = with_step_noise(cost_model, seed)  # the profile's per-device noise, if it has any
+    check_simulation_work(simulation_rows(plans, histogram, devices, batch_size, steps, engine, baseline), max_rows)
     check_whole_number(microbatches, "microbatches", minimum=1)
-    settings = SimulationSettings(histogram, cost_model, batch_size, steps, seed, engine, shapes, training_steps,
-                                  microbatches=microbatches)
+    settings = SimulationSettings(histogram, with_step_noise(cost_model, seed), batch_size, steps, seed, engine,
+                                  shapes, training_steps, microbatches=microbatches)
     packings = dict(packings or {})
     stage = stage or (lambda text: None)
     tell = _Progress(progress)
@@ -80,64 +86,113 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     latency_samples: dict[str, np.ndarray] = {}
     timelines: dict[str, pd.DataFrame] = {}
     for plan in plans:
-        packing = packings.get(plan.name) or _packing(plan, settings, packings)
+        plan_settings = _plan_settings(plan, settings, cost_model)
+        packing = packings.get(plan.name) or _packing(plan, plan_settings, packings)
         if packing is not None and plan.name not in packings:
             stage(f"packed {plan.name}: {packing.packs_total:,} packs in {packing.seconds:.2f} s")
         if packing is not None:
             packings[plan.name] = packing
-        plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, settings, tell, stage)
+        plan_runs, samples, timeline = _simulate_plan(plan, packing, devices, plan_settings, tell, stage, gpus_per_device)
         runs.extend(plan_runs)
         if samples is not None:
             latency_samples[plan.name] = samples
         if timeline is not None:
             timelines[plan.name] = timeline
-    config = {"histogram": histogram.name, "strategies": [plan.name for plan in plans], "devices": devices,
+    config = {"histogram": histogram.name, "strategies": [plan.name for plan in plans], "baseline": baseline.name,
+              "devices": devices,
               "batch_size": batch_size, "steps": steps, "seed": seed, "engine": engine, "shapes": shapes,
               "training_steps": training_steps}
     used = {plan.name: packings[plan.name] for plan in plans if plan.name in packings}
-    return SimulationResult(summarize(runs), pd.concat([run.trace() for run in runs], ignore_index=True),
+    return SimulationResult(summarize(runs, baseline.name), pd.concat([run.trace() for run in runs], ignore_index=True),
                             used, latency_samples, timelines, config)
 
 
 def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, batch_size: int, seed: int,
                packings: dict[str, Packing] | None = None, cost_model=None,
                progress: Callable[[int], None] | None = None,
-               stage: Callable[[str], None] | None = None, microbatches: int = 1) -> dict[str, Packing]:
+               stage: Callable[[str], None] | None = None, microbatches: int = 1,
+               baseline: ExecutionPlan | str | None = None, workers=None) -> dict[str, Packing]:
     """The packings `simulate` would make for these plans (padding's included), by plan name, reusing
     `packings` given: made ahead and passed as `simulate(packings=...)`, they can be bounded elsewhere
     while the simulation runs; `cost_model` weighs attention against dense work for packers that balance
     predicted work (`wlb`), as `simulate` does. `progress(1)` is told as each plan has its packing (or needs none);
-    `stage(text)` as each packing is made."""
+    `stage(text)` as each packing is made. `workers` (a `simbench.workers.ReportWorkers`) pack the slow
+    built-in packers (`Strategy.slow`) side by side while this process packs the rest: the same packings,
+    made in any process."""
     settings = SimulationSettings(histogram, cost_model, batch_size, 1, seed, "auto", microbatches=microbatches)
     given, packings = dict(packings or {}), {}
-    for plan in _with_reference(plans):
-        packing = given.get(plan.name) or _packing(plan, settings, {**given, **packings})
+    ordered = _with_reference(plans, baseline)
+    elsewhere = _pack_elsewhere(ordered, settings, given, workers) if workers is not None else {}
+    for plan in ordered:
+        if plan.name in elsewhere:
+            continue  # collected below, once this process has packed the rest
+        packing = given.get(plan.name) or _packing(plan, settings.of_plan(plan, cost_model), {**given, **packings})
         if packing is not None:
             packings[plan.name] = packing
             if plan.name not in given and stage is not None:
                 stage(f"packed {plan.name}: {packing.packs_total:,} packs in {packing.seconds:.2f} s")
         if progress is not None:
             progress(1)
-    return packings
+    for name, future in elsewhere.items():
+        packings[name] = packing = workers.result(future, None if stage is None else lambda seconds, name=name: stage(
+            f"waiting for the packing of {name} ({seconds:.0f} s so far)"))
+        if stage is not None:
+            stage(f"packed {name}: {packing.packs_total:,} packs in {packing.seconds:.2f} s")
+        if progress is not None:
+            progress(1)
+    return {plan.name: packings[plan.name] for plan in ordered if plan.name in packings}
+
+
+def _pack_elsewhere(plans: list[ExecutionPlan], settings: SimulationSettings, given: dict[str, Packing],
+                    workers) -> dict:
+    """Futures of the packings of slow built-in packers, by plan name, submitted to `workers`; plans asking
+    for the same packing share one."""
+    calls = {}
+    for plan in plans:
+        call = None if plan.name in given else _packing_call(plan, settings)
+        if call is not None and get_strategy(call[0]).slow and get_strategy(call[0]).is_builtin:
+            calls[plan.name] = call
+    futures, shared = {}, {}
+    for name, (packer, depth, options) in calls.items():
+        key = (packer, depth, repr(options))
+        if key not in shared:
+            shared[key] = workers.submit(get_strategy(packer), settings.histogram, settings.histogram.max_length,
+                                         depth, options)
+        futures[name] = shared[key]
+    return futures
 
 
 def simulation_rows(plans: list[ExecutionPlan | str], histogram: LengthHistogram, devices: list[int],
-                    batch_size: int, steps: int, engine: str = "auto") -> int:
-    """The rows (sequences or packs) a simulation would draw and price, padding's included: its work,
+                    batch_size: int, steps: int, engine: str = "auto",
+                    baseline: ExecutionPlan | str | None = None) -> int:
+    """The rows (sequences or packs) a simulation would draw and price, padding's and the baseline's included: its work,
     known before any is done."""
     # Every plan draws its rows each step for each device it simulates one by one, and prices the
     # distinct batches of the larger clusters where it lists them.
     large = _split_by_size(sorted(devices), engine)[1]
-    return sum(steps * (plan.source.rows_per_device_step(plan, histogram, batch_size)
+    return sum(steps * (plan.source.rows_per_device_step(plan, histogram, _rows(plan, batch_size))
                         * _devices_one_by_one(plan, max(devices), engine)
-                        + plan.source.distinct_rows_per_step(plan, histogram, batch_size, large))
-               for plan in _with_reference(plans))
+                        + plan.source.distinct_rows_per_step(plan, histogram, _rows(plan, batch_size), large))
+               for plan in _with_reference(plans, baseline))
 
 
-def _with_reference(plans: list[ExecutionPlan | str]) -> list[ExecutionPlan]:
+def _rows(plan: ExecutionPlan, batch_size: int) -> int:
+    """Rows a device's step of the plan holds: its own where a run sized it, else the run's batch_size."""
+    return batch_size if plan.sizing is None else plan.sizing.rows
+
+
+def _plan_settings(plan: ExecutionPlan, settings: SimulationSettings, cost_model) -> SimulationSettings:
+    """The settings `plan` runs with: its own rows and microbatches, priced as a step of that many microbatches
+    (with the profile's per-device noise of its own, seeded as the run's)."""
+    if plan.sizing is None or plan.sizing.microbatches == settings.microbatches:
+        return settings.of_plan(plan, settings.cost_model)
+    return settings.of_plan(plan, with_step_noise(accumulating(cost_model, plan.sizing.microbatches), settings.seed))
+
+
+def _with_reference(plans: list[ExecutionPlan | str], baseline: ExecutionPlan | str | None) -> list[ExecutionPlan]:
     named = parse_plans([plan for plan in plans if isinstance(plan, str)])  # expands `all`
     given = [plan for plan in plans if not isinstance(plan, str)]
-    return with_reference(list({plan.name: plan for plan in [*named, *given]}.values()))
+    return with_reference(list({plan.name: plan for plan in [*named, *given]}.values()), baseline)
 
 
 def _validate(histogram, devices, batch_size, steps, seed, engine) -> list[int]:
@@ -176,10 +231,22 @@ def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[s
     # A packing made with other options of the plan's own (another token budget) is another packing.
     cached = next((p for p in packings.values() if (p.strategy, p.max_depth) == (packer, depth)
                    and all(p.details.get(key) == value for key, value in own.items())), None)
-    return cached or get_strategy(packer)(
-        settings.histogram, settings.histogram.max_length, depth,
-        pack_options(packer, seed=settings.seed, batch_size=settings.batch_size,
-                     attention_parity=lambda: getattr(settings.cost_model, "attention_parity_tokens", None), **own))
+    if cached is not None:
+        return cached
+    packer, depth, options = _packing_call(plan, settings)
+    return get_strategy(packer)(settings.histogram, settings.histogram.max_length, depth, options)
+
+
+def _packing_call(plan: ExecutionPlan, settings: SimulationSettings) -> tuple[str, int | None, PackOptions] | None:
+    """The packer, depth and options a plan's packing is made with (None: the plan packs nothing)."""
+    request = plan.source.packing_request(plan)
+    if request is None:
+        return None
+    packer, depth = request
+    own = plan.source.packing_options(plan, settings.histogram, settings.batch_size, settings.microbatches)
+    return packer, depth, pack_options(packer, seed=settings.seed, batch_size=settings.batch_size,
+                                       attention_parity=lambda: getattr(settings.cost_model,
+                                                                        "attention_parity_tokens", None), **own)
 
 
 def pack_options(packer: str, *, seed: int, batch_size: int,
@@ -217,7 +284,7 @@ class _Progress:
 
 
 def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[int], settings: SimulationSettings,
-                   tell: _Progress, stage: Callable[[str], None]):
+                   tell: _Progress, stage: Callable[[str], None], gpus_per_device: int = 1):
     """Small clusters simulate every device, on batches drawn once for all of them (so plans drawing the
     same sequences stay paired). Larger ones draw their slowest device directly when devices are
     independent, price their distinct batches when the plan can list them (sorted batching, padding
@@ -226,7 +293,7 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
     runs, latency, timeline = [], None, None
     if small:
         runs, latency, timeline = _simulate_devices(plan, packing, small, settings, tell, purpose=0)
-        stage(f"simulated {plan.name} on {_counts(small)} devices")
+        stage(f"simulated {plan.name} on {_counts(small, gpus_per_device)}")
     if large and plan.independent_devices:
         noiseless, noise_cv = _without_step_noise(settings, plan)
         source = plan.source(plan, packing, noiseless)
@@ -235,7 +302,7 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
         by_size = slowest_of(pool, large, settings.steps, source.generator(3))
         tell.priced(large)
         runs += [_run(source, size, by_size[size], None, tell, engine="order-statistics") for size in large]
-        stage(f"simulated {plan.name} on {_counts(large)} devices (slowest device drawn directly)")
+        stage(f"simulated {plan.name} on {_counts(large, gpus_per_device)} (slowest device drawn directly)")
         latency = pool.plain_totals[:LATENCY_SAMPLES_MAX]
         timeline = timeline if timeline is not None else source.timeline()
     elif large:
@@ -246,11 +313,11 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
             by_size = {size: new_shapes.add_to_aggregates(aggregates, size) for size, aggregates in by_size.items()}
             tell.priced(large)
             runs += [_run(source, size, by_size[size], None, tell) for size in large]
-            stage(f"simulated {plan.name} on {_counts(large)} devices (distinct batches priced)")
+            stage(f"simulated {plan.name} on {_counts(large, gpus_per_device)} (distinct batches priced)")
         else:
             large_runs, large_latency, large_timeline = _simulate_devices(plan, packing, large, settings, tell,
                                                                           purpose=4)
-            stage(f"simulated {plan.name} on {_counts(large)} devices")
+            stage(f"simulated {plan.name} on {_counts(large, gpus_per_device)}")
             runs += large_runs
             latency = latency if latency is not None else large_latency
             timeline = timeline if timeline is not None else large_timeline
@@ -258,8 +325,14 @@ def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[i
     return runs, latency, timeline
 
 
-def _counts(devices: list[int]) -> str:
-    return ", ".join(f"{count:,}" for count in devices)
+def _counts(devices: list[int], gpus_per_device: int = 1) -> str:
+    """'1, 2, 8 devices'; devices of several GPUs are replicas, said with their GPUs: '1, 8 replicas (2,048 to
+    16,384 GPUs)'."""
+    counts = ", ".join(f"{count:,}" for count in devices)
+    if gpus_per_device == 1:
+        return f"{counts} device{'s' * (devices != [1])}"
+    gpus = " to ".join(dict.fromkeys(f"{count * gpus_per_device:,}" for count in (devices[0], devices[-1])))
+    return f"{counts} replica{'s' * (devices != [1])} ({gpus} GPUs)"
 
 
 def _without_step_noise(settings: SimulationSettings, plan: ExecutionPlan) -> tuple[SimulationSettings, float]:

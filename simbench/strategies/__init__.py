@@ -27,7 +27,7 @@ PackFunction = Callable[[LengthHistogram, int, "int | None", PackOptions], Packi
 
 # Built-in strategy modules, imported on first use so that `simbench --help` stays fast.
 BUILTIN_MODULES = ("none", "sort", "greedy", "spfhp", "lpfhp", "nnlshp", "classic", "optimal", "token_budget",
-                   "group_by_length", "wlb")
+                   "group_by_length", "wlb", "pad_to_longest")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,10 @@ class Strategy:
     # such a packer is given the cost model's, so that the others' packings stay one per histogram, whatever the
     # model and hardware (a sweep shares them between cells of different models).
     uses_attention_parity: bool = False
+    # Whether packing a dataset-sized histogram takes seconds (a solve, or a walk over every sequence) and gives
+    # the same packs on however busy a core: a run packs such packers in its worker processes, side by side,
+    # while it packs the others.
+    slow: bool = False
 
     def __call__(self, histogram: LengthHistogram, max_length: int | None = None,
                  max_depth: int | None = None, options: PackOptions | None = None) -> Packing:
@@ -105,13 +109,13 @@ STRATEGIES: Registry[Strategy] = Registry(
 def register(name: str, description: str, uses_depth: bool = True,
              check_limits: Callable[[int, int | None], None] | None = None,
              default_depth: int | None = None,
-             uses_attention_parity: bool = False) -> Callable[[PackFunction], PackFunction]:
+             uses_attention_parity: bool = False, slow: bool = False) -> Callable[[PackFunction], PackFunction]:
     """Decorator registering a pack function under `name` (see `Strategy.check_limits`, `default_depth`,
-    `uses_attention_parity`)."""
+    `uses_attention_parity`, `slow`)."""
 
     def decorate(function: PackFunction) -> PackFunction:
         STRATEGIES.register(name, Strategy(name, description, function, uses_depth, check_limits, default_depth,
-                                           uses_attention_parity))
+                                           uses_attention_parity, slow))
         return function
 
     return decorate

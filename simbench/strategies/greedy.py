@@ -265,7 +265,7 @@ def count_packed_rows(columns: list[np.ndarray], bits: int) -> tuple[np.ndarray,
     return (distinct[:, None] >> shifts) & ((1 << bits) - 1), counts
 
 
-@register("greedy", "next-fit over the dataset shuffled with --seed (the paper's GREEDY)")
+@register("greedy", "next-fit over the dataset shuffled with --seed (the paper's GREEDY)", slow=True)
 def pack_greedy(histogram, max_length, max_depth, options) -> Packing:
     lengths = shuffled_lengths(histogram, np.random.default_rng(options.seed))
     pack_lengths, depths, repeats = distinct_packs(lengths, pack_starts(lengths, max_length, max_depth), max_length)

@@ -78,7 +78,11 @@ def pack_group_by_length(histogram, max_length, max_depth, options) -> Packing:
     np.random.default_rng(options.seed).shuffle(lengths)
     ordered = sort_megabatches(lengths, batch_sequences)
     del lengths
-    slots = padded_lengths(ordered, batch_sequences)
+    return one_sequence_rows("group-by-length", ordered, padded_lengths(ordered, batch_sequences), max_length)
+
+
+def one_sequence_rows(name: str, ordered: np.ndarray, slots: np.ndarray, max_length: int) -> Packing:
+    """The packing of sequences `ordered`, one to a row of `slots` token slots (their batch's longest)."""
     dense = (max_length + 1) ** 2 <= DENSE_PAIR_TABLE_MAX
     # Keys to sort in 32 bits where they fit (max length < 46,340): 3.5 times faster than in 64.
     # bincount takes 64-bit keys (it would copy narrower ones). Built in place: no temporaries.
@@ -86,7 +90,6 @@ def pack_group_by_length(histogram, max_length, max_depth, options) -> Packing:
     pair_keys = ordered.astype(key_type)
     pair_keys *= max_length + 1
     pair_keys += slots
-    del ordered, slots
     if dense:
         counts = np.bincount(pair_keys, minlength=(max_length + 1) ** 2)
         keys = np.flatnonzero(counts)
@@ -95,5 +98,5 @@ def pack_group_by_length(histogram, max_length, max_depth, options) -> Packing:
         keys, counts = distinct_counts(pair_keys, in_place=True)
         keys = keys.astype(np.int64)
     # Keys are distinct and one sequence per row: the packing as is, without from_rows' merge of millions of rows.
-    return Packing("group-by-length", max_length, 1, (keys // (max_length + 1))[:, None], counts.astype(np.int64),
+    return Packing(name, max_length, 1, (keys // (max_length + 1))[:, None], counts.astype(np.int64),
                    keys % (max_length + 1))

@@ -15,12 +15,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from simbench.histogram import LengthHistogram
+from simbench.stored_results import StoredResults, counts_digest
 from simbench.strategies.highs import silent_highs
 from simbench.validation import check_pack_limits
 
@@ -36,6 +39,12 @@ COLUMNS_KEPT_PER_ROW = 8
 DROP_REDUCED_COST = 0.05
 # Safety cap on pricing rounds; the reported bound stays valid (Farley) if it is ever reached.
 MAX_PRICING_ROUNDS = 2000
+
+# Raise it with any change that may change a bound: stored bounds of another version are never read.
+ALGORITHM_VERSION = 1
+# Bounds computed in less are not worth a file in the user cache (`simbench pack` on a small sample).
+STORE_SECONDS = 1.0
+STORED_BOUNDS = StoredResults("lp_lower_bound", ALGORITHM_VERSION)
 
 # Column generation prices patterns with a knapsack over (distinct lengths x max length) cells
 # each round, and its master LP has a row per distinct length: beyond this many cells (Wikipedia
@@ -61,7 +70,8 @@ class LPBound:
     optimum, an upper bound on the LP. `patterns` holds the packs the LP uses (lengths, descending,
     zero-padded, like `Packing.rows`) and `weights` their fractional repeat counts. `method` says
     how it was computed ("column generation" on the lengths themselves, or "counting" where that
-    would take too long); `seconds` is how long it took when it was computed.
+    would take too long); `seconds` is how long it took here: computing it, or when `cached`, reading
+    it from the bounds shipped with the package or the user cache (`simbench.stored_results`).
     """
 
     value: float
@@ -73,6 +83,22 @@ class LPBound:
     weights: np.ndarray
     method: str = "column generation"
     seconds: float = 0.0
+    cached: bool = False
+
+    def stored(self) -> dict:
+        """The bound as JSON values (floats as Python writes them, so they read back bit for bit)."""
+        return {"value": self.value, "lower_bound_packs": self.lower_bound_packs, "primal_value": self.primal_value,
+                "converged": self.converged, "pricing_rounds": self.pricing_rounds,
+                "patterns": self.patterns.tolist(), "pattern_width": int(self.patterns.shape[1]),
+                "weights": self.weights.tolist(), "method": self.method}
+
+    @classmethod
+    def from_stored(cls, entry: dict, seconds: float) -> LPBound:
+        patterns = np.array(entry["patterns"], dtype=np.int64).reshape(-1, int(entry["pattern_width"]))
+        return cls(float(entry["value"]), int(entry["lower_bound_packs"]), float(entry["primal_value"]),
+                   bool(entry["converged"]), int(entry["pricing_rounds"]), patterns,
+                   np.array(entry["weights"], dtype=np.float64).reshape(-1), str(entry["method"]), seconds,
+                   cached=True)
 
 
 def trivial_lower_bound(histogram: LengthHistogram, max_length: int, max_depth: int | None = None) -> int:
@@ -120,7 +146,9 @@ def lp_lower_bound(histogram: LengthHistogram, max_length: int, max_depth: int |
     """The LP lower bound on packs for `histogram` at `max_length` (and `max_depth` sequences per pack).
 
     Computed once per process for each histogram content and limits (a cache keyed by the
-    counts), so asking again for each strategy costs nothing; `seconds` keeps the first cost.
+    counts), so asking again for each strategy costs nothing; `seconds` keeps the first cost. A bound
+    stored for the same counts, limits and ALGORITHM_VERSION (shipped for the bundled histograms, or
+    in the user cache) is read instead of computed, and says so (`cached`).
     """
     max_length = check_pack_limits(histogram, max_length, max_depth)
     depth = None if max_depth is None else int(max_depth)
@@ -132,10 +160,42 @@ def clear_cache() -> None:
     _cached_lp_lower_bound.cache_clear()
 
 
+def stored_lp_lower_bound(histogram: LengthHistogram, max_length: int, max_depth: int | None = None
+                          ) -> LPBound | None:
+    """The bound if it is stored (shipped or in the user cache), else None: nothing is computed."""
+    return _stored_bound(histogram.counts, int(max_length), None if max_depth is None else int(max_depth))
+
+
+def _stored_bound(counts: np.ndarray, max_length: int, max_depth: int | None) -> LPBound | None:
+    start = time.perf_counter()
+    entry = STORED_BOUNDS.find(_stored_inputs(counts, max_length, max_depth))
+    if entry is None:
+        return None
+    try:
+        return LPBound.from_stored(entry, time.perf_counter() - start)
+    except (KeyError, TypeError, ValueError):  # an entry of the wrong shape is computed again
+        return None
+
+
+def _stored_inputs(counts: np.ndarray, max_length: int, max_depth: int | None) -> dict:
+    return {"counts_sha256": counts_digest(counts), "max_length": max_length, "max_depth": max_depth}
+
+
 @functools.lru_cache(maxsize=64)
 def _cached_lp_lower_bound(counts_bytes: bytes, max_length: int, max_depth: int | None) -> LPBound:
-    start = time.perf_counter()
     counts = np.frombuffer(counts_bytes, dtype=np.int64)
+    stored = _stored_bound(counts, max_length, max_depth)
+    if stored is not None:
+        return stored
+    bound = computed_lp_lower_bound(counts, max_length, max_depth)
+    if bound.seconds >= STORE_SECONDS:
+        STORED_BOUNDS.keep(_stored_inputs(counts, max_length, max_depth), bound.stored())
+    return bound
+
+
+def computed_lp_lower_bound(counts: np.ndarray, max_length: int, max_depth: int | None) -> LPBound:
+    """The bound computed afresh, never read from a store (checked limits assumed)."""
+    start = time.perf_counter()
     if np.count_nonzero(counts) * max_length <= EXACT_CELLS:
         bound = _exact_bound(counts, max_length, max_depth)
     else:
@@ -538,3 +598,38 @@ def column_generation(master: MasterLP, items: LengthItems, demand: np.ndarray,
         if master.add_patterns(patterns) == 0 or rounds >= MAX_PRICING_ROUNDS:
             break
     return _LPSolution(min(best_bound, primal_value), primal_value, converged, rounds, weights)
+
+
+# The depths the bundled scenarios bound the bundled histograms at (packing.csv's bound_depth): their bounds
+# ship with the package. None: no depth limit.
+SHIPPED_DEPTHS = (1, 2, 3, 4, 8, None)
+
+
+def write_shipped_bounds() -> Path:
+    """Compute the bounds of every bundled histogram at its max length and SHIPPED_DEPTHS, and write them
+    where the package ships them (`python -m simbench.strategies.lp_bound` does; minutes)."""
+    import json
+
+    from simbench.atomic import atomic_file
+    from simbench.histogram import bundled_histograms, load_histogram
+    from simbench.stored_results import shipped_path
+
+    entries = {}
+    for name in bundled_histograms():
+        histogram = load_histogram(name)
+        for depth in SHIPPED_DEPTHS:
+            max_length = check_pack_limits(histogram, histogram.max_length, depth)
+            bound = computed_lp_lower_bound(histogram.counts, max_length, depth)
+            inputs = _stored_inputs(histogram.counts, max_length, depth)
+            entries[STORED_BOUNDS.key(inputs)] = bound.stored()
+            print(f"{name} at depth {'max' if depth is None else depth}: {bound.lower_bound_packs:,} packs "
+                  f"({bound.seconds:.1f} s)", file=sys.stderr)
+    path = shipped_path(STORED_BOUNDS.function)
+    with atomic_file(path) as temporary:
+        temporary.write_text(json.dumps({"function": STORED_BOUNDS.function, "version": ALGORITHM_VERSION,
+                                         "entries": entries}, separators=(",", ":"), sort_keys=True) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(write_shipped_bounds())

@@ -46,6 +46,8 @@ GRID_ROUNDING_MAX_PACKS = 1_000_000
 ROUNDING_PASSES = 6
 
 
+# Not `slow` (packed in a worker beside others) although it takes seconds: its exact search stops at a wall-clock
+# limit, so its packs depend on the CPU it gets, and a run packs it in its own process, sharing no core.
 @register("optimal", "fewest packs: proven optimal by its bound or a MIP where it can be, else states its gap")
 def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | None,
                  options: PackOptions) -> Packing:

@@ -26,7 +26,7 @@ class PackOptions:
 
     seed: int = 0
     batch_size: int = 32  # sequences per batch, for batchers such as `sort`
-    # Time `optimal` may spend searching for packs its bound proves optimal, once the bound is known.
+    # CPU seconds `optimal` may spend searching for packs its bound proves optimal, once the bound is known.
     time_limit_seconds: float = 5.0
     # The length at which a sequence's attention costs as much as its dense layers, for packers that balance
     # predicted work (`wlb`); None: max_length. The simulator passes its cost model's.

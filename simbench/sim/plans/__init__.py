@@ -15,9 +15,10 @@ named in BUILTIN_PLAN_MODULES; nothing else branches on a plan's kind.
 from __future__ import annotations
 
 import functools
+import math
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
     from simbench.sim.pricing import DeviceCosts
     from simbench.strategies.packing import Packing
 
-BUILTIN_PLAN_MODULES = tuple(f"simbench.sim.plans.{module}" for module in ("unpadded", "packed", "vts", "length_grouped"))
+BUILTIN_PLAN_MODULES = tuple(f"simbench.sim.plans.{module}" for module in ("unpadded", "packed", "vts", "length_grouped",
+                                                                         "pad_to_longest"))
 
 
 class PlanKind(str, Enum):
@@ -65,6 +67,9 @@ class ExecutionPlan:
     # `token-budget`: padded token slots per microbatch, or "memory" until a run resolves it (`resolved`);
     # None: batch_size x max_length
     budget_tokens: int | str | None = None
+    # Its own rows and microbatches a device step, where a run sized it (`compare_at: equal-tokens`); None: the
+    # run's batch_size and microbatches.
+    sizing: StepSizing | None = None
 
     @property
     def independent_devices(self) -> bool:
@@ -81,7 +86,26 @@ class ExecutionPlan:
         return BATCH_SOURCES.get(self.kind)
 
 
+@dataclass(frozen=True)
+class StepSizing:
+    """A plan's own size of a device's optimizer step (`simbench.sim.footing` decides it)."""
+
+    rows: int  # rows a device's step holds, all microbatches: what `batch_size` counts for the plan
+    microbatches: int  # microbatches the rows run as, one after the other (gradient accumulation)
+
+
+def microbatch_count(step_slots: float, microbatch_slots: int, microbatches: int) -> int:
+    """Microbatches a step of `step_slots` token slots runs as: enough that none holds more than
+    `microbatch_slots`, in whole multiples of the run's own `microbatches` (a pipeline schedule's count stays
+    valid: interleaving asks for a multiple of the stages)."""
+    needed = math.ceil(step_slots / max(microbatch_slots, 1))
+    return microbatches * max(1, math.ceil(needed / microbatches))
+
+
 REFERENCE_PLAN = ExecutionPlan("none", PlanKind.PACKING, ExecutionMode.PADDED, packer="none", max_depth=1)
+# The plan every speed-up is over unless a scenario's `baseline` (or `simulate(baseline=...)`) names another:
+# what people run by default (Hugging Face's collator), not padding to max_length, which nobody runs.
+DEFAULT_BASELINE = "pad-to-longest"
 
 
 @dataclass(frozen=True)
@@ -99,6 +123,14 @@ class SimulationSettings:
     microbatches: int = 1  # a device's `batch_size` rows run as this many microbatches (a 4D replica's)
     # Steps priced once and shared by plans drawing the same batches (both padding exchanges).
     priced_steps: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def of_plan(self, plan: ExecutionPlan, cost_model: object) -> SimulationSettings:
+        """The settings `plan` runs with: its own rows and microbatches where a run sized it, priced by
+        `cost_model` (the settings' own model, sized to the plan's microbatches)."""
+        if plan.sizing is None:
+            return self
+        return replace(self, batch_size=plan.sizing.rows, microbatches=plan.sizing.microbatches,
+                       cost_model=cost_model)
 
 
 @dataclass(frozen=True)
@@ -129,6 +161,8 @@ class BatchSource:
     # Whether its batches can be priced as a 4D replica's microbatches (`sim.parallel_costs`); a source that
     # times its own pipeline (VTS) cannot.
     layout_aware: ClassVar[bool] = True
+    # The family the report draws it in; None: read from its packer and mode (simbench.report.styles).
+    family: ClassVar[str | None] = None
 
     def __init__(self, plan: ExecutionPlan, packing: Packing | None, settings: SimulationSettings, purpose: int = 0,
                  simpy_devices: int = 0):
@@ -156,6 +190,33 @@ class BatchSource:
         return plan
 
     @staticmethod
+    def expected_real_tokens_per_step(plan: ExecutionPlan, histogram: LengthHistogram, packing: Packing | None,
+                                      rows: int, microbatches: int) -> float:
+        """Real tokens a device's step of `rows` rows (in `microbatches` microbatches) holds on average: here
+        sequences drawn from the histogram, `rows` x its mean length."""
+        return rows * histogram.real_tokens / histogram.sequences
+
+    @staticmethod
+    def microbatch_slots_per_row(plan: ExecutionPlan, histogram: LengthHistogram) -> float:
+        """Token slots a row takes in a microbatch, held against what memory allows: a padded row's max_length."""
+        return float(histogram.max_length)
+
+    @classmethod
+    def sized(cls, plan: ExecutionPlan, histogram: LengthHistogram, packing: Packing | None,
+              real_tokens_per_step: float, microbatches: int, microbatch_slots: int) -> ExecutionPlan:
+        """The plan with its step sized to hold about `real_tokens_per_step` real tokens, in at least
+        `microbatches` microbatches of at most `microbatch_slots` token slots each (more microbatches where
+        the rows need them): here by its rows, the whole count nearest the target."""
+        def expected(rows: int) -> float:
+            return cls.expected_real_tokens_per_step(plan, histogram, packing, rows, 1)
+
+        guess = max(1, round(real_tokens_per_step / max(expected(1), 1e-9)))
+        rows = min((max(1, guess + step) for step in (-1, 0, 1)),
+                   key=lambda rows: (abs(expected(rows) - real_tokens_per_step), rows))
+        count = microbatch_count(rows * cls.microbatch_slots_per_row(plan, histogram), microbatch_slots, microbatches)
+        return replace(plan, sizing=StepSizing(max(rows, count), count))  # no microbatch without a row
+
+    @staticmethod
     def random_stream(plan: ExecutionPlan) -> str:
         """Plans with the same stream draw the same batches, so their comparison is paired."""
         return "sequences"
@@ -168,6 +229,12 @@ class BatchSource:
     def rows_per_device_step(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int) -> int:
         """Sequences or packs a device draws each step, for the simulation's work estimate."""
         return batch_size
+
+    @staticmethod
+    def largest_microbatch_tokens(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int) -> int:
+        """Token slots of the largest microbatch of `batch_size` rows this plan runs: what its activations must
+        fit in memory. By default rows padded to max_length (padding, packs)."""
+        return batch_size * histogram.max_length
 
     @staticmethod
     def distinct_rows_per_step(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int,
@@ -317,10 +384,10 @@ def plan_fields(text: str) -> dict[str, Any]:
     for argument in arguments:
         key, equals, value = argument.partition("=")
         if not equals:
-            key, value = ("max_depth", argument) if argument == "max" or argument.isdigit() else ("packer", argument)
+            key, value = ("max_depth", argument) if argument == "max" or _is_count(argument) else ("packer", argument)
         if key in fields:
             raise InputError(f"strategy {text!r}: {key} given twice")
-        fields[key] = int(value) if value.isdigit() else value
+        fields[key] = int(value) if _is_count(value) else value
     return fields
 
 
@@ -366,6 +433,26 @@ def all_plan_names() -> list[str]:
     return list(dict.fromkeys([*STRATEGIES.names(), *PLANS.names()]))
 
 
-def with_reference(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
-    """The plans with padding (`none`) first: every speed-up is measured against it."""
-    return [REFERENCE_PLAN, *[plan for plan in plans if not plan.is_reference]]
+def baseline_plan(baseline: ExecutionPlan | str | None) -> ExecutionPlan:
+    """The plan speed-ups are over: `baseline` as given or parsed, DEFAULT_BASELINE when None."""
+    if isinstance(baseline, ExecutionPlan):
+        return baseline
+    return parse_plan(DEFAULT_BASELINE if baseline is None else baseline)
+
+
+def with_reference(plans: list[ExecutionPlan], baseline: ExecutionPlan | str | None = None) -> list[ExecutionPlan]:
+    """The plans with padding (`none`) first, always simulated (the ideal speed-up and the packing figures are
+    over it), then the baseline every speed-up is over (DEFAULT_BASELINE when None), then the others; padding and
+    the baseline as `plans` hold them where a run sized them."""
+    baseline = baseline_plan(baseline)
+    reference = next((plan for plan in plans if plan.is_reference and plan.sizing is not None), REFERENCE_PLAN)
+    firsts = [reference] if baseline.is_reference else [
+        reference, next((plan for plan in plans if plan.name == baseline.name), baseline)]
+    names = {plan.name for plan in firsts}
+    return [*firsts, *[plan for plan in plans if not plan.is_reference and plan.name not in names]]
+
+
+def _is_count(text: str) -> bool:
+    """ASCII digits only ("²".isdigit() is true, and int() refuses it), and few enough for int() to read (a
+    longer run is no depth or count any plan takes: it reads as a name, which the plan then refuses)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import numpy as np
@@ -26,7 +26,8 @@ from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.sim.length_batching import BudgetBatchDraws, LengthGroupedStream
 from simbench.sim.orderstat import ItemSource
-from simbench.sim.plans import PLANS, BatchSource, ExecutionPlan, PlanType, register_plan
+from simbench.sim.plans import (PLANS, BatchSource, ExecutionPlan, PlanType, StepSizing, microbatch_count,
+                                 register_plan)
 from simbench.sim.batching import SequenceSampler
 from simbench.sim.megabatches import MegabatchSteps
 from simbench.strategies.group_by_length import megabatch_sequences, sequences_per_batch
@@ -55,6 +56,47 @@ class TokenBudgetSource(BatchSource):
         return {"budget_tokens": step_budget_tokens(plan, histogram, batch_size, microbatches)}
 
     @staticmethod
+    def expected_real_tokens_per_step(plan, histogram, packing, rows, microbatches):
+        """The mean real tokens of the bucketing's batches of a step's budget (every sequence once, so the
+        dataset's tokens over its batches)."""
+        batches = token_budget_batches(histogram, step_budget_tokens(plan, histogram, rows, microbatches))
+        return histogram.real_tokens / int(batches.repeats.sum())
+
+    @staticmethod
+    def microbatch_slots_per_row(plan, histogram):
+        return float(histogram.max_length)  # a step of `rows` rows has a budget of rows x max_length slots
+
+    @classmethod
+    def sized(cls, plan, histogram, packing, real_tokens_per_step, microbatches, microbatch_slots):
+        """By its budget: a step's slots scaled by the target over what its batches hold until they hold it
+        within BUDGET_PRECISION on average (the share of a budget that real tokens fill changes slowly with the
+        budget, so a few bucketings do), then cut into as many microbatches as memory needs (each budget at
+        least the longest sequence)."""
+        held: dict[int, float] = {}
+        slots = max(histogram.longest, round(real_tokens_per_step))
+        for _ in range(BUDGET_SEARCH_STEPS):
+            if slots in held:
+                break
+            held[slots] = histogram.real_tokens / int(token_budget_batches(histogram, slots).repeats.sum())
+            if abs(held[slots] / real_tokens_per_step - 1) <= BUDGET_PRECISION:
+                break
+            slots = max(histogram.longest, round(slots * real_tokens_per_step / held[slots]))
+        step_slots = min(held, key=lambda slots: (abs(held[slots] - real_tokens_per_step), slots))
+        # Each microbatch's budget lies between the longest sequence and what a microbatch may hold, so the
+        # step's slots come in whole microbatches where those two meet: of the counts around the step's, the
+        # one whose batches come closest.
+        most = max(microbatch_slots, histogram.longest)
+        count = microbatch_count(step_slots, most, microbatches)
+        options = {}
+        for each in (count, count - microbatches):
+            if each >= microbatches:
+                budget = min(max(histogram.longest, -(-step_slots // each)), most)
+                options[each] = budget, cls.expected_real_tokens_per_step(
+                    replace(plan, budget_tokens=budget), histogram, packing, 1, each)
+        count = min(options, key=lambda each: (abs(options[each][1] - real_tokens_per_step), each))
+        return replace(PLANS.get(plan.packer).build({"budget_tokens": options[count][0]}), sizing=StepSizing(1, count))
+
+    @staticmethod
     def resolved(plan, histogram, memory_tokens_per_microbatch):
         """`memory` as the number of tokens the layout's memory allows a microbatch, named in the plan so that
         the report says what ran; a budget below the longest sequence refused."""
@@ -66,6 +108,11 @@ class TokenBudgetSource(BatchSource):
             plan = PLANS.get(plan.packer).build({"budget_tokens": tokens})
         _check_budget_holds(plan, histogram)
         return plan
+
+    @staticmethod
+    def largest_microbatch_tokens(plan, histogram, batch_size):
+        """Its budget: every microbatch holds up to that many padded slots."""
+        return step_budget_tokens(plan, histogram, batch_size)
 
     @staticmethod
     def random_stream(plan: ExecutionPlan) -> str:
@@ -114,6 +161,15 @@ class LengthGroupedSource(BatchSource):
     def rows_per_device_step(plan: ExecutionPlan, histogram, batch_size: int) -> int:
         return sequences_per_batch(histogram, batch_size, histogram.max_length)
 
+    @staticmethod
+    def largest_microbatch_tokens(plan, histogram, batch_size):
+        """Its rows are as many as fill batch_size x max_length at the mean length; the batch that holds the
+        longest sequences pads them all to it (HF's group_by_length puts that megabatch first to fail early)."""
+        return sequences_per_batch(histogram, batch_size, histogram.max_length) * histogram.longest
+    def expected_real_tokens_per_step(plan, histogram, packing, rows, microbatches):
+        """Its batch's sequences (as many as fill `rows` x max_length at the mean length) at the mean length."""
+        return sequences_per_batch(histogram, rows, histogram.max_length) * histogram.real_tokens / histogram.sequences
+
     @property
     def shares_draws(self) -> bool:
         return False  # a device's batch depends on how many devices share its megabatch
@@ -154,6 +210,9 @@ class LengthGroupedSource(BatchSource):
 
 
 MEMORY = "memory"  # budget_tokens: what the run's layout lets a microbatch hold
+# A sized budget: the most bucketings tried, and how close to the target its batches' mean must come (chosen).
+BUDGET_SEARCH_STEPS = 8
+BUDGET_PRECISION = 0.005
 
 
 def step_budget_tokens(plan: ExecutionPlan, histogram: LengthHistogram, batch_size: int, microbatches: int = 1) -> int:

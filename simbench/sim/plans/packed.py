@@ -43,6 +43,14 @@ class PackingSource(BatchSource):
         return plan.packer, plan.max_depth
 
     @staticmethod
+    def largest_microbatch_tokens(plan, histogram, batch_size):
+        # Sorted batches pad to their own longest, the largest to the dataset's; packs fill up to max_length.
+        return batch_size * (histogram.longest if plan.mode is ExecutionMode.SORTED else histogram.max_length)
+    def expected_real_tokens_per_step(plan, histogram, packing, rows, microbatches):
+        """`rows` packs (or sequences) of the packing's mean real tokens each."""
+        return rows * packing.real_tokens / packing.packs_total
+
+    @staticmethod
     def random_stream(plan: ExecutionPlan) -> str:
         return f"{plan.packer}:{plan.max_depth}:{plan.mode.value}" + (":outlier-delay" if plan.outlier_delay else "")
 

@@ -1,6 +1,6 @@
 """A replica's 4D layout: tensor, pipeline and context parallel degrees, microbatches and their checks.
 
-    >>> from simbench.sim.layout import ParallelLayout
+    >>> from simbench.costmodels.layout import ParallelLayout
     >>> layout = ParallelLayout(tp=8, pp=16, cp=16, microbatches=16)
     >>> layout.gpus_per_replica, layout.replicas_of([16384])
     (2048, [8])

@@ -1,0 +1,95 @@
+"""Ctrl-C (SIGINT to the whole process group, as a terminal sends it) at any moment of a run: one line,
+exit status 130, no traceback, no process left in the group, nothing partial in the output folder; and a run
+that ends normally leaves no process of its group behind either."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WIKI512 = os.path.join(CHECKOUT, "scenarios", "wiki512.yaml")
+SMALL = """name: small
+dataset: {histogram: squad_1_1_384}
+strategies: [spfhp, nnlshp, unpad]
+devices: [1, 8]
+steps: 20
+"""
+
+
+def start_run(scenario, out, cache, *options):
+    """`simbench run` in a session of its own (its pid is its process group's id), with two workers."""
+    environment = {**os.environ, "SIMBENCH_WORKERS": "2", "SIMBENCH_CACHE": str(cache),
+                   "PYTHONPATH": os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")])}
+    # cwd: `python -m` looks in the current folder first, which may hold another checkout's simbench.
+    return subprocess.Popen([sys.executable, "-m", "simbench.cli", "run", str(scenario), "--out", str(out), *options],
+                            env=environment, cwd=os.path.dirname(str(out)), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def group_left(group: int) -> bool:
+    """Whether a live process of the group is left (a zombie has ended; where no init reaps orphans, as in some
+    containers, an interrupted run's resource tracker stays one)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
+
+
+def settle(group: int, seconds: float = 2.0) -> bool:
+    """Whether processes of the group are still there `seconds` after the run's own exit (none should be)."""
+    deadline = time.monotonic() + seconds
+    while group_left(group) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = group_left(group)
+    if left:
+        os.killpg(group, signal.SIGKILL)
+    return left
+
+
+@pytest.mark.parametrize("seconds", [0.6, 2.0, 5.0, 9.0])
+def test_ctrl_c_at_any_moment_is_one_line_and_leaves_nothing(tmp_path, seconds):
+    out = tmp_path / "wiki512"
+    run = start_run(WIKI512, out, tmp_path / "cache", "--quiet")
+    time.sleep(seconds)
+    if run.poll() is not None:
+        pytest.skip("the run ended before the signal")
+    os.killpg(run.pid, signal.SIGINT)
+    _, stderr = run.communicate(timeout=60)
+    # The run's own exit is immediate, but its workers are its children: none may outlive it.
+    assert not group_left(run.pid) or not settle(run.pid, 0.5), "processes of the run's group outlived it"
+    assert run.returncode == 130, stderr
+    assert stderr == "interrupted\n", stderr
+    assert not out.exists()
+    assert [path.name for path in tmp_path.iterdir() if path.name != "cache"] == []  # no staging folder either
+
+
+def test_ctrl_c_leaves_progress_lines_and_one_more(tmp_path):
+    run = start_run(WIKI512, tmp_path / "wiki512", tmp_path / "cache")
+    time.sleep(4.0)
+    os.killpg(run.pid, signal.SIGINT)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130
+    assert "Traceback" not in stderr and stderr.endswith("interrupted\n"), stderr
+    assert not settle(run.pid, 0.5)
+
+
+def test_a_finished_run_leaves_no_process_in_its_group(tmp_path):
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL)
+    run = start_run(path, tmp_path / "small", tmp_path / "cache", "--quiet")
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr
+    assert stderr.startswith("wrote ") and stderr.count("\n") == 1, stderr  # no warning of a leaked resource
+    assert not group_left(run.pid), "processes of the run's group outlived it"
+    assert (tmp_path / "small" / "summary.md").exists()
