@@ -130,7 +130,8 @@ def recommend(source: str | Path, stack: str, *, gpus: int | None = None, strate
 
     `source` is a report folder (read as it was run) or a scenario (run here; `quick`, `seed` as in
     `run_scenario`); `stack` one of trl, hf, axolotl, megatron; `gpus` a GPU count the run simulated (default
-    the largest), `strategy` one of its labels (default its fastest there). The result's `settings` are the
+    the Decision block's, the smallest), `strategy` one of its labels (default the one the Decision block names
+    to use there). The result's `settings` are the
     stack's options, `snippet` the text to paste, `plan.tokens_per_s_per_gpu` the simulated figure.
     """
     from simbench.report.recommend import recommend as recommend_run

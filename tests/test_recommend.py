@@ -1,12 +1,15 @@
 """`simbench recommend`: every strategy family in every stack's own settings, which parse, name only the stack's
-real options, and carry the run's figures; a strategy a stack cannot run gives way to the fastest it can."""
+real options, and carry the run's figures (the Decision block's choice, the step the run was sized at, the layout
+it priced); a strategy a stack cannot run gives way to the fastest it can."""
 
 import ast
 import json
 import math
+import re
 import shlex
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -14,10 +17,13 @@ from typer.testing import CliRunner
 from simbench.cli import app
 from simbench.errors import InputError
 from simbench.experiment import run_experiment
+from simbench.report.decision import decision_choice
 from simbench.report.recommend import STACKS, rate_text, recommend, recommend_from
-from simbench.report.recommend.plan import Family, family_of, ranked
+from simbench.report.recommend.plan import Family, family_of, rows_at, run_facts, training_plan
 from simbench.report.recommend.stacks import Expression
 from simbench.report.folder import write_report
+from simbench.report.tables import read_tables
+from simbench.sim.memory_fit import DOES_NOT_FIT
 from simbench.scenario import Scenario, load_scenario
 from simbench.strategies.group_by_length import sequences_per_batch
 
@@ -42,19 +48,19 @@ def report(scenario, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def summary(report):
-    return json.loads((report / "summary.json").read_text())
+def tables(report):
+    return read_tables(report)
 
 
-def labels_of(summary):
-    return list(dict.fromkeys(row["strategy"] for row in summary["scaling"]))
+def labels_of(tables):
+    return list(dict.fromkeys(tables.scaling["strategy"]))
 
 
-def test_the_run_covers_every_family_of_the_built_in_plans(report, summary):
+def test_the_run_covers_every_family_of_the_built_in_plans(report, tables):
     scenario = load_scenario(report / "resolved.yaml")
     families = {family_of(spec.plan()) for spec in scenario.strategies}
     assert families == set(Family) - {Family.PAD_TO_LONGEST, Family.PAD_TO_MAX, Family.OTHER}
-    assert "none" in labels_of(summary)  # padding to max, the family every stack can run
+    assert {"none", "pad-to-longest"} <= set(labels_of(tables))  # padding and the baseline, always simulated
 
 
 def parsed_options(stack, snippet):
@@ -91,8 +97,8 @@ def _keys(settings):
 
 
 @pytest.mark.parametrize("stack", sorted(STACKS))
-def test_every_snippet_parses_and_names_only_the_stacks_real_options(stack, report, summary):
-    for label in labels_of(summary):
+def test_every_snippet_parses_and_names_only_the_stacks_real_options(stack, report, tables):
+    for label in labels_of(tables):
         recommendation = recommend(report, stack, strategy=label)
         parsed, names = parsed_options(stack, recommendation.snippet)
         assert names and names <= STACKS[stack].options, (label, names - STACKS[stack].options)
@@ -105,42 +111,48 @@ def test_every_snippet_parses_and_names_only_the_stacks_real_options(stack, repo
 
 
 @pytest.mark.parametrize("stack", sorted(STACKS))
-def test_the_figures_are_the_runs(stack, report, summary, scenario):
+def test_the_figures_are_the_decision_blocks_and_the_step_the_scaling_tables(stack, report, tables, scenario):
     histogram = scenario.dataset.load()
-    for label in labels_of(summary):
+    decision = pd.read_csv(report / "decision.csv").set_index("strategy")
+    smallest = int(tables.scaling["gpus"].min())
+    scaling = tables.scaling[tables.scaling["gpus"] == smallest].set_index("strategy")
+    for label in labels_of(tables):
         recommendation = recommend(report, stack, strategy=label)
         plan = recommendation.plan
-        row = next(row for row in summary["scaling"] if row["strategy"] == plan.strategy and row["gpus"] == plan.gpus)
-        assert plan.tokens_per_s_per_gpu == row["tokens_per_s_per_gpu"]
-        assert plan.relative_error == row["throughput_noise"]
-        assert f"Expected: {rate_text(plan)}" in " ".join(
-            line.lstrip("# ").strip() for line in recommendation.snippet.splitlines() if line.startswith("#"))
-        assert plan.gpus == max(row["gpus"] for row in summary["scaling"])  # the largest simulated by default
-        assert plan.max_length == summary["dataset"]["max_length"]
-        expected_rows = (sequences_per_batch(histogram, BATCH_SIZE, histogram.max_length)
-                         if plan.family is Family.GROUP_BY_LENGTH else BATCH_SIZE)
-        assert plan.rows_per_device == expected_rows
-        assert plan.accumulation_steps == 1
+        assert plan.gpus == smallest  # the Decision block's cluster by default
+        row = decision.loc[plan.strategy]
+        assert plan.tokens_per_s_per_gpu == row.tokens_per_s_per_gpu
+        assert plan.tokens_per_s_per_gpu * plan.relative_error == pytest.approx(row.tokens_per_s_per_gpu_spread)
+        assert plan.real_tokens_per_step == row.real_tokens_per_step
+        comments = comment_text(recommendation.snippet)
+        assert f"Expected: {rate_text(plan)}" in comments
+        assert f"{row.real_tokens_per_step:,.0f} real tokens per optimizer step" in comments
+        assert plan.max_length == histogram.max_length
+        sized = scaling.loc[plan.strategy]
+        rows = (sequences_per_batch(histogram, int(sized.rows_per_device_step), histogram.max_length)
+                if plan.family is Family.GROUP_BY_LENGTH else int(sized.rows_per_device_step))
+        assert plan.accumulation_steps == sized.microbatches_per_step
+        assert plan.rows_per_device == math.ceil(rows / sized.microbatches_per_step)
         if stack == "megatron":
-            assert recommendation.settings["--micro-batch-size"] == expected_rows
-            assert recommendation.settings["--global-batch-size"] == expected_rows * plan.gpus
+            assert recommendation.settings["--micro-batch-size"] == plan.rows_per_device
+            assert recommendation.settings["--global-batch-size"] == (plan.rows_per_device * plan.accumulation_steps
+                                                                      * plan.gpus)
             assert recommendation.settings["--seq-length"] == histogram.max_length
 
 
 @pytest.mark.parametrize("stack", sorted(STACKS))
-def test_a_strategy_the_stack_cannot_run_gives_way_to_the_fastest_it_can(stack, report, summary, scenario):
+def test_a_strategy_the_stack_cannot_run_gives_way_to_the_fastest_it_can(stack, report, tables, scenario):
     histogram = scenario.dataset.load()
-    gpus = max(row["gpus"] for row in summary["scaling"])
-    rows = [row for row in summary["scaling"] if row["gpus"] == gpus]
-    from simbench.report.recommend.plan import run_facts, training_plan
-
-    facts = run_facts(scenario)
-    runnable = [row for row in ranked(rows)
-                if isinstance(STACKS[stack].express(training_plan(row, scenario, histogram), facts), Expression)]
+    facts = run_facts(scenario, tables)
+    _, rows, _ = rows_at(tables, histogram, None)
+    fitting_first = sorted(rows, key=lambda row: (row["memory_verdict"] == DOES_NOT_FIT,
+                                                  -row["tokens_per_s_per_gpu"], row["strategy"]))
+    runnable = [row for row in fitting_first
+                if isinstance(STACKS[stack].express(training_plan(row, scenario, histogram, facts), facts), Expression)]
     substitutions = 0
-    for label in labels_of(summary):
+    for label in labels_of(tables):
         recommendation = recommend(report, stack, strategy=label)
-        chosen = training_plan(next(row for row in rows if row["strategy"] == label), scenario, histogram)
+        chosen = training_plan(next(row for row in rows if row["strategy"] == label), scenario, histogram, facts)
         if isinstance(STACKS[stack].express(chosen, facts), Expression):
             assert recommendation.plan.strategy == label and not recommendation.substituted
             continue
@@ -151,10 +163,18 @@ def test_a_strategy_the_stack_cannot_run_gives_way_to_the_fastest_it_can(stack, 
     assert substitutions >= 3  # sort, token-budget, vts: no stack runs them
 
 
-def test_the_default_strategy_is_the_runs_winner(report, summary):
-    devices = max(row["devices"] for row in summary["scaling"])
-    fastest = next(entry["fastest"] for entry in summary["winners"] if entry["devices"] == devices)
-    assert recommend(report, "trl").chosen.strategy == fastest
+def comment_text(snippet):
+    """A snippet's comment lines as one line, unwrapped."""
+    return " ".join(line.lstrip("# ").strip() for line in snippet.splitlines() if line.startswith("#"))
+
+
+def decision_words(report):
+    """The strategy summary.md's Decision block says to use."""
+    return re.search(r"^On .*?: use \*\*(.+?)\*\*", (report / "summary.md").read_text(), re.M).group(1)
+
+
+def test_the_default_strategy_is_the_decision_blocks_choice(report):
+    assert recommend(report, "trl").chosen.strategy == decision_words(report)
 
 
 def test_each_family_maps_to_its_stack_settings(report):
@@ -178,15 +198,14 @@ def test_each_family_maps_to_its_stack_settings(report):
     assert recommend(report, "megatron", strategy="greedy:max").settings["--reset-attention-mask"]
 
 
-def test_a_layout_becomes_megatrons_parallel_and_memory_flags(report, summary, scenario):
-    from simbench.report.recommend.plan import run_facts
-
+def test_a_layout_becomes_megatrons_parallel_and_memory_flags(report, scenario):
     facts = run_facts(scenario)
     base = recommend(report, "megatron", strategy="packed-varlen:ffd:max").plan
     stack = STACKS["megatron"]
     for zero_stage, recompute in [(1, "selective"), (2, "full"), (3, "none")]:
         plan = replace(base, gpus=512, gpus_per_replica=32, tp=4, pp=2, cp=4, virtual_stages=3,
-                       accumulation_steps=8, zero_stage=zero_stage, recompute=recompute, overlap_gradient_sync=True)
+                       rows_per_step=8 * base.rows_per_device, accumulation_steps=8, zero_stage=zero_stage,
+                       recompute=recompute, overlap_gradient_sync=True)
         flags = stack.express(plan, facts).settings
         assert flags["--global-batch-size"] == plan.rows_per_device * 8 * (512 // 32)
         assert (flags["--tensor-model-parallel-size"], flags["--pipeline-model-parallel-size"],
@@ -215,42 +234,41 @@ def test_a_scenario_is_run_and_recommends_as_its_report_does(report, scenario, t
     assert from_scenario.plan.tokens_per_s_per_gpu == pytest.approx(from_report.plan.tokens_per_s_per_gpu, rel=1e-9)
 
 
-def test_rate_text_shows_the_digits_its_spread_supports():
-    plan = recommend_plan_stub()
-    for value, relative in [(9349.0, 1e-6), (2004.3, 0.0096), (49263.6, 0.00027), (123456.0, 0.2), (7.7, 0.5)]:
-        text = rate_text(replace(plan, tokens_per_s_per_gpu=value, relative_error=relative))
-        shown = float(text.split()[0].replace(",", ""))
-        spread = value * relative
-        assert abs(shown - value) <= max(0.5, spread / 2 + 10 ** math.floor(math.log10(max(spread, 1))) / 2)
-        assert ("<1" in text) == (spread < 0.5)
+def test_the_rate_is_written_as_the_decision_block_writes_it(report, tables):
+    text = (report / "summary.md").read_text()
+    block = text[text.index("## Decision"):].split("\n\n")[2].splitlines()[2:]
+    cells = {line.split(" | ")[0].strip("| "): line.split(" | ")[1] for line in block}
+    for label in labels_of(tables):
+        assert rate_text(recommend(report, "axolotl", strategy=label).chosen) == f"{cells[label]} real tokens/s per GPU"
 
 
 def recommend_plan_stub():
     from simbench.report.recommend.plan import TrainingPlan
 
-    return TrainingPlan(strategy="x", family=Family.PACKS, packer="ffd", gpus=8, max_length=512, rows_per_device=2,
+    return TrainingPlan(strategy="x", family=Family.PACKS, packer="ffd", gpus=8, max_length=512, rows_per_step=2,
                         accumulation_steps=1, per_document_attention=False, recompute=None, zero_stage=None,
                         gpus_per_replica=1, tp=1, pp=1, cp=1, virtual_stages=1, cp_sharding="zigzag",
-                        overlap_gradient_sync=False, tokens_per_s_per_gpu=1.0, relative_error=0.0, fits=None)
+                        overlap_gradient_sync=False, tokens_per_s_per_gpu=1.0, relative_error=0.0,
+                        real_tokens_per_step=None, memory_verdict=None)
 
 
-def test_bad_requests_are_one_clear_error(report, summary, tmp_path):
+def test_bad_requests_are_one_clear_error(report, tmp_path):
     with pytest.raises(InputError, match="did you mean 'trl'"):
         recommend(report, "trll")
     with pytest.raises(InputError, match="simulated 1, 8 GPUs, not 3"):
         recommend(report, "trl", gpus=3)
     with pytest.raises(InputError, match="did you mean 'unpad'"):
         recommend(report, "trl", strategy="unpda")
-    with pytest.raises(InputError, match="no summary.json"):
+    with pytest.raises(InputError, match="no resolved.yaml"):
         recommend(tmp_path, "trl")
     with pytest.raises(InputError, match="--quick and --seed apply to a scenario"):
         recommend(report, "trl", quick=True)
 
 
 def test_the_command_prints_the_snippet_or_one_json_object(report):
-    result = RUNNER.invoke(app, ["recommend", str(report), "--for", "axolotl", "--gpus", "1"])
+    result = RUNNER.invoke(app, ["recommend", str(report), "--for", "axolotl", "--gpus", "8"])
     assert result.exit_code == 0, result.output
-    assert result.stdout == recommend(report, "axolotl", gpus=1).snippet
+    assert result.stdout == recommend(report, "axolotl", gpus=8).snippet
     result = RUNNER.invoke(app, ["recommend", str(report), "--for", "megatron", "--json"])
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
@@ -259,19 +277,19 @@ def test_the_command_prints_the_snippet_or_one_json_object(report):
     assert result.exit_code != 0 and "--for" in str(result.exception or result.output)
 
 
-def test_recommend_from_takes_a_run_in_hand(report, summary, scenario):
+def test_recommend_from_takes_a_run_in_hand(report, tables, scenario):
     histogram = scenario.dataset.load()
-    assert recommend_from(summary, scenario, histogram, "hf").to_json() == recommend(report, "hf").to_json()
+    assert recommend_from(tables, scenario, histogram, "hf").to_json() == recommend(report, "hf").to_json()
 
 
-def test_a_strategy_the_run_added_itself_is_read_from_its_label(summary, scenario):
-    from simbench.report.recommend.plan import training_plan
-
+def test_a_strategy_the_run_added_itself_is_read_from_its_label(tables, scenario):
     histogram = scenario.dataset.load()
-    row = next(row for row in summary["scaling"] if row["strategy"] == "none")
-    assert training_plan({**row, "strategy": "lpfhp:2"}, scenario, histogram).family is Family.PACKS
-    unknown = training_plan({**row, "strategy": "a-baseline-of-the-future"}, scenario, histogram)
-    assert unknown.family is Family.OTHER and unknown.rows_per_device == BATCH_SIZE
+    facts = run_facts(scenario, tables)
+    _, rows, _ = rows_at(tables, histogram, None)
+    row = next(row for row in rows if row["strategy"] == "none")
+    assert training_plan({**row, "strategy": "lpfhp:2"}, scenario, histogram, facts).family is Family.PACKS
+    unknown = training_plan({**row, "strategy": "a-baseline-of-the-future"}, scenario, histogram, facts)
+    assert unknown.family is Family.OTHER and unknown.rows_per_step == row["rows_per_device_step"]
     assert all(isinstance(stack.express(unknown, None), str) for stack in STACKS.values())  # none can run it
 
 
@@ -306,7 +324,7 @@ def _decoder_facts():
 def test_the_python_api_recommends_as_the_command_does(report):
     import simbench
 
-    assert simbench.recommend(report, "megatron", gpus=1).snippet == recommend(report, "megatron", gpus=1).snippet
+    assert simbench.recommend(report, "megatron", gpus=8).snippet == recommend(report, "megatron", gpus=8).snippet
 
 
 def test_the_option_lists_hold_where_the_libraries_are_installed():
@@ -319,3 +337,125 @@ def test_the_option_lists_hold_where_the_libraries_are_installed():
     sft_config = pytest.importorskip("trl.trainer.sft_config")
     sft_names = {field.name for field in dataclasses.fields(sft_config.SFTConfig)}
     assert STACKS["trl"].options - {"attn_implementation"} <= sft_names
+
+
+# --- Bundled scenarios: the recommendation follows their reports ------------------------------------------------
+
+BUNDLED = __import__("pathlib").Path(__file__).parents[1] / "scenarios"
+
+
+def _bundled_report(name, tmp_path_factory, **changes):
+    """A bundled scenario's report with few steps and no plots (the figures change, not what they are read from)."""
+    bundled = load_scenario(BUNDLED / f"{name}.yaml")
+    scenario = Scenario.model_validate({**bundled.model_dump(), "outputs": {"plots": [], "lp_bounds": False},
+                                        **changes})
+    histogram = scenario.dataset.load()
+    return write_report(tmp_path_factory.mktemp("bundled") / name, scenario, histogram,
+                        run_experiment(scenario, histogram))
+
+
+@pytest.fixture(scope="module")
+def llama_report(tmp_path_factory):
+    # Its layout (ZeRO 3, full recompute), equal-tokens sizing (some strategies accumulate gradients) and a
+    # strategy that does not fit memory (group-by-length).
+    return _bundled_report("llama8b-sft-8k", tmp_path_factory, steps=10, devices=[8, 16])
+
+
+@pytest.fixture(scope="module")
+def wiki_report(tmp_path_factory):
+    # No layout, `compare_at: as-configured`, `baseline: none`.
+    return _bundled_report("wiki512", tmp_path_factory, steps=5, devices=[1, 8],
+                           strategies=["none", "sort", {"name": "spfhp", "max_depth": 3}, "unpad"])
+
+
+@pytest.mark.parametrize("which", ["llama_report", "wiki_report"])
+def test_the_recommended_strategy_is_the_decision_blocks_choice_and_fits(which, request):
+    report = request.getfixturevalue(which)
+    decision = pd.read_csv(report / "decision.csv")
+    choice = decision_choice(decision)
+    assert choice == decision_words(report)
+    assert decision.set_index("strategy").loc[choice, "memory_verdict"] != DOES_NOT_FIT
+    for stack in STACKS:
+        recommendation = recommend(report, stack)
+        assert recommendation.chosen.strategy == choice
+        assert recommendation.plan.fits is not False  # a substitute fits too, where one that fits can run
+    assert f"The Decision block's choice on {int(decision['gpus'].iloc[0]):,} GPUs is **{choice}**" in (
+        report / "recommend.md").read_text()
+
+
+def test_a_strategy_that_does_not_fit_is_never_recommended_unasked(llama_report):
+    decision = pd.read_csv(llama_report / "decision.csv").set_index("strategy")
+    assert decision.loc["group-by-length", "memory_verdict"] == DOES_NOT_FIT  # the scenario's own comment says so
+    for stack in STACKS:
+        assert recommend(llama_report, stack).plan.strategy != "group-by-length"
+    asked = recommend(llama_report, "hf", strategy="group-by-length")
+    assert asked.plan.fits is False and "does NOT fit HBM" in asked.snippet
+
+
+@pytest.mark.parametrize("which", ["llama_report", "wiki_report"])
+def test_the_rows_and_accumulation_printed_are_the_scaling_tables(which, request):
+    report = request.getfixturevalue(which)
+    scenario = load_scenario(report / "resolved.yaml")
+    histogram = scenario.dataset.load()
+    scaling = pd.read_csv(report / "scaling.csv")
+    decision = pd.read_csv(report / "decision.csv").set_index("strategy")
+    at = scaling[scaling["devices"] == scaling["devices"].min()].set_index("strategy")
+    checked = 0
+    for label in at.index:
+        step_rows = int(at.loc[label, "rows_per_device_step"])
+        microbatches = int(at.loc[label, "microbatches_per_step"])
+        if label == "group-by-length":
+            step_rows = sequences_per_batch(histogram, step_rows, histogram.max_length)
+        per_microbatch = math.ceil(step_rows / microbatches)
+        replicas = int(at.loc[label, "devices"])
+        for stack, batch_key, accumulation_key in [
+                ("trl", "per_device_train_batch_size", "gradient_accumulation_steps"),
+                ("axolotl", "micro_batch_size", "gradient_accumulation_steps"),
+                ("megatron", "--micro-batch-size", None)]:
+            recommendation = recommend(report, stack, strategy=label)
+            if recommendation.substituted:
+                continue
+            checked += 1
+            settings = recommendation.settings
+            assert settings[batch_key] == per_microbatch
+            if accumulation_key:
+                assert settings[accumulation_key] == microbatches
+            else:
+                assert settings["--global-batch-size"] == per_microbatch * microbatches * replicas
+            if step_rows % microbatches == 0:  # else the note says how many more rows the settings take
+                assert per_microbatch * microbatches == step_rows
+            tokens = decision.loc[label, "real_tokens_per_step"]
+            assert f"{tokens:,.0f} real tokens per optimizer step" in comment_text(recommendation.snippet)
+    assert checked >= 6
+
+
+def test_the_layout_the_run_priced_is_written_and_said(llama_report, wiki_report):
+    memory = pd.read_csv(llama_report / "memory.csv").iloc[0]
+    trl = recommend(llama_report, "trl").settings
+    assert trl["fsdp"].startswith("full_shard") == (memory.zero_stage == 3)
+    assert trl["gradient_checkpointing"] == (memory.recompute != "none")
+    text = (llama_report / "recommend.md").read_text()
+    assert f"ZeRO stage {memory.zero_stage}, recompute {memory.recompute}" in text.split("\n\n")[1]
+    wiki = (wiki_report / "recommend.md").read_text().split("\n\n")[1]
+    assert "plain data parallel" in wiki and "ZeRO stage" not in wiki
+    assert not recommend(wiki_report, "trl").settings["gradient_checkpointing"]
+
+
+def test_settings_the_memory_policy_raised_are_the_ones_written(tmp_path_factory):
+    # An 8B model's full fine-tuning on one GPU a replica, without `parallel`: `memory: auto` shards and recomputes.
+    scenario = Scenario(name="raised", dataset={"histogram": "squad_1_1_384"}, model="llama-3.1-8b",
+                        hardware="h100-sxm", strategies=["unpad"], devices=[2], steps=3, batch_size=16,
+                        outputs={"plots": [], "lp_bounds": False})
+    histogram = scenario.dataset.load()
+    tables = run_experiment(scenario, histogram)
+    memory = tables.memory.iloc[0]
+    assert scenario.layout is None and (tables.memory["verdict"] == "needs recompute").any()
+    facts = run_facts(scenario, tables)
+    assert facts.layout_raised and (facts.layout.zero_stage, facts.layout.recompute) == (memory.zero_stage,
+                                                                                         memory.recompute)
+    megatron = recommend_from(tables, scenario, histogram, "megatron", strategy="none").settings
+    assert ("--recompute-granularity" in megatron) == (memory.recompute != "none")
+    assert ("--use-megatron-fsdp" in megatron) == (memory.zero_stage >= 2)
+    snippet = recommend_from(tables, scenario, histogram, "axolotl").snippet
+    assert (f"ZeRO stage {memory.zero_stage}, recompute {memory.recompute} (raised by the scenario's `memory` policy"
+            in comment_text(snippet))

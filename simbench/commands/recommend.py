@@ -18,9 +18,10 @@ def recommend(
                                  help="a report folder (fast: read as it was run) or a scenario YAML file or "
                                       "bundled name (run here)"),
     stack: str = typer.Option(..., "--for", help="the trainer: trl, hf (the Hugging Face Trainer), axolotl, megatron"),
-    gpus: int = typer.Option(None, "--gpus", min=1, help="a GPU count the run simulated [default: the largest]"),
+    gpus: int = typer.Option(None, "--gpus", min=1,
+                             help="a GPU count the run simulated [default: the Decision block's, the smallest]"),
     strategy: str = typer.Option(None, "--strategy", help="a strategy of the run (its label in scaling.csv) "
-                                                          "[default: the run's fastest at that GPU count]"),
+                                                          "[default: the one the Decision block names to use there]"),
     quick: bool = typer.Option(False, "--quick", help="a scenario's --quick variant (few steps and device counts)"),
     seed: int = typer.Option(None, "--seed", min=0, help="replace a scenario's seed"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object: the settings, figures, notes and snippet"),

@@ -67,9 +67,8 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
         (folder / "summary.json").write_text(json.dumps(json_ready(summary_record(scenario, histogram, stored)),
                                                         indent=1, allow_nan=False) + "\n")
         tell("wrote decision.csv, summary.md and summary.json")
-        # From summary.json as stored, so that `simbench recommend` on the folder says the same.
-        (folder / "recommend.md").write_text(recommend_markdown(json.loads((folder / "summary.json").read_text()),
-                                                                scenario, histogram))
+        # From the tables as stored, so that `simbench recommend` on the folder says the same.
+        (folder / "recommend.md").write_text(recommend_markdown(stored, scenario, histogram))
         tell("wrote recommend.md")
         written = draw_plots(folder, scenario, histogram, stored, workers, stage)
         page = html.report_html(

@@ -4,16 +4,17 @@
     >>> sorted(STACKS)
     ['axolotl', 'hf', 'megatron', 'trl']
 
-`recommend(source, stack)` reads a report folder (its summary.json and resolved.yaml: the fast path) or runs a
-scenario, takes the strategy the run ranked first at a GPU count (the largest simulated by default) and writes
-it in the stack's options (`stacks`), with the simulated real tokens per second per GPU and what was assumed.
-Where the stack cannot run that strategy it says why, and recommends the fastest strategy of the same run that
-it can run. `recommend_markdown` is the report's recommend.md: the choice in every stack.
+`recommend(source, stack)` reads a report folder (its tables and resolved.yaml: the fast path) or runs a
+scenario, takes the strategy its Decision block names to use (on the smallest cluster simulated by default, as
+the block does; never one that does not fit memory) and writes it in the stack's options (`stacks`) at the
+step the run sized it at (rows per device, gradient accumulation, so real tokens per optimizer step) and the
+layout it priced, with the simulated real tokens per second per GPU and what was assumed. Where the stack
+cannot run that strategy it says why, and recommends the fastest strategy of the same run that it can run.
+`recommend_markdown` is the report's recommend.md: the choice in every stack.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import textwrap
 from dataclasses import asdict, dataclass
@@ -21,13 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from simbench.errors import InputError, did_you_mean
+from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
-from simbench.report.recommend.plan import (PER_DOCUMENT_ATTENTION, Family, RunFacts, TrainingPlan, ranked,
-                                            rows_at, run_facts, training_plan, winner)
+from simbench.report.precision import format_with_spread
+from simbench.report.recommend.plan import (PER_DOCUMENT_ATTENTION, Family, RunFacts, TrainingPlan, rows_at,
+                                            run_facts, training_plan)
 from simbench.report.recommend.stacks import STACKS, Expression, Stack
 from simbench.scenario import Scenario
+from simbench.sim.memory_fit import DOES_NOT_FIT, NEEDS_RECOMPUTE
 
-SUMMARY_JSON = "summary.json"
 COMMENT_WIDTH = 110
 NO_BREAK = "\u00a0"
 PACK_FAMILIES = (Family.PACKS, Family.PACKS_PER_DOCUMENT, Family.GREEDY)
@@ -55,6 +58,7 @@ class Recommendation:
 
     def to_json(self) -> dict[str, Any]:
         plan = {key: (value.value if isinstance(value, Family) else value) for key, value in asdict(self.plan).items()}
+        plan |= {"rows_per_device": self.plan.rows_per_device, "fits": self.plan.fits}
         return {"stack": self.stack, "names_from": self.source, "scenario": self.scenario,
                 "chosen": self.chosen.strategy, "strategy": self.plan.strategy, "gpus": self.plan.gpus,
                 "tokens_per_s_per_gpu": self.plan.tokens_per_s_per_gpu,
@@ -66,69 +70,60 @@ class Recommendation:
 def recommend(source: str | Path, stack: str, *, gpus: int | None = None, strategy: str | None = None,
               quick: bool = False, seed: int | None = None) -> Recommendation:
     """The recommendation of a report folder (fast) or of a scenario (run here; `quick` and `seed` as `simbench run`
-    takes them) for `stack` (trl, hf, axolotl, megatron), at `gpus` (default: the largest simulated), for the
-    run's fastest strategy or the one named `strategy`."""
-    summary, scenario, histogram = run_of(source, quick=quick, seed=seed)
-    return recommend_from(summary, scenario, histogram, stack, gpus=gpus, strategy=strategy)
+    takes them) for `stack` (trl, hf, axolotl, megatron), at `gpus` (default: the Decision block's, the smallest
+    simulated), for the strategy the Decision block names there or the one named `strategy`."""
+    tables, scenario, histogram = run_of(source, quick=quick, seed=seed)
+    return recommend_from(tables, scenario, histogram, stack, gpus=gpus, strategy=strategy)
 
 
 def run_of(source: str | Path, *, quick: bool = False, seed: int | None = None
-           ) -> tuple[dict, Scenario, LengthHistogram]:
-    """A run's summary record, scenario and histogram: read from a report folder, or computed by running a scenario."""
+           ) -> tuple[ExperimentResult, Scenario, LengthHistogram]:
+    """A run's tables, scenario and histogram: read from a report folder, or computed by running a scenario."""
+    from simbench.report.folder import RESOLVED_SCENARIO
     from simbench.scenario import load_scenario, load_scenarios
 
     path = Path(source)
     if path.is_dir():
-        if not (path / SUMMARY_JSON).is_file():
-            raise InputError("not a report folder (it has no summary.json); give a report folder or a scenario",
-                             source=str(path))
+        if not (path / RESOLVED_SCENARIO).is_file():
+            raise InputError(f"not a report folder (it has no {RESOLVED_SCENARIO}); give a report folder or a "
+                             "scenario", source=str(path))
         if quick or seed is not None:
             raise InputError("--quick and --seed apply to a scenario, which is run; a report folder is read as it "
                              "was run", source=str(path))
-        summary = _read_summary(path / SUMMARY_JSON)
-        from simbench.report.folder import RESOLVED_SCENARIO
+        from simbench.report.tables import read_tables
 
         scenario = load_scenario(path / RESOLVED_SCENARIO)
-        return summary, scenario, scenario.dataset.load()
+        return read_tables(path), scenario, scenario.dataset.load()
     scenarios = load_scenarios(source, seed=seed)
     if len(scenarios) > 1:
         raise InputError(f"the file holds {len(scenarios)} scenarios ({', '.join(s.name for s in scenarios)}); "
                          "`simbench run` it and recommend from one report folder", source=str(source))
     scenario = scenarios[0].quickened() if quick else scenarios[0]
     from simbench.experiment import run_experiment
-    from simbench.report.summary import summary_record
 
     histogram = scenario.dataset.load()
-    tables = run_experiment(scenario, histogram)
-    # Through JSON, as a report folder's summary.json gives it: plain values, NaN as null.
-    return json.loads(json.dumps(summary_record(scenario, histogram, tables))), scenario, histogram
+    return run_experiment(scenario, histogram), scenario, histogram
 
 
-def _read_summary(path: Path) -> dict:
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise InputError(f"cannot read it: {error}", source=str(path)) from None
-    if not isinstance(summary, dict) or not isinstance(summary.get("scaling"), list):
-        raise InputError("not a simbench summary (no `scaling` list)", source=str(path))
-    return summary
-
-
-def recommend_from(summary: dict, scenario: Scenario, histogram: LengthHistogram, stack: str, *,
+def recommend_from(tables: ExperimentResult, scenario: Scenario, histogram: LengthHistogram, stack: str, *,
                    gpus: int | None = None, strategy: str | None = None) -> Recommendation:
-    """`recommend` on a run already in hand: its summary record (summary.json), scenario and histogram."""
+    """`recommend` on a run already in hand: its tables (as run, or as a report folder stores them), scenario
+    and histogram."""
     if stack not in STACKS:
         raise InputError(f"unknown stack {stack!r};{did_you_mean(stack, list(STACKS))} the stacks are "
                          f"{', '.join(STACKS)}", parameter="stack")
     target = STACKS[stack]
-    facts = run_facts(scenario)
-    count, rows = rows_at(summary, gpus)
+    facts = run_facts(scenario, tables)
+    count, rows, choice = rows_at(tables, histogram, gpus)
     labels = [row["strategy"] for row in rows]
     if strategy is not None and strategy not in labels:
         raise InputError(f"the run has no strategy {strategy!r} on {count:,} GPUs;{did_you_mean(strategy, labels)} "
                          f"its strategies are {', '.join(labels)}", parameter="strategy")
-    chosen_label = strategy or winner(summary, rows)
-    chosen = training_plan(rows[labels.index(chosen_label)], scenario, histogram)
+    if strategy is None and choice is None:
+        raise InputError(f"no strategy of this run fits the GPU's memory on {count:,} GPUs (memory.csv); name one "
+                         "with --strategy, or change the scenario so that one fits")
+    chosen_label = strategy or choice
+    chosen = training_plan(rows[labels.index(chosen_label)], scenario, histogram, facts)
     expressed = target.express(chosen, facts)
     plan, notes = chosen, []
     if not isinstance(expressed, Expression):
@@ -146,11 +141,10 @@ def recommend_from(summary: dict, scenario: Scenario, histogram: LengthHistogram
 
 def _fastest_expressible(stack: Stack, rows: list[dict], scenario: Scenario, histogram: LengthHistogram,
                          facts: RunFacts) -> tuple[TrainingPlan, Expression]:
-    """The fastest strategy among the rows (those that fit first) that the stack can run: padding to max length,
-    always simulated, every stack can."""
-    fastest = ranked(rows)
-    for row in fastest + [row for row in rows if row not in fastest]:
-        plan = training_plan(row, scenario, histogram)
+    """The first of the Decision rows (those that fit first, each group fastest first) that the stack can run:
+    padding to max length, always simulated, every stack can."""
+    for row in rows:
+        plan = training_plan(row, scenario, histogram, facts)
         expression = stack.express(plan, facts)
         if isinstance(expression, Expression):
             return plan, expression
@@ -158,16 +152,24 @@ def _fastest_expressible(stack: Stack, rows: list[dict], scenario: Scenario, his
 
 
 def rate_text(plan: TrainingPlan) -> str:
-    """Real tokens per second per GPU with as many digits as its spread supports, and the spread."""
-    value, relative = plan.tokens_per_s_per_gpu, plan.relative_error
-    if relative is None or not math.isfinite(relative):
-        return f"{value:,.0f} real tokens/s per GPU"
-    spread = value * relative
-    if spread < 0.5:
-        return f"{value:,.0f} ± <1 real tokens/s per GPU"
-    digit = 10 ** math.floor(math.log10(spread))  # the spread's leading digit sets the last digit shown
-    return (f"{round(value / digit) * digit:,.0f} ± {round(spread / digit) * digit:,.0f} real tokens/s per GPU "
-            f"(± {100 * relative:.2g} %)")
+    """Real tokens per second per GPU to the digits its spread supports, as the Decision block writes it."""
+    relative = plan.relative_error
+    spread = plan.tokens_per_s_per_gpu * relative if relative is not None and math.isfinite(relative) else 0.0
+    return f"{format_with_spread(plan.tokens_per_s_per_gpu, spread)} real tokens/s per GPU"
+
+
+def layout_text(facts: RunFacts) -> str:
+    """The parallel layout the run priced, in words: its replica's split, ZeRO stage and recompute."""
+    layout = facts.layout
+    if layout is None:
+        return ("plain data parallel: each device its own replica, the gradients all-reduced, nothing sharded or "
+                "recomputed")
+    split = f"TP {layout.tp} x PP {layout.pp} x CP {layout.cp} ({layout.gpus_per_replica:,} GPU" + (
+        "s a replica)" if layout.gpus_per_replica > 1 else " a replica)")
+    virtual = f", {layout.virtual_stages} virtual stages" if layout.virtual_stages > 1 else ""
+    raised = (" (raised by the scenario's `memory` policy so that its strategies fit)" if facts.layout_raised
+              else "")
+    return f"{split}{virtual}, ZeRO stage {layout.zero_stage}, recompute {layout.recompute}{raised}"
 
 
 def _assumptions(plan: TrainingPlan, facts: RunFacts) -> list[str]:
@@ -183,10 +185,6 @@ def _assumptions(plan: TrainingPlan, facts: RunFacts) -> list[str]:
     sharding = ("the gradients all-reduced, nothing sharded" if plan.zero_stage in (None, 0)
                 else f"ZeRO stage {plan.zero_stage} over the replicas")
     recompute = "no activation recomputation" if plan.recompute in (None, "none") else f"{plan.recompute} recomputation"
-    memory = {True: "fits HBM by simbench's memory model",
-              False: "does not fit HBM by simbench's memory model (nor does any strategy this stack can run)",
-              None: "memory not checked for this strategy by this run: if it does not fit, recomputation or sharding "
-                    "costs speed the figure leaves out"}[plan.fits]
     return [
         f"simulated by simbench's cost model, not measured: real tokens (no padding) per second per GPU over "
         f"{facts.steps:,} steps (seed {facts.seed}, shapes {facts.shapes}), ± one standard error; a trainer adds "
@@ -195,23 +193,55 @@ def _assumptions(plan: TrainingPlan, facts: RunFacts) -> list[str]:
         + (" with overridden fields" if facts.hardware_overridden else "")
         + f" (each rate's source: `simbench list --profile {facts.hardware}`)",
         f"{plan.gpus:,} GPUs, {replicas}, {sharding}",
-        f"{plan.rows_per_device:,} {rows} of up to {plan.max_length:,} tokens a replica per microbatch, "
-        f"{plan.accumulation_steps} microbatch{'es' if plan.accumulation_steps > 1 else ''} per optimizer step; "
-        + ("per-document (varlen) attention" if plan.family in PER_DOCUMENT_ATTENTION
-           else "dense attention over each row, padding and other documents masked"),
-        f"{recompute}; {memory}",
+        _step_text(plan, rows, facts),
+        "per-document (varlen) attention" if plan.family in PER_DOCUMENT_ATTENTION
+        else "dense attention over each row, padding and other documents masked",
+        f"{recompute}; {_memory_text(plan)}",
     ]
+
+
+def _step_text(plan: TrainingPlan, rows: str, facts: RunFacts) -> str:
+    """The optimizer step as the run sized it: rows a microbatch, microbatches, replicas, real tokens."""
+    per_microbatch = plan.rows_per_device
+    per_step = per_microbatch * plan.accumulation_steps  # a replica's rows as these settings run them
+    text = (f"{per_microbatch:,} {rows} of up to {plan.max_length:,} tokens a replica per microbatch, "
+            f"{plan.accumulation_steps} microbatch{'es' if plan.accumulation_steps > 1 else ''} (gradient "
+            f"accumulation steps) per optimizer step, {plan.data_parallel:,} replica"
+            f"{'s' if plan.data_parallel > 1 else ''}: {per_step * plan.data_parallel:,} rows an optimizer step")
+    if plan.real_tokens_per_step is not None:
+        text += f", {plan.real_tokens_per_step:,.0f} real tokens per optimizer step simulated"
+    if facts.compare_at == "equal-tokens":
+        text += " (the run sized every strategy's step to about the same real tokens: `compare_at: equal-tokens`)"
+    if per_step != plan.rows_per_step:
+        text += (f"; the run's step held {plan.rows_per_step:,} rows, cut into {plan.accumulation_steps} "
+                 f"microbatches by token slots, so these settings take {per_step - plan.rows_per_step:,} more a "
+                 "replica and step")
+    return text
+
+
+def _memory_text(plan: TrainingPlan) -> str:
+    if plan.memory_verdict is None:
+        return "memory not checked (the hardware profile states no HBM capacity)"
+    peak = (f" ({plan.peak_memory_gib:.0f} of {plan.hbm_capacity_gib:.0f} GiB per GPU)"
+            if plan.peak_memory_gib is not None and plan.hbm_capacity_gib is not None else "")
+    if plan.memory_verdict == DOES_NOT_FIT:
+        return f"does NOT fit HBM by simbench's memory model{peak}: these settings run out of memory as they stand"
+    if plan.memory_verdict == NEEDS_RECOMPUTE:
+        return (f"fits HBM by simbench's memory model{peak} only at the raised ZeRO stage and recompute written "
+                "here")
+    return f"fits HBM by simbench's memory model{peak}"
 
 
 def _comments(stack: Stack, facts: RunFacts, chosen: TrainingPlan, plan: TrainingPlan, named: bool,
               notes: list[str], assumptions: list[str]) -> list[str]:
     why = (f"the strategy asked for ({chosen.strategy})" if named and plan is chosen
-           else f"the run's fastest on {plan.gpus:,} GPUs" if plan is chosen
+           else f"the Decision block's choice on {plan.gpus:,} GPUs" if plan is chosen
            else f"in place of {chosen.strategy}, which this stack cannot run (see the note)")
     lines = [f"simbench recommend: scenario {facts.scenario} on {plan.gpus:,} GPUs for {stack.title}.",
              f"Option names: {stack.source}.",
              f"Strategy: {plan.strategy} ({plan.family.value}), {why}.",
              f"Expected: {rate_text(plan)}, simulated.",
+             f"Layout: {layout_text(facts)}.",
              *(f"Assumed: {assumption}." for assumption in assumptions),
              *(f"Note: {note}." for note in notes)]
     wrapped = []
@@ -223,15 +253,22 @@ def _comments(stack: Stack, facts: RunFacts, chosen: TrainingPlan, plan: Trainin
     return wrapped
 
 
-def recommend_markdown(summary: dict, scenario: Scenario, histogram: LengthHistogram) -> str:
-    """recommend.md: the run's fastest strategy at its largest GPU count in every stack's settings."""
-    recommendations = [recommend_from(summary, scenario, histogram, name) for name in STACKS]
+def recommend_markdown(tables: ExperimentResult, scenario: Scenario, histogram: LengthHistogram) -> str:
+    """recommend.md: the Decision block's choice on its cluster in every stack's settings."""
+    recommendations = [recommend_from(tables, scenario, histogram, name) for name in STACKS]
     first = recommendations[0]
+    facts = run_facts(scenario, tables)
     sections = [f"# Recommended settings: {scenario.name}",
-                f"The run's fastest strategy on {first.chosen.gpus:,} GPUs is **{first.chosen.strategy}**: "
-                f"{rate_text(first.chosen)}, simulated. Below it is written in each stack's own settings; where a "
-                "stack cannot run it, the fastest strategy of this run that it can, and why. For another GPU count "
-                "or strategy: `simbench recommend REPORT --for STACK --gpus N --strategy NAME`."]
+                f"The Decision block's choice on {first.chosen.gpus:,} GPUs is **{first.chosen.strategy}**: "
+                f"{rate_text(first.chosen)}, simulated, at {first.chosen.rows_per_device:,} rows a replica per "
+                f"microbatch and {first.chosen.accumulation_steps} microbatch"
+                f"{'es' if first.chosen.accumulation_steps > 1 else ''} (gradient accumulation steps) per optimizer "
+                "step" + (f", {first.chosen.real_tokens_per_step:,.0f} real tokens per optimizer step"
+                          if first.chosen.real_tokens_per_step is not None else "") + ". "
+                f"The run assumed this parallel layout: {layout_text(facts)}. "
+                "Below it is written in each stack's own settings; where a stack cannot run it, the fastest strategy "
+                "of this run that it can, and why. For another GPU count or strategy: "
+                "`simbench recommend REPORT --for STACK --gpus N --strategy NAME`."]
     for recommendation in recommendations:
         stack = STACKS[recommendation.stack]
         heading = f"## {stack.label}: {recommendation.plan.strategy}"
@@ -239,4 +276,4 @@ def recommend_markdown(summary: dict, scenario: Scenario, histogram: LengthHisto
     return "\n\n".join(sections) + "\n"
 
 
-__all__ = ["STACKS", "Recommendation", "recommend", "recommend_from", "recommend_markdown", "run_of"]
+__all__ = ["STACKS", "Recommendation", "layout_text", "recommend", "recommend_from", "recommend_markdown", "run_of"]

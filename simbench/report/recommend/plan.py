@@ -1,22 +1,30 @@
 """A run's strategies as a trainer would run them: batching family, rows, attention, memory settings, speed.
 
 A `TrainingPlan` is stack-neutral: `stacks` writes it in each trainer's own options. It is read from a run's
-summary record (summary.json) and scenario; the fields another column of the report may carry later (rows per
-device, accumulation steps, recomputation, ZeRO stage, whether it fits) are read with `.get` first, then from
-the scenario as the run simulated it.
+tables as its report states them: the Decision block's row (real tokens per second per GPU with its spread,
+real tokens per optimizer step, the memory verdict), the scaling table's step as the run sized it
+(`rows_per_device_step`, `microbatches_per_step`) and the layout the run priced (the scenario's `parallel` with
+memory.csv's ZeRO stage and recompute, which the `memory` policy may have raised).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from enum import Enum
 
+import pandas as pd
+
 from simbench.costmodels.base import ExecutionMode
+from simbench.costmodels.layout import ParallelLayout
 from simbench.costmodels.model import get_model
 from simbench.errors import InputError
+from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
+from simbench.report.decision import decision_choice, decision_devices, decision_table
 from simbench.scenario import Scenario
 from simbench.sim.exchange import Exchange
+from simbench.sim.memory_fit import DOES_NOT_FIT, NEEDS_RECOMPUTE, memory_layout
 from simbench.sim.plans import REFERENCE_PLAN, ExecutionPlan, PlanKind, parse_plan
 
 
@@ -68,10 +76,10 @@ class TrainingPlan:
     packer: str | None
     gpus: int
     max_length: int
-    rows_per_device: int  # rows (packs or sequences) a data-parallel rank takes per microbatch
-    accumulation_steps: int  # microbatches per optimizer step
+    rows_per_step: int  # rows (packs or sequences) a data-parallel rank's optimizer step holds, as the run sized it
+    accumulation_steps: int  # microbatches per optimizer step (gradient accumulation, or a 4D replica's)
     per_document_attention: bool  # varlen attention within each sequence, else dense attention over the row
-    recompute: str | None  # none, selective or full; None: the run did not say
+    recompute: str | None  # none, selective or full; None: plain data parallel, nothing recomputed
     zero_stage: int | None  # None: plain data parallel (an all-reduce of the gradients)
     gpus_per_replica: int  # GPUs of one data-parallel replica (tensor x pipeline x context parallel)
     tp: int  # 1 where the run gives no layout (a replica's split is then unknown)
@@ -81,13 +89,27 @@ class TrainingPlan:
     cp_sharding: str  # how a row's tokens are cut over the context-parallel ranks (zigzag without a layout)
     overlap_gradient_sync: bool
     tokens_per_s_per_gpu: float  # real tokens, simulated
-    relative_error: float | None  # one standard error of the throughput, relative; None: not reported
-    fits: bool | None  # whether its largest step fits HBM; None: the run did not say
+    relative_error: float | None  # the Decision block's spread of the throughput, relative; None: not reported
+    real_tokens_per_step: float | None  # the whole cluster's real tokens per optimizer step, simulated
+    memory_verdict: str | None  # memory.csv's: fits, needs recompute, does not fit; None: not checked
+    peak_memory_gib: float | None = None  # per GPU, of its largest microbatch at the settings the run priced
+    hbm_capacity_gib: float | None = None
 
     @property
     def data_parallel(self) -> int:
         """Data-parallel replicas: the GPUs over one replica's."""
         return max(1, self.gpus // self.gpus_per_replica)
+
+    @property
+    def rows_per_device(self) -> int:
+        """Rows a rank takes per microbatch (a trainer's per-device batch size): the step's rows over its
+        microbatches, rounded up where the run cut them unevenly (it cuts a step by token slots)."""
+        return max(1, math.ceil(self.rows_per_step / self.accumulation_steps))
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether its largest microbatch fits HBM at the settings the run priced; None: not checked."""
+        return None if self.memory_verdict is None else self.memory_verdict != DOES_NOT_FIT
 
 
 @dataclass(frozen=True)
@@ -102,68 +124,101 @@ class RunFacts:
     steps: int
     seed: int
     shapes: str
+    # The layout the run priced: the scenario's `parallel` with the ZeRO stage and recompute memory.csv states;
+    # a 1 x 1 x 1 one where the `memory` policy raised a scenario without `parallel`; None: plain data parallel.
+    layout: ParallelLayout | None = None
+    layout_raised: bool = False  # the `memory` policy raised the scenario's ZeRO stage or recompute
+    compare_at: str | None = None  # how the run sized its strategies' steps; None: a report from before
 
 
-def run_facts(scenario: Scenario) -> RunFacts:
+def run_facts(scenario: Scenario, tables: ExperimentResult | None = None) -> RunFacts:
+    layout, raised = priced_layout(scenario, tables.memory if tables is not None else pd.DataFrame())
+    scaling = tables.scaling if tables is not None else pd.DataFrame()
+    compare_at = str(scaling["compare_at"].iloc[0]) if "compare_at" in scaling and not scaling.empty else None
     return RunFacts(scenario=scenario.name, model=scenario.model if isinstance(scenario.model, str) else "custom",
                     is_decoder=get_model(scenario.model).is_decoder, hardware=scenario.hardware.profile,
                     hardware_overridden=bool(scenario.hardware.overrides), steps=scenario.steps, seed=scenario.seed,
-                    shapes=scenario.shapes)
+                    shapes=scenario.shapes, layout=layout, layout_raised=raised, compare_at=compare_at)
 
 
-def rows_at(summary: dict, gpus: int | None) -> tuple[int, list[dict]]:
-    """The GPU count asked for (the largest simulated when None) and the scaling rows of that count."""
-    scaling = summary.get("scaling", [])
-    counts = sorted({int(row.get("gpus", row["devices"])) for row in scaling})
+def priced_layout(scenario: Scenario, memory: pd.DataFrame) -> tuple[ParallelLayout | None, bool]:
+    """The layout the run priced, and whether its `memory` policy raised it (a strategy `needs recompute`, as
+    the report's Memory section reads it): memory.csv's ZeRO stage and recompute on the layout memory was
+    checked on; the scenario's own layout (None: plain data parallel) where no memory was checked or a scenario
+    without `parallel` was not raised (the plain path then priced it)."""
+    if memory.empty or "verdict" not in memory:
+        return scenario.layout, False
+    raised = bool((memory["verdict"] == NEEDS_RECOMPUTE).any())
+    if scenario.layout is None and not raised:
+        return None, False
+    first = memory.iloc[0]
+    return replace(memory_layout(scenario.layout, scenario.gpus_per_replica), zero_stage=int(first.zero_stage),
+                   recompute=str(first.recompute)), raised
+
+
+def gpu_counts(scaling: pd.DataFrame) -> dict[int, int]:
+    """Each GPU count the run simulated and the device count (replicas, with a layout) it stands for."""
+    gpus = scaling["gpus"] if "gpus" in scaling else scaling["devices"]
+    return {int(count): int(devices) for count, devices in sorted(zip(gpus, scaling["devices"]))}
+
+
+def rows_at(tables: ExperimentResult, histogram: LengthHistogram,
+            gpus: int | None) -> tuple[int, list[dict], str | None]:
+    """The GPU count asked for (the Decision block's when None: the smallest simulated), the Decision table's
+    rows there in its order (those that fit first, fastest first), each with its scaling row's columns, and the
+    strategy the Decision block names to use there (`decision.decision_choice`; None where none fits memory)."""
+    counts = gpu_counts(tables.scaling)
     if not counts:
         raise InputError("the run has no scaling rows to recommend from")
-    chosen = counts[-1] if gpus is None else gpus
-    if chosen not in counts:
-        raise InputError(f"the run simulated {', '.join(f'{count:,}' for count in counts)} GPUs, not {chosen:,}; "
+    if gpus is None:
+        devices = decision_devices(tables.scaling)
+        gpus = next(count for count, of in counts.items() if of == devices)
+    if gpus not in counts:
+        raise InputError(f"the run simulated {', '.join(f'{count:,}' for count in counts)} GPUs, not {gpus:,}; "
                          "pass one of them", parameter="gpus")
-    return chosen, [row for row in scaling if int(row.get("gpus", row["devices"])) == chosen]
+    devices = counts[gpus]
+    decision = decision_table(tables, histogram, devices)
+    scaling = tables.scaling[tables.scaling["devices"] == devices]
+    step_columns = [column for column in ("strategy", "throughput_noise", "rows_per_device_step",
+                                          "microbatches_per_step", "budget_tokens") if column in scaling]
+    merged = decision.merge(scaling[step_columns], on="strategy", how="left")
+    rows = [{key: (None if _missing(value) else value) for key, value in row.items()}
+            for row in merged.astype(object).to_dict("records")]
+    return gpus, rows, decision_choice(decision)
 
 
-def winner(summary: dict, rows: list[dict]) -> str:
-    """The strategy the run chose at these rows' cluster size: the first (padding's) group of summary.json's
-    `winners`, else the highest real tokens per second per GPU among the strategies that fit."""
-    devices = int(rows[0]["devices"])
-    for entry in summary.get("winners", []):
-        if int(entry.get("devices", -1)) == devices and any(row["strategy"] == entry.get("fastest") for row in rows):
-            return entry["fastest"]
-    return ranked(rows)[0]["strategy"]
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
-def ranked(rows: list[dict]) -> list[dict]:
-    """The rows fastest first (real tokens per second per GPU), those that do not fit left out unless none does."""
-    fitting = [row for row in rows if row.get("fits") is not False] or rows
-    return sorted(fitting, key=lambda row: (-float(row["tokens_per_s_per_gpu"]), row["strategy"]))
-
-
-def training_plan(row: dict, scenario: Scenario, histogram: LengthHistogram) -> TrainingPlan:
-    """The plan of one scaling row: the row's own batch and memory columns where it has them, else the scenario's."""
+def training_plan(row: dict, scenario: Scenario, histogram: LengthHistogram, facts: RunFacts) -> TrainingPlan:
+    """The plan of one Decision row (with its scaling columns): the step as the run sized it where the report
+    states it, else the scenario's batch size and microbatches; the layout the run priced (`facts.layout`)."""
     plan = plan_of(row["strategy"], scenario)
-    layout = scenario.layout
-    microbatches = layout.microbatches if layout else 1
-    # A device draws every microbatch's rows in a step; a trainer's batch size is one microbatch's.
-    drawn = (plan.source.rows_per_device_step(plan, histogram, scenario.device_batch_size) if plan is not None
-             else scenario.device_batch_size)
+    layout = facts.layout
+    microbatches = int(row.get("microbatches_per_step") or (layout.microbatches if layout else 1))
+    sized_rows = int(row.get("rows_per_device_step") or scenario.device_batch_size)
+    # A batch source counts its step in its own units (group-by-length: max_length-slot units); a trainer counts
+    # the rows it draws.
+    drawn = plan.source.rows_per_device_step(plan, histogram, sized_rows) if plan is not None else sized_rows
     family = family_of(plan) if plan is not None else Family.OTHER
-    error = row.get("throughput_noise")
+    value = float(row["tokens_per_s_per_gpu"])
+    spread = row.get("tokens_per_s_per_gpu_spread")
+    if spread is None and row.get("throughput_noise") is not None:
+        spread = value * float(row["throughput_noise"])
     return TrainingPlan(
         strategy=row["strategy"], family=family, packer=plan.packer if plan is not None else None,
-        gpus=int(row.get("gpus", row["devices"])), max_length=histogram.max_length,
-        rows_per_device=int(row.get("rows_per_device") or max(1, drawn // microbatches)),
-        accumulation_steps=int(row.get("accumulation_steps") or microbatches),
-        per_document_attention=family in PER_DOCUMENT_ATTENTION,
-        recompute=row.get("recompute", layout.recompute if layout else None),
-        zero_stage=row.get("zero_stage", layout.zero_stage if layout else None),
+        gpus=int(row["gpus"]), max_length=histogram.max_length, rows_per_step=int(drawn),
+        accumulation_steps=microbatches, per_document_attention=family in PER_DOCUMENT_ATTENTION,
+        recompute=layout.recompute if layout else None, zero_stage=layout.zero_stage if layout else None,
         gpus_per_replica=scenario.gpus_per_device, tp=layout.tp if layout else 1, pp=layout.pp if layout else 1,
         cp=layout.cp if layout else 1, virtual_stages=layout.virtual_stages if layout else 1,
         cp_sharding=layout.cp_sharding if layout else "zigzag",
         overlap_gradient_sync=bool(layout and layout.overlap_gradient_sync),
-        tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
-        relative_error=None if error is None else float(error), fits=row.get("fits"))
+        tokens_per_s_per_gpu=value, relative_error=None if spread is None or not value else float(spread) / value,
+        real_tokens_per_step=None if row.get("real_tokens_per_step") is None else float(row["real_tokens_per_step"]),
+        memory_verdict=row.get("memory_verdict"), peak_memory_gib=row.get("peak_memory_gib"),
+        hbm_capacity_gib=row.get("hbm_capacity_gib"))
 
 
 def plan_of(label: str, scenario: Scenario) -> ExecutionPlan | None:
