@@ -24,7 +24,8 @@ def recommend(
                                                           "[default: the one the Decision block names to use there]"),
     quick: bool = typer.Option(False, "--quick", help="a scenario's --quick variant (few steps and device counts)"),
     seed: int = typer.Option(None, "--seed", min=0, help="replace a scenario's seed"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON object: the settings, figures, notes and snippet"),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="JSON lines: one object (the settings, figures, notes and snippet)"),
 ) -> None:
     """Write the strategy a run chose in a trainer's own settings, with the expected tokens/s per GPU."""
     from simbench.report.recommend import recommend as recommend_run
