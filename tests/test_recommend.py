@@ -131,8 +131,10 @@ def test_the_figures_are_the_decision_blocks_and_the_step_the_scaling_tables(sta
         sized = scaling.loc[plan.strategy]
         rows = (sequences_per_batch(histogram, int(sized.rows_per_device_step), histogram.max_length)
                 if plan.family is Family.GROUP_BY_LENGTH else int(sized.rows_per_device_step))
-        assert plan.accumulation_steps == sized.microbatches_per_step
-        assert plan.rows_per_device == math.ceil(rows / sized.microbatches_per_step)
+        assert plan.rows_per_device * plan.accumulation_steps == rows  # the step the run simulated
+        assert plan.rows_per_device <= max(1, rows // sized.microbatches_per_step)  # no microbatch larger
+        if rows % sized.microbatches_per_step == 0:
+            assert plan.accumulation_steps == sized.microbatches_per_step
         if stack == "megatron":
             assert recommendation.settings["--micro-batch-size"] == plan.rows_per_device
             assert recommendation.settings["--global-batch-size"] == (plan.rows_per_device * plan.accumulation_steps
@@ -204,7 +206,7 @@ def test_a_layout_becomes_megatrons_parallel_and_memory_flags(report, scenario):
     stack = STACKS["megatron"]
     for zero_stage, recompute in [(1, "selective"), (2, "full"), (3, "none")]:
         plan = replace(base, gpus=512, gpus_per_replica=32, tp=4, pp=2, cp=4, virtual_stages=3,
-                       rows_per_step=8 * base.rows_per_device, accumulation_steps=8, zero_stage=zero_stage,
+                       rows_per_step=8 * base.rows_per_device, microbatches=8, zero_stage=zero_stage,
                        recompute=recompute, overlap_gradient_sync=True)
         flags = stack.express(plan, facts).settings
         assert flags["--global-batch-size"] == plan.rows_per_device * 8 * (512 // 32)
@@ -246,7 +248,7 @@ def recommend_plan_stub():
     from simbench.report.recommend.plan import TrainingPlan
 
     return TrainingPlan(strategy="x", family=Family.PACKS, packer="ffd", gpus=8, max_length=512, rows_per_step=2,
-                        accumulation_steps=1, per_document_attention=False, recompute=None, zero_stage=None,
+                        microbatches=1, per_document_attention=False, recompute=None, zero_stage=None,
                         gpus_per_replica=1, tp=1, pp=1, cp=1, virtual_stages=1, cp_sharding="zigzag",
                         overlap_gradient_sync=False, tokens_per_s_per_gpu=1.0, relative_error=0.0,
                         real_tokens_per_step=None, memory_verdict=None)
@@ -406,7 +408,6 @@ def test_the_rows_and_accumulation_printed_are_the_scaling_tables(which, request
         microbatches = int(at.loc[label, "microbatches_per_step"])
         if label == "group-by-length":
             step_rows = sequences_per_batch(histogram, step_rows, histogram.max_length)
-        per_microbatch = math.ceil(step_rows / microbatches)
         replicas = int(at.loc[label, "devices"])
         for stack, batch_key, accumulation_key in [
                 ("trl", "per_device_train_batch_size", "gradient_accumulation_steps"),
@@ -417,13 +418,15 @@ def test_the_rows_and_accumulation_printed_are_the_scaling_tables(which, request
                 continue
             checked += 1
             settings = recommendation.settings
-            assert settings[batch_key] == per_microbatch
-            if accumulation_key:
-                assert settings[accumulation_key] == microbatches
-            else:
-                assert settings["--global-batch-size"] == per_microbatch * microbatches * replicas
-            if step_rows % microbatches == 0:  # else the note says how many more rows the settings take
-                assert per_microbatch * microbatches == step_rows
+            per_microbatch = settings[batch_key]
+            accumulation = settings[accumulation_key] if accumulation_key else (
+                settings["--global-batch-size"] // (per_microbatch * replicas))
+            assert per_microbatch * accumulation == step_rows  # the rows, so the tokens, of the step simulated
+            if step_rows % microbatches == 0:
+                assert (per_microbatch, accumulation) == (step_rows // microbatches, microbatches)
+            else:  # trainers take equal microbatches: more of them, none larger than the run's mean
+                assert accumulation > microbatches and per_microbatch <= step_rows // microbatches
+                assert "microbatches of unequal rows" in comment_text(recommendation.snippet)
             tokens = decision.loc[label, "real_tokens_per_step"]
             assert f"{tokens:,.0f} real tokens per optimizer step" in comment_text(recommendation.snippet)
     assert checked >= 6

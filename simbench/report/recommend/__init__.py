@@ -58,7 +58,8 @@ class Recommendation:
 
     def to_json(self) -> dict[str, Any]:
         plan = {key: (value.value if isinstance(value, Family) else value) for key, value in asdict(self.plan).items()}
-        plan |= {"rows_per_device": self.plan.rows_per_device, "fits": self.plan.fits}
+        plan |= {"rows_per_device": self.plan.rows_per_device, "accumulation_steps": self.plan.accumulation_steps,
+                 "fits": self.plan.fits}
         return {"stack": self.stack, "names_from": self.source, "scenario": self.scenario,
                 "chosen": self.chosen.strategy, "strategy": self.plan.strategy, "gpus": self.plan.gpus,
                 "tokens_per_s_per_gpu": self.plan.tokens_per_s_per_gpu,
@@ -212,10 +213,10 @@ def _step_text(plan: TrainingPlan, rows: str, facts: RunFacts) -> str:
         text += f", {plan.real_tokens_per_step:,.0f} real tokens per optimizer step simulated"
     if facts.compare_at == "equal-tokens":
         text += " (the run sized every strategy's step to about the same real tokens: `compare_at: equal-tokens`)"
-    if per_step != plan.rows_per_step:
-        text += (f"; the run's step held {plan.rows_per_step:,} rows, cut into {plan.accumulation_steps} "
-                 f"microbatches by token slots, so these settings take {per_step - plan.rows_per_step:,} more a "
-                 "replica and step")
+    if plan.accumulation_steps != plan.microbatches:
+        text += (f"; the run cut a replica's step of {plan.rows_per_step:,} rows into {plan.microbatches} "
+                 "microbatches of unequal rows (by token slots), a trainer's microbatches are equal: these settings "
+                 f"run the same rows as {plan.accumulation_steps} microbatches, a little slower than the figure")
     return text
 
 

@@ -77,7 +77,7 @@ class TrainingPlan:
     gpus: int
     max_length: int
     rows_per_step: int  # rows (packs or sequences) a data-parallel rank's optimizer step holds, as the run sized it
-    accumulation_steps: int  # microbatches per optimizer step (gradient accumulation, or a 4D replica's)
+    microbatches: int  # the run's microbatches per optimizer step (gradient accumulation, or a 4D replica's)
     per_document_attention: bool  # varlen attention within each sequence, else dense attention over the row
     recompute: str | None  # none, selective or full; None: plain data parallel, nothing recomputed
     zero_stage: int | None  # None: plain data parallel (an all-reduce of the gradients)
@@ -102,9 +102,18 @@ class TrainingPlan:
 
     @property
     def rows_per_device(self) -> int:
-        """Rows a rank takes per microbatch (a trainer's per-device batch size): the step's rows over its
-        microbatches, rounded up where the run cut them unevenly (it cuts a step by token slots)."""
-        return max(1, math.ceil(self.rows_per_step / self.accumulation_steps))
+        """Rows a rank takes per microbatch (a trainer's per-device batch size, every microbatch alike): the
+        step's rows over the run's microbatches; where they do not divide evenly (the run cuts a step by token
+        slots), the largest whole share of the step's rows no larger than the run's mean microbatch, so that a
+        step holds the rows (and tokens) the run simulated and a microbatch no more token slots than the run
+        allowed one (sizing counts microbatches from the step's slots over what a microbatch may hold)."""
+        mean = max(1, self.rows_per_step // self.microbatches)
+        return max(rows for rows in range(1, mean + 1) if self.rows_per_step % rows == 0)
+
+    @property
+    def accumulation_steps(self) -> int:
+        """A trainer's gradient accumulation steps: the run's microbatches where its step divides evenly."""
+        return self.rows_per_step // self.rows_per_device
 
     @property
     def fits(self) -> bool | None:
@@ -208,8 +217,8 @@ def training_plan(row: dict, scenario: Scenario, histogram: LengthHistogram, fac
         spread = value * float(row["throughput_noise"])
     return TrainingPlan(
         strategy=row["strategy"], family=family, packer=plan.packer if plan is not None else None,
-        gpus=int(row["gpus"]), max_length=histogram.max_length, rows_per_step=int(drawn),
-        accumulation_steps=microbatches, per_document_attention=family in PER_DOCUMENT_ATTENTION,
+        gpus=int(row["gpus"]), max_length=histogram.max_length, rows_per_step=max(1, int(drawn)),
+        microbatches=max(1, microbatches), per_document_attention=family in PER_DOCUMENT_ATTENTION,
         recompute=layout.recompute if layout else None, zero_stage=layout.zero_stage if layout else None,
         gpus_per_replica=scenario.gpus_per_device, tp=layout.tp if layout else 1, pp=layout.pp if layout else 1,
         cp=layout.cp if layout else 1, virtual_stages=layout.virtual_stages if layout else 1,
