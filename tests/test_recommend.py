@@ -381,7 +381,8 @@ def test_the_recommended_strategy_is_the_decision_blocks_choice_and_fits(which, 
         recommendation = recommend(report, stack)
         assert recommendation.chosen.strategy == choice
         assert recommendation.plan.fits is not False  # a substitute fits too, where one that fits can run
-    assert f"The Decision block's choice on {int(decision['gpus'].iloc[0]):,} GPUs is **{choice}**" in (
+    gpus = int(decision["gpus"].iloc[0])
+    assert f"The Decision block's choice on {gpus:,} GPU{'' if gpus == 1 else 's'} is **{choice}**" in (
         report / "recommend.md").read_text()
 
 

@@ -118,10 +118,10 @@ def recommend_from(tables: ExperimentResult, scenario: Scenario, histogram: Leng
     count, rows, choice = rows_at(tables, histogram, gpus)
     labels = [row["strategy"] for row in rows]
     if strategy is not None and strategy not in labels:
-        raise InputError(f"the run has no strategy {strategy!r} on {count:,} GPUs;{did_you_mean(strategy, labels)} "
+        raise InputError(f"the run has no strategy {strategy!r} on {gpu_count(count)};{did_you_mean(strategy, labels)} "
                          f"its strategies are {', '.join(labels)}", parameter="strategy")
     if strategy is None and choice is None:
-        raise InputError(f"no strategy of this run fits the GPU's memory on {count:,} GPUs (memory.csv); name one "
+        raise InputError(f"no strategy of this run fits the GPU's memory on {gpu_count(count)} (memory.csv); name one "
                          "with --strategy, or change the scenario so that one fits")
     chosen_label = strategy or choice
     chosen = training_plan(rows[labels.index(chosen_label)], scenario, histogram, facts)
@@ -131,7 +131,7 @@ def recommend_from(tables: ExperimentResult, scenario: Scenario, histogram: Leng
         reason = expressed
         plan, expressed = _fastest_expressible(target, rows, scenario, histogram, facts)
         notes.append(f"{reason}. The fastest strategy of this run that it can run "
-                     f"on {count:,} GPUs is {plan.strategy}, {rate_text(plan)} against {chosen.strategy}'s "
+                     f"on {gpu_count(count)} is {plan.strategy}, {rate_text(plan)} against {chosen.strategy}'s "
                      f"{rate_text(chosen)}, and these settings run it")
     notes += expressed.notes
     assumptions = _assumptions(plan, facts)
@@ -150,6 +150,11 @@ def _fastest_expressible(stack: Stack, rows: list[dict], scenario: Scenario, his
         if isinstance(expression, Expression):
             return plan, expression
     raise InputError(f"{stack.name} can run none of this run's strategies ({', '.join(r['strategy'] for r in rows)})")
+
+
+def gpu_count(count: int) -> str:
+    """'1 GPU', '1,024 GPUs'."""
+    return f"{count:,} GPU{'' if count == 1 else 's'}"
 
 
 def rate_text(plan: TrainingPlan) -> str:
@@ -193,7 +198,7 @@ def _assumptions(plan: TrainingPlan, facts: RunFacts) -> list[str]:
         f"model {facts.model} on hardware profile {facts.hardware}"
         + (" with overridden fields" if facts.hardware_overridden else "")
         + f" (each rate's source: `simbench list --profile {facts.hardware}`)",
-        f"{plan.gpus:,} GPUs, {replicas}, {sharding}",
+        f"{gpu_count(plan.gpus)}, {replicas}, {sharding}",
         _step_text(plan, rows, facts),
         "per-document (varlen) attention" if plan.family in PER_DOCUMENT_ATTENTION
         else "dense attention over each row, padding and other documents masked",
@@ -236,9 +241,9 @@ def _memory_text(plan: TrainingPlan) -> str:
 def _comments(stack: Stack, facts: RunFacts, chosen: TrainingPlan, plan: TrainingPlan, named: bool,
               notes: list[str], assumptions: list[str]) -> list[str]:
     why = (f"the strategy asked for ({chosen.strategy})" if named and plan is chosen
-           else f"the Decision block's choice on {plan.gpus:,} GPUs" if plan is chosen
+           else f"the Decision block's choice on {gpu_count(plan.gpus)}" if plan is chosen
            else f"in place of {chosen.strategy}, which this stack cannot run (see the note)")
-    lines = [f"simbench recommend: scenario {facts.scenario} on {plan.gpus:,} GPUs for {stack.title}.",
+    lines = [f"simbench recommend: scenario {facts.scenario} on {gpu_count(plan.gpus)} for {stack.title}.",
              f"Option names: {stack.source}.",
              f"Strategy: {plan.strategy} ({plan.family.value}), {why}.",
              f"Expected: {rate_text(plan)}, simulated.",
@@ -260,7 +265,7 @@ def recommend_markdown(tables: ExperimentResult, scenario: Scenario, histogram: 
     first = recommendations[0]
     facts = run_facts(scenario, tables)
     sections = [f"# Recommended settings: {scenario.name}",
-                f"The Decision block's choice on {first.chosen.gpus:,} GPUs is **{first.chosen.strategy}**: "
+                f"The Decision block's choice on {gpu_count(first.chosen.gpus)} is **{first.chosen.strategy}**: "
                 f"{rate_text(first.chosen)}, simulated, at {first.chosen.rows_per_device:,} rows a replica per "
                 f"microbatch and {first.chosen.accumulation_steps} microbatch"
                 f"{'es' if first.chosen.accumulation_steps > 1 else ''} (gradient accumulation steps) per optimizer "
