@@ -10,8 +10,8 @@ import importlib
 _EXPORTS = {
     "LengthHistogram": "simbench.histogram",
     "Scenario": "simbench.scenario",
-    **{name: "simbench.api" for name in ("bound", "load_histogram", "load_scenario", "pack", "run_scenario",
-                                         "simulate")},
+    **{name: "simbench.api" for name in ("bound", "load_histogram", "load_scenario", "pack", "recommend",
+                                         "run_scenario", "simulate")},
 }
 
 __all__ = sorted(_EXPORTS)

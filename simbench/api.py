@@ -6,8 +6,9 @@
     40711
 
 Results are plain dataclasses (`LengthHistogram`, `Packing`, `LPBound`, `SimulationResult`,
-`ExperimentResult`) whose tables are pandas DataFrames. A histogram argument may be a `LengthHistogram`,
-a CSV/JSON path or a bundled name; a scenario argument a `Scenario`, a YAML path or a bundled name.
+`ExperimentResult`, `Recommendation`) whose tables are pandas DataFrames. A histogram argument may be a
+`LengthHistogram`, a CSV/JSON path or a bundled name; a scenario argument a `Scenario`, a YAML path or a
+bundled name.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from simbench.histogram import LengthHistogram, load_histogram
 if TYPE_CHECKING:
     from simbench.costmodels import HardwareProfile
     from simbench.experiment import ExperimentResult
+    from simbench.report.recommend import Recommendation
     from simbench.scenario import Scenario
     from simbench.sim.plans import ExecutionPlan
     from simbench.sim.results import SimulationResult
@@ -122,8 +124,24 @@ def run_scenario(scenario: Scenario | str | Path, *, name: str | None = None, qu
     return tables
 
 
+def recommend(source: str | Path, stack: str, *, gpus: int | None = None, strategy: str | None = None,
+              quick: bool = False, seed: int | None = None) -> Recommendation:
+    """A run's chosen strategy in a trainer's own settings, as `simbench recommend` writes it.
+
+    `source` is a report folder (read as it was run) or a scenario (run here; `quick`, `seed` as in
+    `run_scenario`); `stack` one of trl, hf, axolotl, megatron; `gpus` a GPU count the run simulated (default
+    the Decision block's, the smallest), `strategy` one of its labels (default the one the Decision block names
+    to use there). The result's `settings` are the
+    stack's options, `snippet` the text to paste, `plan.tokens_per_s_per_gpu` the simulated figure.
+    """
+    from simbench.report.recommend import recommend as recommend_run
+
+    return recommend_run(source, stack, gpus=gpus, strategy=strategy, quick=quick, seed=seed)
+
+
 def _histogram(histogram: HistogramLike) -> LengthHistogram:
     return histogram if isinstance(histogram, LengthHistogram) else load_histogram(histogram)
 
 
-__all__ = ["LengthHistogram", "bound", "load_histogram", "load_scenario", "pack", "run_scenario", "simulate"]
+__all__ = ["LengthHistogram", "bound", "load_histogram", "load_scenario", "pack", "recommend", "run_scenario",
+           "simulate"]

@@ -107,6 +107,13 @@ def decision_markdown(tables: ExperimentResult, histogram: LengthHistogram, unit
     return "\n".join(lines)
 
 
+def decision_choice(table: pd.DataFrame) -> str | None:
+    """The strategy the block says to use among `decision_table`'s rows: the first of those that fit and lead
+    by the Answer's rule; None where none fits."""
+    tied = _tied_with_best(table)
+    return tied[0] if tied else None
+
+
 def _tied_with_best(table: pd.DataFrame) -> list[str]:
     """The first strategy that fits and those tied with it by the Answer's rule (`report.precision.leaders`), on
     the same speed-ups and spreads."""

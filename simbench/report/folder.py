@@ -12,8 +12,8 @@
     ...     folder = write_report(Path(root, "demo"), scenario, histogram, run_experiment(scenario, histogram))
     ...     sorted(path.name for path in folder.iterdir())  # doctest: +NORMALIZE_WHITESPACE
     ['.simbench-folder.json', 'assumptions.csv', 'breakdown.csv', 'decision.csv', 'extrapolation.csv', 'gumbel.csv',
-     'latency.csv', 'memory.csv', 'packing.csv', 'report.html', 'resolved.yaml', 'scaling.csv', 'scaling.svg', 'summary.json',
-     'summary.md', 'timeline.csv', 'timings.csv']
+     'latency.csv', 'memory.csv', 'packing.csv', 'recommend.md', 'report.html', 'resolved.yaml', 'scaling.csv',
+     'scaling.svg', 'summary.json', 'summary.md', 'timeline.csv', 'timings.csv']
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from simbench.report import html
 from simbench.report.baseline import baseline_of, over_words
 from simbench.report.decision import decision_table
 from simbench.report.summary import speedup_reference, summary_markdown, summary_record
+from simbench.report.recommend import recommend_markdown
 from simbench.report.tables import read_tables, write_tables
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.workers import ReportWorkers
@@ -66,6 +67,9 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
         (folder / "summary.json").write_text(json.dumps(json_ready(summary_record(scenario, histogram, stored)),
                                                         indent=1, allow_nan=False) + "\n")
         tell("wrote decision.csv, summary.md and summary.json")
+        # From the tables as stored, so that `simbench recommend` on the folder says the same.
+        (folder / "recommend.md").write_text(recommend_markdown(stored, scenario, histogram))
+        tell("wrote recommend.md")
         written = draw_plots(folder, scenario, histogram, stored, workers, stage)
         page = html.report_html(
             scenario.name, summary, [("scaling.csv", stored.scaling), ("packing.csv", stored.packing),

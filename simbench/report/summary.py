@@ -450,7 +450,8 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 
 def _files_section() -> str:
     return ("## Files\n\nreport.html (this summary with interactive charts and sortable tables, one file), "
-            "summary.json (the headline figures for scripts), resolved.yaml (the scenario as run), packing.csv, "
+            "summary.json (the headline figures for scripts), recommend.md (the chosen strategy as TRL, Hugging Face "
+            "Trainer, axolotl and Megatron-LM settings), resolved.yaml (the scenario as run), packing.csv, "
             "scaling.csv, breakdown.csv, latency.csv, gumbel.csv, extrapolation.csv, timeline.csv, timings.csv, "
             "memory.csv (each strategy's peak memory per GPU against HBM, where the profile states it); "
             "plots as PNG and SVG.")
