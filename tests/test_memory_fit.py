@@ -219,9 +219,16 @@ def test_every_bundled_scenario_fits_every_strategy_it_ranks(scenario):
     assert not ranked.empty
     assert (ranked["peak_memory_gib"] * GIB <= capacity).all()
     for row in ranked.itertuples():
-        direct = peak_memory(run.model, run.memory.priced, tokens_per_microbatch=row.tokens_per_microbatch,
-                             replicas=min(run.devices))
+        direct = peak_memory(run.model, replace(run.memory.priced, microbatches=row.microbatches),
+                             tokens_per_microbatch=row.tokens_per_microbatch, replicas=min(run.devices))
         assert direct.peak_bytes <= capacity
+    # Sizing cuts a step so that its largest microbatch of whole rows holds no more than memory gave it (a row
+    # alone, or a budget of the longest sequence, may hold more).
+    slots = run.footing.microbatch_slots
+    if slots is not None:
+        longest = run.histogram.longest
+        assert all(row.tokens_per_microbatch <= max(slots, longest) or row.rows_per_microbatch == 1
+                   for row in table.itertuples())
 
 
 def test_every_cell_of_the_bundled_sweeps_fits():
@@ -294,27 +301,28 @@ axes:
 
 
 def test_memory_is_checked_at_the_microbatch_each_strategy_runs_once_sized(tmp_path):
-    """Equal tokens give unpad three times the rows of the packs (squad's sequences fill a third of a 1,024 row):
-    its configured 32 sequences fit, the 96 it runs do not, and the check says so, at the rows it runs."""
-    capacity = peak_gib(ParallelLayout(), 32 * 1024) * 1.01  # 32 padded rows fit, barely
-    text = gpt2(capacity, extra="memory: refuse\n").replace("compare_at: as-configured\n", "")
-    run = resolve(scenario_of(tmp_path, text))
+    """Equal tokens give un-padding three times the rows of the packs (squad's sequences fill a third of a 1,024
+    row), cut into as many microbatches as the scenario's own microbatch of 32 x 1,024 slots needs: 48 of the
+    longest sequence. Its configured 32 fit HBM; the 48 it runs do not, and the check says so and makes them fit."""
+    capacity = capacity_between(peak_gib(ParallelLayout(), 32 * 384), peak_gib(ParallelLayout(), 48 * 384))
+    text = gpt2(capacity, extra="memory: auto\n").replace("compare_at: as-configured\n", "")
+    run = resolve(scenario_of(tmp_path, text))  # validation checks the scenario's own sizes: they pass
     table = run.memory.table().set_index("strategy")
     for name, plan in run.footing.plans.items():
-        label = run.label(name)
         rows = -(-plan.rows // plan.microbatches)
-        assert table.loc[label, ["rows_per_microbatch", "microbatches"]].tolist() == [rows, plan.microbatches]
+        assert table.loc[run.label(name), ["rows_per_microbatch", "microbatches"]].tolist() == [rows, plan.microbatches]
     unpad = run.footing.plans["unpad"]
-    assert unpad.rows > 32 and peak_gib(ParallelLayout(), 32 * 384) <= capacity  # as configured it would fit
-    assert table.loc["unpad", "tokens_per_microbatch"] == unpad.rows // unpad.microbatches * 384
-    assert table.loc["unpad", "peak_memory_gib"] == pytest.approx(peak_gib(ParallelLayout(),
-                                                                           unpad.rows // unpad.microbatches * 384))
-    assert table.loc["unpad", "verdict"] == "does not fit" and table.loc["spfhp:3", "verdict"] == "fits"
-    # `auto` makes it fit the way a trainer would, and prices the whole run so.
-    auto = resolve(scenario_of(tmp_path, text.replace("memory: refuse", "memory: auto")))
-    raised = auto.memory.table()
-    assert (raised["verdict"] != "does not fit").all() and (raised["peak_memory_gib"] <= capacity).all()
-    assert auto.layout == auto.memory.priced and auto.layout.recompute != "none"
+    rows = -(-unpad.rows // unpad.microbatches)
+    assert rows > 32 and table.loc["unpad", "tokens_per_microbatch"] == rows * 384
+    assert table.loc["unpad", "verdict"] == "needs recompute" and table.loc["unpad", "made_to_fit"] == "recompute full"
+    assert peak_gib(ParallelLayout(), rows * 384) > capacity
+    # The run is priced at the setting that makes it fit, and nothing ranked is over HBM.
+    assert run.layout == run.memory.priced == ParallelLayout(recompute="full")
+    ranked = run.memory.table().query("verdict != 'does not fit'")
+    assert set(ranked["strategy"]) >= {"unpad"} and (ranked["peak_memory_gib"] <= capacity).all()
+    # `refuse` keeps the scenario's settings: nothing it runs fits, and the run says what would.
+    with pytest.raises(InputError, match=r"no strategy fits .* it fits with `memory: auto` \(ZeRO 1, recompute full\)"):
+        resolve(scenario_of(tmp_path, text.replace("memory: auto", "memory: refuse")))
 
 
 def test_a_device_of_several_gpus_holds_its_share_of_weights_and_activations(tmp_path):

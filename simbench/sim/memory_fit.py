@@ -213,7 +213,8 @@ def fit_memory(model: ModelSpec | str, hardware: HardwareProfile | str, plans: M
     least = {label: first_fit(label) for label in tokens}
     fitting = [tried.index(each) for each in least.values() if each is not None]
     if not fitting:
-        error = _nothing_fits(model, hardware, plans, histogram, tokens, batch_size, layout, replicas, tried[-1])
+        error = _nothing_fits(model, hardware, plans, histogram, tokens, batch_size, layout, replicas, tried[-1],
+                              {label: count for label, (_, count) in steps.items()})
         if policy != "auto" and can_raise:
             # Where `memory: auto` makes it fit on these GPUs, that is the one key to change.
             try:
@@ -231,11 +232,11 @@ def fit_memory(model: ModelSpec | str, hardware: HardwareProfile | str, plans: M
 
 def _nothing_fits(model: ModelSpec, hardware: HardwareProfile, plans: Mapping[str, ExecutionPlan],
                   histogram: LengthHistogram, tokens: Mapping[str, int], batch_size: int, layout: ParallelLayout,
-                  replicas: int, last: ParallelLayout) -> InputError:
+                  replicas: int, last: ParallelLayout, microbatches: Mapping[str, int]) -> InputError:
     """What the smallest strategy needs, and the settings that would fit it: ZeRO 3 from some GPU count, or full
     recompute at a smaller batch size. The error names the key to change first."""
     label = min(tokens, key=lambda each: (tokens[each], each))
-    peak = peak_memory(model, last, tokens_per_microbatch=tokens[label], replicas=replicas).peak_bytes
+    peak = _peak_bytes(model, last, tokens[label], microbatches[label], replicas)
     gpus = replicas * layout.gpus_per_replica
     capacity = hardware.hbm_capacity_bytes
     text = (f"no strategy fits {hardware.name}'s {capacity / GIB:.0f} GiB of HBM per GPU: {label}'s largest "
