@@ -61,7 +61,8 @@ def simulate(histogram: HistogramLike, strategies: str | Sequence[str | Executio
              model: str | dict[str, int] = "bert-large", hardware: str | Path | HardwareProfile = "a100",
              batch_size: int = 32, steps: int = 200, seed: int = 0, engine: str = "auto", shapes: str = "auto",
              training_steps: int = 10_000, hardware_overrides: dict | None = None, cost_model: str = "transformer",
-             gpus_per_replica: int = 1, baseline: str | ExecutionPlan | None = None) -> SimulationResult:
+             gpus_per_replica: int = 1, baseline: str | ExecutionPlan | None = None,
+             memory: str | None = None) -> SimulationResult:
     """Simulate data-parallel training of each strategy on each device count, as `simbench simulate` does.
 
     `strategies` are plan names as the command takes them (`spfhp:3`, `unpad`, `packed-varlen:lpfhp:max`,
@@ -71,14 +72,19 @@ def simulate(histogram: HistogramLike, strategies: str | Sequence[str | Executio
     same device count and `reference` naming it (VTS plans: over their padded pipeline). `shapes` (new, seen, auto)
     and `training_steps` say which steps pay a new batch shape's first-sight cost (`simbench.sim.shapes`);
     `hardware_overrides` replace profile fields and `cost_model` names the registry's cost model, as in a scenario.
+    Memory is checked as `simbench run` checks it (`memory`: refuse, recompute or auto as a scenario's `memory`
+    says; None: a scenario's default, `simbench.sim.memory_fit.DEFAULT_MEMORY_POLICY`):
+    InputError where no strategy fits; `memory_verdict` in the summary (`does not fit`: not to be ranked) and the
+    check's table as the result's `memory`.
     """
     from simbench.resolved import Run
 
     plans = [strategies] if isinstance(strategies, str) else list(strategies)
-    return Run.from_options(_histogram(histogram), plans, list(devices), model=model, hardware=hardware,
-                            overrides=hardware_overrides, cost_model=cost_model, gpus_per_replica=gpus_per_replica,
-                            batch_size=batch_size, steps=steps, seed=seed, engine=engine, shapes=shapes,
-                            training_steps=training_steps, baseline=baseline).simulate()
+    run = Run.from_options(_histogram(histogram), plans, list(devices), model=model, hardware=hardware,
+                           overrides=hardware_overrides, cost_model=cost_model, gpus_per_replica=gpus_per_replica,
+                           batch_size=batch_size, steps=steps, seed=seed, engine=engine, shapes=shapes,
+                           training_steps=training_steps, baseline=baseline, memory=memory)
+    return run.with_memory(run.simulate())
 
 
 def load_scenario(scenario: str | Path, *, name: str | None = None, seed: int | None = None) -> Scenario:

@@ -25,10 +25,10 @@ from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
 from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.memory_budget import resolved_plans
-from simbench.sim.memory_fit import MemoryFit
+from simbench.sim.memory_fit import DEFAULT_MEMORY_POLICY, MEMORY_POLICIES, MemoryFit, fit_memory, memory_layout
 from simbench.sim.plans import ExecutionPlan, StepSizing, baseline_plan, parse_plans, with_reference
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
-from simbench.validation import check_whole_number
+from simbench.validation import check_choice, check_gpus_per_replica, check_whole_number
 
 if TYPE_CHECKING:
     from simbench.scenario import Scenario
@@ -77,17 +77,14 @@ class Run:
                       packings: Mapping[str, Packing] | None = None) -> Run:
         """The scenario's run, on `histogram` if given (a sweep shares one between cells, and `packings` of it)."""
         histogram = histogram if histogram is not None else scenario.dataset.load()
-        from simbench.scenario import scenario_memory
+        from simbench.scenario import configured_plans, scenario_memory
 
         plans = scenario_plans(scenario, histogram)
-        model, hardware, layout = get_model(scenario.model), scenario.hardware.load(), scenario.layout
-        memory = scenario_memory(scenario, plans, histogram)
-        if memory is not None and memory.raised:
-            # Recompute and ZeRO are priced by the 4D replica: without `parallel`, a 1 x 1 x 1 layout of one GPU.
-            layout = memory.priced
-        gpus_per_replica = scenario.gpus_per_device if layout is None else layout.gpus_per_replica
-        cost_model = _cost_model(scenario.cost_model, model, hardware, gpus_per_replica, layout)
-        (baseline,) = resolved_plans([scenario.baseline.plan()], histogram, model, hardware, scenario.layout,
+        model, hardware = get_model(scenario.model), scenario.hardware.load()
+        # Memory at the scenario's own sizes first: the settings it chooses price the packings sizing makes.
+        layout = _priced_layout(scenario, scenario_memory(scenario, configured_plans(scenario, plans), histogram))
+        cost_model = _cost_model(scenario.cost_model, model, hardware, _gpus_per_replica(scenario, layout), layout)
+        (baseline,) = resolved_plans([scenario.baseline.plan()], histogram, model, hardware, scenario.memory_layout,
                                      min(scenario.replica_devices))
         sized, footing, packings = _sized_plans(scenario, histogram, plans, baseline, cost_model, model, hardware,
                                                 packings)
@@ -99,12 +96,17 @@ class Run:
                   else renamed.get(plan.name, plan.name) for plan, spec in zip(plans, scenario.strategies)}
         baseline = next(plan for plan in with_reference(list(sized), baseline)
                         if plan.name == renamed.get(baseline.name, baseline.name))
-        if memory is not None:  # checked before sizing: its rows by the labels the run reports them under
-            relabel = {old: labels.get(renamed.get(old, old), old) for old in memory.tokens}
-            memory = replace(memory, tokens={relabel[old]: tokens for old, tokens in memory.tokens.items()},
-                             least={relabel.get(old, old): least for old, least in memory.least.items()})
         own_label = scenario.baseline.label  # where the baseline is among the strategies, their label holds
         labels.setdefault(baseline.name, own_label if own_label != scenario.baseline.plan().name else baseline.name)
+        # Memory again at the microbatch each strategy runs once sized (equal tokens may have given it more rows):
+        # that check is the one the run ranks by; where it asks more of memory, it prices the run.
+        memory = scenario_memory(scenario, {labels.get(plan.name, plan.name): plan
+                                            for plan in with_reference(list(sized), baseline)}, histogram)
+        if _priced_layout(scenario, memory) != layout:
+            layout = _priced_layout(scenario, memory)
+            cost_model = _cost_model(scenario.cost_model, model, hardware, _gpus_per_replica(scenario, layout), layout)
+            packings = {}  # made with the other cost model (a balancing packer weighs work by it): packed again
+        gpus_per_replica = _gpus_per_replica(scenario, layout)
         return cls(scenario.name, histogram, model, hardware, cost_model, sized,
                    scenario.replica_devices, scenario.device_batch_size, scenario.steps, scenario.seed,
                    shapes=scenario.shapes, training_steps=scenario.training_steps,
@@ -118,24 +120,51 @@ class Run:
                      hardware: str | Path | HardwareProfile = "a100", overrides: Mapping | None = None,
                      cost_model: str = "transformer", gpus_per_replica: int = 1, batch_size: int = 32,
                      steps: int = 200, seed: int = 0, engine: str = "auto", shapes: str = "auto",
-                     training_steps: int = DEFAULT_TRAINING_STEPS, baseline: str | ExecutionPlan | None = None) -> Run:
+                     training_steps: int = DEFAULT_TRAINING_STEPS, baseline: str | ExecutionPlan | None = None,
+                     memory: str | None = None) -> Run:
         """The run `simbench simulate` and `simbench.simulate` describe with their options; `baseline` None is the
-        scenario schema's default (`simbench.sim.plans.DEFAULT_BASELINE`)."""
+        scenario schema's default (`simbench.sim.plans.DEFAULT_BASELINE`). Memory is checked as a scenario's
+        `memory` policy says (None: its default), on one device of `gpus_per_replica` GPUs (`sim.memory_fit`, as
+        `run` checks it)."""
+        memory = DEFAULT_MEMORY_POLICY if memory is None else memory
         if not devices:
             raise InputError("devices: give at least one device count", parameter="devices")
         check_whole_number(training_steps, "training_steps", minimum=1, maximum=TRAINING_STEPS_MAX)
+        check_choice(memory, "memory", MEMORY_POLICIES)
+        check_gpus_per_replica(gpus_per_replica)
         if not isinstance(histogram, LengthHistogram):
             histogram = load_histogram(histogram)
         named = parse_plans([plan for plan in strategies if not isinstance(plan, ExecutionPlan)])
         given = [plan for plan in strategies if isinstance(plan, ExecutionPlan)]
         spec = get_model(model)
         profile = load_hardware(hardware, dict(overrides) if overrides else None)
+        checked_on = memory_layout(None, gpus_per_replica)
         plans = resolved_plans({plan.name: plan for plan in [*named, *given]}.values(), histogram, spec, profile,
-                               None, min(devices))
-        (baseline,) = resolved_plans([baseline_plan(baseline)], histogram, spec, profile, None, min(devices))
-        return cls(histogram.name, histogram, spec, profile, _cost_model(cost_model, spec, profile, gpus_per_replica),
-                   plans, tuple(devices), batch_size, steps, seed, engine, shapes, training_steps, gpus_per_replica,
-                   cost_model, baseline=baseline)
+                               checked_on, min(devices))
+        (baseline,) = resolved_plans([baseline_plan(baseline)], histogram, spec, profile, checked_on, min(devices))
+        fit = None
+        if profile.hbm_capacity_bytes is not None:
+            fit = fit_memory(spec, profile, {plan.name: plan for plan in with_reference(list(plans), baseline)},
+                             histogram, batch_size=batch_size, layout=checked_on, replicas=min(devices),
+                             policy=memory, can_raise=gpus_per_replica == 1)
+        layout = fit.priced if fit is not None and fit.raised else None
+        gpus = gpus_per_replica if layout is None else layout.gpus_per_replica
+        return cls(histogram.name, histogram, spec, profile, _cost_model(cost_model, spec, profile, gpus, layout),
+                   plans, tuple(devices), batch_size, steps, seed, engine, shapes, training_steps, gpus,
+                   cost_model, layout=layout, baseline=baseline, memory=fit)
+
+    def with_memory(self, result: SimulationResult) -> SimulationResult:
+        """`result` with the memory check beside it: its table (`result.memory`) and each summary row's verdict and
+        peak memory per GPU (`memory_verdict`, `peak_memory_gib`, `made_to_fit`; empty without HBM stated)."""
+        if self.memory is None:
+            return result
+        table = self.memory.table()
+        by_name = table.set_index("strategy")
+        summary = result.summary.assign(**{
+            column: result.summary["strategy"].map(lambda name, column=source: by_name[column].get(self.label(name)))
+            for column, source in (("memory_verdict", "verdict"), ("peak_memory_gib", "peak_memory_gib"),
+                                   ("made_to_fit", "made_to_fit"))})
+        return replace(result, summary=summary, memory=table)
 
     @property
     def all_plans(self) -> list[ExecutionPlan]:
@@ -170,6 +199,16 @@ class Run:
         return _cost_model(self.cost_model_name, self.model, hardware, self.gpus_per_replica, self.layout)
 
 
+def _priced_layout(scenario: Scenario, memory: MemoryFit | None) -> ParallelLayout | None:
+    """The layout a run is priced on: the scenario's, or the one memory raised its settings to (recompute and ZeRO
+    are priced by the 4D replica: without `parallel`, a 1 x 1 x 1 layout of one GPU)."""
+    return memory.priced if memory is not None and memory.raised else scenario.layout
+
+
+def _gpus_per_replica(scenario: Scenario, layout: ParallelLayout | None) -> int:
+    return scenario.gpus_per_device if layout is None else layout.gpus_per_replica
+
+
 def _sized_plans(scenario: Scenario, histogram: LengthHistogram, plans: tuple[ExecutionPlan, ...],
                  baseline: ExecutionPlan, cost_model, model: ModelSpec, hardware: HardwareProfile,
                  given: Mapping[str, Packing] | None = None):
@@ -185,7 +224,7 @@ def _sized_plans(scenario: Scenario, histogram: LengthHistogram, plans: tuple[Ex
                           cost_model=cost_model, microbatches=microbatches, packings=given, baseline=baseline)
     # A microbatch may hold what memory allows, and never less than the scenario's own microbatch: the user's
     # claim that it fits stands (checking it is the memory model's business, not this sizing's).
-    memory = (layout_token_budget(model, hardware, layout, min(scenario.replica_devices))
+    memory = (layout_token_budget(model, hardware, scenario.memory_layout, min(scenario.replica_devices))
               if hardware.hbm_capacity_bytes is not None else 0)
     slots = max(memory, scenario.batch_size * histogram.max_length)
     sized, footing = size_plans(with_reference(list(plans), baseline), histogram, packings, scenario.compare_at,
@@ -218,7 +257,7 @@ def scenario_plans(scenario: Scenario, histogram: LengthHistogram | None = None)
     `histogram` if given, else its dataset's; without building its cost model."""
     return resolved_plans((spec.plan() for spec in scenario.strategies),
                           histogram if histogram is not None else scenario.dataset.load(), get_model(scenario.model),
-                          scenario.hardware.load(), scenario.layout, min(scenario.replica_devices))
+                          scenario.hardware.load(), scenario.memory_layout, min(scenario.replica_devices))
 
 
 def resolve(scenario: Scenario, histogram: LengthHistogram | None = None,

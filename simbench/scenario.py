@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -529,6 +529,12 @@ class Scenario(_Strict):
         return self.parallel.layout() if self.parallel is not None else None
 
     @property
+    def memory_layout(self) -> ParallelLayout:
+        """The layout memory is priced on: `layout`, else one device of `gpus_per_replica` GPUs, tensor parallel
+        (`sim.memory_fit.memory_layout`)."""
+        return memory_layout(self.layout, self.gpus_per_replica)
+
+    @property
     def replica_devices(self) -> tuple[int, ...]:
         """The data-parallel device counts the simulator runs: `devices`, or with a layout the replicas they make."""
         layout = self.layout
@@ -789,15 +795,15 @@ def _budgets_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[I
     replicas = min(scenario.replica_devices)
     # The layout's own rows are checked against HBM with the layout; a budget may ask for more.
     checks_hbm = scenario.layout is not None and hardware.hbm_capacity_bytes is not None
-    allowed = functools.cache(lambda: layout_token_budget(model, hardware, scenario.layout, replicas))
+    allowed = functools.cache(lambda: layout_token_budget(model, hardware, scenario.memory_layout, replicas))
     refused = []
     for index, spec in enumerate(scenario.strategies):
         try:
-            (plan,) = resolved_plans([spec.plan()], histogram, model, hardware, scenario.layout, replicas)
+            (plan,) = resolved_plans([spec.plan()], histogram, model, hardware, scenario.memory_layout, replicas)
             budget = plan.budget_tokens
             if checks_hbm and isinstance(budget, int) and budget > allowed():
                 raise InputError(f"strategy {plan.name!r}: {budget:,} tokens a microbatch exceed what "
-                                 f"{hardware.name}'s HBM holds on {layout_terms(scenario.layout)}, up to "
+                                 f"{hardware.name}'s HBM holds on {layout_terms(scenario.memory_layout)}, up to "
                                  f"{allowed():,} (budget_tokens: memory takes that)", parameter="hbm_capacity_bytes")
         except InputError as error:
             key = ("strategies", index, "budget_tokens")
@@ -821,9 +827,10 @@ def _memory_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[In
     from simbench.sim.memory_budget import resolved_plans
 
     try:
-        scenario_memory(scenario, resolved_plans([spec.plan() for spec in scenario.strategies], scenario.dataset.load(),
-                                                 get_model(scenario.model), scenario.hardware.load(), scenario.layout,
-                                                 min(scenario.replica_devices)))
+        plans = resolved_plans([spec.plan() for spec in scenario.strategies], scenario.dataset.load(),
+                               get_model(scenario.model), scenario.hardware.load(),
+                               scenario.memory_layout, min(scenario.replica_devices))
+        scenario_memory(scenario, configured_plans(scenario, plans))
     except InputError as error:
         key = (error.parameter,) if error.parameter in type(scenario).model_fields else ("memory",)
         key = key if _written(root, key) or not _written(root, ("memory",)) else ("memory",)
@@ -838,21 +845,27 @@ def plan_labels(scenario: Scenario, plans: Sequence[ExecutionPlan]) -> dict[str,
             for plan, spec in zip(plans, scenario.strategies)}
 
 
-def scenario_memory(scenario: Scenario, plans: Sequence[ExecutionPlan],
+def scenario_memory(scenario: Scenario, plans: Mapping[str, ExecutionPlan],
                     histogram: LengthHistogram | None = None) -> MemoryFit | None:
-    """The memory check of the scenario's resolved `plans` and padding (`sim.memory_fit.fit_memory`) at the fewest
-    replicas simulated: what `validate` refuses and `run` prices by; None where the profile states no HBM."""
+    """The memory check (`sim.memory_fit.fit_memory`) of the scenario's resolved `plans` by label (padding's
+    and the baseline's included: `configured_plans`, or the run's as sized) at the fewest replicas simulated: what
+    `validate` refuses and `run` prices by; None where the profile states no HBM."""
     hardware = scenario.hardware.load()
     if hardware.hbm_capacity_bytes is None:
         return None
-    labels = plan_labels(scenario, plans)
-    by_label = {labels.get(plan.name, plan.name): plan for plan in with_reference(list(plans), scenario.baseline.plan())}
     # A replica of several GPUs without `parallel` is priced by the plain cost model, which prices no recompute.
     can_raise = scenario.layout is not None or scenario.gpus_per_replica == 1
-    return fit_memory(get_model(scenario.model), hardware, by_label,
+    return fit_memory(get_model(scenario.model), hardware, plans,
                       histogram if histogram is not None else scenario.dataset.load(), batch_size=scenario.batch_size,
-                      layout=memory_layout(scenario.layout, scenario.gpus_per_replica),
+                      layout=scenario.memory_layout,
                       replicas=min(scenario.replica_devices), policy=scenario.memory, can_raise=can_raise)
+
+
+def configured_plans(scenario: Scenario, plans: Sequence[ExecutionPlan]) -> dict[str, ExecutionPlan]:
+    """The scenario's resolved `plans`, padding and the baseline by label, at the scenario's own sizes."""
+    labels = plan_labels(scenario, plans)
+    return {labels.get(plan.name, plan.name): plan
+            for plan in with_reference(list(plans), scenario.baseline.plan())}
 
 
 def _written(root: yaml.Node, path: tuple) -> bool:

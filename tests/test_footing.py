@@ -115,3 +115,22 @@ def test_strategies_out_of_tolerance_are_named():
     (warning,) = footing.warnings()
     assert "b reaches 1,200" in warning and f"{TOLERANCE:.0%}" in warning
     assert Footing("equal-tokens", {"a": PlanFooting(2, 1, None, 1000.0)}).warnings() == []
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 16, 47])
+@pytest.mark.parametrize("rows_memory_holds", [1, 2, 3, 5])
+@pytest.mark.parametrize("microbatches", [1, 2, 3])
+def test_a_sized_step_cuts_into_microbatches_of_whole_rows_that_memory_holds(rows, rows_memory_holds, microbatches):
+    """Brute force: the fewest microbatches (a multiple of the run's) whose largest, rows over count rounded up,
+    holds no more than memory allows; 4 packs where memory holds 1.7 run one a microbatch, not 2 in one of 3."""
+    from simbench.histogram import LengthHistogram
+    from simbench.sim.plans import parse_plans
+
+    histogram = LengthHistogram([0] * 99 + [50], name="full")  # every pack one row of max_length 100
+    (plan,) = parse_plans(["spfhp:3"])
+    slots = int((rows_memory_holds + 0.7) * 100)
+    count = plan.source.microbatches_holding(plan, histogram, rows, slots, microbatches)
+    fewest = next(each for each in range(microbatches, 100 * microbatches, microbatches)
+                  if -(-rows // each) <= rows_memory_holds or each >= rows)
+    assert count == fewest and count % microbatches == 0
+    assert -(-rows // count) * 100 <= slots or count >= rows

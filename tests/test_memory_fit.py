@@ -2,6 +2,7 @@
 (refuse, recompute, auto), validate's refusal and what it suggests, the Answer skipping what does not fit, and
 every bundled scenario and sweep cell fitting its hardware or refused."""
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -218,9 +219,16 @@ def test_every_bundled_scenario_fits_every_strategy_it_ranks(scenario):
     assert not ranked.empty
     assert (ranked["peak_memory_gib"] * GIB <= capacity).all()
     for row in ranked.itertuples():
-        direct = peak_memory(run.model, run.memory.priced, tokens_per_microbatch=row.tokens_per_microbatch,
-                             replicas=min(run.devices))
+        direct = peak_memory(run.model, replace(run.memory.priced, microbatches=row.microbatches),
+                             tokens_per_microbatch=row.tokens_per_microbatch, replicas=min(run.devices))
         assert direct.peak_bytes <= capacity
+    # Sizing cuts a step so that its largest microbatch of whole rows holds no more than memory gave it (a row
+    # alone, or a budget of the longest sequence, may hold more).
+    slots = run.footing.microbatch_slots
+    if slots is not None:
+        longest = run.histogram.longest
+        assert all(row.tokens_per_microbatch <= max(slots, longest) or row.rows_per_microbatch == 1
+                   for row in table.itertuples())
 
 
 def test_every_cell_of_the_bundled_sweeps_fits():
@@ -290,3 +298,115 @@ axes:
 """)
     with pytest.raises(InputError, match=rf"cell 3 \(batch_size={rows}, devices=2\): .*no strategy fits"):
         load_sweep(tmp_path / "pairs.yaml")
+
+
+def test_memory_is_checked_at_the_microbatch_each_strategy_runs_once_sized(tmp_path):
+    """Equal tokens give un-padding three times the rows of the packs (squad's sequences fill a third of a 1,024
+    row), cut into as many microbatches as the scenario's own microbatch of 32 x 1,024 slots needs: 48 of the
+    longest sequence. Its configured 32 fit HBM; the 48 it runs do not, and the check says so and makes them fit."""
+    capacity = capacity_between(peak_gib(ParallelLayout(), 32 * 384), peak_gib(ParallelLayout(), 48 * 384))
+    text = gpt2(capacity, extra="memory: auto\n").replace("compare_at: as-configured\n", "")
+    run = resolve(scenario_of(tmp_path, text))  # validation checks the scenario's own sizes: they pass
+    table = run.memory.table().set_index("strategy")
+    for name, plan in run.footing.plans.items():
+        rows = -(-plan.rows // plan.microbatches)
+        assert table.loc[run.label(name), ["rows_per_microbatch", "microbatches"]].tolist() == [rows, plan.microbatches]
+    unpad = run.footing.plans["unpad"]
+    rows = -(-unpad.rows // unpad.microbatches)
+    assert rows > 32 and table.loc["unpad", "tokens_per_microbatch"] == rows * 384
+    assert table.loc["unpad", "verdict"] == "needs recompute" and table.loc["unpad", "made_to_fit"] == "recompute full"
+    assert peak_gib(ParallelLayout(), rows * 384) > capacity
+    # The run is priced at the setting that makes it fit, and nothing ranked is over HBM.
+    assert run.layout == run.memory.priced == ParallelLayout(recompute="full")
+    ranked = run.memory.table().query("verdict != 'does not fit'")
+    assert set(ranked["strategy"]) >= {"unpad"} and (ranked["peak_memory_gib"] <= capacity).all()
+    # `refuse` keeps the scenario's settings: nothing it runs fits, and the run says what would.
+    with pytest.raises(InputError, match=r"no strategy fits .* it fits with `memory: auto` \(ZeRO 1, recompute full\)"):
+        resolve(scenario_of(tmp_path, text.replace("memory: auto", "memory: refuse")))
+
+
+def test_a_device_of_several_gpus_holds_its_share_of_weights_and_activations(tmp_path):
+    """Without `parallel`, gpus_per_replica GPUs split the model tensor parallel: on a small case, parameters,
+    gradients and optimizer state (16 bytes a parameter, ZeRO 1 over one replica: unsharded) and every layer's
+    activations and the logits per GPU are halved on 2 GPUs; the token ids are not split."""
+    from simbench.costmodels.memory import activation_bytes_per_token, max_tokens_per_microbatch
+    from simbench.costmodels.model import get_model
+
+    text = gpt2(80).replace("devices: [1]", "devices: [1]\ngpus_per_replica: 2").replace(
+        "[spfhp:3, unpad]", "[spfhp:3, {name: token-budget, budget_tokens: memory}]")
+    run = resolve(scenario_of(tmp_path, text))
+    model, tokens = get_model("gpt2"), 32 * 1024
+    layers = model.layers * activation_bytes_per_token(model, "none") * tokens
+    logits_and_norm = tokens * (4 * model.vocab + 2 * 2 * model.hidden)
+    closed_form = 16 * model.parameters / 2 + (layers + logits_and_norm) / 2 + 8 * tokens
+    table = run.memory.table().set_index("strategy")
+    assert table.loc["spfhp:3", "peak_memory_gib"] * GIB == pytest.approx(closed_form, rel=1e-12)
+    assert table.loc["spfhp:3", "tp"] == 2
+    # A budget from memory is what 2 GPUs hold, not one.
+    (budget,) = [plan.budget_tokens for plan in run.plans if plan.name.startswith("token-budget")]
+    assert budget == max_tokens_per_microbatch("gpt2", run.hardware, ParallelLayout(tp=2))
+    assert budget > max_tokens_per_microbatch("gpt2", run.hardware, ParallelLayout())
+
+
+def test_the_report_names_the_layout_memory_raised_the_run_to(tmp_path):
+    """A 1 x 1 x 1 layout that must recompute: the 4D answer, the replica section and the decision block say the
+    layout it ran with, not the scenario's settings."""
+    full = peak_gib(ParallelLayout(recompute="full"), 32 * 1024)
+    capacity = capacity_between(full, peak_gib(ParallelLayout(recompute="selective"), 32 * 1024))
+    text = gpt2(capacity, devices="[1, 2]", extra="parallel: {}\nmemory: recompute\n")
+    scenario = scenario_of(tmp_path, text)
+    histogram = scenario.dataset.load()
+    tables = run_experiment(scenario, histogram)
+    assert set(tables.memory["recompute"]) == {"full"}
+    summary = summary_markdown(scenario, histogram, tables)
+    answer = next(part for part in summary.split("\n\n") if part.startswith("**4D answer:**"))
+    assert "recompute full" in answer and "recompute none" not in answer
+    assert "## Inside a replica (TP 1 x PP 1 x CP 1" in summary and "recompute full; ms" in summary
+    from simbench.report.decision import decision_table
+
+    decision = decision_table(tables, histogram).set_index("strategy")
+    for row in tables.memory.itertuples():
+        assert decision.loc[row.strategy, "layout"] == (f"TP 1 x PP 1 x CP 1, ZeRO 1, recompute full, "
+                                                        f"{row.microbatches} microbatch"
+                                                        + ("" if row.microbatches == 1 else "es"))
+    block = summary.split("## Decision")[1].split("\n## ")[0]
+    assert "| ran as |" in block and "recompute full, 1 microbatch" in block
+
+
+def test_simulate_checks_memory_as_run_does(tmp_path):
+    """`simbench.simulate` and `simbench simulate` take the run's check: the same table as the scenario's, a verdict
+    on every row, the run priced at the settings `auto` chose, and a refusal where nothing fits."""
+    import simbench
+
+    padded, unpadded = 32 * 1024, 32 * 384
+    capacity = capacity_between(max(peak_gib(ParallelLayout(), unpadded),
+                                    peak_gib(ParallelLayout(recompute="full"), padded)),
+                                peak_gib(ParallelLayout(recompute="selective"), padded))
+    overrides = {"hbm_capacity_bytes": int(capacity * GIB)}
+    options = dict(model="gpt2", hardware="h100-sxm", batch_size=32, steps=5, hardware_overrides=overrides)
+    lengths = scenario_of(tmp_path, gpt2(capacity)).dataset.load()  # squad padded to 1,024
+    for policy in ("refuse", "auto"):
+        scenario = scenario_of(tmp_path, gpt2(capacity, devices="[1, 2]", extra=f"memory: {policy}\n"))
+        tables = run_experiment(scenario)
+        result = simbench.simulate(lengths, ["spfhp:3", "unpad"], [1, 2], memory=policy, **options)
+        assert result.memory.drop(columns="strategy").equals(tables.memory.drop(columns="strategy"))
+        verdicts = result.summary.set_index("strategy")["memory_verdict"]
+        assert verdicts["unpad"].eq("fits").all()
+        assert verdicts["spfhp:3"].eq("does not fit" if policy == "refuse" else "needs recompute").all()
+        # The same settings price both: the same speed-ups.
+        simulated = result.summary.set_index(["strategy", "devices"])["speedup"]
+        assert simulated.to_numpy() == pytest.approx(
+            tables.scaling.set_index(["strategy", "devices"]).loc[simulated.index, "speedup"].to_numpy(), rel=1e-9)
+    # On squad at its own 384 tokens every strategy's largest microbatch is 32 x 384, a budget of 2,000 less.
+    between = capacity_between(peak_gib(ParallelLayout(), 2000), peak_gib(ParallelLayout(), 32 * 384))
+    command = CliRunner().invoke(app, ["simulate", "squad_1_1_384", "-s", "spfhp:3,token-budget:budget_tokens=2000",
+                                       "-n", "1", "--model", "gpt2", "--hardware", "h100-sxm", "--steps", "5",
+                                       "--memory", "refuse", "--set", f"hbm_capacity_bytes={int(between * GIB)}",
+                                       "--json"])
+    assert command.exit_code == 0, command.output
+    rows = {record["strategy"]: record["memory_verdict"] for record in map(json.loads, command.stdout.splitlines())}
+    assert rows["spfhp:3"] == "does not fit" and rows["token-budget:budget_tokens=2000"] == "fits"
+    assert "memory: spfhp:3 does not fit" in command.stderr
+    with pytest.raises(InputError, match="no strategy fits"):
+        simbench.simulate(lengths, ["spfhp:3"], [1], memory="refuse",
+                          **{**options, "hardware_overrides": {"hbm_capacity_bytes": int(GIB)}})

@@ -164,7 +164,8 @@ def test_gpus_per_replica_gives_the_figures_of_the_scenario_key(tmp_path):
     scaling = run_experiment(scenario).scaling.set_index(["strategy", "devices"])
     result = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "spfhp:3", "-s", "unpad", "--model", "llama-3.1-70b",
                                  "--hardware", "h100-sxm", "--gpus-per-replica", "8", "--devices", "1,4,128",
-                                 "--batch-size", "4", "--steps", "10", "--seed", "3", "--json"])
+                                 "--batch-size", "4", "--steps", "10", "--seed", "3", "--json",
+                                 "--set", "hbm_capacity_bytes=1.0e15"])  # as the scenario: figures, not memory
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(records) == len(scaling) == 12  # none, the baseline pad-to-longest, spfhp:3, unpad
@@ -176,7 +177,7 @@ def test_gpus_per_replica_gives_the_figures_of_the_scenario_key(tmp_path):
     # A replica of 8 GPUs is faster than one GPU but not 8 times: per-GPU throughput drops.
     one_gpu = RUNNER.invoke(app, ["simulate", "squad_1_1_384", "-s", "spfhp:3", "--model", "llama-3.1-70b", "--hardware",
                                   "h100-sxm", "--devices", "1", "--batch-size", "4", "--steps", "10", "--seed", "3",
-                                  "--json"])
+                                  "--json", "--set", "hbm_capacity_bytes=1.0e15"])
     single = {record["strategy"]: record for record in map(json.loads, one_gpu.stdout.splitlines())}
     replica = scaling.loc[("spfhp:3", 1)]
     assert single["spfhp:3"]["tokens_per_s"] < replica["tokens_per_s"] < 8 * single["spfhp:3"]["tokens_per_s"]

@@ -88,6 +88,7 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
     runs with (model, hardware, batch size not given) is said."""
     from simbench.commands.common import print_json_lines
     from simbench.errors import InputErrors
+    from simbench.resolved import resolve
     from simbench.scenario import load_scenarios
 
     try:
@@ -118,19 +119,17 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
             say(default)
         if budget is not None:
             say(budget)
-        for line in _memory_lines(scenario):
+        run = resolve(scenario)  # sized as `run` sizes it: memory is checked at the microbatches it runs
+        for line in _memory_lines(scenario, run):
             say(f"memory: {line}")
         for warning in warnings:
             say(f"warning: {warning}")
-        for line in _footing_lines(scenario):
+        for line in _footing_lines(run):
             say(line)
 
 
-def _footing_lines(scenario) -> list[str]:
+def _footing_lines(run) -> list[str]:
     """How the run sizes its strategies' optimizer steps, and each way they are not on equal footing."""
-    from simbench.resolved import resolve
-
-    run = resolve(scenario)
     footing = run.footing
     lines = [f"compare_at: {footing.compare_at}: expected real tokens per optimizer step "
              + ", ".join(f"{run.label(name)} {plan.expected_real_tokens_per_step:,.0f}"
@@ -147,17 +146,15 @@ def _memory_budget_line(scenario) -> str | None:
     model, hardware = get_model(scenario.model), scenario.hardware.load()
     if hardware.hbm_capacity_bytes is None or (scenario.layout is None and not model.is_decoder):
         return None
-    tokens = layout_token_budget(model, hardware, scenario.layout, min(scenario.replica_devices))
-    return budget_sentence(tokens, scenario.layout)
+    tokens = layout_token_budget(model, hardware, scenario.memory_layout, min(scenario.replica_devices))
+    return budget_sentence(tokens, scenario.memory_layout)
 
 
-def _memory_lines(scenario) -> list[str]:
-    """The memory check `run` prices by (`simbench.resolved.scenario_memory`), in words."""
-    from simbench.resolved import scenario_plans
-    from simbench.scenario import scenario_memory
+def _memory_lines(scenario, run) -> list[str]:
+    """The memory check `run` prices by (`Run.memory`, after sizing), in words."""
     from simbench.sim.memory_fit import memory_sentences
 
-    memory = scenario_memory(scenario, scenario_plans(scenario))
+    memory = run.memory
     if memory is None:
         return []
     return memory_sentences(memory.table(), one_gpu_layout=memory.raised and scenario.layout is None,

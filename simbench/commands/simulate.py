@@ -1,6 +1,8 @@
 """`simbench simulate`: throughput and speed-up of each strategy on clusters of 1 to 2048 devices.
 
-Prints a table, or with --json one JSON object per (strategy, devices) line; progress goes to stderr.
+Prints a table, or with --json one JSON object per (strategy, devices) line; progress goes to stderr. Memory is
+checked as `simbench run` checks a scenario's: each row says whether its strategy fits (`does not fit`: not to
+be ranked), stderr says the check in words, and a run where nothing fits is refused.
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ import typer
 
 from simbench.commands.common import (QUIET_HELP, command, parse_counts, parse_strategies, print_json_lines,
                                       print_table, progress_bar, say, stage_lines)
+from simbench.sim.memory_fit import DEFAULT_MEMORY_POLICY
 from simbench.validation import DEFAULT_DEVICES, SIMULATED_ROWS_MAX
 
-TABLE_COLUMNS = ("strategy", "devices", "speed-up", "over", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms", "engine")
+TABLE_COLUMNS = ("strategy", "devices", "speed-up", "over", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms", "engine",
+                 "memory")
 REPLICA_COLUMNS = ("GPUs", "tokens/s per GPU")
 
 
@@ -44,6 +48,9 @@ def simulate(
     shapes: str = typer.Option("auto", "--shapes", help="which steps pay a new batch shape's first-sight cost: "
                                "new, seen or auto (the average over --training-steps)"),
     training_steps: int = typer.Option(10_000, "--training-steps", help="steps of the training run simulated"),
+    memory: str = typer.Option(DEFAULT_MEMORY_POLICY, "--memory",
+                               help="a strategy over HBM: refuse (marked `does not fit`), recompute or auto (raise "
+                                    "recomputation, and ZeRO, until it fits), as a scenario's `memory`"),
     as_json: bool = typer.Option(False, "--json", help="JSON lines: one JSON object per (strategy, devices)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
     max_rows: int = typer.Option(SIMULATED_ROWS_MAX, "--max-rows",
@@ -60,16 +67,20 @@ def simulate(
     run = Run.from_options(histogram, parse_strategies(strategy), parse_counts(devices, "--devices"), model=model,
                            hardware=hardware, overrides=field_values(settings), cost_model=cost_model_name,
                            gpus_per_replica=gpus_per_replica, batch_size=batch_size, steps=steps, seed=seed,
-                           engine=engine, shapes=shapes, training_steps=training_steps, baseline=baseline)
+                           engine=engine, shapes=shapes, training_steps=training_steps, baseline=baseline,
+                           memory=memory)
     lengths = run.histogram
     console = Console(stderr=True)
     with progress_bar(console, quiet) as progress:
         task = progress.add_task("simulating", total=len(run.all_plans) * len(run.devices))
         result = run.simulate(progress=lambda advance: progress.advance(task, advance),
                               stage=stage_lines(console, quiet), max_rows=max_rows)
+    result = run.with_memory(result)
     warning = overdraw_warning(result.summary, lengths.sequences)
     if warning:
         say(warning.replace("**", ""))
+    for line in _memory_lines(run, quiet):
+        say(f"memory: {line}")
     summary = with_per_gpu_columns(result.summary, run.gpus_per_replica)
     if as_json:
         print_json_lines(summary.to_dict("records"))
@@ -80,8 +91,18 @@ def simulate(
         print_table(f"{lengths.name}, {model} on {hardware}{_replicas(run.gpus_per_replica)}: speed-up over "
                     f"the row's reference (`over`: the baseline {run.baseline.name}, or VTS's padded pipeline) at the "
                     "same device count",
-                    columns, (_row(row, replicas) for row in summary.itertuples()), left=["strategy", "over", "engine"],
-                    min_width=160 if replicas else 132, no_wrap=True)
+                    columns, (_row(row, replicas) for row in summary.itertuples()), left=["strategy", "over", "engine", "memory"],
+                    min_width=176 if replicas else 148, no_wrap=True)
+
+
+def _memory_lines(run, quiet: bool) -> list[str]:
+    """The memory check in words, as `validate` says a scenario's (`sim.memory_fit.memory_sentences`); with
+    `quiet`, only where memory raised the settings or a strategy does not fit."""
+    from simbench.sim.memory_fit import memory_sentences
+
+    if run.memory is None or quiet and not run.memory.raised and not run.memory.does_not_fit():
+        return []
+    return memory_sentences(run.memory.table(), one_gpu_layout=run.memory.raised, replica_word="device")
 
 
 def _replicas(gpus_per_replica: int) -> str:
@@ -94,8 +115,9 @@ def _row(row, replicas: bool) -> list[str]:
     # VTS is measured against its own padded pipeline, not against padding's tokens per second.
     over = row.reference
     per_gpu = [f"{row.gpus:,}", f"{row.tokens_per_s_per_gpu:,.0f}"] if replicas else []
+    verdict = getattr(row, "memory_verdict", None)
     return [row.strategy, str(row.devices), *per_gpu, f"{row.speedup:.3f}", over, f"{row.tokens_per_s:,.0f}",
-            *milliseconds, row.engine]
+            *milliseconds, row.engine, verdict if isinstance(verdict, str) else "not checked"]
 
 
 def register(app: typer.Typer) -> None:

@@ -20,6 +20,7 @@ from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report.baseline import baseline_of, over_words
 from simbench.report.footing import footing_warnings
+from simbench.report.memory import layout_cell
 from simbench.report.precision import format_with_spread, leaders, speedup_spread, throughput_spread
 from simbench.sim.memory_fit import DOES_NOT_FIT
 
@@ -30,6 +31,7 @@ DECISION_COLUMNS = (
     "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_spread",  # real tokens per second per GPU, and its spread
     "real_tokens_per_step",  # real tokens of one optimizer step of the whole cluster
     "peak_memory_gib", "hbm_capacity_gib", "memory_verdict", "made_to_fit",
+    "layout",  # the layout it ran with: TP x PP x CP, ZeRO stage and recompute memory chose, its microbatches
     "epoch_hours", "epoch_gpu_hours",  # one pass over the dataset's real tokens at this throughput
     "speedup", "speedup_spread", "reference",  # over the baseline, at the same device count
 )
@@ -71,9 +73,10 @@ def decision_table(tables: ExperimentResult, histogram: LengthHistogram, devices
 
 
 def _memory_by_strategy(memory: pd.DataFrame) -> pd.DataFrame:
-    columns = ["strategy", "peak_memory_gib", "hbm_capacity_gib", "memory_verdict", "made_to_fit"]
+    columns = ["strategy", "peak_memory_gib", "hbm_capacity_gib", "memory_verdict", "made_to_fit", "layout"]
     if memory.empty or "verdict" not in memory:
         return pd.DataFrame(columns=columns)
+    memory = memory.assign(layout=[layout_cell(row) for row in memory.itertuples()])
     return memory.rename(columns={"verdict": "memory_verdict"})[columns]
 
 
@@ -146,6 +149,7 @@ def _markdown(table: pd.DataFrame, over: str) -> str:
                                   in zip(table["tokens_per_s_per_gpu"], table["tokens_per_s_per_gpu_spread"])],
         "real tokens per optimizer step": table["real_tokens_per_step"].map(lambda value: f"{value:,.0f}"),
         "memory per GPU": [_memory_cell(row) for row in table.itertuples()],
+        "ran as": table["layout"].map(lambda value: value if isinstance(value, str) and value else "-"),
         "epoch": table["epoch_hours"].map(_hours),
         "GPU-hours per epoch": table["epoch_gpu_hours"].map(lambda value: f"{value:,.0f}"),
         f"speed-up over {over}": [format_with_spread(value, spread) + "x" for value, spread

@@ -4,10 +4,32 @@ microbatch does not fit HBM (memory.csv's verdict `does not fit`) is simulated a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pandas as pd
 
+from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.memory_fit import DOES_NOT_FIT, NEEDS_RECOMPUTE, memory_sentences
+
+
+def run_layout(layout: ParallelLayout | None, memory: pd.DataFrame) -> ParallelLayout | None:
+    """The layout the run was priced on: the scenario's (`layout`, None without `parallel`) with the ZeRO stage
+    and recompute its memory check chose (memory.csv), which may have raised them."""
+    if layout is None or memory.empty or "zero_stage" not in memory:
+        return layout
+    first = memory.iloc[0]
+    return replace(layout, zero_stage=int(first["zero_stage"]), recompute=str(first["recompute"]))
+
+
+def layout_cell(row) -> str:
+    """The layout a strategy ran with, from its memory.csv row: `TP 1 x PP 1 x CP 1, ZeRO 3, recompute full, 2
+    microbatches`; empty for a row without those columns (no HBM stated, an older report)."""
+    values = [getattr(row, name, None) for name in ("tp", "pp", "cp", "zero_stage", "microbatches")]
+    if any(value is None or value != value for value in values):
+        return ""
+    tp, pp, cp, zero_stage, microbatches = map(int, values)
+    return (f"TP {tp} x PP {pp} x CP {cp}, ZeRO {zero_stage}, recompute {row.recompute}, {microbatches} "
+            f"microbatch{'' if microbatches == 1 else 'es'}")
 
 
 def rankable(scaling: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:
@@ -45,6 +67,7 @@ def memory_section(memory: pd.DataFrame, without_layout: bool,
         "HBM GiB": memory["hbm_capacity_gib"].map(lambda value: f"{value:.0f}"),
         "verdict": memory["verdict"],
         "made to fit by": memory["made_to_fit"].map(lambda value: value if isinstance(value, str) and value else "-"),
+        "ran as": [layout_cell(row) or "-" for row in memory.itertuples()],
     })
     return ("## Memory\n\n" + " ".join(memory_sentences(memory, one_gpu_layout=raised and without_layout,
                                                      replica_word="device" if without_layout else "replica"))

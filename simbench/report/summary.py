@@ -23,7 +23,7 @@ from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report.baseline import baseline_of, over_words
 from simbench.report.decision import decision_markdown, decision_table
-from simbench.report.memory import left_out_note, memory_section, rankable
+from simbench.report.memory import left_out_note, memory_section, rankable, run_layout
 from simbench.report.footing import footing_section, footing_warnings
 from simbench.report.parallel import parallel_headline, parallel_section
 from simbench.report.precision import MIN_LEAD, TIE_SIGMAS, lead_noise, leaders, names_text, ranked, speedup_text, \
@@ -66,8 +66,8 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         decision_markdown(tables, histogram, unit.count),
         _headline(ranked, _gpus_per_replica(scenario), unit),
         left_out_note(tables.memory),
-        parallel_headline(scenario.layout, tables.scaling, tables.parallel, tables.breakdown) if scenario.layout
-        else None,
+        parallel_headline(run_layout(scenario.layout, tables.memory), tables.scaling, tables.parallel,
+                          tables.breakdown) if scenario.layout else None,
         _setup(scenario, histogram, tables.scaling, unit),
         overdraw_warning(tables.scaling, histogram.sequences, unit),
         *(f"**Warning**: {warning}." for warning in scenario.depth_warnings(histogram)),
@@ -82,7 +82,8 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         footing_section(tables.scaling, unit),
         _assumptions_section(rankable(tables.assumptions, tables.memory), unit, baseline_of(tables.scaling)),
         _breakdown_section(tables.breakdown, four_d=scenario.layout is not None, unit=unit),
-        parallel_section(scenario.layout, tables.scaling, tables.parallel) if scenario.layout else None,
+        parallel_section(run_layout(scenario.layout, tables.memory), tables.scaling, tables.parallel)
+        if scenario.layout else None,
         memory_section(tables.memory, without_layout=scenario.layout is None, markdown_table=markdown_table),
         _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling, unit),
         provenance_note(scenario.hardware.profile, scenario.hardware.overrides,

@@ -20,14 +20,16 @@ from simbench.histogram import LengthHistogram
 from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.plans import ExecutionPlan
 
-# Without a layout a device is one GPU: tp = pp = cp = 1, ParallelLayout's ZeRO stage and recompute.
+# Without a layout a device is one GPU: tp = pp = cp = 1, ParallelLayout's ZeRO stage and recompute (a device of
+# several GPUs is priced on `Scenario.memory_layout`, tensor parallel over them).
 SINGLE_GPU = ParallelLayout()
 
 
 def layout_token_budget(model: ModelSpec | str, hardware: HardwareProfile | str, layout: ParallelLayout | None,
                         replicas: int) -> int:
-    """`costmodels.memory.max_tokens_per_microbatch` on `layout` (None: one GPU) with `replicas` data-parallel
-    replicas, the fewest a run simulates (ZeRO shards least there); 0 if the parameters alone do not fit."""
+    """`costmodels.memory.max_tokens_per_microbatch` on `layout` (None: one GPU; a scenario's memory is priced on
+    `Scenario.memory_layout`) with `replicas` data-parallel replicas, the fewest a run simulates (ZeRO shards
+    least there); 0 if the parameters alone do not fit."""
     model, layout = get_model(model), layout or SINGLE_GPU
     return max_tokens_per_microbatch(model, load_hardware(hardware), layout, replicas=replicas)
 
@@ -55,8 +57,9 @@ def resolved_plans(plans: Iterable[ExecutionPlan], histogram: LengthHistogram, m
 
 def layout_terms(layout: ParallelLayout | None) -> str:
     """What the memory budget depends on, e.g. `TP 8 x PP 16 x CP 16, ZeRO 1, recompute selective`."""
-    if layout is None:
-        return f"one GPU, ZeRO {SINGLE_GPU.zero_stage}, recompute {SINGLE_GPU.recompute}"
+    layout = layout or SINGLE_GPU
+    if layout.gpus_per_replica == 1:
+        return f"one GPU, ZeRO {layout.zero_stage}, recompute {layout.recompute}"
     return f"TP {layout.tp} x PP {layout.pp} x CP {layout.cp}, ZeRO {layout.zero_stage}, recompute {layout.recompute}"
 
 

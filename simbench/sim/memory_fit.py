@@ -12,9 +12,12 @@ every scenario, with or without a 4D layout, shared by `validate` and `run`.
     ('none', [['none', 'fits', '']])
 
 A scenario without `parallel` is, for memory, a 1 x 1 x 1 layout with `ParallelLayout`'s ZeRO stage and
-recompute (with `gpus_per_replica` above 1, tensor parallel over those GPUs). Each strategy's largest
-microbatch in tokens (`BatchSource.largest_microbatch_tokens`) gives its peak memory per GPU
-(`costmodels.memory.peak_memory`) at the fewest replicas the run simulates, where ZeRO shards least.
+recompute (with `gpus_per_replica` above 1, tensor parallel over those GPUs: each GPU holds 1 / tp of the
+weights and activations). Each strategy is checked at the microbatch it runs: where a run sized its step
+(`compare_at: equal-tokens`), its rows per device step over its microbatches per step, rounded up, else the
+scenario's `batch_size`. That microbatch's largest form in tokens (`BatchSource.largest_microbatch_tokens`)
+gives its peak memory per GPU (`costmodels.memory.peak_memory`, with the strategy's microbatches in flight on
+a pipeline) at the fewest replicas the run simulates, where ZeRO shards least.
 
 The `memory` policy says what a run does about a strategy that does not fit: `refuse` marks it "does not fit"
 (never ranked first); `recompute` raises activation recomputation (none, selective, full) until it fits;
@@ -50,10 +53,13 @@ FITS, NEEDS_RECOMPUTE, DOES_NOT_FIT = "fits", "needs recompute", "does not fit"
 MEMORY_COLUMNS = (
     "strategy",  # the strategy's label
     "tokens_per_microbatch",  # token slots of its largest microbatch (BatchSource.largest_microbatch_tokens)
+    "rows_per_microbatch",  # rows of that microbatch: rows per device step over microbatches per step, rounded up
+    "microbatches",  # microbatches a device step runs as (gradient accumulation, or a pipeline's)
     "peak_memory_gib",  # peak memory per GPU of that microbatch at the settings the run is priced at
     "hbm_capacity_gib",  # the hardware profile's HBM per GPU
     "verdict",  # fits (as the scenario says) / needs recompute (fits only as memory raised it) / does not fit
     "made_to_fit",  # what it needs beyond the scenario's settings, e.g. `recompute selective`; empty otherwise
+    "tp", "pp", "cp",  # the layout a replica's GPUs split the model and a microbatch's tokens over
     "zero_stage", "recompute",  # the settings the run is priced at (the same for every strategy)
     "replicas",  # the data-parallel replicas the check is at: the fewest simulated
 )
@@ -71,6 +77,8 @@ class MemoryFit:
     policy: str
     tokens: Mapping[str, int]  # label -> tokens of its largest microbatch
     least: Mapping[str, ParallelLayout | None]  # label -> the first setting it fits under; None: none
+    rows: Mapping[str, int]  # label -> rows of its largest microbatch
+    microbatches: Mapping[str, int]  # label -> microbatches its device step runs as
 
     @property
     def raised(self) -> bool:
@@ -91,14 +99,20 @@ class MemoryFit:
     def table(self) -> pd.DataFrame:
         rows = []
         for label, tokens in self.tokens.items():
-            peak = peak_memory(self.model, self.priced, tokens_per_microbatch=tokens, replicas=self.replicas)
+            peak = self.peak_bytes(label, self.priced)
             least = self.least[label]
-            rows.append({"strategy": label, "tokens_per_microbatch": tokens, "peak_memory_gib": peak.peak_bytes / GIB,
+            rows.append({"strategy": label, "tokens_per_microbatch": tokens, "rows_per_microbatch": self.rows[label],
+                         "microbatches": self.microbatches[label], "peak_memory_gib": peak / GIB,
                          "hbm_capacity_gib": self.hardware.hbm_capacity_bytes / GIB, "verdict": self.verdict(label),
                          "made_to_fit": settings_change(self.configured, least) if least is not None else "",
+                         "tp": self.priced.tp, "pp": self.priced.pp, "cp": self.priced.cp,
                          "zero_stage": self.priced.zero_stage, "recompute": self.priced.recompute,
                          "replicas": self.replicas})
         return pd.DataFrame(rows, columns=list(MEMORY_COLUMNS))
+
+    def peak_bytes(self, label: str, layout: ParallelLayout) -> float:
+        """Peak memory per GPU of the strategy's largest microbatch on `layout`, with its own microbatches."""
+        return _peak_bytes(self.model, layout, self.tokens[label], self.microbatches[label], self.replicas)
 
 
 def memory_sentences(table: pd.DataFrame, one_gpu_layout: bool, replica_word: str = "replica") -> list[str]:
@@ -133,6 +147,21 @@ def memory_sentences(table: pd.DataFrame, one_gpu_layout: bool, replica_word: st
     return lines
 
 
+def step_microbatch(plan: ExecutionPlan, batch_size: int, microbatches: int) -> tuple[int, int]:
+    """Rows of the largest microbatch `plan` runs, and the microbatches of its device step: its own where a run
+    sized it (rows per device step over microbatches per step, rounded up, as the simulator cuts a step),
+    else the scenario's `batch_size` rows in `microbatches`."""
+    if plan.sizing is None:
+        return batch_size, microbatches
+    return -(-plan.sizing.rows // plan.sizing.microbatches), plan.sizing.microbatches
+
+
+def _peak_bytes(model: ModelSpec, layout: ParallelLayout, tokens: int, microbatches: int, replicas: int) -> float:
+    # A pipeline keeps up to its microbatches in flight: the strategy's own count, not the layout's.
+    return peak_memory(model, replace(layout, microbatches=microbatches), tokens_per_microbatch=tokens,
+                       replicas=replicas).peak_bytes
+
+
 def memory_layout(layout: ParallelLayout | None, gpus_per_replica: int) -> ParallelLayout:
     """The layout memory is checked on: the scenario's, else one GPU (tensor parallel over `gpus_per_replica`)."""
     return layout if layout is not None else ParallelLayout(tp=gpus_per_replica)
@@ -165,24 +194,27 @@ def _settings_tried(layout: ParallelLayout, policy: str, replicas: int, can_rais
 def fit_memory(model: ModelSpec | str, hardware: HardwareProfile | str, plans: Mapping[str, ExecutionPlan],
                histogram: LengthHistogram, *, batch_size: int, layout: ParallelLayout, replicas: int,
                policy: str = DEFAULT_MEMORY_POLICY, can_raise: bool = True) -> MemoryFit:
-    """Each plan's (by label, `memory` budgets resolved) largest microbatch of `batch_size` rows against the
-    profile's HBM on `layout` with `replicas` replicas, and the settings the run is priced at; InputError saying
-    what would fit when no plan fits under any setting the policy may choose. `can_raise` False: the run can only
-    be priced as configured (a replica of several GPUs without `parallel`)."""
+    """Each plan's (by label, `memory` budgets resolved) largest microbatch (`step_microbatch`: its own where a
+    run sized it, else `batch_size` rows) against the profile's HBM on `layout` with `replicas` replicas, and the
+    settings the run is priced at; InputError saying what would fit when no plan fits under any setting the
+    policy may choose. `can_raise` False: the run can only be priced as configured (a replica of several GPUs
+    without `parallel`)."""
     model, hardware = get_model(model), load_hardware(hardware)
     capacity = hardware.hbm_capacity_bytes
-    tokens = {label: plan.source.largest_microbatch_tokens(plan, histogram, batch_size)
+    steps = {label: step_microbatch(plan, batch_size, layout.microbatches) for label, plan in plans.items()}
+    tokens = {label: plan.source.largest_microbatch_tokens(plan, histogram, steps[label][0])
               for label, plan in plans.items()}
     tried = list(_settings_tried(layout, policy, replicas, can_raise))
 
-    def first_fit(count: int) -> ParallelLayout | None:
-        return next((each for each in tried if peak_memory(model, each, tokens_per_microbatch=count,
-                                                           replicas=replicas).peak_bytes <= capacity), None)
+    def first_fit(label: str) -> ParallelLayout | None:
+        return next((each for each in tried
+                     if _peak_bytes(model, each, tokens[label], steps[label][1], replicas) <= capacity), None)
 
-    least = {label: first_fit(count) for label, count in tokens.items()}
+    least = {label: first_fit(label) for label in tokens}
     fitting = [tried.index(each) for each in least.values() if each is not None]
     if not fitting:
-        error = _nothing_fits(model, hardware, plans, histogram, tokens, batch_size, layout, replicas, tried[-1])
+        error = _nothing_fits(model, hardware, plans, histogram, tokens, batch_size, layout, replicas, tried[-1],
+                              {label: count for label, (_, count) in steps.items()})
         if policy != "auto" and can_raise:
             # Where `memory: auto` makes it fit on these GPUs, that is the one key to change.
             try:
@@ -193,16 +225,18 @@ def fit_memory(model: ModelSpec | str, hardware: HardwareProfile | str, plans: M
             raise InputError(f"{error.message.split('; ')[0]}; it fits with `memory: auto` ({settings(auto.priced)})",
                              parameter="memory")
         raise error
-    return MemoryFit(model, hardware, layout, tried[max(fitting)], replicas, policy, tokens, least)
+    return MemoryFit(model, hardware, layout, tried[max(fitting)], replicas, policy, tokens, least,
+                     {label: rows for label, (rows, _) in steps.items()},
+                     {label: count for label, (_, count) in steps.items()})
 
 
 def _nothing_fits(model: ModelSpec, hardware: HardwareProfile, plans: Mapping[str, ExecutionPlan],
                   histogram: LengthHistogram, tokens: Mapping[str, int], batch_size: int, layout: ParallelLayout,
-                  replicas: int, last: ParallelLayout) -> InputError:
+                  replicas: int, last: ParallelLayout, microbatches: Mapping[str, int]) -> InputError:
     """What the smallest strategy needs, and the settings that would fit it: ZeRO 3 from some GPU count, or full
     recompute at a smaller batch size. The error names the key to change first."""
     label = min(tokens, key=lambda each: (tokens[each], each))
-    peak = peak_memory(model, last, tokens_per_microbatch=tokens[label], replicas=replicas).peak_bytes
+    peak = _peak_bytes(model, last, tokens[label], microbatches[label], replicas)
     gpus = replicas * layout.gpus_per_replica
     capacity = hardware.hbm_capacity_bytes
     text = (f"no strategy fits {hardware.name}'s {capacity / GIB:.0f} GiB of HBM per GPU: {label}'s largest "

@@ -38,6 +38,8 @@ class SimulationResult:
         strategy; none for padding exchange plans, which on one device are `unpad`).
     vts_timeline: per VTS plan, enter/finish/leave seconds of each (sample, stage) of one batch.
     config: the resolved arguments of the run.
+    memory: each strategy's largest microbatch against HBM (`sim.memory_fit.MEMORY_COLUMNS`), where the caller
+        checked it (`simbench.simulate`, `simbench simulate`); empty otherwise.
     """
 
     summary: pd.DataFrame
@@ -46,6 +48,7 @@ class SimulationResult:
     latency_samples: dict[str, np.ndarray] = field(default_factory=dict)
     vts_timeline: dict[str, pd.DataFrame] = field(default_factory=dict)
     config: dict = field(default_factory=dict)
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 @dataclass(frozen=True, eq=False)

@@ -196,10 +196,17 @@ class BatchSource:
         sequences drawn from the histogram, `rows` x its mean length."""
         return rows * histogram.real_tokens / histogram.sequences
 
-    @staticmethod
-    def microbatch_slots_per_row(plan: ExecutionPlan, histogram: LengthHistogram) -> float:
-        """Token slots a row takes in a microbatch, held against what memory allows: a padded row's max_length."""
-        return float(histogram.max_length)
+    @classmethod
+    def microbatches_holding(cls, plan: ExecutionPlan, histogram: LengthHistogram, rows: int, microbatch_slots: int,
+                             microbatches: int) -> int:
+        """The fewest microbatches, in whole multiples of `microbatches`, a step of `rows` rows runs as so that its
+        largest microbatch holds at most `microbatch_slots` token slots: its rows over the count, rounded up (as
+        the simulator cuts a step), in their largest form (`largest_microbatch_tokens`, what memory is checked
+        on, `sim.memory_fit`); one row each where a row alone holds more."""
+        count = microbatches
+        while count < rows and cls.largest_microbatch_tokens(plan, histogram, -(-rows // count)) > microbatch_slots:
+            count += microbatches
+        return count
 
     @classmethod
     def sized(cls, plan: ExecutionPlan, histogram: LengthHistogram, packing: Packing | None,
@@ -213,7 +220,7 @@ class BatchSource:
         guess = max(1, round(real_tokens_per_step / max(expected(1), 1e-9)))
         rows = min((max(1, guess + step) for step in (-1, 0, 1)),
                    key=lambda rows: (abs(expected(rows) - real_tokens_per_step), rows))
-        count = microbatch_count(rows * cls.microbatch_slots_per_row(plan, histogram), microbatch_slots, microbatches)
+        count = cls.microbatches_holding(plan, histogram, rows, microbatch_slots, microbatches)
         return replace(plan, sizing=StepSizing(max(rows, count), count))  # no microbatch without a row
 
     @staticmethod

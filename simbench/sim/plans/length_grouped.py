@@ -62,10 +62,6 @@ class TokenBudgetSource(BatchSource):
         batches = token_budget_batches(histogram, step_budget_tokens(plan, histogram, rows, microbatches))
         return histogram.real_tokens / int(batches.repeats.sum())
 
-    @staticmethod
-    def microbatch_slots_per_row(plan, histogram):
-        return float(histogram.max_length)  # a step of `rows` rows has a budget of rows x max_length slots
-
     @classmethod
     def sized(cls, plan, histogram, packing, real_tokens_per_step, microbatches, microbatch_slots):
         """By its budget: a step's slots scaled by the target over what its batches hold until they hold it

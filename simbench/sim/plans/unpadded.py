@@ -31,11 +31,6 @@ class SequenceSource(BatchSource):
     def largest_microbatch_tokens(plan, histogram, batch_size):
         """The largest step draws the longest sequence batch_size times (un-padded or padded to its longest)."""
         return batch_size * histogram.longest
-    def microbatch_slots_per_row(plan, histogram):
-        """Un-padded, a sequence takes its own tokens: the mean length, on average."""
-        if plan.mode is not ExecutionMode.UNPADDED:
-            return float(histogram.max_length)
-        return histogram.real_tokens / histogram.sequences
 
     def draw(self, steps: int, devices: int) -> np.ndarray:
         """(steps, devices, batch size) sequence lengths."""
