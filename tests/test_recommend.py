@@ -7,6 +7,7 @@ import json
 import math
 import re
 import shlex
+import shutil
 from dataclasses import replace
 
 import pandas as pd
@@ -358,8 +359,7 @@ def _bundled_report(name, tmp_path_factory, **changes):
 
 @pytest.fixture(scope="module")
 def llama_report(tmp_path_factory):
-    # Its layout (ZeRO 3, full recompute), equal-tokens sizing (some strategies accumulate gradients) and a
-    # strategy that does not fit memory (group-by-length).
+    # Its layout (ZeRO 3, full recompute) and equal-tokens sizing (some strategies accumulate gradients).
     return _bundled_report("llama8b-sft-8k", tmp_path_factory, steps=10, devices=[8, 16])
 
 
@@ -386,13 +386,24 @@ def test_the_recommended_strategy_is_the_decision_blocks_choice_and_fits(which, 
         report / "recommend.md").read_text()
 
 
-def test_a_strategy_that_does_not_fit_is_never_recommended_unasked(llama_report):
-    decision = pd.read_csv(llama_report / "decision.csv").set_index("strategy")
-    assert decision.loc["group-by-length", "memory_verdict"] == DOES_NOT_FIT  # the scenario's own comment says so
+def test_a_strategy_that_does_not_fit_is_never_recommended_unasked(llama_report, tmp_path):
+    # Sizing keeps every bundled strategy within HBM, so the report's choice is marked as not fitting in a copy.
+    report = tmp_path / "report"
+    shutil.copytree(llama_report, report)
+    choice = decision_choice(pd.read_csv(report / "decision.csv"))
+    memory = pd.read_csv(report / "memory.csv")
+    memory.loc[memory["strategy"] == choice, "verdict"] = DOES_NOT_FIT
+    memory.to_csv(report / "memory.csv", index=False)
+    decision = pd.read_csv(report / "decision.csv")
+    decision.loc[decision["strategy"] == choice, "memory_verdict"] = DOES_NOT_FIT
+    decision.to_csv(report / "decision.csv", index=False)
     for stack in STACKS:
-        assert recommend(llama_report, stack).plan.strategy != "group-by-length"
-    asked = recommend(llama_report, "hf", strategy="group-by-length")
-    assert asked.plan.fits is False and "does NOT fit HBM" in asked.snippet
+        recommendation = recommend(report, stack)
+        assert recommendation.plan.strategy != choice and recommendation.plan.fits is not False
+    asked = [recommend(report, stack, strategy=choice) for stack in STACKS]
+    assert all(recommendation.chosen.fits is False for recommendation in asked)
+    running_it = [recommendation for recommendation in asked if recommendation.plan.strategy == choice]
+    assert running_it and all("does NOT fit HBM" in recommendation.snippet for recommendation in running_it)
 
 
 @pytest.mark.parametrize("which", ["llama_report", "wiki_report"])
