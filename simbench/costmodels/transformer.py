@@ -124,8 +124,10 @@ class TransformerCostModel:
                            overhead_seconds=overhead_seconds, masked_attention_seconds=masked_attention_seconds)
         if not floored:
             return device
-        # The host issues kernels while the device runs earlier ones: the step takes the longer of the two.
-        launch_bound = np.maximum(self.launch_floor_seconds(mode) - device.total_seconds, 0.0)
+        # The host issues the layers' kernels while the device runs earlier ones: that part of the step takes the
+        # longer of the two; the step's fixed cost (optimizer update, synchronisation) follows it, as in a replica.
+        launch_bound = np.maximum(self.launch_floor_seconds(mode) - (device.total_seconds - self.fixed_step_seconds),
+                                  0.0)
         return dataclasses.replace(device, overhead_seconds=overhead_seconds + launch_bound)
 
     def attention_seconds(self, batches: BatchSet, mode: ExecutionMode) -> np.ndarray:
