@@ -98,9 +98,9 @@ def test_calibrate_grid_times_the_grid_writes_it_beside_the_profile_and_fits_it(
     assert record["device"] == "cpu" and record["torch_version"] == str(torch.__version__)
     assert record["grid_file"] == "profile.grid.jsonl" and record["unpadded_attention"] == "grouped"
     assert len(record["grid"]) == len(records) and record["held_out_errors"]
-    for name in ("linear_flops_per_s", "first_sight_padded_seconds_per_layer", "first_sight_varlen_seconds_per_layer"):
+    for name in ("linear_flops_per_s", "first_sight_padded_seconds", "first_sight_varlen_seconds"):
         assert profile.provenance[name].startswith("fitted: simbench calibrate --grid")
-    assert profile.first_sight_padded_seconds_per_layer >= 0 and profile.first_sight_varlen_seconds_per_layer >= 0
+    assert profile.first_sight_padded_seconds >= 0 and profile.first_sight_varlen_seconds >= 0
     # The profile is what a refit of the written grid gives.
     refit = fit_grid(timings, profile)
     assert refit.profile.linear_flops_per_s == pytest.approx(profile.linear_flops_per_s, rel=1e-6)

@@ -289,8 +289,7 @@ def test_a_scenarios_strategies_are_drawn_as_the_simulator_draws_them_or_refused
 
 def test_first_sight_steps_pay_the_profiles_cost_where_their_shape_was_new_and_never_run_faster():
     model = get_model("tiny")
-    profile = PROFILE.model_copy(update={"first_sight_padded_seconds_per_layer": 0.01,
-                                         "first_sight_varlen_seconds_per_layer": 0.002})
+    profile = PROFILE.model_copy(update={"first_sight_padded_seconds": 0.02, "first_sight_varlen_seconds": 0.004})
     layouts = {"padding": [BatchLayout.padded([5, 8], 8), BatchLayout.padded([3, 8], 8)],
                "unpadding": [BatchLayout.unpadded([5, 8]), BatchLayout.unpadded([3, 8])]}
     repeated = {name: predict_seconds(model, profile, batches) for name, batches in layouts.items()}
@@ -330,11 +329,12 @@ def test_first_sight_costs_are_fitted_on_the_batches_whose_shape_was_new():
     layouts = [BatchLayout.padded([8, 8], 8), BatchLayout.padded([4, 4], 4), BatchLayout.unpadded([3, 5]),
                BatchLayout.unpadded([2, 2])]
     first = measure.FirstPass(np.array([0.5, 0.3, 0.24, 9.0]), np.array([True, True, True, False]))
-    fields = measure.first_sight_fields(layouts, first, np.array([0.1, 0.1, 0.2, 0.1]), layers=2)
-    assert fields["first_sight_padded_seconds_per_layer"] == pytest.approx(0.15)  # median of 0.2 and 0.1 a layer
-    assert fields["first_sight_varlen_seconds_per_layer"] == pytest.approx(0.02)  # the seen shape's 9 s left out
-    slower = measure.first_sight_fields(layouts, first, np.array([0.6, 0.4, 0.3, 0.1]), layers=2)
-    assert slower["first_sight_padded_seconds_per_layer"] == 0.0 == slower["first_sight_varlen_seconds_per_layer"]
+    fields = measure.first_sight_fields(layouts, first, np.array([0.1, 0.1, 0.2, 0.1]))
+    # Per distinct shape, whatever the layers: not divided by them.
+    assert fields["first_sight_padded_seconds"] == pytest.approx(0.3)  # median of 0.4 and 0.2
+    assert fields["first_sight_varlen_seconds"] == pytest.approx(0.04)  # the seen shape's 8.9 s left out
+    slower = measure.first_sight_fields(layouts, first, np.array([0.6, 0.4, 0.3, 0.1]))
+    assert slower["first_sight_padded_seconds"] == 0.0 == slower["first_sight_varlen_seconds"]
 
 
 def test_the_warm_up_loads_every_attention_path_on_shapes_no_batch_has():
@@ -409,7 +409,7 @@ def test_measure_times_every_strategy_of_a_scenario_or_says_why_not_and_prints_o
     settings = yaml.safe_load((output / "settings.yaml").read_text())
     assert set(settings["not_measured"]) == refused and settings["baseline"] == "none"
     profile = yaml.safe_load((output / "profile.yaml").read_text())
-    assert profile["provenance"]["first_sight_varlen_seconds_per_layer"].startswith("fitted: first steps")
+    assert profile["provenance"]["first_sight_varlen_seconds"].startswith("fitted: first steps")
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,7 @@ def test_a_value_no_device_has_is_refused_naming_the_field(name, value):
     if name in UNLIMITED_FIELDS and value == math.inf:
         assert load_hardware("a100", {name: value}).model_dump()[name] == math.inf  # no limit
         return
-    if value == -1.0 and name in ("devices_per_node", "varlen_kernels_per_layer"):
+    if value == -1.0 and name in ("devices_per_node", "varlen_kernels_per_layer", "unpadded_kernels_per_layer"):
         value = -2  # whole numbers
     with pytest.raises(InputError, match=f"`{name}`"):
         load_hardware("a100", {name: value})

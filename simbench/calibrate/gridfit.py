@@ -102,8 +102,15 @@ class GridTiming:
         return self.row_length % VARLEN_TILE_TOKENS != 0
 
     @property
-    def first_sight_seconds_per_layer(self) -> float:
-        return (self.first_seconds - self.median_seconds) / self.layers
+    def first_sight_seconds(self) -> float:
+        """The first step's time beyond the repeated steps' median: what the shape's being new cost, if it was."""
+        return self.first_seconds - self.median_seconds
+
+    @property
+    def shape_key(self) -> tuple:
+        """What makes a shape new to the process that timed it: the slice, the attention path and the tensor
+        shape (a varlen batch's documents change only its cumulative lengths, not its shape)."""
+        return self.model, self.layers, self.kind, self.rows, self.row_length
 
 
 @dataclass(frozen=True)
@@ -209,6 +216,7 @@ def grid_base(base: HardwareProfile | str = "h200") -> dict:
     data = load_hardware(base).model_dump()
     data.update(optimizer_seconds_per_parameter=0.0, step_overhead_seconds=0.0, input_bytes_per_token=0.0,
                 kernel_launch_seconds=0.0, kernels_per_layer=GRID_KERNELS_PER_LAYER, shape_change_seconds=0.0,
+                unpadded_kernels_per_layer=None,  # the grid's varlen batches are flat: no gathers to launch
                 unpadded_flops_fraction=1.0, unpadded_noise_cv=0.0, unpad_group_half_saturation_tokens=0.0,
                 varlen_tile_tokens=VARLEN_TILE_TOKENS, calibration=None)
     return data
@@ -332,25 +340,48 @@ def _rate_scale(timings: Sequence[GridTiming]) -> float:
     return 1.0 if 0.01 <= ratio <= 100 else ratio
 
 
-def first_sight_fields(timings: Sequence[GridTiming]) -> dict[str, float]:
-    """First-sight costs per layer: for each kind and model, the median over its timings of (first step -
-    median step) / layers (robust to the rare first step that loads a kernel library, seconds once per
-    process); padded ones as a line in the model's width (wider layers allocate and select more), varlen
-    ones pooled. None below 0."""
-    def median(kind: str, model: str | None = None) -> float | None:
-        extra = [t.first_sight_seconds_per_layer for t in timings
-                 if t.kind == kind and (model is None or t.model == model)]
-        return max(0.0, float(np.median(extra))) if extra else None
+def new_shape_timings(timings: Sequence[GridTiming]) -> list[GridTiming]:
+    """The timings whose shape no earlier line of the grid ran (a grid is timed in one process, in its order):
+    only their first step measured a shape being new."""
+    seen: set[tuple] = set()
+    new = []
+    for timing in timings:
+        if timing.shape_key not in seen:
+            new.append(timing)
+        seen.add(timing.shape_key)
+    return new
 
-    padded = {MODEL_PRESETS[m].hidden: median("padded", m) for m in {t.model for t in timings if t.kind == "padded"}}
-    slope = 0.0
-    if len(padded) > 1:
-        slope = max(0.0, float(np.polyfit(list(padded), list(padded.values()), 1)[0]))
-    widths = np.array(list(padded), dtype=np.float64)
-    intercept = max(0.0, float(np.mean(np.array(list(padded.values())) - slope * widths))) if padded else 0.0
-    return {"first_sight_padded_seconds_per_layer": intercept,
-            "first_sight_padded_seconds_per_layer_per_width": slope,
-            "first_sight_varlen_seconds_per_layer": median("varlen") or 0.0}
+
+def first_sight_fields(timings: Sequence[GridTiming]) -> dict[str, float]:
+    """First-sight costs per distinct shape, by attention path: the median over the timings whose shape was new
+    of (first step - median step), not divided by layers (a new shape costs as much at 8 layers as at 1). The
+    median is robust to the rare first step that loads a kernel library (seconds, once per process); a path
+    whose median does not stand out of its own spread (`distinguishable_median`) is 0, not fitted to noise."""
+    new = new_shape_timings(timings)
+
+    def median(kind: str) -> float:
+        return distinguishable_median([t.first_sight_seconds for t in new if t.kind == kind])
+
+    return {"first_sight_padded_seconds": median("padded"), "first_sight_varlen_seconds": median("varlen")}
+
+
+# A first-sight median counts when it lies this many of its standard errors above 0: a grid times one first step
+# per shape, so a cost of a few milliseconds among steps that vary by as much is not told from noise.
+FIRST_SIGHT_STANDARD_ERRORS = 2.0
+# The standard error of a median of n normal samples is sqrt(pi / 2) sigma / sqrt(n); sigma is estimated
+# robustly as 1.4826 x the median absolute deviation.
+_MEDIAN_STANDARD_ERROR_FACTOR = math.sqrt(math.pi / 2) * 1.4826
+
+
+def distinguishable_median(extra_seconds: Sequence[float]) -> float:
+    """The median of first-sight extras, or 0 where there are none, or where it lies within
+    FIRST_SIGHT_STANDARD_ERRORS standard errors of 0 (or below it)."""
+    values = np.asarray(extra_seconds, dtype=np.float64)
+    if values.size == 0:
+        return 0.0
+    median = float(np.median(values))
+    standard_error = _MEDIAN_STANDARD_ERROR_FACTOR * float(np.median(np.abs(values - median))) / math.sqrt(values.size)
+    return median if median > FIRST_SIGHT_STANDARD_ERRORS * standard_error else 0.0
 
 
 def check_evidence(timings: Sequence[GridTiming]) -> None:
@@ -398,6 +429,8 @@ GRID_PROFILE_FIELDS = ("linear_flops_per_s", "dense_half_saturation_width", "att
                        "varlen_kernels_per_layer", "kernel_launch_seconds", "shape_change_seconds",
                        "varlen_causal_attention_fraction", "varlen_causal_half_length_tokens",
                        "varlen_bidirectional_attention_fraction", "varlen_bidirectional_half_length_tokens",
-                       "varlen_tile_tokens", "first_sight_padded_seconds_per_layer",
-                       "first_sight_padded_seconds_per_layer_per_width", "first_sight_varlen_seconds_per_layer",
+                       "varlen_tile_tokens", "first_sight_padded_seconds", "first_sight_varlen_seconds",
                        "unpadded_flops_fraction")
+# The first-sight terms a grid fit gives; the h200 preset takes them from a measurement of its own instead
+# (many shapes, each new to a fresh process: `simbench.calibrate.firstsight`).
+FIRST_SIGHT_FIELDS = ("first_sight_padded_seconds", "first_sight_varlen_seconds")

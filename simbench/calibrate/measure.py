@@ -277,21 +277,19 @@ def measure_steps(settings: MeasureSettings, layouts: dict[str, list[BatchLayout
     return settings.warmup * len(warmups) + (settings.repeats + 1) * timed
 
 
-def first_sight_fields(layouts: Sequence[BatchLayout], first: FirstPass, repeated_seconds: np.ndarray,
-                       layers: int) -> dict[str, float]:
-    """The profile's first-sight costs from batches timed at first sight and repeated: per kind of shape
-    (flat un-padded batches: varlen; rows: padded), the median over the batches whose shape was new of
-    (first step - repeated step) / layers, at least 0; 0 for a kind no new shape showed."""
-    extra = (first.seconds - np.asarray(repeated_seconds)) / layers
+def first_sight_fields(layouts: Sequence[BatchLayout], first: FirstPass, repeated_seconds: np.ndarray
+                       ) -> dict[str, float]:
+    """The profile's first-sight costs from batches timed at first sight and repeated, once per distinct shape
+    (not per layer): per attention path (flat un-padded batches: varlen; rows: padded), the median over the
+    batches whose shape was new of (first step - repeated step), at least 0; 0 for a path no new shape showed."""
+    extra = first.seconds - np.asarray(repeated_seconds)
     varlen = np.array([layout.mode is ExecutionMode.UNPADDED for layout in layouts], dtype=bool)
 
     def median(chosen: np.ndarray) -> float:
         picked = extra[first.new_shape & chosen]
         return max(0.0, float(np.median(picked))) if picked.size else 0.0
 
-    return {"first_sight_padded_seconds_per_layer": median(~varlen),
-            "first_sight_padded_seconds_per_layer_per_width": 0.0,
-            "first_sight_varlen_seconds_per_layer": median(varlen)}
+    return {"first_sight_padded_seconds": median(~varlen), "first_sight_varlen_seconds": median(varlen)}
 
 
 def per_step_speedups(measured: MeasuredSteps) -> pd.DataFrame:

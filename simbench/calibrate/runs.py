@@ -334,7 +334,7 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     profile = given_profile
     if calibration is not None:
         fit = fit_calibration(calibration, calibration_layouts, calibration_steps.timings, calibration_steps.seconds)
-        profile = _with_first_sight(fit.profile, model, calibration_layouts, calibration_steps)
+        profile = _with_first_sight(fit.profile, calibration_layouts, calibration_steps)
     table = compare(measured, model, profile)
     verdict = judge(table, baseline=baseline)
     table = _with_refused(table, refused)
@@ -401,11 +401,11 @@ def _note_deep_packs(layouts: dict, deepest: int | None, note: Callable[[str], N
              + "; their packing overhead is the fitted line extrapolated")
 
 
-def _with_first_sight(profile, model, layouts, calibration_steps):
+def _with_first_sight(profile, layouts, calibration_steps):
     """The calibrated profile with first-sight costs fitted on the calibration batches' first steps."""
     from simbench.calibrate.measure import first_sight_fields
 
-    fields = first_sight_fields(layouts, calibration_steps.first, calibration_steps.seconds, model.layers)
+    fields = first_sight_fields(layouts, calibration_steps.first, calibration_steps.seconds)
     new = calibration_steps.first.new_shape
     why = (f"fitted: first steps of {int(new.sum())} calibration batches at shapes new to the process "
            f"(simbench measure)")

@@ -101,8 +101,12 @@ class HardwareProfile(BaseModel):
     host_seconds_per_kernel: float = Field(0.0, ge=0, allow_inf_nan=False,
                                            description="host time to issue one kernel in eager mode: with "
                                            "kernels_per_layer, a floor under every step")
-    varlen_kernels_per_layer: int | None = Field(None, ge=0, description="kernels per layer of a variable-length "
-                                                 "step (un-padded, varlen attention); None: kernels_per_layer")
+    varlen_kernels_per_layer: int | None = Field(None, ge=0, description="kernels per layer of a step on "
+                                                 "variable-length attention (packed-varlen rows, flat batches); "
+                                                 "None: kernels_per_layer")
+    unpadded_kernels_per_layer: int | None = Field(None, ge=0, description="kernels per layer of an un-padded step, "
+                                                   "its gathers and scatters of the real tokens included; None: "
+                                                   "varlen_kernels_per_layer")
     # Dense layers of a narrow model run below the rate of a wide one (norms, activations, bias adds are
     # memory-bound and grow with the width, matmuls with its square): rate x width / (width + this).
     dense_half_saturation_width: float = Field(0.0, ge=0, allow_inf_nan=False,
@@ -126,16 +130,14 @@ class HardwareProfile(BaseModel):
     varlen_tile_tokens: int = Field(0, ge=0, description="query/key tile of the varlen attention kernel: a "
                                     "document's work is rounded up to whole tiles (0: no rounding)")
     # The first step at a batch shape a process has not run before pays for kernel selection and new
-    # allocations; per layer, by kind of shape. Which steps pay it is the scenario's `shapes` choice.
-    first_sight_padded_seconds_per_layer: float = Field(0.0, ge=0, allow_inf_nan=False,
-                                                        description="extra time of the first step at a new "
-                                                        "rows x length shape, per layer")
-    first_sight_padded_seconds_per_layer_per_width: float = Field(0.0, ge=0, allow_inf_nan=False,
-                                                                  description="what each unit of model width "
-                                                                  "adds to the padded first-sight cost per layer")
-    first_sight_varlen_seconds_per_layer: float = Field(0.0, ge=0, allow_inf_nan=False,
-                                                        description="extra time of the first step at a new flat "
-                                                        "variable-length token count, per layer")
+    # allocations: once per distinct shape, whatever the number of layers (an 8-layer slice pays it no more than
+    # a 1-layer one), by attention path. Which steps pay it is the scenario's `shapes` choice.
+    first_sight_padded_seconds: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                              description="extra time of the first step at a new rows x length "
+                                              "shape under dense attention, once per distinct shape")
+    first_sight_varlen_seconds: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                              description="extra time of the first step at a new token count "
+                                              "under variable-length attention, once per distinct shape")
 
     # Packing's model changes (block-diagonal mask, per-sequence loss unpacking)
     # share of the step time lost to them: fraction + per_depth_fraction x the batch's max depth
@@ -248,6 +250,12 @@ H100_MEASURED_ATTENTION_FLOPS_PER_S = 463.0e12
 H200_MEASURED_LINEAR_FLOPS_PER_S = 591.0e12
 H200_MEASURED_ATTENTION_FLOPS_PER_S = 460.4e12
 
+# Un-padding's own kernels in each layer, forward + backward, counted on Hugging Face transformers' un-padded
+# flash attention (`_upad_input`, `pad_input`), what a trainer runs when it un-pads a padded batch: the forward
+# gathers q, k and v (3 index selects) and scatters the context back into the rows (zeros, index put: 2); the
+# backward scatters the three gradients (zeros, index put: 6) and gathers the context's gradient (1); the real
+# tokens' index and cumulative lengths are rebuilt each layer (sum, nonzero, cumsum, pad: 4). 16 in all.
+UNPAD_GATHER_SCATTER_KERNELS_PER_LAYER = 16
 # Fitted, not chosen: `simbench calibrate --timings simbench/data/measurements/h200-2026-11/grid.jsonl` (a copy of
 # the H200 timing grid: BERT-large 24-layer and Llama-3.1-8B 4-layer slices, PyTorch 2.11 eager, bf16), all 54
 # timings; fitted without its 14 "new shape" timings, the fit predicts them within 5.2 % (median 2.0 %);
@@ -260,8 +268,9 @@ H200_GRID_FIT = {
     "attention_flops_per_s": 473.29e12,
     "half_saturation_tokens": 1340.8,
     "host_seconds_per_kernel": 18.272e-6,  # eager host issue time: 24 BERT layers never below ~20 ms
-    "kernels_per_layer": 50,  # the grid's README: about 1,200 kernels a step for 24 layers
-    "varlen_kernels_per_layer": 52,
+    # Kernels per layer, forward + backward, by path (the host issues each in host_seconds_per_kernel):
+    "kernels_per_layer": 50,  # padded rows: the grid's README, about 1,200 kernels a step for 24 layers
+    "varlen_kernels_per_layer": 52,  # varlen attention on flat batches: fitted on the grid's varlen steps
     "kernel_launch_seconds": 0.0,  # device-side gaps are inside the fitted rates
     "shape_change_seconds": 0.0,  # the grid repeats each shape: a seen shape costs nothing extra
     "varlen_causal_attention_fraction": 0.66453,
@@ -269,14 +278,21 @@ H200_GRID_FIT = {
     "varlen_bidirectional_attention_fraction": 0.56232,
     "varlen_bidirectional_half_length_tokens": 168.39,
     "varlen_tile_tokens": 128,  # chosen: FlashAttention's key tile for head sizes up to 128
-    # Medians of the grid's padded shapes, 3.35 ms a layer at width 1,024 and 7.23 at 4,096: a line in the width
-    "first_sight_padded_seconds_per_layer": 2.057e-3,
-    "first_sight_padded_seconds_per_layer_per_width": 1.2618e-6,
-    "first_sight_varlen_seconds_per_layer": 1.65e-5,
     "unpadded_flops_fraction": 1.0,  # the grid's varlen batches are un-padded: the varlen terms price them
 }
 H200_GRID_SOURCE = ("the H200 timing grid (simbench/data/measurements/h200-2026-11/grid.jsonl, "
                     "`simbench calibrate --timings`)")
+# Un-padding as trainers run it gathers and scatters the real tokens around each layer's attention: the varlen
+# path's kernels plus those (UNPAD_GATHER_SCATTER_KERNELS_PER_LAYER). The grid times no such step: counted.
+H200_UNPADDED_KERNELS = {"unpadded_kernels_per_layer": H200_GRID_FIT["varlen_kernels_per_layer"]
+                         + UNPAD_GATHER_SCATTER_KERNELS_PER_LAYER}
+# Once per distinct shape, not per layer: medians over the new shapes of the first-sight measurement
+# (simbench/data/measurements/h200-2026-11-28/firstsight.jsonl, `simbench.calibrate.firstsight`): 140 padded
+# shapes at 1-8 layers and widths 4,096-8,192 (79.7 ms; the settings' own medians 54-122 ms), 30 varlen token
+# counts (0.9 ms). tests/test_firstsight.py refits them.
+H200_FIRST_SIGHT = {"first_sight_padded_seconds": 79.74e-3, "first_sight_varlen_seconds": 0.90e-3}
+H200_FIRST_SIGHT_SOURCE = ("first steps at 170 shapes new to their process on an H200 "
+                           "(simbench/data/measurements/h200-2026-11-28/firstsight.jsonl)")
 # Fitted on NVIDIA's MLPerf v0.7 BERT runs on V100 (DGX-2H: 16 GPUs un-padded, 512 GPUs padded, same code and
 # container; `simbench fit-logs`, see validation_runs): NVIDIA's 2020 un-padded kernels reach 0.860 of the padded
 # kernels' FLOP/s, and their step time varies with CV 0.102 beyond its FLOPs. The A100 logs alone give 0.833.
@@ -291,8 +307,8 @@ IDEAL_KERNELS = {"unpadded_flops_fraction": 1.0, "unpadded_noise_cv": 0.0, "host
                  "varlen_kernels_per_layer": None, "varlen_causal_attention_fraction": 1.0,
                  "varlen_causal_half_length_tokens": 0.0, "varlen_bidirectional_attention_fraction": 1.0,
                  "varlen_bidirectional_half_length_tokens": 0.0, "varlen_tile_tokens": 0,
-                 "first_sight_padded_seconds_per_layer": 0.0, "first_sight_padded_seconds_per_layer_per_width": 0.0,
-                 "first_sight_varlen_seconds_per_layer": 0.0,
+                 "unpadded_kernels_per_layer": None, "first_sight_padded_seconds": 0.0,
+                 "first_sight_varlen_seconds": 0.0,
                  "dense_half_saturation_width": 0.0}
 
 # Datasheet memory per GPU. A datasheet's "GB" of HBM counts whole stacks of 2^30 bytes (H100 SXM: 5 x 16 GiB), so
@@ -415,14 +431,20 @@ def _memory(profile: HardwareProfile, capacity_bytes: float, datasheet: str) -> 
 
 def _grid_fitted(profile: HardwareProfile, device: str) -> HardwareProfile:
     note = (" GPU terms fitted on the H200 timing grid (simbench/data/measurements/h200-2026-11): launch floor, "
-            "dense efficiency by width and tokens, varlen attention by document length, first-sight costs"
+            "dense efficiency by width and tokens, varlen attention by document length; first-sight costs per "
+            "distinct shape measured on H200 (simbench/data/measurements/h200-2026-11-28)"
             + ("." if device == "H200" else "; on H100 the rates stay measured, the other terms carried from H200."))
     values = H200_GRID_FIT if device == "H200" else {
         name: value for name, value in H200_GRID_FIT.items()
         if name not in ("linear_flops_per_s", "attention_flops_per_s", "half_saturation_tokens",
                         "dense_half_saturation_width")}
     why = f"fitted: {H200_GRID_SOURCE}" if device == "H200" else f"carried from H200: {H200_GRID_SOURCE}"
-    return _with(profile, values, why, note)
+    profile = _with(profile, values, why, note)
+    profile = _with(profile, H200_UNPADDED_KERNELS, "chosen: the varlen path's kernels plus un-padding's gathers and "
+                    "scatters counted in each layer of Hugging Face transformers' un-padded flash attention")
+    first_sight_why = (f"measured: {H200_FIRST_SIGHT_SOURCE}" if device == "H200"
+                       else f"carried from H200: {H200_FIRST_SIGHT_SOURCE}")
+    return _with(profile, H200_FIRST_SIGHT, first_sight_why)
 
 
 def _a100() -> HardwareProfile:

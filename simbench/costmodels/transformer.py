@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -74,7 +75,7 @@ class TransformerCostModel:
             return 1.0
         return self.gpus_per_replica * self.hardware.tensor_parallel_efficiency
 
-    def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
+    def step_costs(self, batches: BatchSet, mode: ExecutionMode, *, floored: bool = True) -> StepCosts:
         """Per-batch seconds of a forward + backward + optimizer step, split by cause.
 
         PADDED and SORTED rows cost their full slots, attention included (a block-diagonal mask
@@ -88,7 +89,9 @@ class TransformerCostModel:
         at the same achieved throughput as the real tokens; masked attention seconds are the attention
         between two sequences of one row that a block-diagonal mask discards.
         Overhead: kernel launches, the fixed step cost, the optimizer update, the input transfer,
-        and for rows holding several sequences packing's share of the step (growing with depth).
+        and for rows holding several sequences packing's share of the step (growing with depth); unless
+        `floored` is False, what the launch floor adds where the host issues the step's kernels slower than the
+        device runs them (a 4D replica applies the floor per GPU and model chunk instead).
         """
         if mode not in set(ExecutionMode):
             raise InputError(f"unknown execution mode {mode!r}; one of {', '.join(m.value for m in ExecutionMode)}")
@@ -117,12 +120,15 @@ class TransformerCostModel:
                 batches, compute_seconds + padding_seconds + masked_attention_seconds)
         if mode is ExecutionMode.SORTED:
             overhead_seconds = overhead_seconds + hardware.shape_change_seconds
-        # The host issues kernels while the device runs earlier ones: the step takes the longer of the two.
-        launch_bound = np.maximum(self.launch_floor_seconds(mode) - (compute_seconds + padding_seconds
-                                                                     + masked_attention_seconds + overhead_seconds), 0.0)
-        return StepCosts(compute_seconds=compute_seconds, padding_seconds=padding_seconds,
-                         overhead_seconds=overhead_seconds + launch_bound,
-                         masked_attention_seconds=masked_attention_seconds)
+        device = StepCosts(compute_seconds=compute_seconds, padding_seconds=padding_seconds,
+                           overhead_seconds=overhead_seconds, masked_attention_seconds=masked_attention_seconds)
+        if not floored:
+            return device
+        # The host issues the layers' kernels while the device runs earlier ones: that part of the step takes the
+        # longer of the two; the step's fixed cost (optimizer update, synchronisation) follows it, as in a replica.
+        launch_bound = np.maximum(self.launch_floor_seconds(mode) - (device.total_seconds - self.fixed_step_seconds),
+                                  0.0)
+        return dataclasses.replace(device, overhead_seconds=overhead_seconds + launch_bound)
 
     def attention_seconds(self, batches: BatchSet, mode: ExecutionMode) -> np.ndarray:
         """The attention part of each batch's seconds in `step_costs` (real, padded and masked pairs, at the same
@@ -183,24 +189,35 @@ class TransformerCostModel:
                                        hardware.varlen_bidirectional_attention_fraction))
             or hardware.varlen_causal_half_length_tokens > 0 or hardware.varlen_bidirectional_half_length_tokens > 0)
 
-    def launch_floor_seconds(self, mode: ExecutionMode) -> float:
-        """The least time of a step in this mode: every kernel of every layer issued by the host."""
+    def kernels_per_layer(self, mode: ExecutionMode) -> int:
+        """Kernels a layer launches in a step of this mode, forward + backward, by path: padded rows (padded,
+        sorted, packs under a mask), variable-length attention (packed-varlen), un-padding (its gathers and
+        scatters included). The profile's counts; a path without its own falls back to the one before it."""
         hardware = self.hardware
+        mode = ExecutionMode(mode)
         kernels = hardware.kernels_per_layer
-        if ExecutionMode(mode) in VARLEN_MODES and hardware.varlen_kernels_per_layer is not None:
+        if mode in VARLEN_MODES and hardware.varlen_kernels_per_layer is not None:
             kernels = hardware.varlen_kernels_per_layer
-        return self.model.layers * kernels * hardware.host_seconds_per_kernel
+        if mode is ExecutionMode.UNPADDED and hardware.unpadded_kernels_per_layer is not None:
+            kernels = hardware.unpadded_kernels_per_layer
+        return kernels
+
+    def launch_floor_seconds(self, mode: ExecutionMode, layers: float | None = None) -> float:
+        """The least time of a step in this mode on one GPU running `layers` layers (None: all the model's):
+        every kernel of every layer issued by the host. Tensor- and context-parallel GPUs each issue all of
+        their layers' kernels, so the floor does not shrink with them."""
+        layers = self.model.layers if layers is None else layers
+        return layers * self.kernels_per_layer(mode) * self.hardware.host_seconds_per_kernel
 
     def first_sight_seconds(self, mode: ExecutionMode) -> float:
-        """What the first step at a batch shape new to the device costs on top of its price: flat
-        variable-length batches (un-padded) pay the varlen figure, rows of a new shape the padded one."""
+        """What the first step at a batch shape new to the device costs on top of its price: once per distinct
+        shape, not per layer (measured: as much at 8 layers as at 1), by attention path: variable-length
+        attention (un-padded, packed-varlen) pays the varlen figure for a new token count, dense attention
+        over rows of a new shape the padded one."""
         hardware = self.hardware
-        if ExecutionMode(mode) is ExecutionMode.UNPADDED:
-            per_layer = hardware.first_sight_varlen_seconds_per_layer
-        else:
-            per_layer = (hardware.first_sight_padded_seconds_per_layer
-                         + hardware.first_sight_padded_seconds_per_layer_per_width * self.model.hidden)
-        return self.model.layers * per_layer
+        if ExecutionMode(mode) in VARLEN_MODES:
+            return hardware.first_sight_varlen_seconds
+        return hardware.first_sight_padded_seconds
 
     def allreduce_seconds(self, devices: int) -> float:
         """All-reduce of the gradients across `devices` replicas as NCCL runs it (`collectives.allreduce`):

@@ -110,6 +110,13 @@ class ReplicaCostModel:
         """A sequence's least time on the replica: one GPU's over every GPU of it, no bubble, rank or link lost."""
         return self.gpu_model.ideal_sequence_seconds(sequence_lengths) / self.gpus_per_replica
 
+    def first_sight_seconds(self, mode: ExecutionMode) -> float:
+        """A new batch shape's first-sight cost on the replica: every GPU of every stage pays it once per distinct
+        shape (a constant, not its layers' share of the whole model's), the stages side by side, so a replica's
+        step grows by one GPU's cost."""
+        per_gpu = getattr(self.gpu_model, "first_sight_seconds", None)
+        return 0.0 if per_gpu is None else float(per_gpu(mode))
+
     def vts_stage_seconds(self, sequence_lengths, stages):
         raise InputError("VTS plans run their own pipeline; they cannot run inside a 4D layout")
 
@@ -189,7 +196,10 @@ class ReplicaCostModel:
         microbatch_of_row = _microbatch_of_row(batches, m)
         microbatches = BatchSet(batches.sequence_lengths, batches.sequence_row, batches.row_slots,
                                 microbatch_of_row, batches.batches * m)
-        costs = gpu.step_costs(microbatches, mode)
+        floored_per_chunk = hasattr(gpu, "launch_floor_seconds")
+        # The launch floor goes per GPU and chunk below, not on one GPU's whole-model step.
+        costs = (gpu.step_costs(microbatches, mode, floored=False) if floored_per_chunk
+                 else gpu.step_costs(microbatches, mode))
         attention = gpu.attention_seconds(microbatches, mode)
         fixed = gpu.fixed_step_seconds
         # One GPU's work on the microbatch, all layers: per-token overheads stay, the step's fixed cost goes once.
@@ -211,6 +221,12 @@ class ReplicaCostModel:
         slot_tokens = microbatches.per_batch(microbatches.row_slots.astype(np.float64), of="rows")
         communication = (self._tp_seconds(slot_tokens) + self._ring_exposed_seconds(work, slot_tokens)) / chunks
         chunk_busy = compute + padding + masked + overhead + cp_imbalance + communication
+        if floored_per_chunk:
+            # Every GPU of the replica issues all the kernels of its chunk's layers, however many GPUs share their
+            # work (tp x cp): each microbatch on a chunk takes at least that chunk's launch floor.
+            launch_bound = np.maximum(gpu.launch_floor_seconds(mode, layers=gpu.model.layers / chunks) - chunk_busy,
+                                      0.0)
+            overhead, chunk_busy = overhead + launch_bound, chunk_busy + launch_bound
         forward_work = (compute + padding + masked + cp_imbalance) * (1 - BACKWARD_SHARE)
         if layout.recompute == "full":
             recompute = forward_work
