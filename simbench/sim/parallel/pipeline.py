@@ -306,6 +306,9 @@ class _Plan:
 # Replicas priced together: a block's operation-by-replica table stays near 16 MB, in cache between
 # waves (one table of 2048 replicas x 8192 operations ran 4x slower than blocks of 512).
 _BLOCK_VALUES = 1 << 21
+# ... but never fewer replicas than this: each wave is a few numpy calls whatever its width, and a schedule of
+# hundreds of microbatches has thousands of waves.
+_BLOCK_REPLICAS_MIN = 64
 
 
 def _recurrence_blocks(forward, backward, p2p, schedule, p, v):
@@ -321,7 +324,7 @@ def _recurrence_blocks(forward, backward, p2p, schedule, p, v):
         p2p = p2p.reshape(replicas, m, chunks - 1)
     plan = _plan(schedule, m, p, v)
     count = 2 * m * chunks
-    block = max(1, _BLOCK_VALUES // (count + 1))
+    block = max(_BLOCK_REPLICAS_MIN, _BLOCK_VALUES // (count + 1))
     for first in range(0, replicas, block):
         rows = slice(first, first + block)
         width = forward[rows].shape[0]
