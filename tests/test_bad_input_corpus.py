@@ -430,6 +430,18 @@ CASES = [
      "cannot reach the Dask scheduler at tcp://127.0.0.1:9 (from --scheduler) within 5 s"),
     ("sweep-scheduler-environment", {"w.yaml": SWEEP_ONE_CELL}, ["sweep", "{d}/w.yaml", "--out", "{d}/out"],
      "DASK_SCHEDULER_ADDRESS must be a Dask scheduler's address", {"DASK_SCHEDULER_ADDRESS": "garbage"}),
+    # Layouts as written: no booleans or floats read as counts, and the devices dp makes held to the bound
+    ("yaml-zero-stage-bool", {"s.yaml": scenario_with("parallel: {zero_stage: true}\n")}, VALIDATE,
+     "s.yaml:6: parallel.zero_stage"),
+    ("yaml-zero-stage-float", {"s.yaml": scenario_with("parallel: {zero_stage: 3.0}\n")}, VALIDATE,
+     "s.yaml:6: parallel.zero_stage"),
+    ("yaml-tp-bool", {"s.yaml": scenario_with("parallel: {tp: true}\n")}, VALIDATE, "s.yaml:6: parallel.tp"),
+    ("yaml-dp-beyond-the-devices-bound", {"s.yaml": SCENARIO.replace("devices: [1]\n", "")
+                                          + "parallel: {dp: 1099511627776}\n"}, VALIDATE, "s.yaml:5: parallel.dp"),
+    ("sweep-axis-zero-stage-bool", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}",
+                                                                     "axes: {parallel.zero_stage: [1, true]}")},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "cell 1 (parallel.zero_stage=True)"),
+    ("measure-one-repeat", {}, ["measure", "squad_1_1_384", "--repeats", "1"], "--repeats must be at least 2"),
 ]
 
 
