@@ -672,7 +672,13 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
     except ImportError:
         raise InputError("sweeps on Dask need the extra: pip install 'simbench-seq[sweep]' (or --workers 0 to run "
                          "the cells one after another here)") from None
-    client = _connect(address) if address is not None else Client(_local_cluster(workers))
+    from simbench.workers import sigint_held
+
+    # Ctrl-C is for this process alone, which ends the cluster: the threads the cluster starts here inherit
+    # SIGINT blocked, and so does every worker process they fork, which would otherwise run this process's
+    # handler and print its traceback (a worker's "Process Dask Worker process (from Nanny)").
+    with sigint_held():
+        client = _connect(address) if address is not None else Client(_local_cluster(workers))
     try:
         packed = {key: client.submit(run_packing, job, key=f"pack-{key}", pure=False) for key, job in jobs.items()}
         tasks = {}
@@ -695,7 +701,10 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
 
 
 def _local_cluster(workers: int | None):
-    """A cluster of `workers` processes (default: one per core), one thread each, no dashboard."""
+    """A cluster of `workers` processes (default: one per core), one thread each, no dashboard, and no logging of
+    Dask's own below CRITICAL: a cell's failure is recorded with its traceback in the sweep's failures, and
+    the messages of a cluster shut down by Ctrl-C (lost connections, cancelled tasks) are for no one."""
+    import logging
     import sys
 
     import dask
@@ -716,7 +725,7 @@ def _local_cluster(workers: int | None):
         settings["distributed.worker.multiprocessing-method"] = "fork"
     with dask.config.set(settings):
         return LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                            dashboard_address=None, silence_logs=40)
+                            dashboard_address=None, silence_logs=logging.CRITICAL)
 
 
 def _batches(cells: list[SweepCell], slots: int) -> list[list[SweepCell]]:

@@ -336,11 +336,15 @@ CASES = [
      ["sweep", "{d}/w.yaml", "--dry-run"], "cell 1"),
     # Bounded after decompression; empty, truncated and corrupt binary inputs named
     ("mlperf-gzip-3gib-of-lines", {"log.txt.gz": GZIP_3_GIB_OF_LINES}, ["gumbel", "--log", "{d}/log.txt.gz"],
-     "log.txt.gz:7456541: the MLPerf log holds more than 64 MiB (after decompression)"),
+     "log.txt.gz: the MLPerf log holds more than 64 MiB (after decompression)"),
+    ("fit-logs-gzip-3gib-of-lines", {"log.txt.gz": GZIP_3_GIB_OF_LINES}, ["fit-logs", "{d}/log.txt.gz"],
+     "log.txt.gz: the MLPerf log holds more than 64 MiB (after decompression)"),
     ("mlperf-gzip-2m-step-lines", {"log.txt.gz": GZIP_2M_STEP_LINES}, ["fit-logs", "{d}/log.txt.gz"],
      "log.txt.gz:300001: more than 300,000 step and event lines"),
     ("mlperf-gzip-8gib-one-line", {"log.txt.gz": GZIP_8_GIB_ONE_LINE}, ["fit-logs", "{d}/log.txt.gz"],
-     "log.txt.gz:1: a line longer than 1 MiB"),
+     "log.txt.gz: the MLPerf log holds more than 64 MiB (after decompression)"),
+    ("mlperf-one-line-over-1mib", {"log.txt": b"a" * (2**20 + 2)}, ["fit-logs", "{d}/log.txt"],
+     "log.txt:1: a line longer than 1 MiB"),
     ("mlperf-event-nested-deep", {"log.txt": mlperf_log(["5.0"] * 60) + '0: :::MLLOG {"key": ' + "[" * 200_000
                                   + "]" * 200_000 + "}\n"}, ["fit-logs", "{d}/log.txt", "--after-step", "100"],
      "log.txt: only 0 steps after step 100"),
