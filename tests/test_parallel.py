@@ -69,6 +69,12 @@ def test_a_layout_takes_whole_numbers_and_booleans_as_written_never_converted(tm
     assert [e.split(": ")[:2] for e in found] == [[f"s.yaml:{len(LLAMA.splitlines()) + 3}", f"parallel.{key}"]], found
 
 
+@pytest.mark.parametrize("stage", [True, 3.0, np.float64(2.0)])
+def test_a_layout_built_in_python_refuses_a_stage_that_is_no_whole_number(stage):
+    with pytest.raises(InputError, match="parallel.zero_stage must be one of 0, 1, 2, 3"):
+        ParallelLayout(zero_stage=stage)
+
+
 def test_a_sweep_axis_of_layouts_refuses_a_boolean_stage_at_its_cell(tmp_path):
     from simbench import sweep as sweeps
 
