@@ -325,14 +325,14 @@ def atomic_file(path: Path, *, replace: bool = True, option: str = "-o") -> Iter
 
 
 def _create_exclusively(temporary: Path, path: Path, option: str) -> None:
-    """Give the written `temporary` the name `path` only if nothing holds that name (a hard link fails if it
-    does, atomically); where the file system has no hard links, the name is claimed with O_EXCL first."""
+    """Give the written `temporary` the name `path` only if nothing holds that name: a hard link fails if
+    something does, atomically; where the file system has no hard links, the name is claimed with O_EXCL."""
     try:
         try:
             os.link(temporary, path)
         except FileExistsError:
             raise
-        except OSError:
+        except OSError:  # no hard links here
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             os.replace(temporary, path)
             return

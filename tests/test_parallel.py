@@ -62,7 +62,8 @@ def test_dp_alone_sets_the_devices_and_a_vts_plan_is_refused(tmp_path):
 
 @pytest.mark.parametrize("written, key", [("zero_stage: true", "zero_stage"), ("zero_stage: 3.0", "zero_stage"),
                                           ("tp: true", "tp"), ("pp: 2.0", "pp"), ("dp: false", "dp"),
-                                          ("microbatches: true", "microbatches"), ("overlap_gradient_sync: 1", "overlap_gradient_sync")])
+                                          ("microbatches: true", "microbatches"),
+                                          ("overlap_gradient_sync: 1", "overlap_gradient_sync")])
 def test_a_layout_takes_whole_numbers_and_booleans_as_written_never_converted(tmp_path, written, key):
     # true is no stage 1 and 3.0 no stage 3: each is refused at its own key's line.
     found = errors_of(tmp_path, LLAMA + f"devices: [8]\nparallel:\n  {written}\n")

@@ -82,7 +82,7 @@ def parse_mlperf_log(path: str | Path) -> MlperfRun:
             with gzip.open(path, "rb") as handle:
                 check_decompressed_bytes(handle, str(path), "MLPerf log", MAX_TEXT_FILE_BYTES)
         with opener(path, "rb") as handle:
-            # Bounded as read: a 3 MB gzip of 3 GiB of lines, or of one 8 GiB line, is refused in a second.
+            # Bounded as read too: a plain file's lines, and a gzip's that passed the measure above.
             lines = bounded_lines(handle, str(path), "MLPerf log", max_bytes=MAX_TEXT_FILE_BYTES,
                                   max_line_bytes=MAX_LOG_LINE_BYTES)
             return parse_mlperf_lines((raw.decode("utf-8", errors="replace") for _, raw in lines), source=str(path))
