@@ -17,10 +17,12 @@ bound computed once, and handed to every cell that simulates it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import itertools
 import json
+import logging
 import os
 import re
 import time
@@ -679,6 +681,11 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
     # handler and print its traceback (a worker's "Process Dask Worker process (from Nanny)").
     with sigint_held():
         client = _connect(address) if address is not None else Client(_local_cluster(workers))
+    # Here as in a local cluster's processes (`_local_cluster`), Dask's own messages below CRITICAL are for no one
+    # while the sweep runs: a cell's failure is recorded with its traceback, and a cluster shut down by Ctrl-C
+    # or a lost scheduler logs lost connections and cancelled tasks.
+    silenced = contextlib.ExitStack()
+    silenced.enter_context(_dask_logs_silenced())
     try:
         packed = {key: client.submit(run_packing, job, key=f"pack-{key}", pure=False) for key, job in jobs.items()}
         tasks = {}
@@ -698,13 +705,27 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
         client.close()
         if cluster is not None:
             cluster.close()
+        silenced.close()
+
+
+@contextlib.contextmanager
+def _dask_logs_silenced():
+    """Dask's log handlers in this process (its logging configuration's) raised to CRITICAL, then put back."""
+    handlers = [handler for handler in logging.getLogger("distributed").handlers
+                if isinstance(handler, logging.StreamHandler)]
+    levels = [handler.level for handler in handlers]
+    for handler in handlers:
+        handler.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for handler, level in zip(handlers, levels):
+            handler.setLevel(level)
 
 
 def _local_cluster(workers: int | None):
     """A cluster of `workers` processes (default: one per core), one thread each, no dashboard, and no logging of
-    Dask's own below CRITICAL: a cell's failure is recorded with its traceback in the sweep's failures, and
-    the messages of a cluster shut down by Ctrl-C (lost connections, cancelled tasks) are for no one."""
-    import logging
+    Dask's own below CRITICAL (see `_run_on_dask`)."""
     import sys
 
     import dask
