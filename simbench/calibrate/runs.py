@@ -247,20 +247,6 @@ def _scenario_model(source: str):
     return None
 
 
-# measure judges its errors by the speed-up's spread across repeats (`measure.judge`): two are the fewest with one.
-MEASURE_REPEATS_MIN = 2
-
-
-def check_measure_repeats(repeats) -> int:
-    """measure's repeats: a whole number >= MEASURE_REPEATS_MIN, refused with the reason (before torch is needed)."""
-    repeats = check_whole_number(repeats, "repeats", minimum=1)
-    if repeats < MEASURE_REPEATS_MIN:
-        raise InputError(f"repeats must be at least {MEASURE_REPEATS_MIN}, found {repeats}: measure tells the cost "
-                         "model's errors from the machine's noise by the speed-up's spread across repeats, and one "
-                         "repeat has no spread", parameter="repeats")
-    return repeats
-
-
 def measure_strategies(source: str, *, output_dir: Path | None = None, model=None, layers: int | None = None,
                        device: str | None = None,
                        steps: int = 16, batch_size: int = 16, repeats: int = 3, profile_path: Path | None = None,
@@ -283,7 +269,9 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     timed in the same rounds (its first-sight costs from their first steps); the strategies' steps are
     never fitted on.
     """
-    check_measure_repeats(repeats)
+    from simbench.calibrate.noisefit import check_measure_repeats
+
+    check_measure_repeats(repeats)  # before torch is needed
     torch = import_torch()
     import numpy as np
 
