@@ -293,11 +293,14 @@ def _swap_into_place(staging: Path, target: Path) -> None:
 
 
 @contextmanager
-def atomic_file(path: Path) -> Iterator[Path]:
+def atomic_file(path: Path, *, replace: bool = True, option: str = "-o") -> Iterator[Path]:
     """Yield a temporary path beside `path`; whatever is written there replaces `path` on success.
 
     Through a symbolic link the file behind it is replaced and the link stays; a device, FIFO or socket
-    at `path` is refused (as root, replacing /dev/null would break the machine).
+    at `path` is refused (as root, replacing /dev/null would break the machine). With `replace` False (a
+    command's output without --force) the file is created only if no file has that name when it is done:
+    `check_output_file` refused an existing one before the work, and another run that wrote the same name
+    meanwhile is refused now, its file left whole, rather than silently replaced.
     """
     path = Path(path)
     if path.is_symlink():
@@ -312,10 +315,31 @@ def atomic_file(path: Path) -> Iterator[Path]:
     try:
         os.chmod(temporary, 0o666 & ~_umask())
         yield Path(temporary)
-        os.replace(temporary, path)
+        if replace:
+            os.replace(temporary, path)
+        else:
+            _create_exclusively(Path(temporary), path, option)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _create_exclusively(temporary: Path, path: Path, option: str) -> None:
+    """Give the written `temporary` the name `path` only if nothing holds that name: a hard link fails if
+    something does, atomically; where the file system has no hard links, the name is claimed with O_EXCL."""
+    try:
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.replace(temporary, path)
+            return
+    except FileExistsError:
+        raise InputError(f"{option} appeared while simbench worked (another run wrote it?); it is left as it is: "
+                         f"pass --force to replace it, or choose another {option}", source=str(path)) from None
+    temporary.unlink()
 
 
 @contextmanager

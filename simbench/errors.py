@@ -98,6 +98,18 @@ def bounded_lines(handle: BinaryIO, source: str, what: str, *, max_bytes: int | 
         yield number, raw
 
 
+def check_decompressed_bytes(handle: BinaryIO, source: str, what: str, max_bytes: int) -> None:
+    """Refuse, before any line is parsed, a compressed stream (opened for reading from its start) that
+    decompresses to more than `max_bytes`: read in blocks that takes a fraction of a second, where parsing lines
+    up to the bound took 20 s of CPU for a 3 MB gzip of 3 GiB of short lines."""
+    total = 0
+    while block := handle.read(2**20):
+        total += len(block)
+        if total > max_bytes:
+            raise InputError(f"the {what} holds more than {max_bytes // 2**20} MiB (after decompression), more than "
+                             f"any valid one needs", source=source)
+
+
 def read_text_file(path: str | Path, what: str, max_bytes: int = MAX_TEXT_FILE_BYTES) -> str:
     """The UTF-8 text of a file the user named; a folder, a FIFO or device (which could block or never
     end), a file over `max_bytes`, a missing or unreadable file, or bytes that are not UTF-8 are an

@@ -33,8 +33,8 @@ from simbench.sim.memory_fit import DEFAULT_MEMORY_POLICY, MEMORY_POLICIES, Memo
 from simbench.sim.plans import (DEFAULT_BASELINE, ExecutionPlan, PlanType, packing_refusals, plan_fields,
                                 plan_from_fields, plan_type, with_reference)
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
-from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, SEEDS_MAX, check_gpus_per_replica, check_max_depth, \
-    check_simulation_work
+from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, SEEDS_MAX, check_device_counts, check_gpus_per_replica, \
+    check_max_depth, check_simulation_work
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
 # Synthetic documents split into pieces are counted up to this length in max-lengths; the tail beyond
@@ -380,6 +380,14 @@ class ParallelSpec(_Strict):
         "backward pass and gather the updated parameters during the next step's forward, as Megatron-LM's "
         "--overlap-grad-reduce and --overlap-param-gather do (both off by default there, as here); off: the whole "
         "sync follows the step")
+
+    @field_validator("zero_stage", mode="before")
+    @classmethod
+    def _whole_zero_stage(cls, stage: Any) -> Any:
+        # A Literal matches by equality, so `true` and `3.0` would pass as stages 1 and 3.
+        if isinstance(stage, bool) or isinstance(stage, float):
+            raise ValueError(f"Input should be 0, 1, 2 or 3, a whole number, not {str(stage).lower()}")
+        return stage
 
     def layout(self) -> ParallelLayout:
         return ParallelLayout(**self.model_dump())
@@ -771,6 +779,14 @@ def _layout_refused(scenario: Scenario, root: yaml.Node, source: str) -> list[In
         layout.replicas_of(scenario.devices)
     except InputError as error:
         refuse(("devices",), error.message.removeprefix("devices "))
+    if "devices" not in scenario.model_fields_set:
+        # dp x tp x pp x cp made the devices: held to the bound `devices` has, which `run` checks again.
+        try:
+            check_device_counts(scenario.devices)
+        except InputError:
+            key = ("parallel", "dp") if _written(root, ("parallel", "dp")) else ("parallel",)
+            refuse(key, f"dp x tp x pp x cp = {scenario.devices[0]:,} GPUs, more than the {DEVICES_MAX:,} devices a "
+                        "simulation may have")
     model = get_model(scenario.model)
     max_length = scenario.dataset.max_length or scenario.dataset.load().max_length
     problems = layout.problems(layers=model.layers, heads=model.heads, kv_heads=model.kv_heads or model.heads,

@@ -17,10 +17,12 @@ bound computed once, and handed to every cell that simulates it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import itertools
 import json
+import logging
 import os
 import re
 import time
@@ -666,7 +668,18 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
     except ImportError:
         raise InputError("sweeps on Dask need the extra: pip install 'simbench-seq[sweep]' (or --workers 0 to run "
                          "the cells one after another here)") from None
-    client = _connect(address) if address is not None else Client(_local_cluster(workers))
+    from simbench.workers import sigint_held
+
+    # Ctrl-C is for this process alone, which ends the cluster: the threads the cluster starts here inherit
+    # SIGINT blocked, and so does every worker process they fork, which would otherwise run this process's
+    # handler and print its traceback (a worker's "Process Dask Worker process (from Nanny)").
+    with sigint_held():
+        client = _connect(address) if address is not None else Client(_local_cluster(workers))
+    # Here as in a local cluster's processes (`_local_cluster`), Dask's own messages below CRITICAL are for no one
+    # while the sweep runs: a cell's failure is recorded with its traceback, and a cluster shut down by Ctrl-C
+    # or a lost scheduler logs lost connections and cancelled tasks.
+    silenced = contextlib.ExitStack()
+    silenced.enter_context(_dask_logs_silenced())
     try:
         packed = {key: client.submit(run_packing, job, key=f"pack-{key}", pure=False) for key, job in jobs.items()}
         tasks = {}
@@ -686,10 +699,27 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
         client.close()
         if cluster is not None:
             cluster.close()
+        silenced.close()
+
+
+@contextlib.contextmanager
+def _dask_logs_silenced():
+    """Dask's log handlers in this process (its logging configuration's) raised to CRITICAL, then put back."""
+    handlers = [handler for handler in logging.getLogger("distributed").handlers
+                if isinstance(handler, logging.StreamHandler)]
+    levels = [handler.level for handler in handlers]
+    for handler in handlers:
+        handler.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for handler, level in zip(handlers, levels):
+            handler.setLevel(level)
 
 
 def _local_cluster(workers: int | None):
-    """A cluster of `workers` processes (default: one per core), one thread each, no dashboard."""
+    """A cluster of `workers` processes (default: one per core), one thread each, no dashboard, and no logging of
+    Dask's own below CRITICAL (see `_run_on_dask`)."""
     import sys
 
     import dask
@@ -710,7 +740,7 @@ def _local_cluster(workers: int | None):
         settings["distributed.worker.multiprocessing-method"] = "fork"
     with dask.config.set(settings):
         return LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                            dashboard_address=None, silence_logs=40)
+                            dashboard_address=None, silence_logs=logging.CRITICAL)
 
 
 def _batches(cells: list[SweepCell], slots: int) -> list[list[SweepCell]]:

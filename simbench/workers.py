@@ -51,7 +51,7 @@ class ReportWorkers:
     def submit(self, function, *arguments) -> Future:
         """Run `function(*arguments)` in a worker, or here and now without workers."""
         if self.executor is not None:
-            with _sigint_held():  # a submit may spawn a worker: it must not start able to hear SIGINT
+            with sigint_held():  # a submit may spawn a worker: it must not start able to hear SIGINT
                 return self.executor.submit(function, *arguments)
         future = Future()
         future.set_result(function(*arguments))
@@ -116,7 +116,7 @@ PARENT_CHECK_SECONDS = 0.2
 
 
 @contextmanager
-def _sigint_held() -> Iterator[None]:
+def sigint_held() -> Iterator[None]:
     """SIGINT held back in this thread (delivered when the block ends): a process spawned meanwhile inherits
     it blocked, so a Ctrl-C while it starts Python cannot print its KeyboardInterrupt traceback."""
     if not hasattr(signal, "pthread_sigmask"):

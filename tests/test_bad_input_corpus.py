@@ -336,11 +336,15 @@ CASES = [
      ["sweep", "{d}/w.yaml", "--dry-run"], "cell 1"),
     # Bounded after decompression; empty, truncated and corrupt binary inputs named
     ("mlperf-gzip-3gib-of-lines", {"log.txt.gz": GZIP_3_GIB_OF_LINES}, ["gumbel", "--log", "{d}/log.txt.gz"],
-     "log.txt.gz:7456541: the MLPerf log holds more than 64 MiB (after decompression)"),
+     "log.txt.gz: the MLPerf log holds more than 64 MiB (after decompression)"),
+    ("fit-logs-gzip-3gib-of-lines", {"log.txt.gz": GZIP_3_GIB_OF_LINES}, ["fit-logs", "{d}/log.txt.gz"],
+     "log.txt.gz: the MLPerf log holds more than 64 MiB (after decompression)"),
     ("mlperf-gzip-2m-step-lines", {"log.txt.gz": GZIP_2M_STEP_LINES}, ["fit-logs", "{d}/log.txt.gz"],
      "log.txt.gz:300001: more than 300,000 step and event lines"),
     ("mlperf-gzip-8gib-one-line", {"log.txt.gz": GZIP_8_GIB_ONE_LINE}, ["fit-logs", "{d}/log.txt.gz"],
-     "log.txt.gz:1: a line longer than 1 MiB"),
+     "log.txt.gz: the MLPerf log holds more than 64 MiB (after decompression)"),
+    ("mlperf-one-line-over-1mib", {"log.txt": b"a" * (2**20 + 2)}, ["fit-logs", "{d}/log.txt"],
+     "log.txt:1: a line longer than 1 MiB"),
     ("mlperf-event-nested-deep", {"log.txt": mlperf_log(["5.0"] * 60) + '0: :::MLLOG {"key": ' + "[" * 200_000
                                   + "]" * 200_000 + "}\n"}, ["fit-logs", "{d}/log.txt", "--after-step", "100"],
      "log.txt: only 0 steps after step 100"),
@@ -430,6 +434,18 @@ CASES = [
      "cannot reach the Dask scheduler at tcp://127.0.0.1:9 (from --scheduler) within 5 s"),
     ("sweep-scheduler-environment", {"w.yaml": SWEEP_ONE_CELL}, ["sweep", "{d}/w.yaml", "--out", "{d}/out"],
      "DASK_SCHEDULER_ADDRESS must be a Dask scheduler's address", {"DASK_SCHEDULER_ADDRESS": "garbage"}),
+    # Layouts as written: no booleans or floats read as counts, and the devices dp makes held to the bound
+    ("yaml-zero-stage-bool", {"s.yaml": scenario_with("parallel: {zero_stage: true}\n")}, VALIDATE,
+     "s.yaml:6: parallel.zero_stage"),
+    ("yaml-zero-stage-float", {"s.yaml": scenario_with("parallel: {zero_stage: 3.0}\n")}, VALIDATE,
+     "s.yaml:6: parallel.zero_stage"),
+    ("yaml-tp-bool", {"s.yaml": scenario_with("parallel: {tp: true}\n")}, VALIDATE, "s.yaml:6: parallel.tp"),
+    ("yaml-dp-beyond-the-devices-bound", {"s.yaml": SCENARIO.replace("devices: [1]\n", "")
+                                          + "parallel: {dp: 1099511627776}\n"}, VALIDATE, "s.yaml:5: parallel.dp"),
+    ("sweep-axis-zero-stage-bool", {"w.yaml": SWEEP_ONE_CELL.replace("axes: {seed: [1]}",
+                                                                     "axes: {parallel.zero_stage: [1, true]}")},
+     ["sweep", "{d}/w.yaml", "--dry-run"], "cell 1 (parallel.zero_stage=True)"),
+    ("measure-one-repeat", {}, ["measure", "squad_1_1_384", "--repeats", "1"], "--repeats must be at least 2"),
 ]
 
 

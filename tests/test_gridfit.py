@@ -118,6 +118,55 @@ def test_bad_grid_lines_are_refused_by_line(tmp_path, line, message):
     assert error.value.line == 2
 
 
+def _line(model: str, layers: int, rows: int, row_length: int, documents=None) -> str:
+    return json.dumps({"model": model, "layers": layers, "kind": "padded" if documents is None else "varlen",
+                       "rows": rows, "row_length": row_length, "documents": documents, "tokens": rows * row_length,
+                       "first_ms": 5.0, "median_ms": 4.0})
+
+
+@pytest.mark.parametrize("line, message", [
+    (_line("tiny", 1, 1 << 24, 128), "rows x row_length x layers x model width = 16,777,216 x 128 x 1 x 128"),
+    (_line("llama-3.1-405b", 1 << 24, 1, 1 << 24), "more than 68,719,476,736"),
+    (_line("tiny", 1, 1, 1 << 20, [1] * (1 << 20)), "1,048,576 documents in one timing, more than 4,096"),
+    (_line("tiny", 1, 5_000, 1), "5,000 rows in one timing"),
+])
+def test_a_line_whose_dimensions_multiply_past_the_work_bound_is_refused_by_line(tmp_path, line, message):
+    """Each field is bounded alone; their product is bounded too, before any prediction is made."""
+    path = tmp_path / "grid.jsonl"
+    path.write_text(SHIPPED_GRID.read_text().splitlines()[0] + "\n" + line + "\n")
+    with pytest.raises(InputError, match=message) as error:
+        load_timing_grid(path)
+    assert error.value.line == 2
+
+
+def test_a_grid_holding_more_rows_than_a_fit_may_price_is_refused_at_the_line_that_passes_the_bound(tmp_path):
+    from simbench.calibrate.gridfit import GRID_ELEMENTS_MAX, TIMING_ELEMENTS_MAX
+
+    lines = [_line("bert-large", 1, TIMING_ELEMENTS_MAX, 128 + index) for index in range(8)]
+    path = tmp_path / "grid.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match="split the grid") as error:
+        load_timing_grid(path)
+    assert error.value.line == GRID_ELEMENTS_MAX // TIMING_ELEMENTS_MAX + 1
+
+
+def test_every_grid_the_project_times_passes_the_work_bound():
+    """The bound is above the shipped grid and above the GPU grid of every preset through all its layers."""
+    pytest.importorskip("torch")
+    from simbench.calibrate.grid import grid_shapes
+    from simbench.calibrate.gridfit import GRID_ELEMENTS_MAX, GridTiming, check_timing_work, timing_elements
+    from simbench.costmodels.model import MODEL_PRESETS
+
+    shipped = load_timing_grid(SHIPPED_GRID)
+    assert sum(map(timing_elements, shipped)) <= GRID_ELEMENTS_MAX
+    for model in MODEL_PRESETS.values():
+        if model.max_positions < 256:
+            continue
+        for shape in grid_shapes(model, "cuda"):
+            check_timing_work(GridTiming(model.name, model.layers, shape.kind, shape.rows, shape.row_length,
+                                         shape.documents, 1.0, 1.0))
+
+
 def test_ideal_profile_is_opt_in():
     ideal, measured = HARDWARE_PRESETS["h200-ideal"], HARDWARE_PRESETS["h200"]
     assert ideal.varlen_causal_attention_fraction == 1 and ideal.host_seconds_per_kernel == 0

@@ -93,3 +93,40 @@ def test_a_finished_run_leaves_no_process_in_its_group(tmp_path):
     assert stderr.startswith("wrote ") and stderr.count("\n") == 1, stderr  # no warning of a leaked resource
     assert not group_left(run.pid), "processes of the run's group outlived it"
     assert (tmp_path / "small" / "summary.md").exists()
+
+
+SWEEP = """name: seeds
+base:
+  dataset: {histogram: squad_1_1_384}
+  strategies: [spfhp:3, unpad]
+  steps: 20
+axes:
+  seed: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+  devices: [1, 8]
+"""
+
+
+def test_ctrl_c_of_a_sweep_on_a_local_dask_cluster_is_one_line_without_a_workers_traceback(tmp_path):
+    """Dask's workers are forked from the sweep's process and would run its Ctrl-C handler, each printing the
+    traceback of its own stop; they start with SIGINT blocked instead, and the sweep ends them."""
+    pytest.importorskip("distributed")
+    path = tmp_path / "seeds.yaml"
+    path.write_text(SWEEP)
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.Popen([sys.executable, "-m", "simbench.cli", "sweep", str(path), "--out", str(tmp_path / "out"),
+                            "--workers", "2"], env=environment, cwd=str(tmp_path), start_new_session=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    while not any("cells done" in line for line in lines):  # the workers are running cells
+        line = run.stderr.readline()
+        if not line:
+            pytest.skip("the sweep ended before a cell was done")
+        lines.append(line)
+    os.killpg(run.pid, signal.SIGINT)
+    _, rest = run.communicate(timeout=120)
+    stderr = "".join(lines) + rest
+    if run.returncode == 0:
+        pytest.skip("the sweep finished before the signal")
+    assert run.returncode == 130, stderr
+    assert "Traceback" not in stderr and stderr.endswith("interrupted\n"), stderr
+    assert not settle(run.pid, 2.0), "processes of the sweep's group outlived it"

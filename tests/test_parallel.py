@@ -60,6 +60,46 @@ def test_dp_alone_sets_the_devices_and_a_vts_plan_is_refused(tmp_path):
     assert any("strategies.1: vts runs its own pipeline and cannot run inside a 4D layout" in e for e in found)
 
 
+@pytest.mark.parametrize("written, key", [("zero_stage: true", "zero_stage"), ("zero_stage: 3.0", "zero_stage"),
+                                          ("tp: true", "tp"), ("pp: 2.0", "pp"), ("dp: false", "dp"),
+                                          ("microbatches: true", "microbatches"),
+                                          ("overlap_gradient_sync: 1", "overlap_gradient_sync")])
+def test_a_layout_takes_whole_numbers_and_booleans_as_written_never_converted(tmp_path, written, key):
+    # true is no stage 1 and 3.0 no stage 3: each is refused at its own key's line.
+    found = errors_of(tmp_path, LLAMA + f"devices: [8]\nparallel:\n  {written}\n")
+    assert [e.split(": ")[:2] for e in found] == [[f"s.yaml:{len(LLAMA.splitlines()) + 3}", f"parallel.{key}"]], found
+
+
+@pytest.mark.parametrize("stage", [True, 3.0, np.float64(2.0)])
+def test_a_layout_built_in_python_refuses_a_stage_that_is_no_whole_number(stage):
+    with pytest.raises(InputError, match="parallel.zero_stage must be one of 0, 1, 2, 3"):
+        ParallelLayout(zero_stage=stage)
+
+
+def test_a_sweep_axis_of_layouts_refuses_a_boolean_stage_at_its_cell(tmp_path):
+    from simbench import sweep as sweeps
+
+    path = tmp_path / "stages.yaml"
+    path.write_text("name: stages\nbase:\n" + "".join(f"  {line}\n" for line in LLAMA.splitlines()[1:])
+                    + "  devices: [8]\n  batch_size: 2\naxes:\n  parallel.zero_stage: [1, true]\n")
+    with pytest.raises(InputError, match=r"cell 1 \(parallel.zero_stage=True\): .*whole number"):
+        sweeps.load_sweep(path)
+
+
+@pytest.mark.parametrize("layout", ["{dp: 1099511627776}", "{dp: 1048576, tp: 2}"])
+def test_devices_made_by_dp_are_held_to_the_devices_bound_by_validate_as_by_run(tmp_path, layout):
+    from simbench.validation import DEVICES_MAX, check_device_counts
+
+    text = LLAMA.replace("[ffd, wlb]", "[ffd]") + f"batch_size: 2\nparallel: {layout}\n"
+    (found,) = errors_of(tmp_path, text)
+    assert found.startswith(f"s.yaml:{len(text.splitlines())}: parallel.dp: ") and f"{DEVICES_MAX:,} devices" in found
+    # The bound is the one run holds the devices to.
+    (scenario,) = parse_scenarios(text.replace(layout, "{dp: 1024, tp: 2}"), source="s.yaml", base_dir=tmp_path)
+    assert check_device_counts(scenario.devices) == [2048]
+    with pytest.raises(InputError):
+        check_device_counts([2 * DEVICES_MAX])
+
+
 def test_a_layout_over_the_hbm_is_refused_before_simulating_with_its_numbers(tmp_path):
     text = LLAMA.replace("llama-3.1-8b", "llama-3.1-70b").replace("max_length: 8192", "max_length: 131072")
     found = errors_of(tmp_path, text + "memory: refuse\nparallel: {tp: 8, zero_stage: 0, dp: 1}\n")

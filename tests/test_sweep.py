@@ -451,3 +451,21 @@ def test_a_sweep_stopped_while_writing_its_reports_resumes_and_rewrites_them(fin
     ledger = json.loads((out / "sweep.json").read_text())
     assert set(ledger["reports"]) == {"summary.md", "scaling.png", "winners.png"}
     assert "writing" not in ledger["reports"].values()
+
+
+def test_dask_logs_below_critical_are_silenced_while_a_sweep_runs_and_heard_again_after():
+    import io
+    import logging
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("distributed")
+    logger.addHandler(handler)
+    try:
+        with sweeps._dask_logs_silenced():
+            logging.getLogger("distributed.worker").error("lost connection while closing")
+        assert stream.getvalue() == ""
+        logging.getLogger("distributed.worker").error("heard")
+        assert stream.getvalue() == "heard\n"
+    finally:
+        logger.removeHandler(handler)

@@ -38,6 +38,15 @@ KINDS = ("padded", "varlen")
 # for microseconds at least, so a shorter time is a unit mistake, and would drive the rates past their bounds.
 STEP_MS_MIN = 1e-3
 GRID_FIELDS = ("model", "layers", "kind", "rows", "row_length", "documents", "tokens", "first_ms", "median_ms")
+# A line is a few bytes but its dimensions multiply, so its work is bounded before any is done. Its tokens x
+# layers x model width: the largest step a grid times (16,384 tokens) through every layer of the widest preset
+# (126 layers of 16,384) is 2^35; twice that is the bound.
+TIMING_WORK_MAX = 1 << 36
+# Batch elements (padded rows, varlen documents) the fit prices at each of its thousands of evaluations, at about
+# a microsecond each: a line may hold 16 times the shipped grid's largest (256), the grid 9 times its 1,795 in all,
+# so that pricing a grid costs at most about twice what pricing the shipped one does.
+TIMING_ELEMENTS_MAX = 4_096
+GRID_ELEMENTS_MAX = 16_384
 # Eager PyTorch issues about 1,200 kernels a step for 24 encoder layers (the grid's README): 50 a layer.
 # The count is held; the host's time per kernel is fitted, so only their product (the floor) matters.
 GRID_KERNELS_PER_LAYER = 50
@@ -154,11 +163,16 @@ def load_timing_grid(path: str | Path) -> list[GridTiming]:
     """Read a timing grid (JSON lines); a bad line is an InputError naming the file and line."""
     source = str(path)
     text = read_text_file(path, "timing grid (JSON lines)")
-    timings = []
+    timings, elements = [], 0
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         timings.append(_timing_of_line(line, source, number))
+        elements += timing_elements(timings[-1])
+        if elements > GRID_ELEMENTS_MAX:
+            raise InputError(f"the timing grid's lines up to here hold {elements:,} padded rows and varlen documents, "
+                             f"more than the {GRID_ELEMENTS_MAX:,} its fit may price at every step; split the grid",
+                             source=source, line=number)
     if not timings:
         raise InputError("the timing grid holds no timings", source=source)
     return timings
@@ -201,8 +215,35 @@ def _timing_of_line(line: str, source: str, number: int) -> GridTiming:
         documents = tuple(documents)
     elif documents is not None:
         raise bad("a padded timing has no documents (null)")
-    return GridTiming(record["model"], record["layers"], record["kind"], record["rows"], record["row_length"],
-                      documents, record["first_ms"] / 1e3, record["median_ms"] / 1e3)
+    timing = GridTiming(record["model"], record["layers"], record["kind"], record["rows"], record["row_length"],
+                        documents, record["first_ms"] / 1e3, record["median_ms"] / 1e3)
+    try:
+        check_timing_work(timing)
+    except InputError as error:
+        raise bad(error.message) from None
+    return timing
+
+
+def timing_elements(timing: GridTiming) -> int:
+    """The batch elements pricing a timing handles: its padded rows, or its varlen documents."""
+    return timing.rows if timing.documents is None else len(timing.documents)
+
+
+def check_timing_work(timing: GridTiming) -> None:
+    """InputError where a timing's dimensions multiply past what a timed step holds (`TIMING_WORK_MAX`) or what
+    pricing it at every step of a fit may take (`TIMING_ELEMENTS_MAX`): every reader of timing lines checks
+    each line here before any work."""
+    width = MODEL_PRESETS[timing.model].hidden
+    work = timing.tokens * timing.layers * width
+    if work > TIMING_WORK_MAX:
+        raise InputError(f"rows x row_length x layers x model width = {timing.rows:,} x {timing.row_length:,} x "
+                         f"{timing.layers:,} x {width:,} = {work:,}, more than {TIMING_WORK_MAX:,} (twice the largest "
+                         "step a grid times through every layer of the widest model)")
+    elements = timing_elements(timing)
+    if elements > TIMING_ELEMENTS_MAX:
+        what = "rows" if timing.documents is None else "documents"
+        raise InputError(f"{elements:,} {what} in one timing, more than {TIMING_ELEMENTS_MAX:,} (the fit prices each "
+                         "at every step)")
 
 
 def slice_model(name: str, layers: int) -> ModelSpec:

@@ -21,7 +21,7 @@ from simbench.calibrate.batches import TorchBatch, batch_for_layout
 from simbench.calibrate.calibration import MIN_ROW_LENGTH, default_unpadded_attention, timed_shape
 from simbench.calibrate.fit import step_seconds_by_term
 from simbench.calibrate.layout import BatchLayout
-from simbench.calibrate.noisefit import MIN_STEPS as NOISE_MIN_STEPS, NoiseFit, fit_step_noise
+from simbench.calibrate.noisefit import MIN_STEPS as NOISE_MIN_STEPS, NoiseFit, check_measure_repeats, fit_step_noise
 from simbench.calibrate.timing import (StepTiming, build_trainer, check_timed_work, load_adjusted, time_batches,
                                        uses_cpu_clock)
 from simbench.costmodels.base import ExecutionMode
@@ -58,8 +58,9 @@ class MeasureSettings:
 
     def __post_init__(self):
         check_whole_number(self.max_length, "max_length", minimum=MIN_ROW_LENGTH)
-        for name in ("threads", "steps", "batch_size", "repeats", "strategies"):
+        for name in ("threads", "steps", "batch_size", "strategies"):
             check_whole_number(getattr(self, name), name, minimum=1)
+        check_measure_repeats(self.repeats)
         check_seed(self.seed)
         self._check_work()
 

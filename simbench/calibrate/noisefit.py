@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simbench.errors import InputError
+from simbench.validation import check_whole_number
 
 MIN_STEPS = 3
 
@@ -68,3 +69,17 @@ def fit_step_noise(measured_seconds, predicted_seconds, round_seconds=None) -> N
 
 def _lognormal_cv(log_variance: float) -> float:
     return float(np.sqrt(np.expm1(log_variance)))
+
+
+# measure judges its errors by the speed-up's spread across repeats (`measure.judge`): two are the fewest with one.
+MEASURE_REPEATS_MIN = 2
+
+
+def check_measure_repeats(repeats) -> int:
+    """measure's repeats: a whole number >= MEASURE_REPEATS_MIN, refused with the reason (before torch is needed)."""
+    repeats = check_whole_number(repeats, "repeats", minimum=1)
+    if repeats < MEASURE_REPEATS_MIN:
+        raise InputError(f"repeats must be at least {MEASURE_REPEATS_MIN}, found {repeats}: measure tells the cost "
+                         "model's errors from the machine's noise by the speed-up's spread across repeats, and one "
+                         "repeat has no spread", parameter="repeats")
+    return repeats

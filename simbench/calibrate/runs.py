@@ -99,7 +99,7 @@ def calibrate_profile(output: Path, *, model, max_length: int = DEFAULT_MAX_LENG
     settings.encoder_shape()
     total = calibration_steps(settings)
     fit = run_calibration(settings, lambda: progress(total))
-    with atomic_file(output) as temporary:
+    with atomic_file(output, replace=force, option="output") as temporary:
         temporary.write_text(profile_to_yaml(fit.profile))
     return fit
 
@@ -157,7 +157,7 @@ def calibrate_grid(output: Path, *, model, layers: int | None = None, device: st
                                  else _cpu_base(machine))
     records = time_grid(settings, lambda: progress(len(shapes)))
     grid_path = grid_timings_path(output)
-    with atomic_file(grid_path) as temporary:
+    with atomic_file(grid_path, replace=force, option="output") as temporary:
         temporary.write_text("".join(json.dumps({key: record[key] for key in GRID_RECORD_FIELDS}) + "\n"
                                      for record in records))
     # Fitted from the file as written, as `calibrate --timings` would fit it on another machine.
@@ -171,7 +171,7 @@ def calibrate_grid(output: Path, *, model, layers: int | None = None, device: st
     profile = profile.model_copy(update={"name": f"{base_profile.name} grid {machine['device_name']}",
                                          "source": f"{base_profile.source} Grid terms fitted: {source}",
                                          "calibration": record})
-    with atomic_file(output) as temporary:
+    with atomic_file(output, replace=force, option="output") as temporary:
         temporary.write_text(profile_to_yaml(profile))
     return GridRun(fit, profile, grid_path, machine["device_name"])
 
@@ -269,6 +269,9 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     timed in the same rounds (its first-sight costs from their first steps); the strategies' steps are
     never fitted on.
     """
+    from simbench.calibrate.noisefit import check_measure_repeats
+
+    check_measure_repeats(repeats)  # before torch is needed
     torch = import_torch()
     import numpy as np
 

@@ -53,7 +53,7 @@ def assign(
     # The chunks hold what they need: the lengths and the packs' contents (at 100M sequences,
     # 0.4 and up to 0.8 GB) may go while they stream.
     del lengths, packing
-    with writing_to(output), atomic_file(output) as temporary:
+    with writing_to(output), atomic_file(output, replace=force) as temporary:
         if output.suffix == ".npy":
             with temporary.open("wb") as handle:
                 np.save(handle, assignment)

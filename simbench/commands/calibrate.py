@@ -110,7 +110,7 @@ def _fit_timings(timings: Path, base: str, output: Path, force: bool) -> None:
     load_hardware(base)  # a bad base is refused before the fit
     fit = fit_grid(load_timing_grid(timings), base)
     profile = fitted_profile(fit, base, f"simbench calibrate --timings {timings.name}")
-    with atomic_file(output) as temporary:
+    with atomic_file(output, replace=force) as temporary:
         temporary.write_text(profile_to_yaml(profile))
     _print_grid_fit(fit)
     say(f"held out: {HELD_OUT_RULE}, predicted by a fit on the others; wrote {output}")

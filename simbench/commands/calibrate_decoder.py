@@ -44,7 +44,7 @@ def calibrate_decoder(
         row_lengths = DEFAULT_LENGTHS
     calibration = calibrate(parse_model(model), layers, row_lengths, device, seed,
                             repeats=repeats, tokens_per_step=tokens_per_step)
-    with atomic_file(output) as temporary:
+    with atomic_file(output, replace=force) as temporary:
         temporary.write_text(profile_to_yaml(decoder_profile(calibration, base_profile)))
     print_table(f"{calibration.model}, {calibration.layers} layer(s) on {calibration.device_name}",
                 ("rows", "tokens", "longest", "measured ms", "predicted ms", "error %", "role"),

@@ -150,7 +150,8 @@ def stage_lines(console=None, quiet: bool = False) -> Callable[[str], None] | No
     return report
 
 
-FORCE_HELP = "replace the output file if it exists (never one the command reads)"
+FORCE_HELP = ("replace the output file if it exists, or if another run writes it meanwhile (never one the command "
+              "reads)")
 QUIET_HELP = "no progress: neither the live bar in a terminal nor the line per finished stage elsewhere"
 
 

@@ -50,7 +50,7 @@ def fit_logs(
                  hardware=profile, model=model, histogram=histogram, free=names, after_step=after_step,
                  steps=steps, seed=seed)
     if output is not None:
-        with atomic_file(output) as temporary:
+        with atomic_file(output, replace=force) as temporary:
             temporary.write_text(profile_to_yaml(result.profile))
     if not result.unmatched.empty:
         misses = "; ".join(f"{_run_label(row)} {row.quantity} {row.error_percent:+.1f} %"

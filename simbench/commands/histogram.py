@@ -53,7 +53,7 @@ def build(
         lengths = read_lengths(input_path, column=column, tokenizer=tokenizer, split=split,
                                progress=lambda read_bytes: progress.update(task, completed=read_bytes))
     built = build_histogram(lengths, max_length, truncate=truncate, name=output.stem)
-    with writing_to(output), atomic_file(output) as temporary:
+    with writing_to(output), atomic_file(output, replace=force) as temporary:
         built.histogram.to_csv(temporary)
     console.print(built.describe(), highlight=False, soft_wrap=True)
     console.print(f"wrote {output}", highlight=False, soft_wrap=True)

@@ -28,7 +28,8 @@ def measure(
     steps: int = typer.Option(16, "--steps", help="timed batches per strategy"),
     batch_size: int = typer.Option(16, "--batch-size", help="rows (sequences or packs) per batch"),
     repeats: int = typer.Option(3, "--repeats",
-                                help="timings of every batch (round load factored out, then the median)"),
+                                help="timings of every batch (round load factored out, then the median), at least "
+                                     "2: the noise that judges the errors is their spread"),
     profile_path: Path = typer.Option(None, "--profile",
                                       help="calibrated profile; default: calibrate on held-out batches "
                                            "timed alongside"),

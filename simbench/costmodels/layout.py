@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from numbers import Integral
 
 from simbench.errors import InputError
 from simbench.validation import check_choice, check_whole_number
@@ -56,7 +57,9 @@ class ParallelLayout:
             check_whole_number(self.dp, "parallel.dp", minimum=1)
         check_choice(self.cp_sharding, "parallel.cp_sharding", CP_SHARDINGS)
         check_choice(self.recompute, "parallel.recompute", RECOMPUTE)
-        if self.zero_stage not in ZERO_STAGES or isinstance(self.zero_stage, bool):
+        # A whole number, not 3.0 or true, which equal stages 3 and 1.
+        whole = isinstance(self.zero_stage, Integral) and not isinstance(self.zero_stage, bool)
+        if not whole or self.zero_stage not in ZERO_STAGES:
             raise InputError(f"parallel.zero_stage must be one of 0, 1, 2, 3, found {self.zero_stage!r}",
                              parameter="parallel.zero_stage")
         if not isinstance(self.overlap_gradient_sync, bool):

@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simbench.errors import MAX_TEXT_FILE_BYTES, InputError, bounded_lines, read_text_file
+from simbench.errors import (MAX_TEXT_FILE_BYTES, InputError, bounded_lines, check_decompressed_bytes,
+                             read_text_file)
 
 _STEP_MARK = "{'training_steps'"
 _EVENT_MARK = ":::MLLOG"
@@ -74,10 +75,14 @@ def parse_mlperf_log(path: str | Path) -> MlperfRun:
     path = Path(path)
     if not path.is_file():
         raise InputError("no such MLPerf log file", source=str(path))
-    opener = gzip.open if _head(path, 2) == b"\x1f\x8b" else open
+    compressed = _head(path, 2) == b"\x1f\x8b"
+    opener = gzip.open if compressed else open
     try:
+        if compressed:
+            with gzip.open(path, "rb") as handle:
+                check_decompressed_bytes(handle, str(path), "MLPerf log", MAX_TEXT_FILE_BYTES)
         with opener(path, "rb") as handle:
-            # Bounded as read: a 3 MB gzip of 3 GiB of lines, or of one 8 GiB line, is refused in a second.
+            # Bounded as read too: a plain file's lines, and a gzip's that passed the measure above.
             lines = bounded_lines(handle, str(path), "MLPerf log", max_bytes=MAX_TEXT_FILE_BYTES,
                                   max_line_bytes=MAX_LOG_LINE_BYTES)
             return parse_mlperf_lines((raw.decode("utf-8", errors="replace") for _, raw in lines), source=str(path))
