@@ -129,6 +129,8 @@ class Run:
         memory = DEFAULT_MEMORY_POLICY if memory is None else memory
         if not devices:
             raise InputError("devices: give at least one device count", parameter="devices")
+        # Before the memory check, which prices the fewest replicas: a count of 0 is the devices' error.
+        devices = [check_whole_number(count, "devices", minimum=1) for count in devices]
         check_whole_number(training_steps, "training_steps", minimum=1, maximum=TRAINING_STEPS_MAX)
         check_choice(memory, "memory", MEMORY_POLICIES)
         check_gpus_per_replica(gpus_per_replica)
