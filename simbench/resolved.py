@@ -28,7 +28,7 @@ from simbench.sim.memory_budget import resolved_plans
 from simbench.sim.memory_fit import DEFAULT_MEMORY_POLICY, MEMORY_POLICIES, MemoryFit, fit_memory, memory_layout
 from simbench.sim.plans import ExecutionPlan, StepSizing, baseline_plan, parse_plans, with_reference
 from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
-from simbench.validation import check_choice, check_gpus_per_replica, check_whole_number
+from simbench.validation import check_choice, check_device_counts, check_gpus_per_replica, check_whole_number
 
 if TYPE_CHECKING:
     from simbench.scenario import Scenario
@@ -130,7 +130,7 @@ class Run:
         if not devices:
             raise InputError("devices: give at least one device count", parameter="devices")
         # Before the memory check, which prices the fewest replicas: a count of 0 is the devices' error.
-        devices = [check_whole_number(count, "devices", minimum=1) for count in devices]
+        devices = check_device_counts(devices)
         check_whole_number(training_steps, "training_steps", minimum=1, maximum=TRAINING_STEPS_MAX)
         check_choice(memory, "memory", MEMORY_POLICIES)
         check_gpus_per_replica(gpus_per_replica)
@@ -138,6 +138,10 @@ class Run:
             histogram = load_histogram(histogram)
         named = parse_plans([plan for plan in strategies if not isinstance(plan, ExecutionPlan)])
         given = [plan for plan in strategies if isinstance(plan, ExecutionPlan)]
+        # A packer's size limit is the strategy's error, before the memory check prices its microbatch.
+        from simbench.sim.simulate import check_packing_limits
+
+        check_packing_limits([*named, *given], histogram.max_length)
         spec = get_model(model)
         profile = load_hardware(hardware, dict(overrides) if overrides else None)
         checked_on = memory_layout(None, gpus_per_replica)

@@ -74,7 +74,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     devices = _validate(histogram, devices, batch_size, steps, seed, engine)
     check_choice(shapes, "shapes", SHAPES)
     check_whole_number(training_steps, "training_steps", minimum=1)
-    _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
+    check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
     check_simulation_work(simulation_rows(plans, histogram, devices, batch_size, steps, engine, baseline), max_rows)
     check_whole_number(microbatches, "microbatches", minimum=1)
     settings = SimulationSettings(histogram, with_step_noise(cost_model, seed), batch_size, steps, seed, engine,
@@ -206,7 +206,7 @@ def _validate(histogram, devices, batch_size, steps, seed, engine) -> list[int]:
     return devices
 
 
-def _check_packing_limits(plans: list[ExecutionPlan], max_length: int) -> None:
+def check_packing_limits(plans: list[ExecutionPlan], max_length: int) -> None:
     """Refuse a packer's size limit before anything is packed or simulated."""
     refused = packing_refusals(plans, max_length)
     if refused:
