@@ -20,6 +20,14 @@ steps: 20
 """
 
 
+def as_a_shell_starts_it() -> None:
+    """In the child before it runs simbench: SIGINT at its default and unblocked, as a shell starts a command,
+    whatever this test process inherited or was left with (CI once ran it with SIGINT ignored: every run then
+    finished despite the Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def start_run(scenario, out, cache, *options):
     """`simbench run` in a session of its own (its pid is its process group's id), with two workers."""
     environment = {**os.environ, "SIMBENCH_WORKERS": "2", "SIMBENCH_CACHE": str(cache),
@@ -27,7 +35,8 @@ def start_run(scenario, out, cache, *options):
     # cwd: `python -m` looks in the current folder first, which may hold another checkout's simbench.
     return subprocess.Popen([sys.executable, "-m", "simbench.cli", "run", str(scenario), "--out", str(out), *options],
                             env=environment, cwd=os.path.dirname(str(out)), start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            preexec_fn=as_a_shell_starts_it, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def group_left(group: int) -> bool:
@@ -115,7 +124,7 @@ def test_ctrl_c_of_a_sweep_on_a_local_dask_cluster_is_one_line_without_a_workers
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")])}
     run = subprocess.Popen([sys.executable, "-m", "simbench.cli", "sweep", str(path), "--out", str(tmp_path / "out"),
                             "--workers", "2"], env=environment, cwd=str(tmp_path), start_new_session=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           preexec_fn=as_a_shell_starts_it, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     while not any("cells done" in line for line in lines):  # the workers are running cells
         line = run.stderr.readline()
