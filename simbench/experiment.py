@@ -83,7 +83,8 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     fits of the step times (latency, gumbel and extrapolation come back empty): a sweep cell reports none.
     `assumptions=False` skips re-simulating the smallest cluster under the assumptions that could change the
     answer (ideal kernels, shapes all seen or all new)."""
-    run = resolve(scenario, histogram, packings)
+    # Sizing packs (in the workers where they pack faster), and says so: the run's first lines are its packings.
+    run = resolve(scenario, histogram, packings, stage=stage, workers=workers)
     histogram, cost_model, plans, labels = run.histogram, run.cost_model, list(run.plans), dict(run.labels)
     progress = progress or (lambda units: None)
     packings = pack_plans(histogram, plans, batch_size=run.batch_size, seed=scenario.seed,

@@ -74,8 +74,11 @@ class Run:
 
     @classmethod
     def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None,
-                      packings: Mapping[str, Packing] | None = None) -> Run:
-        """The scenario's run, on `histogram` if given (a sweep shares one between cells, and `packings` of it)."""
+                      packings: Mapping[str, Packing] | None = None, *, stage: Callable[[str], None] | None = None,
+                      workers=None) -> Run:
+        """The scenario's run, on `histogram` if given (a sweep shares one between cells, and `packings` of it).
+        The packings sizing needs are made here: `stage(text)` hears of each, `workers` (a
+        `simbench.workers.ReportWorkers`) make the slow ones beside the rest, as a run's packing does."""
         histogram = histogram if histogram is not None else scenario.dataset.load()
         from simbench.scenario import configured_plans, scenario_memory
 
@@ -87,7 +90,7 @@ class Run:
         (baseline,) = resolved_plans([scenario.baseline.plan()], histogram, model, hardware, scenario.memory_layout,
                                      min(scenario.replica_devices))
         sized, footing, packings = _sized_plans(scenario, histogram, plans, baseline, cost_model, model, hardware,
-                                                packings)
+                                                packings, stage, workers)
         # A label left to its default names the plan as it runs (a `memory` or sized budget as its number).
         # Sizing keeps the plans' order (padding and the baseline first) and renames only a budget it sizes.
         renamed = {plan.name: new.name for plan, new in zip(with_reference(list(plans), baseline),
@@ -217,7 +220,8 @@ def _gpus_per_replica(scenario: Scenario, layout: ParallelLayout | None) -> int:
 
 def _sized_plans(scenario: Scenario, histogram: LengthHistogram, plans: tuple[ExecutionPlan, ...],
                  baseline: ExecutionPlan, cost_model, model: ModelSpec, hardware: HardwareProfile,
-                 given: Mapping[str, Packing] | None = None):
+                 given: Mapping[str, Packing] | None = None, stage: Callable[[str], None] | None = None,
+                 workers=None):
     """The scenario's plans sized as its `compare_at` says (padding's included where sized), their footing, and
     the packings made to size them that the run can use as they are."""
     from simbench.sim.footing import size_plans
@@ -226,8 +230,12 @@ def _sized_plans(scenario: Scenario, histogram: LengthHistogram, plans: tuple[Ex
 
     layout = scenario.layout
     microbatches = layout.microbatches if layout is not None else 1
+    # At equal tokens these packings only size the steps (the run packs again at the sizes chosen): said so.
+    told = stage if stage is None or scenario.compare_at == "as-configured" else (
+        lambda text: stage(f"sizing the steps: {text}"))
     packings = pack_plans(histogram, list(plans), batch_size=scenario.device_batch_size, seed=scenario.seed,
-                          cost_model=cost_model, microbatches=microbatches, packings=given, baseline=baseline)
+                          cost_model=cost_model, microbatches=microbatches, packings=given, baseline=baseline,
+                          stage=told, workers=workers)
     # A microbatch may hold what memory allows, and never less than the scenario's own microbatch: the user's
     # claim that it fits stands (checking it is the memory model's business, not this sizing's).
     memory = (layout_token_budget(model, hardware, scenario.memory_layout, min(scenario.replica_devices))
@@ -267,6 +275,7 @@ def scenario_plans(scenario: Scenario, histogram: LengthHistogram | None = None)
 
 
 def resolve(scenario: Scenario, histogram: LengthHistogram | None = None,
-            packings: Mapping[str, Packing] | None = None) -> Run:
+            packings: Mapping[str, Packing] | None = None, *, stage: Callable[[str], None] | None = None,
+            workers=None) -> Run:
     """The scenario's resolved run (see `Run.from_scenario`)."""
-    return Run.from_scenario(scenario, histogram, packings)
+    return Run.from_scenario(scenario, histogram, packings, stage=stage, workers=workers)

@@ -68,9 +68,13 @@ def test_a_run_says_each_packing_before_it_simulates():
     run_experiment(scenario, progress=progress, stage=stage)
     lines = [text for kind, text in events if kind == "stage"]
     first_simulated = next(index for index, line in enumerate(lines) if line.startswith("simulated"))
-    packed = [line.split(": ")[0].removeprefix("packed ") for line in lines[:first_simulated]]
-    # Every packing as it is made, none left silent (the baseline's, pad-to-longest, gives the report its padding).
+    packed = [line.split(": ")[0].removeprefix("packed ") for line in lines[:first_simulated]
+              if line.startswith("packed ")]
+    # Every packing as it is made, none left silent (the baseline's, pad-to-longest, gives the report its padding);
+    # at equal tokens, those made first to size the steps are said as such.
     assert packed == ["none", "pad-to-longest", "greedy:max", "spfhp:2", "sort"]
+    sizing = [line for line in lines[:first_simulated] if line.startswith("sizing the steps: packed ")]
+    assert len(sizing) == len(packed)
 
 
 def test_waiting_on_a_worker_is_told_every_few_seconds_until_it_answers():
