@@ -163,7 +163,7 @@ def _parallel_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
     tokens memory allows a microbatch, at the fewest replicas simulated (ZeRO shards least there)."""
     from simbench.costmodels.memory import peak_memory
     from simbench.sim.memory_budget import layout_token_budget
-    from simbench.sim.replica import replica_breakdown
+    from simbench.sim.replica_breakdown import replica_breakdown
 
     table = replica_breakdown(run.histogram, run.all_plans, packings, run.cost_model, run.batch_size, run.seed)
     memory = peak_memory(run.model, run.layout, replicas=min(run.devices),

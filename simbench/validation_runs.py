@@ -249,7 +249,8 @@ def _wlb_llm_replica_speeds(context: int, tp: int) -> dict[tuple[str, str], floa
     """Real tokens per second per GPU of one WLB-LLM 7B replica at `context`, per (packer, CP sharding)."""
     from simbench.costmodels.layout import ParallelLayout
     from simbench.sim.plans import parse_plan
-    from simbench.sim.replica import ReplicaCostModel, replica_breakdown
+    from simbench.sim.replica import ReplicaCostModel
+    from simbench.sim.replica_breakdown import replica_breakdown
     from simbench.strategies import PackOptions, get_strategy
 
     gpu, histogram = _llama2_7b_on_h100(), _wlb_llm_histogram(context)
