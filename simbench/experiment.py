@@ -56,7 +56,7 @@ class ExperimentResult:
     # per strategy at the smallest device count: speed-up as simulated, with ideal kernels, with every shape
     # seen and with every shape new (empty when nothing would differ, or for sweep cells)
     assumptions: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # with a 4D layout, per (strategy, CP sharding): a replica's mean step by cause (`sim.replica.replica_breakdown`)
+    # with a 4D layout, per (strategy, CP sharding): a replica's mean step by cause (`sim.replica_breakdown`)
     # and its peak memory per GPU; empty without one
     parallel: pd.DataFrame = field(default_factory=pd.DataFrame)
     # per strategy: its largest microbatch's peak memory per GPU against HBM and its verdict

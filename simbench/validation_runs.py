@@ -184,7 +184,7 @@ WLB_LLM_AVERAGE = 1.23
 
 
 def _four_d_claims() -> list[Claim]:
-    """WLB-LLM's speed-ups predicted by a replica's step (`sim.replica.replica_breakdown`, as a 4D report prices
+    """WLB-LLM's speed-ups predicted by a replica's step (`sim.replica_breakdown`, as a 4D report prices
     its strategies): `wlb` packs with outlier delay against first-fit decreasing's full rows, both with
     document-masked attention, under per-sequence (zigzag) or per-document CP sharding; and Table 2's imbalance
     degrees. Nothing is fitted to these figures. Plain-4D is taken as full rows balanced on tokens (`ffd`): its
