@@ -56,7 +56,7 @@ class ExperimentResult:
     # per strategy at the smallest device count: speed-up as simulated, with ideal kernels, with every shape
     # seen and with every shape new (empty when nothing would differ, or for sweep cells)
     assumptions: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # with a 4D layout, per (strategy, CP sharding): a replica's mean step by cause (`sim.replica.replica_breakdown`)
+    # with a 4D layout, per (strategy, CP sharding): a replica's mean step by cause (`sim.replica_breakdown`)
     # and its peak memory per GPU; empty without one
     parallel: pd.DataFrame = field(default_factory=pd.DataFrame)
     # per strategy: its largest microbatch's peak memory per GPU against HBM and its verdict
@@ -164,7 +164,7 @@ def _parallel_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
     tokens memory allows a microbatch, at the fewest replicas simulated (ZeRO shards least there)."""
     from simbench.costmodels.memory import peak_memory
     from simbench.sim.memory_budget import layout_token_budget
-    from simbench.sim.replica import replica_breakdown
+    from simbench.sim.replica_breakdown import replica_breakdown
 
     table = replica_breakdown(run.histogram, run.all_plans, packings, run.cost_model, run.batch_size, run.seed)
     memory = peak_memory(run.model, run.layout, replicas=min(run.devices),

@@ -184,7 +184,7 @@ WLB_LLM_AVERAGE = 1.23
 
 
 def _four_d_claims() -> list[Claim]:
-    """WLB-LLM's speed-ups predicted by a replica's step (`sim.replica.replica_breakdown`, as a 4D report prices
+    """WLB-LLM's speed-ups predicted by a replica's step (`sim.replica_breakdown`, as a 4D report prices
     its strategies): `wlb` packs with outlier delay against first-fit decreasing's full rows, both with
     document-masked attention, under per-sequence (zigzag) or per-document CP sharding; and Table 2's imbalance
     degrees. Nothing is fitted to these figures. Plain-4D is taken as full rows balanced on tokens (`ffd`): its
@@ -249,7 +249,8 @@ def _wlb_llm_replica_speeds(context: int, tp: int) -> dict[tuple[str, str], floa
     """Real tokens per second per GPU of one WLB-LLM 7B replica at `context`, per (packer, CP sharding)."""
     from simbench.costmodels.layout import ParallelLayout
     from simbench.sim.plans import parse_plan
-    from simbench.sim.replica import ReplicaCostModel, replica_breakdown
+    from simbench.sim.replica import ReplicaCostModel
+    from simbench.sim.replica_breakdown import replica_breakdown
     from simbench.strategies import PackOptions, get_strategy
 
     gpu, histogram = _llama2_7b_on_h100(), _wlb_llm_histogram(context)

@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simbench.calibrate.logfit import fit_logs
-from simbench.costmodels.hardware import (_LOWEST_DIVISORS, _PHYSICAL_RANGES, UNLIMITED_FIELDS, HardwareProfile,
-                                          load_hardware, profile_to_yaml)
+from simbench.costmodels.hardware import load_hardware
+from simbench.costmodels.hardware_profile import (_LOWEST_DIVISORS, _PHYSICAL_RANGES, UNLIMITED_FIELDS,
+                                                  HardwareProfile, profile_to_yaml)
 from simbench.costmodels.mlperf import parse_step_csv
 from simbench.errors import InputError
 from simbench.histogram_build import _percent, build_histogram

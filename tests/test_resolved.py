@@ -26,8 +26,8 @@ def test_plans_are_parsed_once_per_run(tmp_path, monkeypatch):
     calls = []
     parse = plans_module.plan_from_fields
     monkeypatch.setattr(plans_module, "plan_from_fields", lambda fields: calls.append(fields) or parse(fields))
-    import simbench.scenario as scenario_module
-    monkeypatch.setattr(scenario_module, "plan_from_fields", plans_module.plan_from_fields)
+    import simbench.scenario.specs as specs_module
+    monkeypatch.setattr(specs_module, "plan_from_fields", plans_module.plan_from_fields)
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO)
     scenario = load_scenario(path)
@@ -37,13 +37,13 @@ def test_plans_are_parsed_once_per_run(tmp_path, monkeypatch):
 
 
 def test_the_dataset_is_loaded_once(tmp_path, monkeypatch):
-    import simbench.scenario as scenario_module
+    import simbench.scenario.specs as specs_module
 
     histogram_file = tmp_path / "h.csv"
     histogram_file.write_text("length,count\n10,5\n20,3\n")
     loads = []
-    load = scenario_module.load_histogram
-    monkeypatch.setattr(scenario_module, "load_histogram", lambda *a, **k: loads.append(a) or load(*a, **k))
+    load = specs_module.load_histogram
+    monkeypatch.setattr(specs_module, "load_histogram", lambda *a, **k: loads.append(a) or load(*a, **k))
     path = tmp_path / "s.yaml"
     path.write_text(f"name: x\ndataset: {{histogram: {histogram_file}}}\nstrategies: [sort]\ndevices: [1]\nsteps: 2\n"
                     "outputs: {lp_bounds: false}\n")

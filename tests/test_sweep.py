@@ -12,6 +12,10 @@ from typer.testing import CliRunner
 from simbench import sweep as sweeps
 from simbench.cli import app
 from simbench.errors import InputError
+from simbench.sweep import cells as sweep_cells
+from simbench.sweep import dask_cluster
+from simbench.sweep import tasks as sweep_tasks
+from simbench.sweep_ledger import RESULTS
 
 SWEEP = """name: small
 base:
@@ -61,7 +65,7 @@ def test_a_bad_sweep_names_the_file_line_and_cell(tmp_path, text, message):
 def test_each_packing_is_made_once_for_every_cell_that_needs_it(sweep_file, tmp_path, monkeypatch):
     made = []
     real = sweeps.run_packing
-    monkeypatch.setattr(sweeps, "run_packing", lambda job: made.append((job.packer, job.max_depth)) or real(job))
+    monkeypatch.setattr(sweep_tasks, "run_packing", lambda job: made.append((job.packer, job.max_depth)) or real(job))
     sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", workers=0)
     assert sorted(made) == [("lpfhp", None), ("spfhp", 3)]  # 4 cells, 2 packers, one histogram
     results = sweeps.read_results(tmp_path / "out")
@@ -83,11 +87,11 @@ def test_a_local_cluster_of_two_worker_processes_gives_the_serial_parquet_files(
     sweep = sweeps.load_sweep(sweep_file)
     sweeps.run_sweep(sweep, tmp_path / "serial", workers=0)
     sweeps.run_sweep(sweep, tmp_path / "dask", workers=2)
-    files = sorted(path.name for path in (tmp_path / "serial" / sweeps.RESULTS).iterdir())
-    assert files == sorted(path.name for path in (tmp_path / "dask" / sweeps.RESULTS).iterdir()) and len(files) == 4
+    files = sorted(path.name for path in (tmp_path / "serial" / RESULTS).iterdir())
+    assert files == sorted(path.name for path in (tmp_path / "dask" / RESULTS).iterdir()) and len(files) == 4
     for name in files:
-        assert (tmp_path / "serial" / sweeps.RESULTS / name).read_bytes() == \
-            (tmp_path / "dask" / sweeps.RESULTS / name).read_bytes()
+        assert (tmp_path / "serial" / RESULTS / name).read_bytes() == \
+            (tmp_path / "dask" / RESULTS / name).read_bytes()
 
 
 def test_a_task_that_fails_whole_records_each_of_its_cells_and_the_sweep_goes_on(sweep_file, tmp_path, monkeypatch):
@@ -100,7 +104,7 @@ def test_a_task_that_fails_whole_records_each_of_its_cells_and_the_sweep_goes_on
             raise RuntimeError("worker lost")
         return real(cells, packings)
 
-    monkeypatch.setattr(sweeps, "run_cells", lost)
+    monkeypatch.setattr(dask_cluster, "run_cells", lost)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
         sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", scheduler=cluster.scheduler_address)
     failures = sweeps.read_failures(tmp_path / "out")
@@ -110,7 +114,7 @@ def test_a_task_that_fails_whole_records_each_of_its_cells_and_the_sweep_goes_on
 
 @given(st.integers(0, 3000), st.integers(1, 64))
 def test_batches_hold_every_cell_once_in_order_and_shrink_towards_the_end(cells, slots):
-    batches = sweeps._batches(list(range(cells)), slots)
+    batches = dask_cluster._batches(list(range(cells)), slots)
     assert [cell for batch in batches for cell in batch] == list(range(cells))
     sizes = [len(batch) for batch in batches]
     assert all(size >= 1 for size in sizes) and sizes == sorted(sizes, reverse=True)
@@ -128,7 +132,7 @@ def test_a_failing_cell_is_recorded_and_resume_runs_only_what_is_missing(sweep_f
             raise RuntimeError("worker lost")
         return real(cell, packings)
 
-    monkeypatch.setattr(sweeps, "run_cell", flaky)
+    monkeypatch.setattr(sweep_tasks, "run_cell", flaky)
     sweeps.run_sweep(sweep, tmp_path / "out", workers=0)
     assert [failure["cell"] for failure in sweeps.read_failures(tmp_path / "out")] == [2]
     assert sorted(sweeps.read_results(tmp_path / "out")["cell"].unique()) == [0, 1, 3]
@@ -265,7 +269,7 @@ def test_resume_runs_again_a_missing_or_unrecorded_cell_and_nothing_else(finishe
     (out / "sweep.json").write_text(json.dumps(ledger))
     ran = []
     real = sweeps.run_cell
-    monkeypatch.setattr(sweeps, "run_cell", lambda cell, packings: ran.append(cell.index) or real(cell, packings))
+    monkeypatch.setattr(sweep_tasks, "run_cell", lambda cell, packings: ran.append(cell.index) or real(cell, packings))
     result = resume(finished_sweep[0], out)
     assert result.exit_code == 0, result.output
     assert ran == [1, 2]
@@ -314,7 +318,7 @@ def test_resume_refuses_before_any_work_what_simbench_did_not_write(finished_swe
         (out / "failures" / "cell=00002.json").write_text('{"mine": true}')
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
     ran = []
-    monkeypatch.setattr(sweeps, "run_cell", lambda cell, packings: ran.append(cell.index))
+    monkeypatch.setattr(sweep_tasks, "run_cell", lambda cell, packings: ran.append(cell.index))
     result = resume(finished_sweep[0], out)
     assert isinstance(result.exception, InputError) and message in str(result.exception), result.output
     assert ran == [] and {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
@@ -328,7 +332,7 @@ def test_with_no_workers_a_failing_packing_is_recorded_per_cell_as_on_dask(sweep
             raise RuntimeError("packer crashed")
         return real(job)
 
-    monkeypatch.setattr(sweeps, "run_packing", broken)
+    monkeypatch.setattr(sweep_tasks, "run_packing", broken)
     sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", workers=0)
     failures = sweeps.read_failures(tmp_path / "out")
     assert [failure["cell"] for failure in failures] == [0, 1, 2, 3]
@@ -361,8 +365,8 @@ def test_a_ten_thousand_cell_dry_run_validates_each_own_value_once(tmp_path, mon
                     .replace("devices: [1, 8]", f"batch_size: {list(range(1, 101))}").replace("report: {x: devices, "
                                                                                               "y: model}\n", ""))
     validations = []
-    real = sweeps.scenario_from_mapping
-    monkeypatch.setattr(sweeps, "scenario_from_mapping", lambda *args: validations.append(1) or real(*args))
+    real = sweep_cells.scenario_from_mapping
+    monkeypatch.setattr(sweep_cells, "scenario_from_mapping", lambda *args: validations.append(1) or real(*args))
     sweep = sweeps.load_sweep(path)
     assert len(sweep.cells) == 10_000 and len(validations) <= 1 + 100 + 100
     assert [(cell.scenario.seed, cell.scenario.batch_size) for cell in sweep.cells[99:102]] == [(0, 100), (1, 1),
@@ -462,7 +466,7 @@ def test_dask_logs_below_critical_are_silenced_while_a_sweep_runs_and_heard_agai
     logger = logging.getLogger("distributed")
     logger.addHandler(handler)
     try:
-        with sweeps._dask_logs_silenced():
+        with dask_cluster._dask_logs_silenced():
             logging.getLogger("distributed.worker").error("lost connection while closing")
         assert stream.getvalue() == ""
         logging.getLogger("distributed.worker").error("heard")

@@ -30,7 +30,7 @@ def list_everything(profile: str = typer.Option(None, "--profile", help="show on
          [(name, cost_model.description) for name, cost_model in COST_MODELS.items()])
     show("Bundled histograms", ["name", "file"], [(name, str(path)) for name, path in bundled_histograms().items()])
     show("Bundled scenarios (simbench run NAME)", ["name", "file"],
-         # bundled_files, not scenario.py: its pydantic models cost more start-up time than the rest of `list`
+         # bundled_files, not simbench.scenario: its pydantic models cost more start-up time than the rest of `list`
          [(name, str(path)) for name, path in bundled_files("scenarios", ".yaml").items()])
     show("Bundled sweeps (simbench sweep NAME)", ["name", "file"],
          [(name, str(path)) for name, path in bundled_files("scenarios/sweeps", ".yaml").items()])

@@ -1,209 +1,23 @@
-"""Hardware profiles: every parameter the cost models use to price a step on one device.
+"""Hardware profiles: the presets, with where each number comes from, and the loading of a profile.
 
 A profile is a preset (see `HARDWARE_PRESETS`) or a YAML file, e.g. one written by
-`simbench calibrate`; any field can be overridden from a scenario.
+`simbench calibrate`; any field can be overridden from a scenario. Its fields and their physical ranges
+are declared in `simbench.costmodels.hardware_profile`.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import ValidationError
 
+# The schema has its own module; the names other modules use stay importable from here, beside the presets.
+from simbench.costmodels.hardware_profile import (  # noqa: F401
+    MAX_FLOPS_PER_S, HardwareProfile, field_provenance, profile_to_yaml)
 from simbench.errors import InputError, did_you_mean, read_text_file
 from simbench.registry import Registry
 from simbench.yamlfile import load_yaml_documents
-
-
-# Where infinity means "no limit" (a transfer or a link that costs nothing), it is the default and allowed.
-UNLIMITED_FIELDS = ("host_to_device_bytes_per_s", "allreduce_bytes_per_s", "intra_node_bytes_per_s")
-# What no device has, by the kind of quantity a field's name says; a value past these is a typo (1e308 s,
-# 1e-300 B/s) and, multiplied into a step's price or divided into it, overflows to inf or NaN downstream.
-# The highest FLOP/s a profile may state; a fit whose work costs nothing measurable is given this rate.
-MAX_FLOPS_PER_S = 1e21
-_PHYSICAL_RANGES = (  # (name ends with or holds, highest value, what it counts)
-    ("flops_per_s", MAX_FLOPS_PER_S, "FLOP/s (a zettaFLOP/s is beyond any device)"),
-    ("bytes_per_s", 1e18, "bytes/s (an exabyte/s is beyond any link; write .inf for no limit)"),
-    ("seconds", 86_400.0, "seconds (a day)"),
-    ("tokens", 2.0**40, "tokens"),
-    ("width", 2.0**40, "model widths"),
-    ("efficiency", 1.0, "(a factor)"),
-    ("fraction", 1e3, "(a factor)"),
-    ("noise_cv", 10.0, "(a coefficient of variation)"),
-    ("bytes_per", 2.0**20, "bytes"),
-    ("per_layer", 2.0**20, "kernels"),
-    ("per_stage", 2.0**20, "layers"),
-    ("samples", 2.0**30, "samples"),
-    ("per_node", 2.0**20, "devices"),
-    ("boundaries", 2.0**40, "tokens"),
-    ("capacity_bytes", 2.0**50, "bytes (a pebibyte of memory on one device)"),
-)
-# Rates and factors that a step's work is divided by: a tiny positive one makes every step last forever.
-_LOWEST_DIVISORS = (("bytes_per_s", 1.0, "bytes/s"), ("attention_fraction", 1e-3, "(a factor)"),
-                    ("unpadded_flops_fraction", 1e-3, "(a factor)"), ("efficiency", 1e-3, "(a factor)"))
-
-
-def check_physical(name: str, value: Any) -> Any:
-    """`value` of the profile field `name` if a device can have it: finite (infinite only for the links of
-    UNLIMITED_FIELDS), within the range its kind allows (_PHYSICAL_RANGES) and, for a divisor, not so small
-    that a step never ends (_LOWEST_DIVISORS); else ValueError."""
-    numbers = value if isinstance(value, tuple) else (value,)
-    for number in numbers:
-        if isinstance(number, bool) or not isinstance(number, int | float):
-            continue
-        if isinstance(number, float) and math.isnan(number):
-            raise ValueError("must be a number, found NaN")
-        if isinstance(number, float) and math.isinf(number):
-            if name in UNLIMITED_FIELDS and number > 0:
-                continue
-            raise ValueError("must be finite" + (f" (.inf, meaning no limit, is for {', '.join(UNLIMITED_FIELDS)})"
-                                                 if "bytes_per_s" in name else ""))
-        highest = next((kind for kind in _PHYSICAL_RANGES if kind[0] in name), None)
-        if highest is not None and number > highest[1]:
-            raise ValueError(f"must be at most {highest[1]:.4g} {highest[2]}")
-        lowest = next((kind for kind in _LOWEST_DIVISORS if kind[0] in name), None)
-        if lowest is not None and 0 < number < lowest[1]:
-            raise ValueError(f"must be at least {lowest[1]:.4g} {lowest[2]}")
-    return value
-
-
-class HardwareProfile(BaseModel):
-    """One accelerator and its interconnect, as the cost models see it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    source: str = Field(description="where the numbers come from: a citation, a datasheet or a calibration run")
-
-    # Compute: time = flops / (flops_per_s * tokens / (tokens + half_saturation_tokens))
-    # At least a megaflop/s: slower is a typo (1e-300 made every step time infinite and speed-ups null).
-    linear_flops_per_s: float = Field(ge=1e6, allow_inf_nan=False,
-                                      description="achieved FLOP/s of the per-token dense layers")
-    attention_flops_per_s: float = Field(ge=1e6, allow_inf_nan=False,
-                                         description="achieved FLOP/s of the attention score/context matmuls")
-    half_saturation_tokens: float = Field(0.0, ge=0, description="tokens per kernel at which half the peak is reached")
-
-    # Fixed costs
-    kernel_launch_seconds: float = Field(0.0, ge=0, description="launch overhead of one kernel")
-    kernels_per_layer: int = Field(0, ge=0, description="kernels per layer in forward + backward")
-    step_overhead_seconds: float = Field(0.0, ge=0, description="fixed time per step: optimizer, host, synchronisation")
-    optimizer_seconds_per_parameter: float = Field(0.0, ge=0, description="optimizer update time per parameter (memory bound)")
-    shape_change_seconds: float = Field(0.0, ge=0, description="cost of a new input shape: recompilation or kernel switch")
-    host_to_device_bytes_per_s: float = Field(float("inf"), gt=0, description="input transfer bandwidth")
-    input_bytes_per_token: float = Field(16.0, ge=0, description="input bytes per token slot: ids, segments, mask, labels")
-
-    # Eager mode: the host issues every kernel from Python, so a step cannot end before the host has issued
-    # them all. layers x kernels per layer x host_seconds_per_kernel is a floor under the step's device time
-    # (0: no floor). Variable-length steps launch more kernels (cu_seqlens, varlen attention's own ops).
-    host_seconds_per_kernel: float = Field(0.0, ge=0, allow_inf_nan=False,
-                                           description="host time to issue one kernel in eager mode: with "
-                                           "kernels_per_layer, a floor under every step")
-    varlen_kernels_per_layer: int | None = Field(None, ge=0, description="kernels per layer of a step on "
-                                                 "variable-length attention (packed-varlen rows, flat batches); "
-                                                 "None: kernels_per_layer")
-    unpadded_kernels_per_layer: int | None = Field(None, ge=0, description="kernels per layer of an un-padded step, "
-                                                   "its gathers and scatters of the real tokens included; None: "
-                                                   "varlen_kernels_per_layer")
-    # Dense layers of a narrow model run below the rate of a wide one (norms, activations, bias adds are
-    # memory-bound and grow with the width, matmuls with its square): rate x width / (width + this).
-    dense_half_saturation_width: float = Field(0.0, ge=0, allow_inf_nan=False,
-                                               description="model width at which the dense layers reach half "
-                                                           "linear_flops_per_s (0: any width at the full rate)")
-    # Variable-length attention (flash-attention varlen: packed-varlen and un-padded batches) runs below
-    # dense attention at equal work, more so for short documents: a document of d tokens reaches
-    # fraction x d / (d + half_length) of attention_flops_per_s, its work rounded up to whole tiles.
-    varlen_causal_attention_fraction: float = Field(1.0, gt=0, le=2, allow_inf_nan=False,
-                                                    description="varlen causal attention's rate over dense "
-                                                                "attention's, for long documents")
-    varlen_causal_half_length_tokens: float = Field(0.0, ge=0, allow_inf_nan=False,
-                                                    description="document length at which varlen causal "
-                                                                "attention reaches half its long-document rate")
-    varlen_bidirectional_attention_fraction: float = Field(1.0, gt=0, le=2, allow_inf_nan=False,
-                                                           description="varlen bidirectional attention's rate "
-                                                                       "over dense attention's, for long documents")
-    varlen_bidirectional_half_length_tokens: float = Field(0.0, ge=0, allow_inf_nan=False,
-                                                           description="document length at which varlen "
-                                                           "bidirectional attention reaches half its rate")
-    varlen_tile_tokens: int = Field(0, ge=0, description="query/key tile of the varlen attention kernel: a "
-                                    "document's work is rounded up to whole tiles (0: no rounding)")
-    # The first step at a batch shape a process has not run before pays for kernel selection and new
-    # allocations: once per distinct shape, whatever the number of layers (an 8-layer slice pays it no more than
-    # a 1-layer one), by attention path. Which steps pay it is the scenario's `shapes` choice.
-    first_sight_padded_seconds: float = Field(0.0, ge=0, allow_inf_nan=False,
-                                              description="extra time of the first step at a new rows x length "
-                                              "shape under dense attention, once per distinct shape")
-    first_sight_varlen_seconds: float = Field(0.0, ge=0, allow_inf_nan=False,
-                                              description="extra time of the first step at a new token count "
-                                              "under variable-length attention, once per distinct shape")
-
-    # Packing's model changes (block-diagonal mask, per-sequence loss unpacking)
-    # share of the step time lost to them: fraction + per_depth_fraction x the batch's max depth
-    pack_overhead_fraction: float = Field(0.0, ge=0, lt=1, description="packing's share of step time, depth-independent part")
-    pack_overhead_per_depth_fraction: float = Field(0.0, ge=0, description="extra share of step time per sequence of max depth")
-
-    # Un-padding: one kernel launch per length group per layer (Baidu's grouped FMHA); a group's attention
-    # kernels reach tokens / (tokens + half saturation) of the attention rate (0: full rate whatever its size),
-    # measured by `simbench calibrate`'s un-padded batches with groups of different sizes and lengths.
-    unpad_group_boundaries: tuple[int, ...] = (128, 256, 384, 512)
-    unpad_group_half_saturation_tokens: float = Field(0.0, ge=0, allow_inf_nan=False,
-                                                      description="tokens in one length group at which its "
-                                                      "attention kernels reach half the attention rate")
-
-    @field_validator("*")
-    @classmethod
-    def _physical(cls, value: Any, info: ValidationInfo) -> Any:
-        # After each field's own bounds: no value a device cannot have, none that overflows a step's price.
-        return check_physical(info.field_name, value)
-
-    @field_validator("unpad_group_boundaries")
-    @classmethod
-    def _increasing_lengths(cls, boundaries: tuple[int, ...]) -> tuple[int, ...]:
-        # Unsorted or negative boundaries were accepted and silently changed the number of groups.
-        if not boundaries or boundaries[0] < 1 or any(b <= a for a, b in zip(boundaries, boundaries[1:])):
-            raise ValueError(f"must be lengths >= 1 in increasing order, found {list(boundaries)}")
-        return boundaries
-    # Un-padded kernels (gathers, grouped attention, ragged tiles) reach a share of the padded kernels'
-    # FLOP/s, and their time varies beyond what the batch's FLOPs explain; both 1 and 0 unless fitted
-    # (`simbench fit-logs`). Fixed-shape steps get no such noise: the 256-GPU padded MLPerf log's steps
-    # vary by 0.3 % (inter-quartile range over median), its un-padded 8-GPU log's by 12 %.
-    unpadded_flops_fraction: float = Field(1.0, gt=0, description="un-padded kernels' FLOP/s over the padded kernels'")
-    unpadded_noise_cv: float = Field(0.0, ge=0, description="per-device, per-step coefficient of variation of "
-                                     "un-padded device time beyond its FLOPs (mean-one lognormal)")
-
-    # Data-parallel all-reduce as NCCL runs it (costmodels/collectives.py): ring, 2 (N - 1) hops of latency +
-    # 2 (N - 1) / N * bytes / bandwidth, or double binary tree, 2 log2 N hops + 2 bytes / (0.9 bandwidth),
-    # whichever is faster. With devices_per_node set, hierarchical: reduce-scatter and all-gather inside a
-    # node over the intra-node links, and across nodes (allreduce_*) an all-reduce of each device's 1/k shard.
-    allreduce_latency_seconds: float = Field(0.0, ge=0, description="per-hop latency of the (inter-node) ring")
-    allreduce_bytes_per_s: float = Field(float("inf"), gt=0, description="per-device bandwidth of the (inter-node) ring")
-    devices_per_node: int | None = Field(None, ge=1, description="devices sharing the intra-node links; None: one flat ring")
-    intra_node_latency_seconds: float = Field(0.0, ge=0, description="per-hop latency inside a node")
-    intra_node_bytes_per_s: float = Field(float("inf"), gt=0, description="per-device ring bandwidth inside a node")
-    gradient_bytes_per_parameter: float = Field(2.0, gt=0)
-    # A data-parallel replica of g > 1 GPUs (tensor or context parallel) computes g x this as fast as one GPU;
-    # the rest is lost to its activation all-reduces and all-gathers.
-    tensor_parallel_efficiency: float = Field(1.0, gt=0, le=1, description="a g-GPU replica's speed over g GPUs'")
-
-    # VTS pipeline (layer-pipelined execution): the model's layers are cut into stages of
-    # vts_layers_per_stage layers, each stage given that share of the device's compute, so a stage
-    # spends vts_stage_fixed_seconds + the sample's FLOPs at the device's rate; a FIFO of
-    # vts_buffer_samples samples sits before every stage but the first.
-    vts_stage_fixed_seconds: float = Field(0.0, ge=0)
-    vts_layers_per_stage: int = Field(1, ge=1, description="model layers per pipeline stage")
-    vts_buffer_samples: int = Field(1, ge=0, description="samples each inter-stage FIFO holds (0: hand-off only)")
-
-    # Memory: what `costmodels.memory` holds a layout's peak per GPU against (None: not stated, not checked).
-    hbm_capacity_bytes: float | None = Field(None, gt=0, allow_inf_nan=False,
-                                             description="device memory (HBM) of one GPU, bytes")
-
-    # Raw measurements a calibrated profile was fitted on (device, torch version, timings)
-    calibration: dict | None = None
-    # Where each field's value comes from: field -> "measured: ...", "fitted: ...", "datasheet: ..." or
-    # "chosen: ..."; a field not listed is a choice (see `field_provenance`).
-    provenance: dict[str, str] = Field(default_factory=dict)
 
 
 # Packing's overhead as the packing paper measured it on the IPU (Table 1, Wikipedia at 512):
@@ -620,14 +434,6 @@ def load_hardware(name_or_path: str | Path | HardwareProfile, overrides: dict | 
         raise InputError(_describe_validation_error(error), source=source) from None
 
 
-def profile_to_yaml(profile: HardwareProfile) -> str:
-    """The profile as YAML that `load_hardware` reads back (tuples become lists, inf stays .inf)."""
-    data = profile.model_dump()
-    data["unpad_group_boundaries"] = list(data["unpad_group_boundaries"])
-    # Flow style keeps the group boundaries and each of a calibration's raw timings on one line.
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1 << 16)
-
-
 def _read_profile_file(path: Path) -> dict:
     if not path.is_file():
         raise InputError(f"no such hardware profile file or preset (presets: {', '.join(HARDWARE_PRESETS)})",
@@ -661,10 +467,3 @@ def _shown(value: Any) -> str:
         return f"a {len(str(abs(value)))}-digit number"
     text = repr(value)
     return text if len(text) <= 200 else text[:200] + "..."
-
-
-def field_provenance(profile: HardwareProfile) -> dict[str, str]:
-    """Every numeric field's value and where it comes from: its provenance entry, or `chosen` when the
-    profile states none (a value nobody measured is a choice, whoever made it)."""
-    skip = {"name", "source", "calibration", "provenance"}
-    return {name: profile.provenance.get(name, "chosen") for name in HardwareProfile.model_fields if name not in skip}

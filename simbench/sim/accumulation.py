@@ -32,7 +32,7 @@ class AccumulatingCostModel:
         return getattr(self.cost_model, name)
 
     def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
-        from simbench.sim.replica import _microbatch_of_row as microbatch_of_row
+        from simbench.sim.batch_rows import _microbatch_of_row as microbatch_of_row
 
         m = self.microbatches
         micro = BatchSet(batches.sequence_lengths, batches.sequence_row, batches.row_slots,

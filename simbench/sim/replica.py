@@ -24,9 +24,8 @@ part the simulator adds after the slowest replica.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,13 +34,11 @@ from simbench.costmodels.collectives import Link, allgather, allreduce, reduce_s
 from simbench.costmodels.model import FLOPS_PER_MULTIPLY_ACCUMULATE
 from simbench.errors import InputError
 from simbench.costmodels.layout import ParallelLayout
+from simbench.sim.batch_rows import _batches_between, _distinct_rows, _microbatch_of_row, _row_keys
 from simbench.sim.parallel.context_parallel import (ContextParallelWork, context_parallel_work, kv_bytes_per_token,
                                                     ring_attention_seconds)
 from simbench.sim.parallel.gradient_sync import GradientSync
 from simbench.sim.parallel.pipeline import pipeline_step
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 # Microbatches priced at once: each holds (cp, cp) pair counts and (chunks) stage times, so a block of
 # this many stays within tens of MB at cp 16 and 80 model chunks.
@@ -443,60 +440,14 @@ class ReplicaCostModel:
         return hardware.allreduce_latency_seconds + payload / hardware.allreduce_bytes_per_s
 
 
-def _microbatch_of_row(batches: BatchSet, microbatches: int) -> np.ndarray:
-    """Each row's microbatch (batch x microbatches + k): a batch's rows in order, cut where their token slots
-    cross each k / microbatches of the batch's (equal rows: the first batch_size rows, the next, ...)."""
-    slots = batches.row_slots.astype(np.float64)
-    total = np.bincount(batches.row_batch, weights=slots, minlength=batches.batches)
-    before = np.cumsum(slots) - slots
-    first = np.concatenate([[0.0], np.cumsum(total)[:-1]])
-    middle = before - first[batches.row_batch] + slots / 2
-    share = middle / np.where(total > 0, total, 1.0)[batches.row_batch]
-    k = np.minimum((share * microbatches).astype(np.int64), microbatches - 1)
-    return batches.row_batch * microbatches + k
-
-
 # The context-parallel work of rows already sharded, by (cp, sharding) and row key: a memo of a pure function.
 _ROW_WORK: dict[tuple[int, str], dict[bytes, np.ndarray]] = {}
-
-
-def _distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of a 2-D array and each row's index among them, found by a fixed random projection
-    (sorting one number a row, not whole rows); distinct rows project alike only by a coincidence of doubles."""
-    weights = np.random.default_rng(0).random(values.shape[1]) + 1.0
-    _, first, inverse = np.unique(values @ weights, return_index=True, return_inverse=True)
-    return values[first], inverse.ravel()
 
 
 def _flat(work: ContextParallelWork) -> np.ndarray:
     """(rows, cp x cp + 2 cp): each row's pairs, query tokens and key-value tokens side by side."""
     rows = work.pairs.shape[0]
     return np.concatenate([work.pairs.reshape(rows, -1), work.query_tokens, work.kv_tokens], axis=1)
-
-
-def _row_keys(batches: BatchSet) -> np.ndarray:
-    """(rows, 4) keys equal for rows that hold the same documents in the same order in as many slots: their
-    slots, document count and two sums of each document's length times a fixed random weight of its place.
-    Rows that differ share keys only by a coincidence of random doubles."""
-    rows = batches.row_slots.size
-    first_of_row = np.searchsorted(batches.sequence_row, np.arange(rows))
-    place = np.arange(batches.sequence_row.size) - first_of_row[batches.sequence_row]
-    weights = np.random.default_rng(0).random((2, int(place.max(initial=0)) + 1)) + 1.0
-    lengths = batches.sequence_lengths.astype(np.float64)
-    return np.column_stack([batches.row_slots.astype(np.float64),
-                            np.bincount(batches.sequence_row, minlength=rows).astype(np.float64),
-                            *(np.bincount(batches.sequence_row, weights=lengths * weight[place], minlength=rows)
-                              for weight in weights)])
-
-
-def _batches_between(batches: BatchSet, first: int, last: int) -> BatchSet:
-    """Batches first..last - 1 of a BatchSet, renumbered from 0."""
-    if first == 0 and last == batches.batches:
-        return batches
-    row_first, row_last = np.searchsorted(batches.row_batch, [first, last])
-    seq_first, seq_last = np.searchsorted(batches.sequence_row, [row_first, row_last])
-    return BatchSet(batches.sequence_lengths[seq_first:seq_last], batches.sequence_row[seq_first:seq_last] - row_first,
-                    batches.row_slots[row_first:row_last], batches.row_batch[row_first:row_last] - first, last - first)
 
 
 def _as_step_costs(steps: ReplicaSteps) -> StepCosts:
@@ -506,73 +457,3 @@ def _as_step_costs(steps: ReplicaSteps) -> StepCosts:
                      overhead_seconds=steps.overhead_seconds + steps.communication_seconds + steps.recompute_seconds,
                      masked_attention_seconds=steps.masked_attention_seconds,
                      stall_seconds=steps.bubble_seconds + steps.stall_seconds + steps.cp_imbalance_seconds)
-
-
-class _Recorder:
-    """A replica cost model that keeps every batch it prices, by cause, for `replica_breakdown`."""
-
-    def __init__(self, cost_model: ReplicaCostModel):
-        self.cost_model = cost_model
-        self.priced: list[ReplicaSteps] = []
-
-    def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
-        steps = self.cost_model.replica_steps(batches, mode)
-        self.priced.append(steps)
-        return _as_step_costs(steps)
-
-    def __getattr__(self, name):
-        if name in ("cost_model", "priced"):
-            raise AttributeError(name)
-        return getattr(self.cost_model, name)
-
-    def means_over(self, drawn_seconds: np.ndarray) -> dict[str, float]:
-        """Mean seconds by cause over the drawn steps, each found among the priced batches by its total (a source
-        may price each distinct batch once, then draw from them)."""
-        fields = {name: np.concatenate([getattr(steps, name) for steps in self.priced])
-                  for name in ReplicaSteps.__dataclass_fields__}
-        totals = _as_step_costs(ReplicaSteps(**fields)).total_seconds
-        order = np.argsort(totals, kind="stable")
-        found = order[np.clip(np.searchsorted(totals[order], drawn_seconds), 0, order.size - 1)]
-        return {name: float(values[found].mean()) for name, values in fields.items()}
-
-
-# Replica steps drawn per strategy and sharding for the breakdown: the table's means move by well under 1 %.
-BREAKDOWN_STEPS = 100
-
-
-def replica_breakdown(histogram, plans, packings: dict, cost_model: ReplicaCostModel, batch_size: int, seed: int,
-                      steps: int = BREAKDOWN_STEPS) -> pd.DataFrame:
-    """One row per (strategy, CP sharding): a replica's mean step by cause over `steps` steps drawn as the
-    simulator draws them, under every sharding the row length allows (the layout's own marked `simulated`),
-    with its real tokens and their rate per GPU. Data-parallel waiting, gradient sync and the optimizer update
-    are the simulation's."""
-    import pandas as pd
-
-    from simbench.costmodels.layout import CP_SHARDINGS
-    from simbench.sim.accumulation import accumulating
-    from simbench.sim.plans import SimulationSettings
-
-    layout = cost_model.layout
-    rows = []
-    for sharding in CP_SHARDINGS:
-        if layout.cp == 1 and sharding != layout.cp_sharding:
-            continue  # one rank: every sharding is the same
-        if sharding == "zigzag" and histogram.max_length % (2 * layout.cp):
-            continue
-        sharded = (cost_model if sharding == layout.cp_sharding
-                   else ReplicaCostModel(cost_model.gpu_model, replace(layout, cp_sharding=sharding)))
-        for plan in plans:
-            # A plan sized to its own rows runs them in its own microbatches (`compare_at: equal-tokens`).
-            own = sharded if plan.sizing is None else accumulating(sharded, plan.sizing.microbatches)
-            recorder = _Recorder(own)
-            settings = SimulationSettings(histogram, recorder, batch_size if plan.sizing is None else plan.sizing.rows,
-                                          steps, seed, "auto", microbatches=own.layout.microbatches)
-            source = plan.source(plan, packings.get(plan.name), settings)
-            drawn = source.chunk(steps, [1])
-            costs = drawn[max(drawn)]
-            means = recorder.means_over(costs.total_seconds[:, 0])
-            real_tokens = float(costs.real_tokens[:, 0].mean())
-            rows.append({"strategy": plan.name, "cp_sharding": sharding, "simulated": sharding == layout.cp_sharding,
-                         **means, "real_tokens": real_tokens,
-                         "tokens_per_s_per_gpu": real_tokens / means["step_seconds"] / layout.gpus_per_replica})
-    return pd.DataFrame(rows)
