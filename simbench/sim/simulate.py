@@ -21,7 +21,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from simbench.costmodels.base import ExecutionMode
+from simbench.costmodels.base import ExecutionMode, as_cost_model
 from simbench.costmodels.noise import StepNoise, with_step_noise
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
@@ -77,6 +77,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     _check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
     check_simulation_work(simulation_rows(plans, histogram, devices, batch_size, steps, engine, baseline), max_rows)
     check_whole_number(microbatches, "microbatches", minimum=1)
+    cost_model = as_cost_model(cost_model)
     settings = SimulationSettings(histogram, with_step_noise(cost_model, seed), batch_size, steps, seed, engine,
                                   shapes, training_steps, microbatches=microbatches)
     packings = dict(packings or {})
@@ -119,6 +120,7 @@ def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, 
     `stage(text)` as each packing is made. `workers` (a `simbench.workers.ReportWorkers`) pack the slow
     built-in packers (`Strategy.slow`) side by side while this process packs the rest: the same packings,
     made in any process."""
+    cost_model = None if cost_model is None else as_cost_model(cost_model)
     settings = SimulationSettings(histogram, cost_model, batch_size, 1, seed, "auto", microbatches=microbatches)
     given, packings = dict(packings or {}), {}
     ordered = _with_reference(plans, baseline)
@@ -245,8 +247,12 @@ def _packing_call(plan: ExecutionPlan, settings: SimulationSettings) -> tuple[st
     packer, depth = request
     own = plan.source.packing_options(plan, settings.histogram, settings.batch_size, settings.microbatches)
     return packer, depth, pack_options(packer, seed=settings.seed, batch_size=settings.batch_size,
-                                       attention_parity=lambda: getattr(settings.cost_model,
-                                                                        "attention_parity_tokens", None), **own)
+                                       attention_parity=lambda: _attention_parity(settings.cost_model), **own)
+
+
+def _attention_parity(cost_model) -> float | None:
+    """The cost model's attention parity; None without a cost model (`pack_plans` may be given none)."""
+    return None if cost_model is None else cost_model.attention_parity_tokens
 
 
 def pack_options(packer: str, *, seed: int, batch_size: int,
