@@ -59,7 +59,8 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
              gpus_per_device: int = 1, baseline: ExecutionPlan | str | None = None) -> SimulationResult:
     """Simulate every plan (plus padding and the baseline) on every cluster size in `devices`.
 
-    `progress(units)` hears of work as it is done, in whole units that add up to len(with_reference(plans)) *
+    `cost_model`: a `simbench.costmodels.CostModel`, or an object with its required members (given the rest's
+    defaults, `as_cost_model`). `progress(units)` hears of work as it is done, in whole units that add up to len(with_reference(plans)) *
     len(devices): one per (plan, devices), told in parts as batches are priced and each cluster is timed.
     `packings` (by plan name, e.g. a previous result's `.packings`) are reused instead of packing again.
     `stage(text)` hears of each stage as it finishes (a packing made, a group of cluster sizes simulated).
