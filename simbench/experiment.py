@@ -191,8 +191,7 @@ def _assumption_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
     if ideal.model_dump(exclude={"name", "source", "provenance"}) != profile.model_dump(
             exclude={"name", "source", "provenance"}):
         variants["ideal kernels"] = (run.cost_model_on(ideal), run.shapes)
-    pays_first_sight = any(getattr(run.cost_model, "first_sight_seconds", lambda mode: 0.0)(plan.mode) > 0
-                           for plan in run.all_plans)
+    pays_first_sight = any(run.cost_model.first_sight_seconds(plan.mode) > 0 for plan in run.all_plans)
     for shapes in ("seen", "new") if pays_first_sight else ():
         if shapes != run.shapes:
             variants[f"shapes {shapes}"] = (run.cost_model, shapes)

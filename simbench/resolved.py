@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simbench.costmodels.base import CostModel, as_cost_model
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
 from simbench.costmodels.registry import COST_MODELS
@@ -45,7 +46,7 @@ class Run:
     histogram: LengthHistogram
     model: ModelSpec
     hardware: HardwareProfile
-    cost_model: object
+    cost_model: CostModel
     plans: tuple[ExecutionPlan, ...]
     devices: tuple[int, ...]
     batch_size: int
@@ -203,7 +204,7 @@ class Run:
                         microbatches=self.microbatches, gpus_per_device=self.gpus_per_replica,
                         baseline=self.baseline)
 
-    def cost_model_on(self, hardware: HardwareProfile) -> object:
+    def cost_model_on(self, hardware: HardwareProfile) -> CostModel:
         """This run's kind of cost model for its model on other hardware (the assumptions a report weighs)."""
         return _cost_model(self.cost_model_name, self.model, hardware, self.gpus_per_replica, self.layout)
 
@@ -251,10 +252,11 @@ def _sized_plans(scenario: Scenario, histogram: LengthHistogram, plans: tuple[Ex
 
 
 def _cost_model(name: str, model: ModelSpec, hardware: HardwareProfile, gpus_per_replica: int,
-                layout: ParallelLayout | None = None):
-    """The registry's cost model; with a layout, one GPU's, priced as a 4D replica by `ReplicaCostModel`."""
+                layout: ParallelLayout | None = None) -> CostModel:
+    """The registry's cost model (a plug-in's given `CostModel`'s defaults, `as_cost_model`); with a layout, one
+    GPU's, priced as a 4D replica by `ReplicaCostModel`."""
     if layout is None:
-        return COST_MODELS.get(name).build(model, hardware, gpus_per_replica)
+        return as_cost_model(COST_MODELS.get(name).build(model, hardware, gpus_per_replica))
     from simbench.sim.replica import ReplicaCostModel
 
     return ReplicaCostModel(COST_MODELS.get(name).build(model, hardware, 1), layout)

@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simbench.costmodels import TransformerCostModel
+from simbench.costmodels import CostModel, TransformerCostModel
+from simbench.costmodels.base import as_cost_model
 from simbench.costmodels.ideal import ideal_speedup
 from simbench.costmodels.linear import LinearCostModel
 from simbench.experiment import run_experiment
@@ -34,11 +35,17 @@ def test_quadratic_attention_puts_the_ideal_above_the_slot_ratio():
 
 
 def test_a_cost_model_that_cannot_price_a_sequence_alone_gets_the_slot_ratio_under_its_own_name():
-    class PlugIn:  # only the required CostModel methods
+    class PlugIn:  # only the required CostModel methods, subclassing nothing
         def step_costs(self, batches, mode): ...
 
+        def allreduce_seconds(self, devices): ...
+
+    class Subclass(CostModel):  # only the required methods, the rest CostModel's defaults
+        step_costs, allreduce_seconds = PlugIn.step_costs, PlugIn.allreduce_seconds
+
     histogram = LengthHistogram.from_counts([1, 1])
-    assert ideal_speedup(PlugIn(), histogram, 2) is None
+    assert ideal_speedup(as_cost_model(PlugIn()), histogram, 2) is None
+    assert ideal_speedup(Subclass(), histogram, 2) is None
     scaling = pd.DataFrame({"strategy": ["none"], "speedup": [1.0], "ideal_speedup": [np.nan]})
     assert speedup_reference(histogram, scaling) == (histogram.theoretical_speedup, SLOT_RATIO_LABEL)
 

@@ -105,11 +105,18 @@ def test_gumbel_stragglers_reproduce_the_papers_cluster_speedups_in_both_engines
 
 def test_exchange_all_gather_uses_the_cost_models_own_hop_latency_even_when_zero():
     from simbench.costmodels import TransformerCostModel, load_hardware
+    from simbench.costmodels.base import as_cost_model
     from simbench.sim.exchange import DEFAULT_ALLGATHER_LATENCY_SECONDS, ExchangeCosts
+
+    class Silent:  # a plug-in that says nothing of its latency
+        def step_costs(self, batches, mode): ...
+
+        def allreduce_seconds(self, devices): ...
 
     assert ExchangeCosts.from_cost_model(LinearCostModel(allreduce_latency_seconds=2e-6)).allgather_seconds(5) == 8e-6
     assert ExchangeCosts.from_cost_model(LinearCostModel()).allgather_seconds(8) == 0.0
     ideal = TransformerCostModel("bert-large", load_hardware("a100", {"allreduce_latency_seconds": 0.0}))
     assert ExchangeCosts.from_cost_model(ideal).allgather_seconds(8) == 0.0
     assert ExchangeCosts.from_cost_model(TransformerCostModel("bert-large", "a100")).allgather_seconds(2) == 10e-6
-    assert ExchangeCosts.from_cost_model(object()).allgather_latency_seconds == DEFAULT_ALLGATHER_LATENCY_SECONDS
+    assert ExchangeCosts.from_cost_model(as_cost_model(Silent())).allgather_latency_seconds == \
+        DEFAULT_ALLGATHER_LATENCY_SECONDS

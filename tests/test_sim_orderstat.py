@@ -1,8 +1,7 @@
 """The order-statistics engine against exact order statistics, the per-device engine and the Gumbel closed form."""
 
 import functools
-from dataclasses import dataclass, field
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -133,9 +132,9 @@ def test_device_counts_up_to_2_20_run_and_beyond_are_refused():
 
 @dataclass(frozen=True)
 class _NoisyLinear(LinearCostModel):
-    """The linear cost model with a hardware profile's per-device step noise (costmodels.noise)."""
+    """The linear cost model with per-device step noise (costmodels.noise)."""
 
-    hardware: object = field(default_factory=lambda: SimpleNamespace(unpadded_noise_cv=0.2))
+    unpadded_noise_cv: float = 0.2
 
 
 def test_slowest_of_noisy_devices_is_the_exact_order_statistic_up_to_2_20():

@@ -25,12 +25,13 @@ def ideal_speedup(cost_model, histogram: LengthHistogram, batch_size: int) -> fl
     padding at any device count: both pay the same all-reduce per step, and adding the same time to
     both steps only brings their ratio closer to 1.
     """
-    sequence_seconds = getattr(cost_model, "ideal_sequence_seconds", None)
-    if sequence_seconds is None or histogram.sequences == 0:
+    if histogram.sequences == 0:
         return None
-    lengths = np.arange(1, histogram.max_length + 1)
+    sequence_seconds = cost_model.ideal_sequence_seconds(np.arange(1, histogram.max_length + 1))
+    if sequence_seconds is None:
+        return None
     counts = histogram.counts[:histogram.max_length].astype(np.float64)
-    ideal_seconds_per_token = counts @ sequence_seconds(lengths) / histogram.real_tokens
+    ideal_seconds_per_token = counts @ sequence_seconds / histogram.real_tokens
     # Every padded row costs the same whatever it holds: price batch_size full rows.
     rows = np.arange(batch_size)
     padded_rows = BatchSet(sequence_lengths=np.full(batch_size, histogram.max_length), sequence_row=rows,

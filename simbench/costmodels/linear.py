@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
+from simbench.costmodels.base import BatchSet, CostModel, ExecutionMode, StepCosts
 from simbench.costmodels.registry import CostModelType, register_cost_model
 
 
 @dataclass(frozen=True)
-class LinearCostModel:
+class LinearCostModel(CostModel):
     """Device time = seconds_per_token x tokens processed + step_overhead_seconds.
 
     Padded, sorted and packed rows process all their slots; un-padded ones only real tokens.

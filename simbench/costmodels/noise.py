@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simbench.costmodels.base import BatchSet, CostModel, CostModelWrapper, ExecutionMode, StepCosts
+
 
 def step_noise_factors(standard_normal: np.ndarray, cv: float) -> np.ndarray:
     """Mean-one lognormal multipliers with coefficient of variation `cv`, from standard normal draws.
@@ -27,21 +29,20 @@ def step_noise_factors(standard_normal: np.ndarray, cv: float) -> np.ndarray:
 NOISE_STREAM = 0x6E6F697365
 
 
-class StepNoise:
+class StepNoise(CostModelWrapper):
     """A cost model whose un-padded batches take a mean-one lognormal factor longer or shorter each,
-    drawn per batch (per device and step) with the hardware profile's `unpadded_noise_cv`.
+    drawn per batch (per device and step) with the model's `unpadded_noise_cv` (its hardware profile's).
 
     Fixed-shape modes are left as priced: real padded steps barely vary (see the profile field).
-    Everything else is the wrapped model's. `with_step_noise` wraps only when the profile has noise.
+    Everything else is the wrapped model's. `with_step_noise` wraps only when the model has noise.
     """
 
-    def __init__(self, cost_model, rng: np.random.Generator):
-        self.cost_model, self.rng = cost_model, rng
-        self.cv = cost_model.hardware.unpadded_noise_cv
+    def __init__(self, cost_model: CostModel, rng: np.random.Generator):
+        super().__init__(cost_model)
+        self.rng = rng
+        self.cv = cost_model.unpadded_noise_cv
 
-    def step_costs(self, batches, mode):
-        from simbench.costmodels.base import ExecutionMode, StepCosts
-
+    def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
         costs = self.cost_model.step_costs(batches, mode)
         if ExecutionMode(mode) is not ExecutionMode.UNPADDED:
             return costs
@@ -50,13 +51,9 @@ class StepNoise:
                          costs.overhead_seconds * factors, costs.masked_attention_seconds * factors,
                          costs.stall_seconds * factors)
 
-    def __getattr__(self, name):
-        return getattr(self.cost_model, name)
 
-
-def with_step_noise(cost_model, seed: int):
-    """`cost_model` itself when its profile has no un-padded noise, else a `StepNoise` seeded from `seed`."""
-    hardware = getattr(cost_model, "hardware", None)
-    if not getattr(hardware, "unpadded_noise_cv", 0.0):
+def with_step_noise(cost_model: CostModel, seed: int) -> CostModel:
+    """`cost_model` itself when it has no un-padded noise, else a `StepNoise` seeded from `seed`."""
+    if not cost_model.unpadded_noise_cv:
         return cost_model
     return StepNoise(cost_model, np.random.default_rng([seed, NOISE_STREAM]))

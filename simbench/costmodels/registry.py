@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class CostModelType:
     """A registered cost model: `build(model, hardware, gpus_per_replica)` returns a `CostModel` for the
-    simulator (a data-parallel device may be a replica of several GPUs)."""
+    simulator (a data-parallel device may be a replica of several GPUs), or an object with its required members,
+    which is given the rest's defaults (`simbench.costmodels.base.as_cost_model`)."""
 
     name: str
     description: str

@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
+from simbench.costmodels.base import BatchSet, CostModel, ExecutionMode, StepCosts
 from simbench.costmodels.collectives import Link, allreduce
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
@@ -45,7 +45,7 @@ class _Work:
 
 
 @dataclass(frozen=True)
-class TransformerCostModel:
+class TransformerCostModel(CostModel):
     """The `CostModel` of a transformer (`ModelSpec`) on a `HardwareProfile`.
 
     Device time of a batch = FLOPs / achieved FLOP/s, with the achieved rate
@@ -266,6 +266,14 @@ class TransformerCostModel:
     @property
     def vts_buffer_samples(self) -> int:
         return self.hardware.vts_buffer_samples
+
+    @property
+    def allreduce_latency_seconds(self) -> float:
+        return self.hardware.allreduce_latency_seconds
+
+    @property
+    def unpadded_noise_cv(self) -> float:
+        return self.hardware.unpadded_noise_cv
 
     def _work(self, batches: BatchSet, mode: ExecutionMode) -> _Work:
         linear = float(self.model.linear_flops_per_token)

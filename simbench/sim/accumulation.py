@@ -17,19 +17,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
+from simbench.costmodels.base import BatchSet, CostModel, CostModelWrapper, ExecutionMode, StepCosts
 
 
-class AccumulatingCostModel:
+class AccumulatingCostModel(CostModelWrapper):
     """`cost_model` with each batch run as `microbatches` microbatches; anything else is the wrapped model's."""
 
-    def __init__(self, cost_model, microbatches: int):
-        self.cost_model, self.microbatches = cost_model, microbatches
-
-    def __getattr__(self, name):
-        if name in ("cost_model", "microbatches"):
-            raise AttributeError(name)
-        return getattr(self.cost_model, name)
+    def __init__(self, cost_model: CostModel, microbatches: int):
+        super().__init__(cost_model)
+        self.microbatches = microbatches
 
     def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
         from simbench.sim.batch_rows import _microbatch_of_row as microbatch_of_row
@@ -39,7 +35,7 @@ class AccumulatingCostModel:
                          microbatch_of_row(batches, m), batches.batches * m)
         costs = self.cost_model.step_costs(micro, mode)
         # A model that prices no fixed step cost apart (the linear one) has each microbatch priced whole.
-        fixed = getattr(self.cost_model, "fixed_step_seconds", 0.0)
+        fixed = self.cost_model.fixed_step_seconds
 
         def per_step(values: np.ndarray) -> np.ndarray:
             return np.asarray(values, dtype=np.float64).reshape(batches.batches, m).sum(axis=1)
@@ -49,7 +45,7 @@ class AccumulatingCostModel:
                          per_step(costs.masked_attention_seconds), per_step(costs.stall_seconds))
 
 
-def accumulating(cost_model, microbatches: int):
+def accumulating(cost_model: CostModel, microbatches: int) -> CostModel:
     """The cost model of a step in `microbatches` microbatches: a 4D replica's with its layout's count
     replaced, else `cost_model` itself for one and an `AccumulatingCostModel` for more."""
     from simbench.sim.replica import ReplicaCostModel

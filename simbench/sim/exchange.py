@@ -42,10 +42,9 @@ class ExchangeCosts:
 
     @classmethod
     def from_cost_model(cls, cost_model) -> ExchangeCosts:
-        """Hops at the all-reduce's per-hop latency (the hardware profile's, or the cost model's own);
-        a latency set to 0 stays 0, the default is only for cost models that have none."""
-        source = getattr(cost_model, "hardware", cost_model)
-        latency = getattr(source, "allreduce_latency_seconds", None)
+        """Hops at the cost model's all-reduce per-hop latency (its hardware profile's); a latency set to 0
+        stays 0, the default is only for cost models that have none."""
+        latency = cost_model.allreduce_latency_seconds
         return cls(DEFAULT_ALLGATHER_LATENCY_SECONDS if latency is None else float(latency))
 
     def allgather_seconds(self, devices: int) -> float:

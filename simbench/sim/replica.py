@@ -29,9 +29,10 @@ from functools import cached_property
 
 import numpy as np
 
-from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
+from simbench.costmodels.base import BatchSet, CostModel, CostModelWrapper, ExecutionMode, StepCosts
 from simbench.costmodels.collectives import Link, allgather, allreduce, reduce_scatter
 from simbench.costmodels.model import FLOPS_PER_MULTIPLY_ACCUMULATE
+from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
 from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.batch_rows import _batches_between, _distinct_rows, _microbatch_of_row, _row_keys
@@ -84,25 +85,20 @@ class ReplicaSteps:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
-class ReplicaCostModel:
-    """The cost model of one data-parallel replica laid out as `layout`, over `gpu_model`, a cost model of
-    one GPU (built with gpus_per_replica 1): `step_costs` prices a replica's step, `gradient_sync` the
-    gradient synchronisation between replicas and the update after it. Anything else is the GPU model's."""
+class ReplicaCostModel(CostModel):
+    """The cost model of one data-parallel replica laid out as `layout`, over `gpu_model`, the transformer cost
+    model of one GPU (built with gpus_per_replica 1): `step_costs` prices a replica's step, `gradient_sync` the
+    gradient synchronisation between replicas and the update after it. The rest is the GPU model's."""
 
-    def __init__(self, gpu_model, layout: ParallelLayout):
-        if getattr(gpu_model, "gpus_per_replica", 1) != 1:
+    def __init__(self, gpu_model: TransformerCostModel, layout: ParallelLayout):
+        # A replica splits one GPU's attention, launch floor and fixed cost over its GPUs: the transformer's.
+        if not isinstance(gpu_model, TransformerCostModel):
+            raise InputError(f"cost model {type(gpu_model).__name__} cannot price a 4D layout; use the transformer "
+                             "cost model")
+        if gpu_model.gpus_per_replica != 1:
             raise InputError("a 4D replica is priced from a cost model of one GPU (gpus_per_replica 1)")
-        for needed in ("attention_seconds", "fixed_step_seconds"):
-            if not hasattr(gpu_model, needed):
-                raise InputError(f"cost model {type(gpu_model).__name__} cannot price a 4D layout: it has no "
-                                 f"`{needed}`; use the transformer cost model")
         self.gpu_model, self.layout = gpu_model, layout
         self.chunk_layers = layout.chunk_layers(gpu_model.model.layers)
-
-    def __getattr__(self, name):
-        if name in ("gpu_model", "layout"):
-            raise AttributeError(name)
-        return getattr(self.gpu_model, name)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -116,8 +112,30 @@ class ReplicaCostModel:
         """A new batch shape's first-sight cost on the replica: every GPU of every stage pays it once per distinct
         shape (a constant, not its layers' share of the whole model's), the stages side by side, so a replica's
         step grows by one GPU's cost."""
-        per_gpu = getattr(self.gpu_model, "first_sight_seconds", None)
-        return 0.0 if per_gpu is None else float(per_gpu(mode))
+        return float(self.gpu_model.first_sight_seconds(mode))
+
+    def vts_pipeline_stages(self) -> int | None:
+        return self.gpu_model.vts_pipeline_stages()
+
+    @property
+    def vts_buffer_samples(self) -> int:
+        return self.gpu_model.vts_buffer_samples
+
+    @property
+    def attention_parity_tokens(self) -> float | None:
+        return self.gpu_model.attention_parity_tokens
+
+    @property
+    def fixed_step_seconds(self) -> float:
+        return self.gpu_model.fixed_step_seconds
+
+    @property
+    def allreduce_latency_seconds(self) -> float | None:
+        return self.gpu_model.allreduce_latency_seconds
+
+    @property
+    def unpadded_noise_cv(self) -> float:
+        return self.gpu_model.unpadded_noise_cv
 
     def vts_stage_seconds(self, sequence_lengths, stages):
         raise InputError("VTS plans run their own pipeline; they cannot run inside a 4D layout")
@@ -198,10 +216,8 @@ class ReplicaCostModel:
         microbatch_of_row = _microbatch_of_row(batches, m)
         microbatches = BatchSet(batches.sequence_lengths, batches.sequence_row, batches.row_slots,
                                 microbatch_of_row, batches.batches * m)
-        floored_per_chunk = hasattr(gpu, "launch_floor_seconds")
         # The launch floor goes per GPU and chunk below, not on one GPU's whole-model step.
-        costs = (gpu.step_costs(microbatches, mode, floored=False) if floored_per_chunk
-                 else gpu.step_costs(microbatches, mode))
+        costs = gpu.step_costs(microbatches, mode, floored=False)
         attention = gpu.attention_seconds(microbatches, mode)
         fixed = gpu.fixed_step_seconds
         # One GPU's work on the microbatch, all layers: per-token overheads stay, the step's fixed cost goes once.
@@ -223,12 +239,10 @@ class ReplicaCostModel:
         slot_tokens = microbatches.per_batch(microbatches.row_slots.astype(np.float64), of="rows")
         communication = (self._tp_seconds(slot_tokens) + self._ring_exposed_seconds(work, slot_tokens)) / chunks
         chunk_busy = compute + padding + masked + overhead + cp_imbalance + communication
-        if floored_per_chunk:
-            # Every GPU of the replica issues all the kernels of its chunk's layers, however many GPUs share their
-            # work (tp x cp): each microbatch on a chunk takes at least that chunk's launch floor.
-            launch_bound = np.maximum(gpu.launch_floor_seconds(mode, layers=gpu.model.layers / chunks) - chunk_busy,
-                                      0.0)
-            overhead, chunk_busy = overhead + launch_bound, chunk_busy + launch_bound
+        # Every GPU of the replica issues all the kernels of its chunk's layers, however many GPUs share their
+        # work (tp x cp): each microbatch on a chunk takes at least that chunk's launch floor.
+        launch_bound = np.maximum(gpu.launch_floor_seconds(mode, layers=gpu.model.layers / chunks) - chunk_busy, 0.0)
+        overhead, chunk_busy = overhead + launch_bound, chunk_busy + launch_bound
         forward_work = (compute + padding + masked + cp_imbalance) * (1 - BACKWARD_SHARE)
         if layout.recompute == "full":
             recompute = forward_work

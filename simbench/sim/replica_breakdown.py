@@ -8,29 +8,24 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simbench.costmodels.base import BatchSet, ExecutionMode, StepCosts
+from simbench.costmodels.base import BatchSet, CostModelWrapper, ExecutionMode, StepCosts
 from simbench.sim.replica import ReplicaCostModel, ReplicaSteps, _as_step_costs
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-class _Recorder:
+class _Recorder(CostModelWrapper):
     """A replica cost model that keeps every batch it prices, by cause, for `replica_breakdown`."""
 
     def __init__(self, cost_model: ReplicaCostModel):
-        self.cost_model = cost_model
+        super().__init__(cost_model)
         self.priced: list[ReplicaSteps] = []
 
     def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
         steps = self.cost_model.replica_steps(batches, mode)
         self.priced.append(steps)
         return _as_step_costs(steps)
-
-    def __getattr__(self, name):
-        if name in ("cost_model", "priced"):
-            raise AttributeError(name)
-        return getattr(self.cost_model, name)
 
     def means_over(self, drawn_seconds: np.ndarray) -> dict[str, float]:
         """Mean seconds by cause over the drawn steps, each found among the priced batches by its total (a source

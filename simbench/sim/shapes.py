@@ -99,8 +99,7 @@ class FirstSight:
 def first_sight(source, shapes: str, training_steps: int) -> FirstSight:
     """The first-sight cost of a plan's batch source, for the scenario's `shapes` and run length."""
     settings = source.settings
-    mode_seconds = getattr(settings.cost_model, "first_sight_seconds", None)
-    seconds = float(mode_seconds(source.plan.mode)) if mode_seconds is not None else 0.0
+    seconds = float(settings.cost_model.first_sight_seconds(source.plan.mode))
     rng = np.random.default_rng([settings.seed, FIRST_SIGHT_STREAM, source.purpose])
     if shapes == "seen" or seconds == 0:
         return FirstSight(0.0, 0.0, rng)

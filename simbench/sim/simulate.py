@@ -21,7 +21,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from simbench.costmodels.base import ExecutionMode
+from simbench.costmodels.base import ExecutionMode, as_cost_model
 from simbench.costmodels.noise import StepNoise, with_step_noise
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
@@ -59,7 +59,8 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
              gpus_per_device: int = 1, baseline: ExecutionPlan | str | None = None) -> SimulationResult:
     """Simulate every plan (plus padding and the baseline) on every cluster size in `devices`.
 
-    `progress(units)` hears of work as it is done, in whole units that add up to len(with_reference(plans)) *
+    `cost_model`: a `simbench.costmodels.CostModel`, or an object with its required members (given the rest's
+    defaults, `as_cost_model`). `progress(units)` hears of work as it is done, in whole units that add up to len(with_reference(plans)) *
     len(devices): one per (plan, devices), told in parts as batches are priced and each cluster is timed.
     `packings` (by plan name, e.g. a previous result's `.packings`) are reused instead of packing again.
     `stage(text)` hears of each stage as it finishes (a packing made, a group of cluster sizes simulated).
@@ -77,6 +78,7 @@ def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devic
     check_packing_limits([plan for plan in plans if plan.name not in (packings or {})], histogram.max_length)
     check_simulation_work(simulation_rows(plans, histogram, devices, batch_size, steps, engine, baseline), max_rows)
     check_whole_number(microbatches, "microbatches", minimum=1)
+    cost_model = as_cost_model(cost_model)
     settings = SimulationSettings(histogram, with_step_noise(cost_model, seed), batch_size, steps, seed, engine,
                                   shapes, training_steps, microbatches=microbatches)
     packings = dict(packings or {})
@@ -119,6 +121,7 @@ def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, 
     `stage(text)` as each packing is made. `workers` (a `simbench.workers.ReportWorkers`) pack the slow
     built-in packers (`Strategy.slow`) side by side while this process packs the rest: the same packings,
     made in any process."""
+    cost_model = None if cost_model is None else as_cost_model(cost_model)
     settings = SimulationSettings(histogram, cost_model, batch_size, 1, seed, "auto", microbatches=microbatches)
     given, packings = dict(packings or {}), {}
     ordered = _with_reference(plans, baseline)
@@ -245,8 +248,12 @@ def _packing_call(plan: ExecutionPlan, settings: SimulationSettings) -> tuple[st
     packer, depth = request
     own = plan.source.packing_options(plan, settings.histogram, settings.batch_size, settings.microbatches)
     return packer, depth, pack_options(packer, seed=settings.seed, batch_size=settings.batch_size,
-                                       attention_parity=lambda: getattr(settings.cost_model,
-                                                                        "attention_parity_tokens", None), **own)
+                                       attention_parity=lambda: _attention_parity(settings.cost_model), **own)
+
+
+def _attention_parity(cost_model) -> float | None:
+    """The cost model's attention parity; None without a cost model (`pack_plans` may be given none)."""
+    return None if cost_model is None else cost_model.attention_parity_tokens
 
 
 def pack_options(packer: str, *, seed: int, batch_size: int,

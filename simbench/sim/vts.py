@@ -27,15 +27,15 @@ def pipeline_stages(cost_model, stages: int) -> int:
     """`stages` when given (> 0); otherwise the cost model's own pipeline (its layers, grouped)."""
     if stages:
         return int(stages)
-    model_stages = getattr(cost_model, "vts_pipeline_stages", None)
+    model_stages = cost_model.vts_pipeline_stages()
     if model_stages is None:
         raise InputError("this cost model does not say how its layers form pipeline stages; give vts:stages=S")
-    return int(model_stages())
+    return int(model_stages)
 
 
 def buffer_samples(cost_model) -> int:
     """Samples each inter-stage FIFO holds, as the cost model's hardware says."""
-    return int(getattr(cost_model, "vts_buffer_samples", 0))
+    return int(cost_model.vts_buffer_samples)
 
 
 def stage_seconds(cost_model, lengths: np.ndarray, stages: int) -> np.ndarray:

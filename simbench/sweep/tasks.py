@@ -59,7 +59,7 @@ def _attention_parity(scenario: Scenario) -> float | None:
     key = json.dumps(scenario.model_dump(mode="json", include={"model", "hardware", "cost_model", "gpus_per_replica",
                                                                "parallel"}), sort_keys=True)
     if key not in _ATTENTION_PARITY:
-        _ATTENTION_PARITY[key] = getattr(scenario_cost_model(scenario), "attention_parity_tokens", None)
+        _ATTENTION_PARITY[key] = scenario_cost_model(scenario).attention_parity_tokens
     return _ATTENTION_PARITY[key]
 
 

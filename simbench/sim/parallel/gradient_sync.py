@@ -65,9 +65,9 @@ def _exposed(seconds: float, floor_seconds: float, cover_seconds):
 
 
 def gradient_sync_of(cost_model, devices: int) -> GradientSync:
-    """The sync of `devices` replicas as `cost_model` prices it: its own `gradient_sync` where it has one (a 4D
+    """The sync of `devices` replicas as `cost_model` prices it: its own `gradient_sync` where it prices one (a 4D
     replica), else its `allreduce_seconds`, all of it after the step (the update is then in its step)."""
-    priced = getattr(cost_model, "gradient_sync", None)
+    priced = cost_model.gradient_sync(devices)
     if priced is not None:
-        return priced(devices)
+        return priced
     return GradientSync(reduce_seconds=float(cost_model.allreduce_seconds(devices)))
