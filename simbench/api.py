@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING
 
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
+from simbench.validation import (DEFAULT_BATCH_SIZE, DEFAULT_COST_MODEL, DEFAULT_ENGINE, DEFAULT_GPUS_PER_REPLICA,
+                                 DEFAULT_HARDWARE, DEFAULT_MODEL, DEFAULT_SEED, DEFAULT_SHAPES, DEFAULT_STEPS,
+                                 DEFAULT_TRAINING_STEPS)
 
 if TYPE_CHECKING:
     from simbench.costmodels import HardwareProfile
@@ -58,10 +61,11 @@ def bound(histogram: HistogramLike, max_depth: int | None = None, *, max_length:
 
 
 def simulate(histogram: HistogramLike, strategies: str | Sequence[str | ExecutionPlan], devices: Sequence[int], *,
-             model: str | dict[str, int] = "bert-large", hardware: str | Path | HardwareProfile = "a100",
-             batch_size: int = 32, steps: int = 200, seed: int = 0, engine: str = "auto", shapes: str = "auto",
-             training_steps: int = 10_000, hardware_overrides: dict | None = None, cost_model: str = "transformer",
-             gpus_per_replica: int = 1, baseline: str | ExecutionPlan | None = None,
+             model: str | dict[str, int] = DEFAULT_MODEL, hardware: str | Path | HardwareProfile = DEFAULT_HARDWARE,
+             batch_size: int = DEFAULT_BATCH_SIZE, steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED,
+             engine: str = DEFAULT_ENGINE, shapes: str = DEFAULT_SHAPES, training_steps: int = DEFAULT_TRAINING_STEPS,
+             hardware_overrides: dict | None = None, cost_model: str = DEFAULT_COST_MODEL,
+             gpus_per_replica: int = DEFAULT_GPUS_PER_REPLICA, baseline: str | ExecutionPlan | None = None,
              memory: str | None = None) -> SimulationResult:
     """Simulate data-parallel training of each strategy on each device count, as `simbench simulate` does.
 

@@ -28,8 +28,11 @@ from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.memory_budget import resolved_plans
 from simbench.sim.memory_fit import DEFAULT_MEMORY_POLICY, MEMORY_POLICIES, MemoryFit, fit_memory, memory_layout
 from simbench.sim.plans import ExecutionPlan, StepSizing, baseline_plan, parse_plans, with_reference
-from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
-from simbench.validation import check_choice, check_device_counts, check_gpus_per_replica, check_whole_number
+from simbench.sim.shapes import TRAINING_STEPS_MAX
+from simbench.validation import (DEFAULT_BATCH_SIZE, DEFAULT_COST_MODEL, DEFAULT_ENGINE, DEFAULT_GPUS_PER_REPLICA,
+                                 DEFAULT_HARDWARE, DEFAULT_MODEL, DEFAULT_SEED, DEFAULT_SHAPES, DEFAULT_STEPS,
+                                 DEFAULT_TRAINING_STEPS, check_choice, check_device_counts, check_gpus_per_replica,
+                                 check_whole_number)
 
 if TYPE_CHECKING:
     from simbench.scenario import Scenario
@@ -52,11 +55,11 @@ class Run:
     batch_size: int
     steps: int
     seed: int
-    engine: str = "auto"
-    shapes: str = "auto"
+    engine: str = DEFAULT_ENGINE
+    shapes: str = DEFAULT_SHAPES
     training_steps: int = DEFAULT_TRAINING_STEPS
-    gpus_per_replica: int = 1
-    cost_model_name: str = "transformer"
+    gpus_per_replica: int = DEFAULT_GPUS_PER_REPLICA
+    cost_model_name: str = DEFAULT_COST_MODEL
     labels: Mapping[str, str] = field(default_factory=dict)  # plan name -> the scenario's label for it
     # A replica's 4D layout: `devices` then count replicas, `batch_size` rows per replica step (all microbatches).
     layout: ParallelLayout | None = None
@@ -120,10 +123,11 @@ class Run:
 
     @classmethod
     def from_options(cls, histogram: LengthHistogram | str | Path, strategies: Sequence[str | ExecutionPlan],
-                     devices: Sequence[int], *, model: str | dict | ModelSpec = "bert-large",
-                     hardware: str | Path | HardwareProfile = "a100", overrides: Mapping | None = None,
-                     cost_model: str = "transformer", gpus_per_replica: int = 1, batch_size: int = 32,
-                     steps: int = 200, seed: int = 0, engine: str = "auto", shapes: str = "auto",
+                     devices: Sequence[int], *, model: str | dict | ModelSpec = DEFAULT_MODEL,
+                     hardware: str | Path | HardwareProfile = DEFAULT_HARDWARE, overrides: Mapping | None = None,
+                     cost_model: str = DEFAULT_COST_MODEL, gpus_per_replica: int = DEFAULT_GPUS_PER_REPLICA,
+                     batch_size: int = DEFAULT_BATCH_SIZE, steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED,
+                     engine: str = DEFAULT_ENGINE, shapes: str = DEFAULT_SHAPES,
                      training_steps: int = DEFAULT_TRAINING_STEPS, baseline: str | ExecutionPlan | None = None,
                      memory: str | None = None) -> Run:
         """The run `simbench simulate` and `simbench.simulate` describe with their options; `baseline` None is the

@@ -26,6 +26,21 @@ ROWS_PER_STEP_MAX = 1 << 22
 # statistics and coupled plans priced by distinct batches, so memory no longer grows with devices.
 DEVICES_MAX = 1 << 20
 DEFAULT_DEVICES = tuple(2**power for power in range(12))  # 1, 2, 4, ..., 2048
+# A run's settings where neither a scenario, `simbench simulate` nor `simbench.simulate` gives them: the scenario
+# schema, `Run.from_options`, the API and the command all take theirs from here.
+DEFAULT_MODEL = "bert-large"
+DEFAULT_HARDWARE = "a100"
+DEFAULT_COST_MODEL = "transformer"
+DEFAULT_GPUS_PER_REPLICA = 1
+DEFAULT_BATCH_SIZE = 32
+DEFAULT_STEPS = 200
+DEFAULT_SEED = 0
+DEFAULT_ENGINE = "auto"
+DEFAULT_SHAPES = "auto"
+# A chosen training run length when a scenario names none (`shapes: auto` averages first-sight costs over it):
+# long enough that fixed shapes cost nothing, short enough that a token budget's rarer shapes still appear new
+# (the report states it with the answer).
+DEFAULT_TRAINING_STEPS = 10_000
 # Rows (sequences or packs) one simulation may draw and price: a few minutes on two cores at most.
 # `--steps 1000000000` asked for ~10^11 and ran for hours; the default wiki512 run draws ~10^7.
 SIMULATED_ROWS_MAX = 500_000_000

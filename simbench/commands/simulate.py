@@ -12,7 +12,9 @@ import typer
 from simbench.commands.common import (QUIET_HELP, command, parse_counts, parse_strategies, print_json_lines,
                                       print_table, progress_bar, say, stage_lines)
 from simbench.sim.memory_fit import DEFAULT_MEMORY_POLICY
-from simbench.validation import DEFAULT_DEVICES, SIMULATED_ROWS_MAX
+from simbench.validation import (DEFAULT_BATCH_SIZE, DEFAULT_COST_MODEL, DEFAULT_DEVICES, DEFAULT_ENGINE,
+                                 DEFAULT_GPUS_PER_REPLICA, DEFAULT_HARDWARE, DEFAULT_MODEL, DEFAULT_SEED,
+                                 DEFAULT_SHAPES, DEFAULT_STEPS, DEFAULT_TRAINING_STEPS, SIMULATED_ROWS_MAX)
 
 TABLE_COLUMNS = ("strategy", "devices", "speed-up", "over", "tokens/s", "step ms", "waiting ms", "comm ms", "stall ms", "engine",
                  "memory")
@@ -32,22 +34,22 @@ def simulate(
                                       "default `baseline`, random batches each padded to their own longest"),
     devices: str = typer.Option(",".join(map(str, DEFAULT_DEVICES)), "--devices", "-n",
                                 help="comma-separated device counts"),
-    model: str = typer.Option("bert-large", "--model", help="model preset"),
-    hardware: str = typer.Option("a100", "--hardware", help="hardware preset or profile YAML file"),
+    model: str = typer.Option(DEFAULT_MODEL, "--model", help="model preset"),
+    hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", help="hardware preset or profile YAML file"),
     settings: list[str] = typer.Option([], "--set", help="replace a hardware profile field, FIELD=VALUE "
                                        "(repeatable), e.g. unpadded_flops_fraction=1"),
-    cost_model_name: str = typer.Option("transformer", "--cost-model",
+    cost_model_name: str = typer.Option(DEFAULT_COST_MODEL, "--cost-model",
                                         help="what prices a step: a cost model of the registry (`simbench list`)"),
-    gpus_per_replica: int = typer.Option(1, "--gpus-per-replica",
+    gpus_per_replica: int = typer.Option(DEFAULT_GPUS_PER_REPLICA, "--gpus-per-replica",
                                          help="GPUs in one data-parallel device (tensor or context parallel): "
                                               "--devices then count replicas, and figures per GPU are added"),
-    batch_size: int = typer.Option(32, "--batch-size", help="rows (packs or sequences) per device per step"),
-    steps: int = typer.Option(200, "--steps", help="training steps simulated per (strategy, devices)"),
-    seed: int = typer.Option(0, "--seed", help="seed of every random draw"),
-    engine: str = typer.Option("auto", "--engine", help="auto, simpy or vectorized"),
-    shapes: str = typer.Option("auto", "--shapes", help="which steps pay a new batch shape's first-sight cost: "
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="rows (packs or sequences) per device per step"),
+    steps: int = typer.Option(DEFAULT_STEPS, "--steps", help="training steps simulated per (strategy, devices)"),
+    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="seed of every random draw"),
+    engine: str = typer.Option(DEFAULT_ENGINE, "--engine", help="auto, simpy or vectorized"),
+    shapes: str = typer.Option(DEFAULT_SHAPES, "--shapes", help="which steps pay a new batch shape's first-sight cost: "
                                "new, seen or auto (the average over --training-steps)"),
-    training_steps: int = typer.Option(10_000, "--training-steps", help="steps of the training run simulated"),
+    training_steps: int = typer.Option(DEFAULT_TRAINING_STEPS, "--training-steps", help="steps of the training run simulated"),
     memory: str = typer.Option(DEFAULT_MEMORY_POLICY, "--memory",
                                help="a strategy over HBM: refuse (marked `does not fit`), recompute or auto (raise "
                                     "recomputation, and ZeRO, until it fits), as a scenario's `memory`"),

@@ -18,8 +18,10 @@ from simbench.scenario.specs import (_FULL, _SHORT, DatasetSpec, HardwareSpec, O
                                      StrategySpec, _by_type, _reported_at_key, _short_form, _Strict)
 from simbench.sim.memory_fit import DEFAULT_MEMORY_POLICY, MEMORY_POLICIES, memory_layout
 from simbench.sim.plans import DEFAULT_BASELINE
-from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, TRAINING_STEPS_MAX
-from simbench.validation import DEFAULT_DEVICES, DEVICES_MAX, SEEDS_MAX, check_gpus_per_replica
+from simbench.sim.shapes import TRAINING_STEPS_MAX
+from simbench.validation import (DEFAULT_BATCH_SIZE, DEFAULT_COST_MODEL, DEFAULT_DEVICES, DEFAULT_GPUS_PER_REPLICA,
+                                 DEFAULT_MODEL, DEFAULT_SEED, DEFAULT_SHAPES, DEFAULT_STEPS, DEFAULT_TRAINING_STEPS,
+                                 DEVICES_MAX, SEEDS_MAX, check_gpus_per_replica)
 
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="report folder name: letters, digits, _ . -")
@@ -28,14 +30,14 @@ class Scenario(_Strict):
     model: Annotated[
         Annotated[str, Tag(_SHORT)] | Annotated[dict[str, int | bool | str], Tag(_FULL)],
         Discriminator(_by_type),
-    ] = Field("bert-large", description="a model preset, or dimensions `{layers, hidden, heads, ffn}` with optional "
+    ] = Field(DEFAULT_MODEL, description="a model preset, or dimensions `{layers, hidden, heads, ffn}` with optional "
               "`vocab`, `max_positions` and, for decoders, `family: decoder`, `kv_heads`, `gated_mlp`, `positions` "
               "(`learned`, `rotary`), `tied_embeddings`, `biases` (`all`, `qkv`, `none`), `norm` (`layernorm`, "
               "`rmsnorm`); a model whose learned positions are fewer than `dataset.max_length` is refused; left out, "
               "`validate` and the report say so")
     hardware: HardwareSpec = Field(HardwareSpec(), description="a hardware preset or profile file (`hardware: cs-2` "
                                    "is short for `{profile: cs-2}`), or a mapping (see below)")
-    gpus_per_replica: int = Field(1, description="GPUs in one data-parallel device (tensor or context "
+    gpus_per_replica: int = Field(DEFAULT_GPUS_PER_REPLICA, description="GPUs in one data-parallel device (tensor or context "
                                   "parallel); `devices` count replicas and `scaling.csv` adds per-GPU throughput "
                                   "(`simbench simulate --gpus-per-replica`); with `parallel`, tp x pp x cp instead")
     parallel: ParallelSpec | None = Field(None, description="a 4D layout of each replica (tensor, pipeline, context "
@@ -48,7 +50,7 @@ class Scenario(_Strict):
         "up to 3 (FSDP) where there are replicas to shard over; the raised settings price the whole run, a scenario "
         "without `parallel` then running as a 1 x 1 x 1 layout; `validate` refuses a scenario where nothing fits and "
         "says what would (see Memory below)")
-    cost_model: str = Field("transformer", description="what prices a step: a cost model of the registry (`simbench "
+    cost_model: str = Field(DEFAULT_COST_MODEL, description="what prices a step: a cost model of the registry (`simbench "
                                                        "list`)")
     strategies: tuple[Annotated[
         Annotated[StrategySpec, Tag(_FULL)],
@@ -64,7 +66,7 @@ class Scenario(_Strict):
         "figures stay over `none`, which is always simulated too; VTS plans are over their own padded pipeline")
     devices: tuple[Annotated[StrictInt, Field(ge=1, le=DEVICES_MAX)], ...] = Field(
         DEFAULT_DEVICES, min_length=1, description="data-parallel cluster sizes to simulate, up to 1,048,576")
-    batch_size: StrictInt = Field(32, ge=1, description="sequences (padding, sorting, un-padding, VTS) or packs "
+    batch_size: StrictInt = Field(DEFAULT_BATCH_SIZE, ge=1, description="sequences (padding, sorting, un-padding, VTS) or packs "
                                   "(packing) per device and step; `token-budget` fills `batch_size x max_length` "
                                   "padded slots (or its `budget_tokens`), `group-by-length` takes the sequences whose mean length fills them")
     compare_at: Literal["equal-tokens", "as-configured"] = Field(
@@ -72,14 +74,14 @@ class Scenario(_Strict):
         "gradient accumulation) to the same expected real tokens, within 5 % of each other (the scenario's step "
         "at the best efficiency any strategy's rows reach; docs/scenarios.md \"Equal footing\"); as-configured: "
         "every strategy at `batch_size` as given, flagged where their real tokens per step differ by over 10 %")
-    steps: StrictInt = Field(200, ge=1, description="simulated training steps per strategy and device count")
+    steps: StrictInt = Field(DEFAULT_STEPS, ge=1, description="simulated training steps per strategy and device count")
     shapes: Literal["new", "seen", "auto"] = Field(
-        "auto", description="which steps pay a new batch shape's first-sight cost: new (every variable shape, "
+        DEFAULT_SHAPES, description="which steps pay a new batch shape's first-sight cost: new (every variable shape, "
         "a run's first steps), seen (none, steady state) or auto (the average over training_steps)")
     training_steps: StrictInt = Field(DEFAULT_TRAINING_STEPS, ge=1, le=TRAINING_STEPS_MAX, description="steps of the training run being "
                                       "simulated: how often a device meets a batch shape for the first time")
     # Strict: `seed: true` is a mistake, not seed 1.
-    seed: StrictInt = Field(0, ge=0, description="seeds every random draw; `--seed` replaces it")
+    seed: StrictInt = Field(DEFAULT_SEED, ge=0, description="seeds every random draw; `--seed` replaces it")
     seeds: StrictInt = Field(1, ge=1, le=SEEDS_MAX, description="whole simulations run with seeds seed, seed+1, "
                              "... on the same packings: the report gives their mean and the spread across them "
                              f"(up to {SEEDS_MAX}; `--seeds` replaces it)")

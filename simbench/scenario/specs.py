@@ -18,7 +18,7 @@ from simbench.costmodels.layout import ParallelLayout
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, bundled_histograms, load_histogram
 from simbench.sim.plans import ExecutionPlan, PlanType, plan_fields, plan_from_fields, plan_type
-from simbench.validation import DEVICES_MAX, check_max_depth
+from simbench.validation import DEFAULT_HARDWARE, DEVICES_MAX, check_max_depth
 
 PLOTS = ("histogram", "packing", "scaling", "gumbel", "timeline", "breakdown")
 # Synthetic documents split into pieces are counted up to this length in max-lengths; the tail beyond
@@ -186,7 +186,7 @@ _BUILT_HISTOGRAMS: dict[str, LengthHistogram] = {}
 
 
 class HardwareSpec(_Strict):
-    profile: str = Field("a100", description="a hardware preset or a profile YAML file, e.g. one written by "
+    profile: str = Field(DEFAULT_HARDWARE, description="a hardware preset or a profile YAML file, e.g. one written by "
                          "`simbench calibrate` or `simbench fit-logs`")
     overrides: dict[str, Any] = Field(default_factory=dict, description="profile fields to replace, e.g. "
                                       "`{allreduce_bytes_per_s: 1.0e10}`")

@@ -21,9 +21,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 SHAPES = ("new", "seen", "auto")
-# A chosen run length when a scenario names none: long enough that fixed shapes cost nothing, short enough
-# that a token budget's rarer shapes still appear new (the report states it with the answer).
-DEFAULT_TRAINING_STEPS = 10_000
 # The longest training run a scenario or command may name: far beyond any run (a trillion steps).
 TRAINING_STEPS_MAX = 10**12
 # Shape draws per plan to measure D(S): enough for every shape of a token budget or sorted batching.

@@ -34,10 +34,10 @@ from simbench.sim.plans import (BatchSource, ExecutionPlan, SimulationSettings, 
                                  parse_plans, with_reference)
 from simbench.sim.pricing import DeviceCosts
 from simbench.sim.results import PlanRun, SimulationResult, summarize
-from simbench.sim.shapes import DEFAULT_TRAINING_STEPS, SHAPES, first_sight
+from simbench.sim.shapes import SHAPES, first_sight
 from simbench.strategies import get_strategy
 from simbench.strategies.packing import PackOptions, Packing
-from simbench.validation import (SIMULATED_ROWS_MAX, check_choice, check_device_counts, check_rows_per_step,
+from simbench.validation import (DEFAULT_ENGINE, DEFAULT_SHAPES, DEFAULT_TRAINING_STEPS, SIMULATED_ROWS_MAX, check_choice, check_device_counts, check_rows_per_step,
                                  check_seed, check_simulation_work, check_whole_number)
 
 ENGINES = ("auto", "simpy", "vectorized", "order-statistics")
@@ -51,10 +51,10 @@ LATENCY_SAMPLES_MAX = 100_000
 
 
 def simulate(histogram: LengthHistogram, plans: list[ExecutionPlan | str], devices: list[int], cost_model, *,
-             batch_size: int, steps: int, seed: int, engine: str = "auto",
+             batch_size: int, steps: int, seed: int, engine: str = DEFAULT_ENGINE,
              progress: Callable[[int], None] | None = None,
              packings: dict[str, Packing] | None = None, max_rows: int = SIMULATED_ROWS_MAX,
-             stage: Callable[[str], None] | None = None, shapes: str = "auto",
+             stage: Callable[[str], None] | None = None, shapes: str = DEFAULT_SHAPES,
              training_steps: int = DEFAULT_TRAINING_STEPS, microbatches: int = 1,
              gpus_per_device: int = 1, baseline: ExecutionPlan | str | None = None) -> SimulationResult:
     """Simulate every plan (plus padding and the baseline) on every cluster size in `devices`.

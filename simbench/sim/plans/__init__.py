@@ -29,6 +29,7 @@ from simbench.errors import InputError, did_you_mean
 from simbench.registry import Registry
 from simbench.sim.exchange import Exchange  # noqa: F401  (a plan names its exchange; the step timing owns it)
 from simbench.strategies import STRATEGIES
+from simbench.validation import DEFAULT_SHAPES, DEFAULT_TRAINING_STEPS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,8 +119,8 @@ class SimulationSettings:
     steps: int
     seed: int
     engine: str
-    shapes: str = "auto"  # which steps pay a new shape's first-sight cost (sim.shapes)
-    training_steps: int = 10_000  # sim.shapes.DEFAULT_TRAINING_STEPS: the length of the run being simulated, for shapes "auto"
+    shapes: str = DEFAULT_SHAPES  # which steps pay a new shape's first-sight cost (sim.shapes)
+    training_steps: int = DEFAULT_TRAINING_STEPS  # the length of the run being simulated, for shapes "auto"
     microbatches: int = 1  # a device's `batch_size` rows run as this many microbatches (a 4D replica's)
     # Steps priced once and shared by plans drawing the same batches (both padding exchanges).
     priced_steps: dict = field(default_factory=dict, compare=False, repr=False)
