@@ -3,16 +3,20 @@ predicted, other H200 measurements (not in the grid) are predicted, and bad grid
 
 import dataclasses
 import json
+import pathlib
 
 import numpy as np
 import pytest
 
-from simbench.calibrate.gridfit import (FIRST_SIGHT_FIELDS, GRID_PROFILE_FIELDS, SHIPPED_GRID, fit_grid, load_timing_grid,
-                                        predict_grid, shipped_grid_fit, slice_model)
+from simbench.calibrate.gridfit import (FIRST_SIGHT_FIELDS, FITTED_FIELDS, GRID_KERNELS_PER_LAYER, GRID_PROFILE_FIELDS,
+                                        SHIPPED_GRID, GridPrices, fit_grid, grid_base, load_timing_grid, predict_grid,
+                                        shipped_grid_fit, slice_model)
 from simbench.costmodels.base import BatchSet, ExecutionMode
-from simbench.costmodels.hardware import HARDWARE_PRESETS, load_hardware
+from simbench.costmodels.hardware import HARDWARE_PRESETS, HardwareProfile, load_hardware
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
+
+PROFILES = pathlib.Path(__file__).parent.parent / "profiles"
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +46,27 @@ def test_the_fit_does_not_depend_on_float_noise(fit):
               for i, t in enumerate(timings)]
     np.testing.assert_allclose(predict_grid(fit_grid(nudged).profile, timings),
                                predict_grid(fit.profile, timings), rtol=1e-6)
+
+
+@pytest.mark.parametrize("grid, base", [(SHIPPED_GRID, "h200"),
+                                        (PROFILES / "grid-cpu-tiny.grid.jsonl", PROFILES / "grid-cpu-tiny.yaml")])
+def test_the_solvers_prices_are_the_cost_models(grid, base):
+    """The solver's per-timing prices (GridPrices) equal TransformerCostModel's (predict_grid) at random terms
+    within the fit's bounds, launch floors binding or not: the fit prices steps as the simulator does."""
+    timings = load_timing_grid(grid)
+    prices, base_data = GridPrices.of(timings), grid_base(load_hardware(base))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        values = {}
+        for name, ((lower, upper), scale) in FITTED_FIELDS.items():
+            low, high = max(lower, scale / 30), min(upper, 10 * scale)
+            values[name] = float(low * (high / low) ** rng.uniform())
+        values["varlen_floor_ratio"] = round(GRID_KERNELS_PER_LAYER * values["varlen_floor_ratio"]) / GRID_KERNELS_PER_LAYER
+        profile = HardwareProfile.model_validate(
+            {**base_data, **{k: v for k, v in values.items() if k != "varlen_floor_ratio"},
+             "varlen_kernels_per_layer": round(GRID_KERNELS_PER_LAYER * values["varlen_floor_ratio"])})
+        np.testing.assert_allclose(prices.seconds(np.array(list(values.values()))), predict_grid(profile, timings),
+                                   rtol=1e-12)
 
 
 def test_held_out_timings_are_predicted_within_six_percent(fit):
@@ -75,9 +100,7 @@ def test_other_h200_measurements_are_predicted():
     the grid and never fitted on: causal rows of 1k-128k tokens and varlen packs. The grid's decoder steps all
     hold ~16k tokens, so its token saturation comes mostly from the encoder: 8k-token steps of the 2-layer
     slice come out 9-11 % slow, the 128k one 8 % fast (docs/calibration.md). Held to 12 %."""
-    import pathlib
-
-    record = json.loads((pathlib.Path(__file__).parent.parent / "profiles" / "decoder-h200.json").read_text())
+    record = json.loads((PROFILES / "decoder-h200.json").read_text())
     calibration = record["calibrations"][0] if "calibrations" in record else record
     profile = load_hardware("h200", {"optimizer_seconds_per_parameter": 0.0, "step_overhead_seconds": 0.0,
                                      "input_bytes_per_token": 0.0})
