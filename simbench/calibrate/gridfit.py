@@ -30,7 +30,8 @@ from simbench.costmodels.base import BatchSet, ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import MODEL_PRESETS, ModelSpec
 from simbench.costmodels.transformer import TransformerCostModel
-from simbench.errors import InputError, read_text_file
+from simbench.calibrate.jsonlines import JsonLine, json_lines
+from simbench.errors import InputError
 
 # A copy of ../shared/measurements/h200-2026-11 (one NVIDIA H200, PyTorch 2.11, bf16, eager; its README says how).
 SHIPPED_GRID = Path(str(resources.files("simbench.data"))) / "measurements" / "h200-2026-11" / "grid.jsonl"
@@ -48,6 +49,9 @@ TIMING_WORK_MAX = 1 << 36
 # so that pricing a grid costs at most about twice what pricing the shipped one does.
 TIMING_ELEMENTS_MAX = 4_096
 GRID_ELEMENTS_MAX = 16_384
+# Lines a grid may hold: every evaluation of the fit prices each, so that a fit and its uncertainty end within
+# seconds on 2 cores (the shipped grid holds 54, a model's GPU grid about 30).
+GRID_TIMINGS_MAX = 512
 # Eager PyTorch issues about 1,200 kernels a step for 24 encoder layers (the grid's README): 50 a layer.
 # The count is held; the host's time per kernel is fitted, so only their product (the floor) matters.
 GRID_KERNELS_PER_LAYER = 50
@@ -76,7 +80,9 @@ FITTED_FIELDS = {
 FIT_STARTS = 8
 FIT_START_SPREAD = 4.0
 FIT_TOLERANCE = 1e-12
-FIT_EVALUATIONS_MAX = 2_000
+# A start not settled within this many evaluations stops where it is: on the grids shipped, every start that
+# reaches the best minimum settles within 60, and the cap bounds a fit's time whatever the grid.
+FIT_EVALUATIONS_MAX = 200
 FIT_TIE_RELATIVE = 1e-9
 _FORWARD_STEP = float(np.finfo(np.float64).eps) ** 0.5
 # Each start is solved in the solver's fixed coordinates and in coordinates scaled by the Jacobian: each reaches
@@ -134,6 +140,7 @@ class GridFit:
     timings: tuple[GridTiming, ...]
     predicted_seconds: np.ndarray  # by the profile fitted on every timing
     held_out_predicted_seconds: np.ndarray  # of the held-out timings, by the profile fitted without them
+    values: dict[str, float]  # the fitted terms (FITTED_FIELDS) before the profile rounds the varlen floor
 
     @property
     def errors(self) -> np.ndarray:
@@ -163,36 +170,23 @@ class GridFit:
 
 def load_timing_grid(path: str | Path) -> list[GridTiming]:
     """Read a timing grid (JSON lines); a bad line is an InputError naming the file and line."""
-    source = str(path)
-    text = read_text_file(path, "timing grid (JSON lines)")
     timings, elements = [], 0
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        timings.append(_timing_of_line(line, source, number))
+    for line in json_lines(path, "timing grid", GRID_FIELDS):
+        if len(timings) == GRID_TIMINGS_MAX:
+            raise line.error(f"the timing grid holds more than {GRID_TIMINGS_MAX:,} timings, more than its fit may "
+                             "price at every step; split the grid")
+        timings.append(_timing_of_line(line))
         elements += timing_elements(timings[-1])
         if elements > GRID_ELEMENTS_MAX:
-            raise InputError(f"the timing grid's lines up to here hold {elements:,} padded rows and varlen documents, "
-                             f"more than the {GRID_ELEMENTS_MAX:,} its fit may price at every step; split the grid",
-                             source=source, line=number)
+            raise line.error(f"the timing grid's lines up to here hold {elements:,} padded rows and varlen documents, "
+                             f"more than the {GRID_ELEMENTS_MAX:,} its fit may price at every step; split the grid")
     if not timings:
-        raise InputError("the timing grid holds no timings", source=source)
+        raise InputError("the timing grid holds no timings", source=str(path))
     return timings
 
 
-def _timing_of_line(line: str, source: str, number: int) -> GridTiming:
-    def bad(message: str) -> InputError:
-        return InputError(message, source=source, line=number)
-
-    try:
-        record = json.loads(line)
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise bad(f"not a JSON object: {error}") from None
-    if not isinstance(record, dict):
-        raise bad("each line must be a JSON object")
-    missing = [key for key in GRID_FIELDS if key not in record]
-    if missing:
-        raise bad(f"missing field(s) {', '.join(missing)}")
+def _timing_of_line(line: JsonLine) -> GridTiming:
+    record, bad = line.record, line.error
     if record["model"] not in MODEL_PRESETS:
         raise bad(f"unknown model {record['model']!r} (model presets: {', '.join(MODEL_PRESETS)})")
     if record["kind"] not in KINDS:
@@ -422,16 +416,25 @@ def _fit_values(timings: Sequence[GridTiming]) -> dict[str, float]:
     # machines. Every start of a fixed set is solved to tight tolerances with fixed coordinate scales, and the
     # lowest cost wins (the earliest start on a tie), so the same grid gives the same profile anywhere.
     best = None
-    for point in _starts(coordinates.start, coordinates.lower, coordinates.upper):
-        for x_scale in FIT_COORDINATE_SCALES:
-            solution = _solve(prices, measured, coordinates, point, x_scale)
-            if best is None or solution.cost < best.cost * (1 - FIT_TIE_RELATIVE):
-                best = solution
+    with _one_blas_thread():
+        for point in _starts(coordinates.start, coordinates.lower, coordinates.upper):
+            for x_scale in FIT_COORDINATE_SCALES:
+                solution = _solve(prices, measured, coordinates, point, x_scale)
+                if best is None or solution.cost < best.cost * (1 - FIT_TIE_RELATIVE):
+                    best = solution
     return dict(zip(FITTED_FIELDS, coordinates.values(best.x).tolist()))
 
 
+def _one_blas_thread():
+    """BLAS on one thread while a fit solves: its small matrices gain nothing from threads, which on a busy
+    machine made each step many times slower, and a result should not depend on the thread count."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1)
+
+
 def _solve(prices: GridPrices, measured_log_seconds: np.ndarray, coordinates: _Coordinates, start: np.ndarray,
-           x_scale):
+           x_scale, evaluations_max: int = FIT_EVALUATIONS_MAX):
     """One start's least squares, in the solver's coordinates."""
     from scipy.optimize import least_squares
 
@@ -451,7 +454,7 @@ def _solve(prices: GridPrices, measured_log_seconds: np.ndarray, coordinates: _C
 
     return least_squares(residuals, start, jac=jacobian, bounds=(coordinates.lower, coordinates.upper),
                          x_scale=x_scale, ftol=FIT_TOLERANCE, xtol=FIT_TOLERANCE, gtol=FIT_TOLERANCE,
-                         max_nfev=FIT_EVALUATIONS_MAX)
+                         max_nfev=evaluations_max)
 
 
 def _starts(start: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> list[np.ndarray]:
@@ -552,17 +555,75 @@ def fit_grid(timings: Sequence[GridTiming], base: HardwareProfile | str = "h200"
     values = _fit_values(timings)
     base_data.update(first_sight_fields(timings))
     profile = _profile(base_data, values)
-    return GridFit(profile, timings, predict_grid(profile, timings), held_out_predicted)
+    return GridFit(profile, timings, predict_grid(profile, timings), held_out_predicted, values)
+
+
+# Each fitted term's uncertainty: its standard deviation over bootstrap resamples of the grid's lines, drawn within
+# each model and attention path (so that every resample holds the kinds of timing each term needs), each refitted
+# from the fit's own minimum. 64 resamples state a standard deviation to about 10 % (1 / sqrt(2 x 63)).
+BOOTSTRAP_RESAMPLES = 64
+BOOTSTRAP_SEED = 0
+BOOTSTRAP_EVALUATIONS_MAX = 100
+BOOTSTRAP_RULE = (f"one standard deviation over {BOOTSTRAP_RESAMPLES} bootstrap resamples of the grid's lines, drawn "
+                  f"within each model and attention path (seed {BOOTSTRAP_SEED}), each refitted from the fit's minimum")
+# The shipped grid's uncertainty, which the h200 preset states: written by `python -m simbench.calibrate.gridfit`.
+SHIPPED_UNCERTAINTY = SHIPPED_GRID.with_name("grid_uncertainty.json")
+# The profile field each fitted term sets, and the factor from the term to the field.
+_FIELD_OF_TERM = {"varlen_floor_ratio": ("varlen_kernels_per_layer", GRID_KERNELS_PER_LAYER)}
+
+
+def fit_uncertainty(fit: GridFit, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> dict[str, float]:
+    """Each fitted profile field's uncertainty (BOOTSTRAP_RULE), in the field's units. A term the timings hold no
+    evidence for is left out: one held fixed, or one no timing's price moves with at the fit (a launch floor no
+    step reaches), which a resample would leave where it is."""
+    timings = fit.timings
+    coordinates, prices = _Coordinates.of(timings), GridPrices.of(timings)
+    measured = np.log([timing.median_seconds for timing in timings])
+    fitted = np.array([fit.values[name] for name in FITTED_FIELDS])
+    start = np.clip(np.where(coordinates.held, coordinates.start, fitted / coordinates.scales), coordinates.lower,
+                    coordinates.upper)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for index, timing in enumerate(timings):
+        groups.setdefault((timing.model, timing.kind), []).append(index)
+    rng = np.random.default_rng(seed)
+    draws = []
+    with _one_blas_thread():
+        for _ in range(resamples):
+            lines = np.concatenate([rng.choice(members, len(members)) for members in groups.values()])
+            solution = _solve(prices.take(lines), measured[lines], coordinates, start, 1.0, BOOTSTRAP_EVALUATIONS_MAX)
+            draws.append(coordinates.values(solution.x))
+    spread = np.std(draws, axis=0, ddof=1)
+    uncertainty = {}
+    for index, name in enumerate(FITTED_FIELDS):
+        if coordinates.held[index] or not _moves_a_price(prices, fitted, index, coordinates.scales[index]):
+            continue
+        field, factor = _FIELD_OF_TERM.get(name, (name, 1))
+        # Three digits: a standard deviation of 64 resamples is itself known to about 10 %.
+        uncertainty[field] = float(f"{spread[index] * factor:.3g}")
+    return uncertainty
+
+
+def _moves_a_price(prices: GridPrices, values: np.ndarray, index: int, scale: float) -> bool:
+    """Whether any timing's price changes with the term at `index` a millionth of its value (or scale) either side
+    of `values`."""
+    step = max(abs(values[index]), scale) * 1e-6
+    moved = np.repeat(values[:, np.newaxis], 2, axis=1)
+    moved[index] += (-step, step)
+    return bool(np.any(prices.log_seconds(moved) != prices.log_seconds(values)))
 
 
 def fitted_profile(fit: GridFit, base: HardwareProfile | str, source: str) -> HardwareProfile:
-    """The base profile with the grid's fitted terms, marked measured, and the raw timings kept."""
+    """The base profile with the grid's fitted terms, marked measured, each with its uncertainty
+    (`fit_uncertainty`), and the raw timings kept."""
     fitted = {name: getattr(fit.profile, name) for name in GRID_PROFILE_FIELDS}
     base_profile = load_hardware(base)
     provenance = {**base_profile.provenance, **{name: f"fitted: {source}" for name in GRID_PROFILE_FIELDS}}
+    uncertainty = {**{name: value for name, value in base_profile.uncertainty.items() if name not in fitted},
+                   **fit_uncertainty(fit)}
     record = {"grid": [dataclasses.asdict(timing) for timing in fit.timings],
-              "held_out": HELD_OUT_RULE, "held_out_errors": fit.error_rows()}
+              "held_out": HELD_OUT_RULE, "held_out_errors": fit.error_rows(), "uncertainty": BOOTSTRAP_RULE}
     return base_profile.model_copy(update={**fitted, "provenance": provenance, "calibration": record,
+                                           "uncertainty": uncertainty,
                                            "source": f"{base_profile.source} GPU terms fitted: {source}"})
 
 
@@ -576,3 +637,14 @@ GRID_PROFILE_FIELDS = ("linear_flops_per_s", "dense_half_saturation_width", "att
 # The first-sight terms a grid fit gives; the h200 preset takes them from a measurement of its own instead
 # (many shapes, each new to a fresh process: `simbench.calibrate.firstsight`).
 FIRST_SIGHT_FIELDS = ("first_sight_padded_seconds", "first_sight_varlen_seconds")
+
+
+def shipped_uncertainty_record() -> dict:
+    """What SHIPPED_UNCERTAINTY holds: the shipped grid fit's uncertainty (`fit_uncertainty`) and how it was made."""
+    return {"grid": SHIPPED_GRID.name, "rule": BOOTSTRAP_RULE, "written by": "python -m simbench.calibrate.gridfit",
+            "uncertainty": fit_uncertainty(shipped_grid_fit())}
+
+
+if __name__ == "__main__":
+    SHIPPED_UNCERTAINTY.write_text(json.dumps(shipped_uncertainty_record(), indent=1) + "\n")
+    print(SHIPPED_UNCERTAINTY)
