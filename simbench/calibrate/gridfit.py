@@ -10,7 +10,8 @@ The grid's format is the stored H200 grid's (simbench/data/measurements/h200-202
 a line with model, layers, kind (padded | varlen), rows, row_length, documents, tokens, first_ms and
 median_ms. A fit's predictions go through `TransformerCostModel`, so the fit and the simulator price a step the
 same way; its solver evaluates the same prices written out per timing (`GridPrices`, held equal by the tests).
-It never imports torch: a grid timed elsewhere is fitted on any machine.
+Each fitted term's uncertainty comes from a bootstrap over the grid's lines (`fit_uncertainty`), written in a
+profile beside the term. It never imports torch: a grid timed elsewhere is fitted on any machine.
 """
 
 from __future__ import annotations
