@@ -62,10 +62,11 @@ def test_the_solvers_prices_are_the_cost_models(grid, base):
         for name, ((lower, upper), scale) in FITTED_FIELDS.items():
             low, high = max(lower, scale / 30), min(upper, 10 * scale)
             values[name] = float(low * (high / low) ** rng.uniform())
-        values["varlen_floor_ratio"] = round(GRID_KERNELS_PER_LAYER * values["varlen_floor_ratio"]) / GRID_KERNELS_PER_LAYER
+        kernels = round(GRID_KERNELS_PER_LAYER * values["varlen_floor_ratio"])  # a profile's whole kernels
+        values["varlen_floor_ratio"] = kernels / GRID_KERNELS_PER_LAYER
         profile = HardwareProfile.model_validate(
             {**base_data, **{k: v for k, v in values.items() if k != "varlen_floor_ratio"},
-             "varlen_kernels_per_layer": round(GRID_KERNELS_PER_LAYER * values["varlen_floor_ratio"])})
+             "varlen_kernels_per_layer": kernels})
         np.testing.assert_allclose(prices.seconds(np.array(list(values.values()))), predict_grid(profile, timings),
                                    rtol=1e-12)
 
@@ -286,3 +287,15 @@ def test_a_value_set_over_a_fitted_one_drops_its_uncertainty():
 def test_a_profiles_uncertainty_names_its_fields_and_is_a_spread(uncertainty, message):
     with pytest.raises(InputError, match=f"`uncertainty`.*{message}"):
         load_hardware("a100", {"uncertainty": uncertainty})
+
+
+def test_times_far_too_short_for_their_work_are_refused_not_fitted_past_any_device(tmp_path):
+    """Every step of a 405B slice's 8 layers timed at a microsecond: rates past a zettaFLOP/s, an InputError that
+    names them (it was a pydantic traceback)."""
+    path = tmp_path / "grid.jsonl"
+    path.write_text("".join(json.dumps({"model": "llama-3.1-405b", "layers": 8, "kind": "padded", "rows": rows,
+                                        "row_length": length, "documents": None, "tokens": rows * length,
+                                        "first_ms": 0.001, "median_ms": 0.001}) + "\n"
+                            for rows in (1, 2, 4, 8, 16, 32, 64) for length in (128, 256)))
+    with pytest.raises(InputError, match=r"fit terms no device has \(linear_flops_per_s .*at most 1e\+21"):
+        fit_grid(load_timing_grid(path))

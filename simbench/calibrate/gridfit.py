@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from simbench.calibrate.jsonlines import JsonLine, json_lines
 from simbench.costmodels.base import BatchSet, ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import MODEL_PRESETS, ModelSpec
 from simbench.costmodels.transformer import TransformerCostModel
-from simbench.calibrate.jsonlines import JsonLine, json_lines
 from simbench.errors import InputError
 
 # A copy of ../shared/measurements/h200-2026-11 (one NVIDIA H200, PyTorch 2.11, bf16, eager; its README says how).
@@ -296,16 +296,24 @@ def _batch_set(timings: Sequence[GridTiming]) -> BatchSet:
 
 
 def _profile(base: dict, values: dict[str, float]) -> HardwareProfile:
+    from pydantic import ValidationError
+
     data = {**base, **{k: v for k, v in values.items() if k != "varlen_floor_ratio"}}
     data["varlen_kernels_per_layer"] = round(GRID_KERNELS_PER_LAYER * values["varlen_floor_ratio"])
-    return HardwareProfile.model_validate(data)
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as error:  # times far too short for their work: rates past any device's
+        problems = "; ".join(f"{'.'.join(map(str, item['loc']))} {item['input']:.4g}: "
+                             f"{item['msg'].removeprefix('Value error, ')}" for item in error.errors())
+        raise InputError(f"the timing grid's steps fit terms no device has ({problems}); are its times in "
+                         "milliseconds?") from None
 
 
 @dataclass(frozen=True)
 class GridPrices:
     """Each timing's step price on a `grid_base` profile as `TransformerCostModel` gives it, written out per timing
-    as a function of the fitted terms (FITTED_FIELDS), so that a fit prices every timing and its derivatives at
-    once: microseconds an evaluation, where building a profile and cost models took milliseconds.
+    as a function of the fitted terms (FITTED_FIELDS), so that a fit prices every timing at once, at several
+    points in one call: microseconds an evaluation, where building a profile and cost models took milliseconds.
     tests/test_gridfit.py holds it equal to `predict_grid`. A step takes the longer of its device time and the
     host's launch floor:
 
@@ -407,6 +415,7 @@ class _Coordinates:
         shape = (-1,) + (1,) * (np.ndim(scaled) - 1)
         return np.where(self.held.reshape(shape), self.held_values.reshape(shape), scaled * self.scales.reshape(shape))
 
+
 def _fit_values(timings: Sequence[GridTiming]) -> dict[str, float]:
     """Least squares on log step times (every timing counts by its relative error)."""
     coordinates = _Coordinates.of(timings)
@@ -444,8 +453,10 @@ def _solve(prices: GridPrices, measured_log_seconds: np.ndarray, coordinates: _C
 
     def jacobian(scaled: np.ndarray) -> np.ndarray:
         # Forward differences, as scipy's "2-point" scheme takes them (a step of sqrt(eps) x max(1, |x|), backwards
-        # where forwards leaves the bounds), all terms priced in one call: the cost is not smooth where a step meets
-        # its launch floor, and the shipped profile was fitted so; exact derivatives there stop at other points.
+        # where forwards leaves the bounds), every term's step priced in one call. The cost is not smooth where a
+        # step meets its launch floor, and which minimum a start reaches depends on how derivatives are taken:
+        # exact ones reach others (on the shipped grid, from one start, one of 3 % lower cost); the shipped
+        # profile is the minimum these differences reach.
         steps = _FORWARD_STEP * np.where(scaled >= 0, 1.0, -1.0) * np.maximum(1.0, np.abs(scaled))
         steps = np.where((scaled + steps > coordinates.upper) | (scaled + steps < coordinates.lower), -steps, steps)
         moved = scaled[:, np.newaxis] + np.diag(steps)

@@ -273,7 +273,8 @@ def _h200_grid_uncertainty() -> dict[str, float]:
 
     from simbench.data import bundled_file
 
-    return json.loads(bundled_file(*H200_GRID_UNCERTAINTY_FILE.split("/", 1)).read_text(encoding="utf-8"))["uncertainty"]
+    record = bundled_file(*H200_GRID_UNCERTAINTY_FILE.split("/", 1)).read_text(encoding="utf-8")
+    return json.loads(record)["uncertainty"]
 
 
 def _a100() -> HardwareProfile:
