@@ -148,3 +148,26 @@ def test_layers_and_a_base_profile_go_with_a_grid(tmp_path):
     result = runner.invoke(app, ["calibrate", "--quick", "--layers", "2", "-o", str(tmp_path / "p.yaml")])
     assert isinstance(result.exception, InputError), result.output
     assert "--layers and --hardware go with --grid or --timings" in str(result.exception)
+
+
+def test_a_fitted_profile_states_each_fitted_terms_uncertainty_and_list_shows_it(tmp_path):
+    """`calibrate --timings` writes each fitted term's bootstrap spread in the profile, says how it was made, and
+    `list --profile` shows it beside the term (and nothing beside a term nobody fitted)."""
+    from simbench.calibrate.gridfit import BOOTSTRAP_RULE
+
+    output = tmp_path / "p.yaml"
+    result = runner.invoke(app, ["calibrate", "--timings", str(COMMITTED_GRID), "--hardware", str(COMMITTED_PROFILE),
+                                 "-o", str(output)])
+    assert result.exit_code == 0, result.output
+    profile = load_hardware(output)
+    assert profile.calibration["uncertainty"] == BOOTSTRAP_RULE
+    assert {"linear_flops_per_s", "attention_flops_per_s"} <= set(profile.uncertainty) <= set(GRID_PROFILE_FIELDS)
+    # A CPU grid of one width, encoder only: those terms are held, not fitted, and state no spread.
+    assert "dense_half_saturation_width" not in profile.uncertainty
+    listed = runner.invoke(app, ["list", "--profile", str(output), "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {row["field"]: row for row in map(json.loads, listed.stdout.splitlines())}
+    spread = profile.uncertainty["linear_flops_per_s"]
+    assert rows["linear_flops_per_s"]["uncertainty"] == (
+        f"± {spread:.3g} ({spread / profile.linear_flops_per_s:.1%})")
+    assert rows["step_overhead_seconds"]["uncertainty"] == ""

@@ -3,16 +3,21 @@ predicted, other H200 measurements (not in the grid) are predicted, and bad grid
 
 import dataclasses
 import json
+import pathlib
 
 import numpy as np
 import pytest
 
-from simbench.calibrate.gridfit import (FIRST_SIGHT_FIELDS, GRID_PROFILE_FIELDS, SHIPPED_GRID, fit_grid, load_timing_grid,
-                                        predict_grid, shipped_grid_fit, slice_model)
+from simbench.calibrate.gridfit import (FIRST_SIGHT_FIELDS, FITTED_FIELDS, GRID_KERNELS_PER_LAYER, GRID_PROFILE_FIELDS,
+                                        SHIPPED_GRID, SHIPPED_UNCERTAINTY, GridPrices, fit_grid, fit_uncertainty,
+                                        grid_base, load_timing_grid, predict_grid, shipped_grid_fit,
+                                        shipped_uncertainty_record, slice_model)
 from simbench.costmodels.base import BatchSet, ExecutionMode
-from simbench.costmodels.hardware import HARDWARE_PRESETS, load_hardware
+from simbench.costmodels.hardware import HARDWARE_PRESETS, HardwareProfile, load_hardware
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
+
+PROFILES = pathlib.Path(__file__).parent.parent / "profiles"
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +47,28 @@ def test_the_fit_does_not_depend_on_float_noise(fit):
               for i, t in enumerate(timings)]
     np.testing.assert_allclose(predict_grid(fit_grid(nudged).profile, timings),
                                predict_grid(fit.profile, timings), rtol=1e-6)
+
+
+@pytest.mark.parametrize("grid, base", [(SHIPPED_GRID, "h200"),
+                                        (PROFILES / "grid-cpu-tiny.grid.jsonl", PROFILES / "grid-cpu-tiny.yaml")])
+def test_the_solvers_prices_are_the_cost_models(grid, base):
+    """The solver's per-timing prices (GridPrices) equal TransformerCostModel's (predict_grid) at random terms
+    within the fit's bounds, launch floors binding or not: the fit prices steps as the simulator does."""
+    timings = load_timing_grid(grid)
+    prices, base_data = GridPrices.of(timings), grid_base(load_hardware(base))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        values = {}
+        for name, ((lower, upper), scale) in FITTED_FIELDS.items():
+            low, high = max(lower, scale / 30), min(upper, 10 * scale)
+            values[name] = float(low * (high / low) ** rng.uniform())
+        kernels = round(GRID_KERNELS_PER_LAYER * values["varlen_floor_ratio"])  # a profile's whole kernels
+        values["varlen_floor_ratio"] = kernels / GRID_KERNELS_PER_LAYER
+        profile = HardwareProfile.model_validate(
+            {**base_data, **{k: v for k, v in values.items() if k != "varlen_floor_ratio"},
+             "varlen_kernels_per_layer": kernels})
+        np.testing.assert_allclose(prices.seconds(np.array(list(values.values()))), predict_grid(profile, timings),
+                                   rtol=1e-12)
 
 
 def test_held_out_timings_are_predicted_within_six_percent(fit):
@@ -75,9 +102,7 @@ def test_other_h200_measurements_are_predicted():
     the grid and never fitted on: causal rows of 1k-128k tokens and varlen packs. The grid's decoder steps all
     hold ~16k tokens, so its token saturation comes mostly from the encoder: 8k-token steps of the 2-layer
     slice come out 9-11 % slow, the 128k one 8 % fast (docs/calibration.md). Held to 12 %."""
-    import pathlib
-
-    record = json.loads((pathlib.Path(__file__).parent.parent / "profiles" / "decoder-h200.json").read_text())
+    record = json.loads((PROFILES / "decoder-h200.json").read_text())
     calibration = record["calibrations"][0] if "calibrations" in record else record
     profile = load_hardware("h200", {"optimizer_seconds_per_parameter": 0.0, "step_overhead_seconds": 0.0,
                                      "input_bytes_per_token": 0.0})
@@ -108,6 +133,7 @@ def test_other_h200_measurements_are_predicted():
      '"tokens": 8, "first_ms": 1, "median_ms": 1e-300}', "median_ms must be a time in milliseconds"),
     ('{"model": "bert-large", "layers": 1, "kind": "varlen", "rows": 1, "row_length": 8, "documents": [4, 5], '
      '"tokens": 8, "first_ms": 1, "median_ms": 1}', "documents fill it"),
+    ('{"model": "bert-large", "layers": 1' + "0" * 5_000 + "}", "not a JSON object: Exceeds the limit"),
 ])
 def test_bad_grid_lines_are_refused_by_line(tmp_path, line, message):
     path = tmp_path / "grid.jsonl"
@@ -148,6 +174,16 @@ def test_a_grid_holding_more_rows_than_a_fit_may_price_is_refused_at_the_line_th
     with pytest.raises(InputError, match="split the grid") as error:
         load_timing_grid(path)
     assert error.value.line == GRID_ELEMENTS_MAX // TIMING_ELEMENTS_MAX + 1
+
+
+def test_a_grid_of_more_lines_than_a_fit_may_price_is_refused_at_the_first_line_past_the_bound(tmp_path):
+    from simbench.calibrate.gridfit import GRID_TIMINGS_MAX
+
+    path = tmp_path / "grid.jsonl"
+    path.write_text("\n".join(_line("tiny", 1, 1, 128) for _ in range(GRID_TIMINGS_MAX + 1)) + "\n")
+    with pytest.raises(InputError, match=f"more than {GRID_TIMINGS_MAX:,} timings") as error:
+        load_timing_grid(path)
+    assert error.value.line == GRID_TIMINGS_MAX + 1
 
 
 def test_every_grid_the_project_times_passes_the_work_bound():
@@ -200,3 +236,66 @@ def test_a_grid_of_one_padded_size_is_refused():
     timings = [t for t in load_timing_grid(SHIPPED_GRID) if t.kind == "varlen" or t.tokens == 16384]
     with pytest.raises(InputError, match="padded shapes hold 1 distinct token count"):
         fit_grid(timings)
+
+
+def test_the_h200_presets_uncertainty_is_the_shipped_grids_bootstrap(fit):
+    """The file the h200 preset reads is what `python -m simbench.calibrate.gridfit` writes (stated to 3 digits),
+    with a spread for every term the grid fits; the preset states it beside those terms."""
+    record = json.loads(SHIPPED_UNCERTAINTY.read_text())
+    written = shipped_uncertainty_record()
+    assert {key: value for key, value in record.items() if key != "uncertainty"} == {
+        key: value for key, value in written.items() if key != "uncertainty"}
+    assert record["uncertainty"] == pytest.approx(written["uncertainty"], rel=1e-2)
+    terms = {name for name in FITTED_FIELDS if name != "varlen_floor_ratio"} | {"varlen_kernels_per_layer"}
+    assert set(record["uncertainty"]) == terms and all(value > 0 for value in record["uncertainty"].values())
+    h200 = HARDWARE_PRESETS["h200"]
+    assert h200.uncertainty == record["uncertainty"]
+    assert all(h200.provenance[name].startswith("fitted") for name in h200.uncertainty)
+
+
+def test_more_evidence_narrows_every_terms_spread(fit):
+    """Every line four times over, resampled from the same minimum: a bootstrap spread about half as wide
+    (1 / sqrt(4)) for every term."""
+    once = fit_uncertainty(fit)
+    fourfold = fit_uncertainty(dataclasses.replace(fit, timings=fit.timings * 4))
+    assert set(fourfold) == set(once)
+    assert all(fourfold[name] < 0.75 * once[name] for name in once), {n: fourfold[n] / once[n] for n in once}
+
+
+def test_a_bootstrap_is_deterministic_and_leaves_out_terms_without_evidence():
+    bert = fit_grid([t for t in load_timing_grid(SHIPPED_GRID) if t.model == "bert-large"])
+    first = fit_uncertainty(bert, resamples=16)
+    assert first == fit_uncertainty(bert, resamples=16)
+    assert first != fit_uncertainty(bert, resamples=16, seed=1)
+    # One width and no decoder: the width's saturation and causal varlen attention are held, not fitted.
+    assert not {"dense_half_saturation_width", "varlen_causal_attention_fraction",
+                "varlen_causal_half_length_tokens"} & set(first)
+    assert {"linear_flops_per_s", "varlen_bidirectional_attention_fraction"} <= set(first)
+
+
+def test_a_value_set_over_a_fitted_one_drops_its_uncertainty():
+    assert "attention_flops_per_s" not in load_hardware("h200", {"attention_flops_per_s": 5e14}).uncertainty
+    assert "linear_flops_per_s" in load_hardware("h200", {"attention_flops_per_s": 5e14}).uncertainty
+    ideal = HARDWARE_PRESETS["h200-ideal"]
+    assert "varlen_causal_attention_fraction" not in ideal.uncertainty and "linear_flops_per_s" in ideal.uncertainty
+
+
+@pytest.mark.parametrize("uncertainty, message", [({"linear_flop_per_s": 1.0}, "not a numeric field"),
+                                                  ({"name": 1.0}, "not a numeric field"),
+                                                  ({"linear_flops_per_s": -1.0}, "finite standard deviation"),
+                                                  ({"linear_flops_per_s": float("inf")}, "finite standard deviation")])
+def test_a_profiles_uncertainty_names_its_fields_and_is_a_spread(uncertainty, message):
+    with pytest.raises(InputError, match=f"`uncertainty`.*{message}"):
+        load_hardware("a100", {"uncertainty": uncertainty})
+
+
+def test_times_far_too_short_for_their_work_are_refused_not_fitted_past_any_device(tmp_path):
+    """Every step of a 405B slice's 8 layers timed at a microsecond: rates past a zettaFLOP/s, an InputError that
+    names them (it was a pydantic traceback)."""
+    path = tmp_path / "grid.jsonl"
+    path.write_text("".join(json.dumps({"model": "llama-3.1-405b", "layers": 8, "kind": "padded", "rows": rows,
+                                        "row_length": length, "documents": None, "tokens": rows * length,
+                                        "first_ms": 0.001, "median_ms": 0.001}) + "\n"
+                            for rows in (1, 2, 4, 8, 16, 32, 64) for length in (128, 256)))
+    with pytest.raises(InputError, match=r"fit terms no device has \(linear_flops_per_s .*at most 1e\+21"):
+        fit_grid(load_timing_grid(path))

@@ -17,7 +17,7 @@ from simbench.errors import InputError
 from simbench.histogram_build import _percent, build_histogram
 from simbench.resolved import Run
 
-NOT_NUMBERS = ("name", "source", "calibration", "provenance", "unpad_group_boundaries")
+NOT_NUMBERS = ("name", "source", "calibration", "provenance", "uncertainty", "unpad_group_boundaries")
 NUMERIC_FIELDS = [name for name in HardwareProfile.model_fields if name not in NOT_NUMBERS]
 
 

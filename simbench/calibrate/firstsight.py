@@ -13,14 +13,14 @@ slices timed (their layers and widths). Never imports torch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from simbench.errors import InputError, read_text_file
+from simbench.calibrate.jsonlines import JsonLine, json_lines
+from simbench.errors import InputError
 
 SHIPPED_FIRST_SIGHT = (Path(str(resources.files("simbench.data"))) / "measurements" / "h200-2026-11-28"
                        / "firstsight.jsonl")
@@ -45,29 +45,15 @@ class FirstSightRun:
 
 def load_first_sight(path: str | Path) -> list[FirstSightRun]:
     """Read first-sight timings (JSON lines); a bad line is an InputError naming the file and line."""
-    source = str(path)
-    runs = []
-    for number, line in enumerate(read_text_file(path, "first-sight timings (JSON lines)").splitlines(), start=1):
-        if line.strip():
-            runs.append(_run_of_line(line, source, number))
+    runs = [_run_of_line(line) for line in json_lines(path, "first-sight timings", ("layers", "hidden", "kind",
+                                                                                     "shapes"))]
     if not runs:
-        raise InputError("the first-sight file holds no timings", source=source)
+        raise InputError("the first-sight file holds no timings", source=str(path))
     return runs
 
 
-def _run_of_line(line: str, source: str, number: int) -> FirstSightRun:
-    def bad(message: str) -> InputError:
-        return InputError(message, source=source, line=number)
-
-    try:
-        record = json.loads(line)
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise bad(f"not a JSON object: {error}") from None
-    if not isinstance(record, dict):
-        raise bad("each line must be a JSON object")
-    missing = [key for key in ("layers", "hidden", "kind", "shapes") if key not in record]
-    if missing:
-        raise bad(f"missing field(s) {', '.join(missing)}")
+def _run_of_line(line: JsonLine) -> FirstSightRun:
+    record, bad = line.record, line.error
     if record["kind"] not in FIRST_SIGHT_FIELD_OF_KIND:
         raise bad(f"kind must be one of {', '.join(FIRST_SIGHT_FIELD_OF_KIND)}, found {record['kind']!r}")
     for key in ("layers", "hidden"):

@@ -8,8 +8,10 @@ variable-length batches of model slices), and says how well it predicts the timi
 
 The grid's format is the stored H200 grid's (simbench/data/measurements/h200-2026-11): one JSON object
 a line with model, layers, kind (padded | varlen), rows, row_length, documents, tokens, first_ms and
-median_ms. Every prediction goes through `TransformerCostModel`, so the fit and the simulator price a step
-the same way. It never imports torch: a grid timed elsewhere is fitted on any machine.
+median_ms. A fit's predictions go through `TransformerCostModel`, so the fit and the simulator price a step the
+same way; its solver evaluates the same prices written out per timing (`GridPrices`, held equal by the tests).
+Each fitted term's uncertainty comes from a bootstrap over the grid's lines (`fit_uncertainty`), written in a
+profile beside the term. It never imports torch: a grid timed elsewhere is fitted on any machine.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
+from simbench.calibrate.jsonlines import JsonLine, json_lines
 from simbench.costmodels.base import BatchSet, ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import MODEL_PRESETS, ModelSpec
 from simbench.costmodels.transformer import TransformerCostModel
-from simbench.errors import InputError, read_text_file
+from simbench.errors import InputError
 
 # A copy of ../shared/measurements/h200-2026-11 (one NVIDIA H200, PyTorch 2.11, bf16, eager; its README says how).
 SHIPPED_GRID = Path(str(resources.files("simbench.data"))) / "measurements" / "h200-2026-11" / "grid.jsonl"
@@ -47,6 +50,9 @@ TIMING_WORK_MAX = 1 << 36
 # so that pricing a grid costs at most about twice what pricing the shipped one does.
 TIMING_ELEMENTS_MAX = 4_096
 GRID_ELEMENTS_MAX = 16_384
+# Lines a grid may hold: every evaluation of the fit prices each, so that a fit and its uncertainty end within
+# seconds on 2 cores (the shipped grid holds 54, a model's GPU grid about 30).
+GRID_TIMINGS_MAX = 512
 # Eager PyTorch issues about 1,200 kernels a step for 24 encoder layers (the grid's README): 50 a layer.
 # The count is held; the host's time per kernel is fitted, so only their product (the floor) matters.
 GRID_KERNELS_PER_LAYER = 50
@@ -75,8 +81,11 @@ FITTED_FIELDS = {
 FIT_STARTS = 8
 FIT_START_SPREAD = 4.0
 FIT_TOLERANCE = 1e-12
-FIT_EVALUATIONS_MAX = 2_000
+# A start not settled within this many evaluations stops where it is: on the grids shipped, every start that
+# reaches the best minimum settles within 60, and the cap bounds a fit's time whatever the grid.
+FIT_EVALUATIONS_MAX = 200
 FIT_TIE_RELATIVE = 1e-9
+_FORWARD_STEP = float(np.finfo(np.float64).eps) ** 0.5
 # Each start is solved in the solver's fixed coordinates and in coordinates scaled by the Jacobian: each reaches
 # minima the other misses on some grids.
 FIT_COORDINATE_SCALES = (1.0, "jac")
@@ -132,6 +141,7 @@ class GridFit:
     timings: tuple[GridTiming, ...]
     predicted_seconds: np.ndarray  # by the profile fitted on every timing
     held_out_predicted_seconds: np.ndarray  # of the held-out timings, by the profile fitted without them
+    values: dict[str, float]  # the fitted terms (FITTED_FIELDS) before the profile rounds the varlen floor
 
     @property
     def errors(self) -> np.ndarray:
@@ -161,36 +171,23 @@ class GridFit:
 
 def load_timing_grid(path: str | Path) -> list[GridTiming]:
     """Read a timing grid (JSON lines); a bad line is an InputError naming the file and line."""
-    source = str(path)
-    text = read_text_file(path, "timing grid (JSON lines)")
     timings, elements = [], 0
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        timings.append(_timing_of_line(line, source, number))
+    for line in json_lines(path, "timing grid", GRID_FIELDS):
+        if len(timings) == GRID_TIMINGS_MAX:
+            raise line.error(f"the timing grid holds more than {GRID_TIMINGS_MAX:,} timings, more than its fit may "
+                             "price at every step; split the grid")
+        timings.append(_timing_of_line(line))
         elements += timing_elements(timings[-1])
         if elements > GRID_ELEMENTS_MAX:
-            raise InputError(f"the timing grid's lines up to here hold {elements:,} padded rows and varlen documents, "
-                             f"more than the {GRID_ELEMENTS_MAX:,} its fit may price at every step; split the grid",
-                             source=source, line=number)
+            raise line.error(f"the timing grid's lines up to here hold {elements:,} padded rows and varlen documents, "
+                             f"more than the {GRID_ELEMENTS_MAX:,} its fit may price at every step; split the grid")
     if not timings:
-        raise InputError("the timing grid holds no timings", source=source)
+        raise InputError("the timing grid holds no timings", source=str(path))
     return timings
 
 
-def _timing_of_line(line: str, source: str, number: int) -> GridTiming:
-    def bad(message: str) -> InputError:
-        return InputError(message, source=source, line=number)
-
-    try:
-        record = json.loads(line)
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise bad(f"not a JSON object: {error}") from None
-    if not isinstance(record, dict):
-        raise bad("each line must be a JSON object")
-    missing = [key for key in GRID_FIELDS if key not in record]
-    if missing:
-        raise bad(f"missing field(s) {', '.join(missing)}")
+def _timing_of_line(line: JsonLine) -> GridTiming:
+    record, bad = line.record, line.error
     if record["model"] not in MODEL_PRESETS:
         raise bad(f"unknown model {record['model']!r} (model presets: {', '.join(MODEL_PRESETS)})")
     if record["kind"] not in KINDS:
@@ -299,66 +296,177 @@ def _batch_set(timings: Sequence[GridTiming]) -> BatchSet:
 
 
 def _profile(base: dict, values: dict[str, float]) -> HardwareProfile:
+    from pydantic import ValidationError
+
     data = {**base, **{k: v for k, v in values.items() if k != "varlen_floor_ratio"}}
     data["varlen_kernels_per_layer"] = round(GRID_KERNELS_PER_LAYER * values["varlen_floor_ratio"])
-    return HardwareProfile.model_validate(data)
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as error:  # times far too short for their work: rates past any device's
+        problems = "; ".join(f"{'.'.join(map(str, item['loc']))} {item['input']:.4g}: "
+                             f"{item['msg'].removeprefix('Value error, ')}" for item in error.errors())
+        raise InputError(f"the timing grid's steps fit terms no device has ({problems}); are its times in "
+                         "milliseconds?") from None
 
 
-def _fit_values(base: dict, timings: Sequence[GridTiming]) -> dict[str, float]:
-    """Least squares on log step times (every timing counts by its relative error)."""
-    from scipy.optimize import least_squares
+@dataclass(frozen=True)
+class GridPrices:
+    """Each timing's step price on a `grid_base` profile as `TransformerCostModel` gives it, written out per timing
+    as a function of the fitted terms (FITTED_FIELDS), so that a fit prices every timing at once, at several
+    points in one call: microseconds an evaluation, where building a profile and cost models took milliseconds.
+    tests/test_gridfit.py holds it equal to `predict_grid`. A step takes the longer of its device time and the
+    host's launch floor:
 
-    names = list(FITTED_FIELDS)
-    gpu_scales = np.array([FITTED_FIELDS[name][1] for name in names])
-    lower = np.array([FITTED_FIELDS[name][0][0] for name in names]) / gpu_scales
-    upper = np.array([FITTED_FIELDS[name][0][1] for name in names]) / gpu_scales
-    # The solver's coordinates are a GPU's values over their scales: bounds and start carry over to a slower
-    # device with its rates' scales multiplied by how much slower it is.
-    rate_scale = _rate_scale(timings)
-    scales = gpu_scales * np.array([rate_scale if name in RATE_FIELDS else 1.0 for name in names])
-    measured = np.array([timing.median_seconds for timing in timings])
-    varlen = np.array([timing.kind == "varlen" for timing in timings])
-    layers = np.array([timing.layers for timing in timings])
-    decoder = any(MODEL_PRESETS[t.model].is_decoder and t.kind == "varlen" for t in timings)
-    encoder = any(not MODEL_PRESETS[t.model].is_decoder and t.kind == "varlen" for t in timings)
-    widths = {MODEL_PRESETS[t.model].hidden for t in timings}
+        device = (tokens + half_saturation_tokens) / tokens x (dense + attention)
+        dense = linear FLOPs x (width + dense_half_saturation_width) / (width x linear_flops_per_s)
+        attention = attention FLOPs / attention_flops_per_s on padded rows; on varlen batches the sum over
+                    documents of FLOPs per token^2 x tiled keys x (length + half_length) / (rate x fraction)
+        floor = layers x GRID_KERNELS_PER_LAYER x host_seconds_per_kernel (x varlen_floor_ratio if varlen)
+    """
 
-    def values_of(scaled: np.ndarray) -> dict[str, float]:
-        values = dict(zip(names, scaled * scales))
+    tokens: np.ndarray
+    linear_flops: np.ndarray
+    linear_flops_per_width: np.ndarray
+    attention_flops: np.ndarray  # padded rows' attention (0 for varlen batches)
+    varlen_flops: np.ndarray  # a varlen batch's FLOPs per token^2 x sum of tiled keys x length (0 if padded)
+    varlen_flops_per_half_length: np.ndarray  # ... x sum of tiled keys: what each token of half-length adds
+    floor_kernels: np.ndarray  # layers x GRID_KERNELS_PER_LAYER
+    varlen: np.ndarray
+    decoder: np.ndarray
+
+    @classmethod
+    def of(cls, timings: Sequence[GridTiming]) -> GridPrices:
+        columns: dict[str, list] = {name: [] for name in cls.__dataclass_fields__}
+        for timing in timings:
+            model = slice_model(timing.model, timing.layers)
+            linear, attention = float(model.linear_flops_per_token), float(model.attention_flops_per_token_squared)
+            varlen = timing.documents is not None
+            lengths = np.array(timing.documents if varlen else (), dtype=np.float64)
+            keys = np.ceil(lengths / VARLEN_TILE_TOKENS) * VARLEN_TILE_TOKENS
+            for name, value in (("tokens", float(timing.tokens)), ("linear_flops", linear * timing.tokens),
+                                ("linear_flops_per_width", linear * timing.tokens / model.hidden),
+                                ("attention_flops", 0.0 if varlen else attention * timing.rows * timing.row_length**2),
+                                ("varlen_flops", attention * float(keys @ lengths)),
+                                ("varlen_flops_per_half_length", attention * float(keys.sum())),
+                                ("floor_kernels", float(timing.layers * GRID_KERNELS_PER_LAYER)),
+                                ("varlen", varlen), ("decoder", model.is_decoder)):
+                columns[name].append(value)
+        return cls(**{name: np.array(values) for name, values in columns.items()})
+
+    def take(self, indices: np.ndarray) -> GridPrices:
+        """The prices of the timings at `indices` (repeats allowed: a bootstrap resample)."""
+        return GridPrices(**{name: getattr(self, name)[indices] for name in self.__dataclass_fields__})
+
+    def seconds(self, values: np.ndarray) -> np.ndarray:
+        return np.exp(self.log_seconds(values))
+
+    def log_seconds(self, values: np.ndarray) -> np.ndarray:
+        """The log of each timing's step seconds at `values` (in FITTED_FIELDS' order); values of shape (terms,
+        points) give a row of logs per point."""
+        values = np.asarray(values, dtype=np.float64)[..., np.newaxis]
+        (linear_rate, half_width, attention_rate, half_tokens, host_seconds, floor_ratio,
+         causal_fraction, causal_half, bidirectional_fraction, bidirectional_half) = values
+        fraction = np.where(self.decoder, causal_fraction, bidirectional_fraction)
+        half_length = np.where(self.decoder, causal_half, bidirectional_half)
+        dense = (self.linear_flops + self.linear_flops_per_width * half_width) / linear_rate
+        varlen = (self.varlen_flops + self.varlen_flops_per_half_length * half_length) / (attention_rate * fraction)
+        device = (self.tokens + half_tokens) / self.tokens * (dense + self.attention_flops / attention_rate + varlen)
+        floor = self.floor_kernels * host_seconds * np.where(self.varlen, floor_ratio, 1.0)
+        return np.log(np.maximum(device, floor))
+
+
+@dataclass(frozen=True)
+class _Coordinates:
+    """The solver's coordinates: each fitted term over its scale, within its bounds; the terms a grid holds no
+    evidence for are held at fixed values."""
+
+    scales: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    held: np.ndarray  # True where the term is held at `held_values`
+    held_values: np.ndarray
+    start: np.ndarray  # the usual start, within the bounds
+
+    @classmethod
+    def of(cls, timings: Sequence[GridTiming]) -> _Coordinates:
+        names = list(FITTED_FIELDS)
+        gpu_scales = np.array([FITTED_FIELDS[name][1] for name in names])
+        # The solver's coordinates are a GPU's values over their scales: bounds and start carry over to a slower
+        # device with its rates' scales multiplied by how much slower it is.
+        rate_scale = _rate_scale(timings)
+        scales = gpu_scales * np.array([rate_scale if name in RATE_FIELDS else 1.0 for name in names])
+        held: dict[str, float] = {}
         # One width cannot tell a width effect from the rate: the rate takes it all.
-        if len(widths) < 2:
-            values["dense_half_saturation_width"] = 0.0
+        if len({MODEL_PRESETS[t.model].hidden for t in timings}) < 2:
+            held["dense_half_saturation_width"] = 0.0
         # A direction of attention the grid never ran varlen keeps dense attention's rate.
-        if not decoder:
-            values.update(varlen_causal_attention_fraction=1.0, varlen_causal_half_length_tokens=0.0)
-        if not encoder:
-            values.update(varlen_bidirectional_attention_fraction=1.0, varlen_bidirectional_half_length_tokens=0.0)
-        return values
+        if not any(MODEL_PRESETS[t.model].is_decoder and t.kind == "varlen" for t in timings):
+            held.update(varlen_causal_attention_fraction=1.0, varlen_causal_half_length_tokens=0.0)
+        if not any(not MODEL_PRESETS[t.model].is_decoder and t.kind == "varlen" for t in timings):
+            held.update(varlen_bidirectional_attention_fraction=1.0, varlen_bidirectional_half_length_tokens=0.0)
+        lower = np.array([FITTED_FIELDS[name][0][0] for name in names]) / gpu_scales
+        upper = np.array([FITTED_FIELDS[name][0][1] for name in names]) / gpu_scales
+        start = np.clip(np.array([_START[name] for name in names]) / gpu_scales, lower + 1e-9, upper - 1e-9)
+        return cls(scales, lower, upper, np.array([name in held for name in names]),
+                   np.array([held.get(name, 0.0) for name in names]), start)
 
-    def residuals(scaled: np.ndarray) -> np.ndarray:
-        # The varlen floor is continuous here (the ratio of kernels); the profile rounds it at the end.
-        values = values_of(scaled)
-        profile = HardwareProfile.model_validate(
-            {**base, **{k: v for k, v in values.items() if k != "varlen_floor_ratio"},
-             "varlen_kernels_per_layer": None})
-        floors = layers * GRID_KERNELS_PER_LAYER * values["host_seconds_per_kernel"] * values["varlen_floor_ratio"]
-        predicted = predict_grid(profile, timings)
-        predicted = np.where(varlen, np.maximum(predicted, floors), predicted)
-        return np.log(predicted / measured)
+    def values(self, scaled: np.ndarray) -> np.ndarray:
+        """The terms' values at the solver's coordinates (terms x points for several points)."""
+        shape = (-1,) + (1,) * (np.ndim(scaled) - 1)
+        return np.where(self.held.reshape(shape), self.held_values.reshape(shape), scaled * self.scales.reshape(shape))
 
-    start = np.clip(np.array([_START[name] for name in names]) / gpu_scales, lower + 1e-9, upper - 1e-9)
+
+def _fit_values(timings: Sequence[GridTiming]) -> dict[str, float]:
+    """Least squares on log step times (every timing counts by its relative error)."""
+    coordinates = _Coordinates.of(timings)
+    prices = GridPrices.of(timings)
+    measured = np.log([timing.median_seconds for timing in timings])
     # The cost has several local minima (a faster host per kernel against a slower rate, a saturation that
     # trades with the attention rate); which one an adaptive solver reaches from one start differed between
     # machines. Every start of a fixed set is solved to tight tolerances with fixed coordinate scales, and the
     # lowest cost wins (the earliest start on a tie), so the same grid gives the same profile anywhere.
     best = None
-    for point in _starts(start, lower, upper):
-        for x_scale in FIT_COORDINATE_SCALES:
-            solution = least_squares(residuals, point, bounds=(lower, upper), x_scale=x_scale, ftol=FIT_TOLERANCE,
-                                     xtol=FIT_TOLERANCE, gtol=FIT_TOLERANCE, max_nfev=FIT_EVALUATIONS_MAX)
-            if best is None or solution.cost < best.cost * (1 - FIT_TIE_RELATIVE):
-                best = solution
-    return values_of(best.x)
+    with _one_blas_thread():
+        for point in _starts(coordinates.start, coordinates.lower, coordinates.upper):
+            for x_scale in FIT_COORDINATE_SCALES:
+                solution = _solve(prices, measured, coordinates, point, x_scale)
+                if best is None or solution.cost < best.cost * (1 - FIT_TIE_RELATIVE):
+                    best = solution
+    return dict(zip(FITTED_FIELDS, coordinates.values(best.x).tolist()))
+
+
+def _one_blas_thread():
+    """BLAS on one thread while a fit solves: its small matrices gain nothing from threads, which on a busy
+    machine made each step many times slower, and a result should not depend on the thread count."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1)
+
+
+def _solve(prices: GridPrices, measured_log_seconds: np.ndarray, coordinates: _Coordinates, start: np.ndarray,
+           x_scale, evaluations_max: int = FIT_EVALUATIONS_MAX):
+    """One start's least squares, in the solver's coordinates."""
+    from scipy.optimize import least_squares
+
+    def residuals(scaled: np.ndarray) -> np.ndarray:
+        return prices.log_seconds(coordinates.values(scaled)) - measured_log_seconds
+
+    def jacobian(scaled: np.ndarray) -> np.ndarray:
+        # Forward differences, as scipy's "2-point" scheme takes them (a step of sqrt(eps) x max(1, |x|), backwards
+        # where forwards leaves the bounds), every term's step priced in one call. The cost is not smooth where a
+        # step meets its launch floor, and which minimum a start reaches depends on how derivatives are taken:
+        # exact ones reach others (on the shipped grid, from one start, one of 3 % lower cost); the shipped
+        # profile is the minimum these differences reach.
+        steps = _FORWARD_STEP * np.where(scaled >= 0, 1.0, -1.0) * np.maximum(1.0, np.abs(scaled))
+        steps = np.where((scaled + steps > coordinates.upper) | (scaled + steps < coordinates.lower), -steps, steps)
+        moved = scaled[:, np.newaxis] + np.diag(steps)
+        steps = np.diag(moved) - scaled
+        base = residuals(scaled)
+        return ((prices.log_seconds(coordinates.values(moved)) - measured_log_seconds - base) / steps[:, np.newaxis]).T
+
+    return least_squares(residuals, start, jac=jacobian, bounds=(coordinates.lower, coordinates.upper),
+                         x_scale=x_scale, ftol=FIT_TOLERANCE, xtol=FIT_TOLERANCE, gtol=FIT_TOLERANCE,
+                         max_nfev=evaluations_max)
 
 
 def _starts(start: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> list[np.ndarray]:
@@ -442,8 +550,8 @@ def check_evidence(timings: Sequence[GridTiming]) -> None:
 
 @functools.lru_cache(maxsize=1)
 def shipped_grid_fit() -> GridFit:
-    """The fit of the shipped H200 grid, made once a process: its multi-start fit takes most of a minute on
-    2 cores, and the shipped profile, its tests and its doctest all read it."""
+    """The fit of the shipped H200 grid, made once a process: the shipped profile, its tests and its doctest all
+    read it."""
     return fit_grid(load_timing_grid(SHIPPED_GRID))
 
 
@@ -454,22 +562,80 @@ def fit_grid(timings: Sequence[GridTiming], base: HardwareProfile | str = "h200"
     held_in = [timing for timing in timings if not timing.held_out]
     held_out = [timing for timing in timings if timing.held_out]
     check_evidence(held_in)
-    partial = _profile(base_data, _fit_values(base_data, held_in))
+    partial = _profile(base_data, _fit_values(held_in))
     held_out_predicted = predict_grid(partial, held_out) if held_out else np.zeros(0)
-    values = _fit_values(base_data, timings)
+    values = _fit_values(timings)
     base_data.update(first_sight_fields(timings))
     profile = _profile(base_data, values)
-    return GridFit(profile, timings, predict_grid(profile, timings), held_out_predicted)
+    return GridFit(profile, timings, predict_grid(profile, timings), held_out_predicted, values)
+
+
+# Each fitted term's uncertainty: its standard deviation over bootstrap resamples of the grid's lines, drawn within
+# each model and attention path (so that every resample holds the kinds of timing each term needs), each refitted
+# from the fit's own minimum. 64 resamples state a standard deviation to about 10 % (1 / sqrt(2 x 63)).
+BOOTSTRAP_RESAMPLES = 64
+BOOTSTRAP_SEED = 0
+BOOTSTRAP_EVALUATIONS_MAX = 100
+BOOTSTRAP_RULE = (f"one standard deviation over {BOOTSTRAP_RESAMPLES} bootstrap resamples of the grid's lines, drawn "
+                  f"within each model and attention path (seed {BOOTSTRAP_SEED}), each refitted from the fit's minimum")
+# The shipped grid's uncertainty, which the h200 preset states: written by `python -m simbench.calibrate.gridfit`.
+SHIPPED_UNCERTAINTY = SHIPPED_GRID.with_name("grid_uncertainty.json")
+# The profile field each fitted term sets, and the factor from the term to the field.
+_FIELD_OF_TERM = {"varlen_floor_ratio": ("varlen_kernels_per_layer", GRID_KERNELS_PER_LAYER)}
+
+
+def fit_uncertainty(fit: GridFit, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> dict[str, float]:
+    """Each fitted profile field's uncertainty (BOOTSTRAP_RULE), in the field's units. A term the timings hold no
+    evidence for is left out: one held fixed, or one no timing's price moves with at the fit (a launch floor no
+    step reaches), which a resample would leave where it is."""
+    timings = fit.timings
+    coordinates, prices = _Coordinates.of(timings), GridPrices.of(timings)
+    measured = np.log([timing.median_seconds for timing in timings])
+    fitted = np.array([fit.values[name] for name in FITTED_FIELDS])
+    start = np.clip(np.where(coordinates.held, coordinates.start, fitted / coordinates.scales), coordinates.lower,
+                    coordinates.upper)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for index, timing in enumerate(timings):
+        groups.setdefault((timing.model, timing.kind), []).append(index)
+    rng = np.random.default_rng(seed)
+    draws = []
+    with _one_blas_thread():
+        for _ in range(resamples):
+            lines = np.concatenate([rng.choice(members, len(members)) for members in groups.values()])
+            solution = _solve(prices.take(lines), measured[lines], coordinates, start, 1.0, BOOTSTRAP_EVALUATIONS_MAX)
+            draws.append(coordinates.values(solution.x))
+    spread = np.std(draws, axis=0, ddof=1)
+    uncertainty = {}
+    for index, name in enumerate(FITTED_FIELDS):
+        if coordinates.held[index] or not _moves_a_price(prices, fitted, index, coordinates.scales[index]):
+            continue
+        field, factor = _FIELD_OF_TERM.get(name, (name, 1))
+        # Three digits: a standard deviation of 64 resamples is itself known to about 10 %.
+        uncertainty[field] = float(f"{spread[index] * factor:.3g}")
+    return uncertainty
+
+
+def _moves_a_price(prices: GridPrices, values: np.ndarray, index: int, scale: float) -> bool:
+    """Whether any timing's price changes with the term at `index` a millionth of its value (or scale) either side
+    of `values`."""
+    step = max(abs(values[index]), scale) * 1e-6
+    moved = np.repeat(values[:, np.newaxis], 2, axis=1)
+    moved[index] += (-step, step)
+    return bool(np.any(prices.log_seconds(moved) != prices.log_seconds(values)))
 
 
 def fitted_profile(fit: GridFit, base: HardwareProfile | str, source: str) -> HardwareProfile:
-    """The base profile with the grid's fitted terms, marked measured, and the raw timings kept."""
+    """The base profile with the grid's fitted terms, marked measured, each with its uncertainty
+    (`fit_uncertainty`), and the raw timings kept."""
     fitted = {name: getattr(fit.profile, name) for name in GRID_PROFILE_FIELDS}
     base_profile = load_hardware(base)
     provenance = {**base_profile.provenance, **{name: f"fitted: {source}" for name in GRID_PROFILE_FIELDS}}
+    uncertainty = {**{name: value for name, value in base_profile.uncertainty.items() if name not in fitted},
+                   **fit_uncertainty(fit)}
     record = {"grid": [dataclasses.asdict(timing) for timing in fit.timings],
-              "held_out": HELD_OUT_RULE, "held_out_errors": fit.error_rows()}
+              "held_out": HELD_OUT_RULE, "held_out_errors": fit.error_rows(), "uncertainty": BOOTSTRAP_RULE}
     return base_profile.model_copy(update={**fitted, "provenance": provenance, "calibration": record,
+                                           "uncertainty": uncertainty,
                                            "source": f"{base_profile.source} GPU terms fitted: {source}"})
 
 
@@ -483,3 +649,14 @@ GRID_PROFILE_FIELDS = ("linear_flops_per_s", "dense_half_saturation_width", "att
 # The first-sight terms a grid fit gives; the h200 preset takes them from a measurement of its own instead
 # (many shapes, each new to a fresh process: `simbench.calibrate.firstsight`).
 FIRST_SIGHT_FIELDS = ("first_sight_padded_seconds", "first_sight_varlen_seconds")
+
+
+def shipped_uncertainty_record() -> dict:
+    """What SHIPPED_UNCERTAINTY holds: the shipped grid fit's uncertainty (`fit_uncertainty`) and how it was made."""
+    return {"grid": SHIPPED_GRID.name, "rule": BOOTSTRAP_RULE, "written by": "python -m simbench.calibrate.gridfit",
+            "uncertainty": fit_uncertainty(shipped_grid_fit())}
+
+
+if __name__ == "__main__":
+    SHIPPED_UNCERTAINTY.write_text(json.dumps(shipped_uncertainty_record(), indent=1) + "\n")
+    print(SHIPPED_UNCERTAINTY)

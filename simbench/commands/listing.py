@@ -51,13 +51,25 @@ def _field_counts(profile) -> str:
 
 
 def list_profile(name: str, show=None) -> None:
-    """One hardware preset or profile file: every field, its value and where it comes from."""
+    """One hardware preset or profile file: every field, its value, its uncertainty where the profile states one
+    (a fitted field's standard deviation over bootstrap resamples) and where it comes from."""
+    from simbench.costmodels.hardware import load_hardware
     from simbench.report.validation_table import profile_provenance
 
     rows = profile_provenance(name)
+    uncertainty = load_hardware(name).uncertainty
     values = [f"{row['value']:.4g}" if isinstance(row["value"], float) else str(row["value"]) for row in rows]
-    (show or _section)(f"Hardware profile {name}", ["field", "value", "source"],
-                       [(row["field"], value, row["source"]) for row, value in zip(rows, values)])
+    (show or _section)(f"Hardware profile {name}", ["field", "value", "uncertainty", "source"],
+                       [(row["field"], value, _uncertainty(row["value"], uncertainty.get(row["field"])), row["source"])
+                        for row, value in zip(rows, values)])
+
+
+def _uncertainty(value, deviation: float | None) -> str:
+    """A standard deviation as +- itself and, beside a value other than 0, as a share of it."""
+    if deviation is None:
+        return ""
+    share = f" ({deviation / abs(value):.1%})" if isinstance(value, int | float) and value else ""
+    return f"± {deviation:.3g}{share}"
 
 
 def _section(title: str, columns: list[str], rows: list[tuple[str, ...]]) -> None:

@@ -94,6 +94,9 @@ H200_GRID_FIT = {
     "varlen_tile_tokens": 128,  # chosen: FlashAttention's key tile for head sizes up to 128
     "unpadded_flops_fraction": 1.0,  # the grid's varlen batches are un-padded: the varlen terms price them
 }
+# Each grid-fitted term's uncertainty (a standard deviation over bootstrap resamples of the grid's lines), written
+# beside the grid by `python -m simbench.calibrate.gridfit`; tests/test_gridfit.py recomputes it.
+H200_GRID_UNCERTAINTY_FILE = "measurements/h200-2026-11/grid_uncertainty.json"
 H200_GRID_SOURCE = ("the H200 timing grid (simbench/data/measurements/h200-2026-11/grid.jsonl, "
                     "`simbench calibrate --timings`)")
 # Un-padding as trainers run it gathers and scatters the real tokens around each layer's attention: the varlen
@@ -223,9 +226,11 @@ def _measured_llm_gpu(name: str, device: str, datasheet: str, linear_flops_per_s
 
 
 def _with(profile: HardwareProfile, values: dict, why: str, extra_source: str = "") -> HardwareProfile:
-    """The profile with `values` set, each marked in its provenance with `why`."""
+    """The profile with `values` set, each marked in its provenance with `why` (and no longer the uncertainty of
+    a value it replaces)."""
     provenance = {**profile.provenance, **{name: why for name in values}}
-    return profile.model_copy(update={**values, "provenance": provenance,
+    uncertainty = {name: value for name, value in profile.uncertainty.items() if name not in values}
+    return profile.model_copy(update={**values, "provenance": provenance, "uncertainty": uncertainty,
                                       "source": profile.source + extra_source})
 
 
@@ -254,11 +259,22 @@ def _grid_fitted(profile: HardwareProfile, device: str) -> HardwareProfile:
                         "dense_half_saturation_width")}
     why = f"fitted: {H200_GRID_SOURCE}" if device == "H200" else f"carried from H200: {H200_GRID_SOURCE}"
     profile = _with(profile, values, why, note)
+    if device == "H200":
+        profile = profile.model_copy(update={"uncertainty": _h200_grid_uncertainty()})
     profile = _with(profile, H200_UNPADDED_KERNELS, "chosen: the varlen path's kernels plus un-padding's gathers and "
                     "scatters counted in each layer of Hugging Face transformers' un-padded flash attention")
     first_sight_why = (f"measured: {H200_FIRST_SIGHT_SOURCE}" if device == "H200"
                        else f"carried from H200: {H200_FIRST_SIGHT_SOURCE}")
     return _with(profile, H200_FIRST_SIGHT, first_sight_why)
+
+
+def _h200_grid_uncertainty() -> dict[str, float]:
+    import json
+
+    from simbench.data import bundled_file
+
+    record = bundled_file(*H200_GRID_UNCERTAINTY_FILE.split("/", 1)).read_text(encoding="utf-8")
+    return json.loads(record)["uncertainty"]
 
 
 def _a100() -> HardwareProfile:
@@ -426,6 +442,9 @@ def load_hardware(name_or_path: str | Path | HardwareProfile, overrides: dict | 
     else:
         data, source = _read_profile_file(Path(name_or_path)), str(name_or_path)
     if overrides:
+        stated = data.get("uncertainty")
+        if isinstance(stated, dict):  # a value set here is no longer the fitted one whose uncertainty is stated
+            data = {**data, "uncertainty": {name: value for name, value in stated.items() if name not in overrides}}
         data = {**data, **overrides}
         source = f"{source} (with overrides {', '.join(map(str, overrides))})"
     try:

@@ -199,6 +199,20 @@ class HardwareProfile(BaseModel):
     # Where each field's value comes from: field -> "measured: ...", "fitted: ...", "datasheet: ..." or
     # "chosen: ..."; a field not listed is a choice (see `field_provenance`).
     provenance: dict[str, str] = Field(default_factory=dict)
+    # How far a fitted field's value is known: field -> one standard deviation, in the field's units, over
+    # bootstrap resamples of what it was fitted on (`simbench.calibrate.gridfit.fit_uncertainty`); a field not
+    # listed states none.
+    uncertainty: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("uncertainty")
+    @classmethod
+    def _uncertainty_of_fields(cls, uncertainty: dict[str, float]) -> dict[str, float]:
+        for name, value in uncertainty.items():
+            if name not in _UNCERTAIN_FIELDS:
+                raise ValueError(f"{name!r} is not a numeric field of a profile")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name}'s uncertainty must be a finite standard deviation >= 0, found {value!r}")
+        return uncertainty
 
 
 def profile_to_yaml(profile: HardwareProfile) -> str:
@@ -212,5 +226,10 @@ def profile_to_yaml(profile: HardwareProfile) -> str:
 def field_provenance(profile: HardwareProfile) -> dict[str, str]:
     """Every numeric field's value and where it comes from: its provenance entry, or `chosen` when the
     profile states none (a value nobody measured is a choice, whoever made it)."""
-    skip = {"name", "source", "calibration", "provenance"}
-    return {name: profile.provenance.get(name, "chosen") for name in HardwareProfile.model_fields if name not in skip}
+    return {name: profile.provenance.get(name, "chosen") for name in HardwareProfile.model_fields
+            if name not in _NOT_VALUES}
+
+
+# The profile's entries that are not a device's values: its name and records about the values.
+_NOT_VALUES = {"name", "source", "calibration", "provenance", "uncertainty"}
+_UNCERTAIN_FIELDS = set(HardwareProfile.model_fields) - _NOT_VALUES - {"unpad_group_boundaries"}
