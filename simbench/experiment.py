@@ -92,6 +92,10 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                           cost_model=cost_model, microbatches=run.microbatches,
                           progress=progress, stage=stage, baseline=run.baseline, workers=workers)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
+    # The smallest cluster under other assumptions needs the packings alone: a worker simulates it while this
+    # process simulates the run (a second of the main job's critical path otherwise).
+    assumption_future = (workers or ReportWorkers(processes=0)).submit(_assumption_table, run, packings) \
+        if assumptions else None
     result = run.simulate(progress=progress, packings=packings, stage=stage)
     summary = result.summary
     if scenario.seeds > 1:
@@ -134,8 +138,7 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     tell = stage or (lambda text: None)
     if samples:
         tell(f"fitted the step times' tails ({len(samples)} strategies)")
-    assumption_table = (_assumption_table(run, result.packings)
-                        if assumptions else pd.DataFrame())
+    assumption_table = result_of(assumption_future) if assumptions else pd.DataFrame()
     if assumptions:
         tell("re-simulated the smallest cluster under the assumptions that could change the answer")
     parallel = _parallel_table(run, result.packings) if run.layout is not None else pd.DataFrame()
