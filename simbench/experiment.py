@@ -106,13 +106,17 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
             for seed in range(scenario.seed + 1, scenario.seed + scenario.seeds))])
     summary = summary.assign(strategy=summary["strategy"].map(run.label),
                              reference=summary["reference"].map(run.label))
-    packing, timings = _packing_tables(result.packings, labels, histogram, bounds, progress,
-                                       stage or (lambda text: None))
     plans_by_label = {labels.get(plan.name, plan.name): plan for plan in run.all_plans}
     samples = result.latency_samples if stragglers else {}
-    latency, gumbel, extrapolation = _straggler_tables(samples, labels, plans_by_label, summary,
-                                                       run.batch_size, progress)
+    # The Gumbel fits need scipy.stats, a second to load here and loaded already in a worker (its plots load it):
+    # they run there while this process builds the other tables.
+    straggler_future = (workers or ReportWorkers(processes=0)).submit(
+        _straggler_tables, samples, labels, plans_by_label, summary, run.batch_size)
+    packing, timings = _packing_tables(result.packings, labels, histogram, bounds, progress,
+                                       stage or (lambda text: None))
     timeline = _timelines(result.vts_timeline, labels)
+    latency, gumbel, extrapolation = result_of(straggler_future)
+    progress(len(samples))
     # Plans without a packing had no bound to compute, plans without samples no fit.
     progress(2 * len(plans_by_label) - len(packing) - len(samples))
     scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
@@ -270,8 +274,7 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
 
 
 def _straggler_tables(latency_samples: dict[str, np.ndarray], labels: dict[str, str], plans_by_label: dict,
-                      summary: pd.DataFrame, batch_size: int,
-                      progress: Progress) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+                      summary: pd.DataFrame, batch_size: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Per-device speed-up samples of plans whose step time depends on the batch's content, their
     Gumbel fits, and the expected speed-up of n devices (the slowest sets the pace) next to the simulation's."""
     padded_seconds = float(np.mean(latency_samples["none"])) if latency_samples else np.nan  # none: nothing to fit
@@ -294,7 +297,6 @@ def _straggler_tables(latency_samples: dict[str, np.ndarray], labels: dict[str, 
             extrapolation_rows += [{"strategy": label, "devices": devices,
                                     "expected_speedup": expected_min_speedup(fit.location, fit.scale, int(devices)),
                                     "simulated_speedup": simulated.get(devices, np.nan)} for devices in device_counts]
-        progress(1)
     if fit_rows:
         paper = extrapolate_cluster_speedups(PAPER_LOCATION, PAPER_SCALE, PAPER_DEVICES, tuple(device_counts))
         extrapolation_rows += [{"strategy": PAPER_FIT_LABEL, "devices": row.devices,
