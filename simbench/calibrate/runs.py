@@ -443,6 +443,41 @@ def _calibrated_profile(calibration, layouts, calibration_steps):
     return _with_first_sight(fit.profile, layouts, calibration_steps)
 
 
+def run_gpu_check(out: Path, *, checks=None, force: bool = False,
+                  progress: Callable[[str], Progress] = lambda stage: (lambda total: None),
+                  note: Callable[[str], None] = lambda message: None):
+    """`simbench gpu-check`: time each check's grid (`gpu_check.GPU_CHECKS` unless `checks` given; `calibrate
+    --grid`: `grid-MODEL.yaml` and its `.grid.jsonl`) and measure its scenario with that profile
+    (`measure-SCENARIO/`), all under `out`, then write `table.csv` and `table.md`: every strategy's measured and
+    predicted speed-up over padding. Refuses, before any work, a machine without CUDA. Returns the table."""
+    torch = import_torch()
+    if not torch.cuda.is_available():
+        raise InputError("gpu-check times an NVIDIA GPU: this torch build sees no CUDA device")
+    import pandas as pd
+
+    from simbench.calibrate.gpu_check import GPU_CHECKS, TABLE_COLUMNS, gpu_check_markdown
+    from simbench.costmodels.model import get_model
+
+    checks = GPU_CHECKS if checks is None else checks
+    out.mkdir(parents=True, exist_ok=True)
+    tables = []
+    for check in checks:
+        profile_path = out / f"grid-{check.model}.yaml"
+        note(f"{check.scenario}: timing the grid of {check.grid_layers} {check.model} layers")
+        calibrate_grid(profile_path, model=get_model(check.model), layers=check.grid_layers, device="cuda",
+                       quick=True, force=force, progress=progress(f"grid {check.model}"))
+        note(f"{check.scenario}: measuring {len(check.strategies)} strategies with {profile_path.name}")
+        run = measure_strategies(check.scenario, output_dir=out / f"measure-{check.scenario}", device="cuda",
+                                 layers=check.grid_layers, seconds=check.measure_seconds, profile_path=profile_path,
+                                 strategies=list(check.strategies), progress=progress(f"measure {check.scenario}"),
+                                 note=note)
+        tables.append(run.table.assign(scenario=check.scenario))
+    table = pd.concat(tables, ignore_index=True)[TABLE_COLUMNS]
+    table.to_csv(out / "table.csv", index=False)
+    (out / "table.md").write_text(gpu_check_markdown(table))
+    return table
+
+
 def _decoder_attention(requested: str | None, device: str) -> str:
     """A decoder attends within each sequence the one way `DecoderLayer` does on the device."""
     from simbench.calibrate.calibration import decoder_attention
