@@ -142,3 +142,22 @@ def test_every_attention_has_a_transformers_implementation():
     assert set(HF_ATTENTION) == set(Attention)
     assert HF_ATTENTION[Attention.VARLEN] == "flash_attention_2"
     assert HF_ATTENTION[Attention.BLOCK_MASK] == "flex_attention"
+
+
+@pytest.mark.parametrize("attention, words", [(Attention.ROW, "sdpa"), (Attention.DENSE_MASK, "sdpa"),
+                                              (Attention.BLOCK_MASK, "flex_attention"),
+                                              (Attention.VARLEN, "flash_attention_2")])
+def test_recommend_writes_the_attn_implementation_the_run_priced(attention, words):
+    from simbench.report.recommend.plan import Family, TrainingPlan
+    from simbench.report.recommend.stacks import _row_attention_note
+    from simbench.report.recommend.stacks import attention as attn_implementation
+
+    plan = TrainingPlan(strategy="lpfhp:max", family=Family.PACKS, packer="lpfhp", gpus=8, max_length=512,
+                        rows_per_step=2, microbatches=1, per_document_attention=attention is Attention.VARLEN,
+                        recompute=None, zero_stage=None, gpus_per_replica=1, tp=1, pp=1, cp=1, virtual_stages=1,
+                        cp_sharding="zigzag", overlap_gradient_sync=False, tokens_per_s_per_gpu=1.0,
+                        relative_error=0.0, real_tokens_per_step=None, memory_verdict=None, attention=attention)
+    assert attn_implementation(plan) == words
+    # A `row` pack says what transformers' sdpa runs instead (a dense mask) and names the strategy that prices it.
+    note = _row_attention_note(plan)
+    assert (note is not None and "lpfhp:max:attention=dense-mask" in note) == (attention is Attention.ROW)

@@ -84,7 +84,7 @@ def _attention_arguments(batch: TorchBatch) -> dict:
                 "real_slots": batch.real_slots, "kernel": batch.unpadded_attention}
     if batch.row_mask == "block":
         return {"block_mask": document_block_mask(batch.row_sequence_ids, causal=True)}
-    if batch.packed and batch.row_mask == "dense":
+    if batch.row_mask == "dense":  # packs, or padded rows under a dense padding mask
         return {"mask": causal_pack_mask(batch.row_sequence_ids)}
     # `row`: plain causal attention over the whole row (one sequence a row with padding after it never sees it)
     return {}

@@ -38,7 +38,8 @@ class Attention(str, Enum):
 
 # The mode a device runs fixed-shape rows in under each attention implementation.
 ROW_MODE_OF_ATTENTION = {Attention.ROW: ExecutionMode.PADDED, Attention.DENSE_MASK: ExecutionMode.PACKED_DENSE_MASK,
-                         Attention.BLOCK_MASK: ExecutionMode.PACKED_BLOCK_MASK, Attention.VARLEN: ExecutionMode.PACKED_VARLEN}
+                         Attention.BLOCK_MASK: ExecutionMode.PACKED_BLOCK_MASK,
+                         Attention.VARLEN: ExecutionMode.PACKED_VARLEN}
 
 
 def attention_of(mode: ExecutionMode) -> Attention:
