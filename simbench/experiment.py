@@ -120,7 +120,7 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     # Plans without a packing had no bound to compute, plans without samples no fit.
     progress(2 * len(plans_by_label) - len(packing) - len(samples))
     scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
-                       "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
+                       "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "attention", "gpus",
                        "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise",
                        "real_tokens_per_step", "real_tokens_per_device_step", "expected_real_tokens_per_device_step",
                        "rows_per_device_step", "microbatches_per_step", "budget_tokens", "compare_at"]

@@ -134,3 +134,16 @@ def test_the_commands_page_names_exactly_the_commands_that_take_json_and_their_h
     assert set(re.findall(r"`([\w -]+)`", named.group(1))) == set(taking)
     for name, help_text in taking.items():
         assert help_text.startswith("JSON lines"), name
+
+
+def test_no_file_holds_a_merge_conflict_marker():
+    """A conflict left in a file reads as text, not as an error: the changelog once carried one."""
+    root = REPOSITORY
+    markers = ("<<<<<<< ", ">>>>>>> ", "=======\n")
+    found = []
+    for path in [*root.glob("*.md"), *root.glob("docs/**/*.md"), *root.glob("simbench/**/*.py"),
+                 *root.glob("tests/**/*.py"), *root.glob("simbench/data/**/*.yaml")]:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+        found += [f"{path.relative_to(root)}:{number}" for number, line in enumerate(lines, 1)
+                  if line.startswith(markers[:2]) or line == markers[2]]
+    assert not found, found

@@ -245,9 +245,13 @@ def test_packed_varlen_attends_within_each_sequence_as_unpadding_does():
 def test_a_layouts_shape_key_is_what_the_device_sees():
     assert BatchLayout.unpadded([3, 5]).shape_key == ("unpadded", 8)
     assert BatchLayout.padded([4, 4], 4).shape_key == ("dense", 2, 4)
-    assert BatchLayout.padded([4, 3], 4).shape_key == ("padding mask", 2, 4)
-    assert BatchLayout.padded([4, 3], 4, ExecutionMode.SORTED).shape_key == ("padding mask", 2, 4)
-    assert BatchLayout.packed([[2, 2], [3]], 4).shape_key == ("block-diagonal mask", 2, 4)
+    # Padded and sorted rows and `row` packs run one attention over the whole row, no mask: the same kernels.
+    assert BatchLayout.padded([4, 3], 4).shape_key == ("dense", 2, 4)
+    assert BatchLayout.padded([4, 3], 4, ExecutionMode.SORTED).shape_key == ("dense", 2, 4)
+    assert BatchLayout.packed([[2, 2], [3]], 4).shape_key == ("dense", 2, 4)
+    masked = BatchLayout.packed([[2, 2], [3]], 4, ExecutionMode.PACKED_DENSE_MASK)
+    assert masked.shape_key == ("dense mask", 2, 4)
+    assert BatchLayout.packed([[2, 2], [3]], 4, ExecutionMode.PACKED_BLOCK_MASK).shape_key == ("block mask", 2, 4)
     varlen = BatchLayout.packed([[2, 2], [3]], 4, ExecutionMode.PACKED_VARLEN)
     assert varlen.shape_key == ("per-sequence", 2, 4) and varlen.kind == "packed_varlen"
 
@@ -353,11 +357,13 @@ def test_the_warm_up_loads_every_attention_path_on_shapes_no_batch_has():
 def test_strategies_named_on_the_command_line_replace_a_histograms_four():
     from simbench.calibrate.runs import _measure_source
 
-    _, seed, plans = _measure_source("wikipedia_512", ["unpad", "spfhp:3"])
-    assert seed == 0 and [label for label, _ in plans] == ["unpad", "spfhp:3"]
-    assert _measure_source("wikipedia_512", None)[2] is None  # padding, sort, lpfhp, unpadding
-    _, seed, plans = _measure_source("wiki512", None)  # a bundled scenario: its strategies, labels and seed
-    assert [label for label, _ in plans][:3] == ["none", "sort", "greedy:max"]
+    named = _measure_source("wikipedia_512", ["unpad", "spfhp:3"])
+    assert named.seed == 0 and [label for label, _ in named.plans] == ["unpad", "spfhp:3"]
+    assert named.batch_size is None  # a histogram has no rows of its own
+    assert _measure_source("wikipedia_512", None).plans is None  # padding, sort, lpfhp, unpadding
+    scenario = _measure_source("wiki512", None)  # a bundled scenario: its strategies, labels, seed and rows
+    assert [label for label, _ in scenario.plans][:3] == ["none", "sort", "greedy:max"]
+    assert scenario.batch_size == 32
 
 
 def test_measure_times_every_strategy_of_a_scenario_or_says_why_not_and_prints_only_json(tmp_path):

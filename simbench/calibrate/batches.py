@@ -1,5 +1,5 @@
-"""Torch batches in the layouts simbench times: padded rows, packed rows (a block-diagonal mask, or
-attention per sequence) and un-padded tokens.
+"""Torch batches in the layouts simbench times: padded rows, packed rows (one attention over the row, a
+block-diagonal mask, dense or as FlexAttention's block mask, or attention per sequence) and un-padded tokens.
 
     >>> import numpy as np
     >>> from simbench.calibrate.batches import packed_batch, random_sequences
@@ -59,6 +59,7 @@ class TorchBatch:
     sequence_labels: torch.Tensor  # (n_sequences,)
     packed: bool
     has_padding: bool
+    row_mask: str = "dense"  # rows: none (one attention over the row), dense (a dense mask) or block (FlexAttention)
     unpadded_attention: str | None = None  # un-padded and packed-varlen layouts: one of UNPADDED_ATTENTION
     groups: tuple[AttentionGroup, ...] = ()  # "grouped": equal-length sequences attended to together
     inverse_group_order: torch.Tensor | None = None  # "grouped": group-ordered tokens -> flat order
@@ -98,18 +99,26 @@ def random_sequences(lengths, vocabulary: int, rng: np.random.Generator) -> list
     return sequences
 
 
-def padded_batch(sequences: list[TokenSequence], row_length: int | None = None) -> TorchBatch:
-    """One sequence per row, padded to `row_length` (default: the longest, as sorted batching does)."""
+def padded_batch(sequences: list[TokenSequence], row_length: int | None = None,
+                 row_mask: str = "dense") -> TorchBatch:
+    """One sequence per row, padded to `row_length` (default: the longest, as sorted batching does); `row_mask`
+    as `packed_batch` takes it (a padding mask where masked)."""
     row_length = row_length or max(sequence.length for sequence in sequences)
-    return _row_batch(sequences, [[index] for index in range(len(sequences))], row_length, packed=False)
+    return _row_batch(sequences, [[index] for index in range(len(sequences))], row_length, packed=False,
+                      row_mask=row_mask)
 
 
-def packed_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length: int) -> TorchBatch:
-    """Several sequences per row (indices into `sequences`), with a block-diagonal attention mask."""
-    return _row_batch(sequences, rows, row_length, packed=True)
+def packed_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length: int,
+                 row_mask: str = "dense") -> TorchBatch:
+    """Several sequences per row (indices into `sequences`), isolated by a block-diagonal mask (`dense`, or
+    `block` for FlexAttention's), or attending over the whole row (`none`)."""
+    return _row_batch(sequences, rows, row_length, packed=True, row_mask=row_mask)
 
 
-def _row_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length: int, packed: bool) -> TorchBatch:
+def _row_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length: int, packed: bool,
+               row_mask: str = "dense") -> TorchBatch:
+    if row_mask not in ROW_MASK_NAMES:
+        raise InputError(f"row_mask must be one of {', '.join(ROW_MASK_NAMES)}, found {row_mask!r}")
     _check_rows(sequences, rows, row_length)
     shape = (len(rows), row_length)
     input_ids = np.zeros(shape, dtype=np.int64)
@@ -137,8 +146,11 @@ def _row_batch(sequences: list[TokenSequence], rows: list[list[int]], row_length
         sequence_first_token=torch.from_numpy(first_token),
         sequence_lengths=torch.tensor([sequence.length for sequence in ordered]),
         sequence_labels=torch.tensor([sequence.sequence_label for sequence in ordered]),
-        packed=packed, has_padding=bool(np.any(row_sequence_ids == 0)),
+        packed=packed, has_padding=bool(np.any(row_sequence_ids == 0)), row_mask=row_mask,
         longest=max(sequence.length for sequence in ordered))
+
+
+ROW_MASK_NAMES = ("none", "dense", "block")
 
 
 # How un-padded attention runs: one call per distinct length ("grouped", any device), one jagged
@@ -223,8 +235,11 @@ def _check_rows(sequences: list[TokenSequence], rows: list[list[int]], row_lengt
 
 def batch_for_layout(layout: BatchLayout, vocabulary: int, rng: np.random.Generator,
                      unpadded_attention: str = "grouped") -> TorchBatch:
-    """A torch batch with random tokens holding exactly the sequences of `layout`; un-padded and packed-varlen
-    layouts run their attention per sequence the `unpadded_attention` way."""
+    """A torch batch with random tokens holding exactly the sequences of `layout`, attending as its mode is priced:
+    un-padded and packed-varlen layouts per sequence the `unpadded_attention` way, rows with the mode's mask
+    (`kernels.row_mask`: none for padded and sorted rows and `row` packs)."""
+    from simbench.calibrate.kernels import row_mask
+
     sequences = random_sequences(layout.lengths, vocabulary, rng)
     if layout.mode is ExecutionMode.UNPADDED:
         return unpadded_batch(sequences, unpadded_attention)
@@ -233,5 +248,5 @@ def batch_for_layout(layout: BatchLayout, vocabulary: int, rng: np.random.Genera
     if layout.mode is ExecutionMode.PACKED_VARLEN:
         return packed_varlen_batch(sequences, rows, max(layout.row_slots), unpadded_attention)
     if layout.max_depth == 1:
-        return padded_batch(sequences, row_length=layout.row_slots[0])
-    return packed_batch(sequences, rows, row_length=max(layout.row_slots))
+        return padded_batch(sequences, row_length=layout.row_slots[0], row_mask=row_mask(layout.mode))
+    return packed_batch(sequences, rows, row_length=max(layout.row_slots), row_mask=row_mask(layout.mode))

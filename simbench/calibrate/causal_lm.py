@@ -1,9 +1,10 @@
 """A small causal language model in torch (decoder layers of `decoder.DecoderLayer`) that trains on padded,
 packed or un-padded batches, as `encoder.Encoder` does for encoders: what `simbench measure` times for a decoder.
 
-How each batch attends, causal in every case: padded rows (one sequence each, padding after it) over the whole
-row; packs (PADDED mode, several sequences a row) under a block-diagonal causal mask over the whole row, as the
-cost model prices them; packed-varlen packs and un-padded batches within each sequence over its real tokens.
+How each batch attends, causal in every case, as the cost model prices its mode: padded rows (one sequence each,
+padding after it) and `row` packs over the whole row, no mask; `dense-mask` packs under a dense block-diagonal
+causal mask; `block-mask` packs under FlexAttention's document block mask; packed-varlen packs and un-padded
+batches within each sequence over its real tokens, with the batch's varlen kernel.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch import nn
 
 from simbench.calibrate.batches import TorchBatch
 from simbench.calibrate.decoder import DecoderLayer
+from simbench.calibrate.kernels import document_block_mask
 from simbench.costmodels.model import ModelSpec
 
 IGNORED_LABEL = -100  # a sequence's last token has no next token to predict
@@ -79,10 +81,13 @@ def _attention_arguments(batch: TorchBatch) -> dict:
     """How `DecoderLayer` attends for this batch (see the module docstring)."""
     if batch.unpadded_attention is not None:  # un-padded and packed-varlen: causal within each sequence
         return {"documents": batch.cumulative_lengths.to(torch.int32), "longest": batch.longest,
-                "real_slots": batch.real_slots}
-    if batch.packed:
+                "real_slots": batch.real_slots, "kernel": batch.unpadded_attention}
+    if batch.row_mask == "block":
+        return {"block_mask": document_block_mask(batch.row_sequence_ids, causal=True)}
+    if batch.row_mask == "dense":  # packs, or padded rows under a dense padding mask
         return {"mask": causal_pack_mask(batch.row_sequence_ids)}
-    return {}  # one sequence a row, padding after it: plain causal attention never sees the padding
+    # `row`: plain causal attention over the whole row (one sequence a row with padding after it never sees it)
+    return {}
 
 
 def causal_pack_mask(row_sequence_ids: torch.Tensor) -> torch.Tensor:

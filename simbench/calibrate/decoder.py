@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from simbench.calibrate.kernels import flex_attention
 from simbench.calibrate.timing import check_timed_work
 from simbench.costmodels.hardware import HardwareProfile
 from simbench.costmodels.model import ModelSpec
@@ -143,11 +144,14 @@ class DecoderLayer(nn.Module):
         self.down = nn.Linear(model.ffn, model.hidden, bias=False)
 
     def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None, longest: int = 0,
-                mask: torch.Tensor | None = None, real_slots: torch.Tensor | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, real_slots: torch.Tensor | None = None,
+                block_mask=None, kernel: str | None = None) -> torch.Tensor:
         """`x` is (rows, length, hidden). Attention is causal over each row, or under `mask` (True = may
-        attend) instead, or, given `documents` (offsets of the documents laid end to end), causal within each
-        document: over every slot, or over the `real_slots` alone (the other slots get no context)."""
-        x = x + self.output(self._attention(self.attention_norm(x), documents, longest, mask, real_slots))
+        attend) or FlexAttention's `block_mask` instead, or, given `documents` (offsets of the documents laid end
+        to end), causal within each document with the varlen `kernel` (None: torch's where this device has it):
+        over every slot, or over the `real_slots` alone (the other slots get no context)."""
+        x = x + self.output(self._attention(self.attention_norm(x), documents, longest, mask, real_slots, block_mask,
+                                            kernel))
         up = self.up(self.mlp_norm(x))
         if self.gated:
             gate, up = up.chunk(2, dim=-1)
@@ -156,19 +160,32 @@ class DecoderLayer(nn.Module):
         return x + self.down(hidden)
 
     def _attention(self, x: torch.Tensor, documents: torch.Tensor | None, longest: int,
-                   mask: torch.Tensor | None = None, real_slots: torch.Tensor | None = None) -> torch.Tensor:
+                   mask: torch.Tensor | None = None, real_slots: torch.Tensor | None = None,
+                   block_mask=None, kernel: str | None = None) -> torch.Tensor:
         rows, length, _ = x.shape
         q, k, v = self.qkv(x).split([self.heads * self.head_dim, *2 * [self.kv_heads * self.head_dim]], dim=-1)
         if documents is None:
             q, k, v = (part.view(rows, length, -1, self.head_dim).transpose(1, 2) for part in (q, k, v))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                                 enable_gqa=self.kv_heads != self.heads)
+            if block_mask is not None:
+                out = flex_attention(q, k, v, block_mask, enable_gqa=self.kv_heads != self.heads)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                                     enable_gqa=self.kv_heads != self.heads)
             return out.transpose(1, 2).reshape(x.shape)
         q, k, v = (part.reshape(rows * length, -1, self.head_dim) for part in (q, k, v))
         if real_slots is not None:
             q, k, v = (part.index_select(0, real_slots) for part in (q, k, v))
+        if kernel is None:
+            kernel = "torch_varlen" if varlen_attention_available(x.device) else "grouped"
+        if kernel == "flash_varlen":  # grouped-query heads as they are: the kernel shares k and v across heads
+            from flash_attn import flash_attn_varlen_func
+
+            out = flash_attn_varlen_func(q, k, v, documents, documents, longest, longest, causal=True)
+            if real_slots is not None:
+                out = out.new_zeros(rows * length, *out.shape[1:]).index_copy(0, real_slots, out)
+            return out.reshape(x.shape)
         k, v = (part.repeat_interleave(self.heads // self.kv_heads, dim=1) for part in (k, v))
-        if not varlen_attention_available(x.device):
+        if kernel == "grouped":
             out = _grouped_causal_attention(q, k, v, documents)
         else:
             from torch.nn.attention.varlen import varlen_attn

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from simbench.calibrate.batches import TorchBatch
+from simbench.calibrate.kernels import document_block_mask, flex_attention
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,10 @@ class EncoderLayer(nn.Module):
         if batch.unpadded_attention is None:
             rows, length, _ = qkv.shape
             q, k, v = qkv.view(rows, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            if batch.row_mask == "block":
+                context = flex_attention(q, k, v, block_mask=mask)
+            else:
+                context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             return context.transpose(1, 2).reshape(rows, length, -1)
         if batch.real_slots is None:
             return per_sequence_attention(qkv, batch, self.heads)
@@ -154,14 +158,19 @@ class Encoder(nn.Module):
         return training_loss(self, batch)
 
 
-def attention_mask(batch: TorchBatch) -> torch.Tensor | None:
-    """Boolean mask for scaled_dot_product_attention (True = may attend), or None.
+def attention_mask(batch: TorchBatch):
+    """Boolean mask for scaled_dot_product_attention (True = may attend), FlexAttention's block mask, or None.
 
-    Packed rows get the block-diagonal mask of the packing paper: a token sees only tokens of its
-    own sequence. Padding tokens (id 0) see each other, so no softmax row is empty.
+    Rows under a dense mask: packed rows get the block-diagonal mask of the packing paper (a token sees only
+    tokens of its own sequence; padding tokens (id 0) see each other, so no softmax row is empty), padded rows
+    a padding mask. Rows under a block mask get FlexAttention's document mask; rows without one (`row`) none.
     """
     if batch.row_sequence_ids is None or batch.unpadded_attention is not None:
         return None  # un-padded and packed-varlen batches attend per sequence: no mask
+    if batch.row_mask == "block":
+        return document_block_mask(batch.row_sequence_ids, causal=False)
+    if batch.row_mask == "none":
+        return None
     ids = batch.row_sequence_ids
     if batch.packed:
         return (ids[:, :, None] == ids[:, None, :]).unsqueeze(1)

@@ -71,19 +71,17 @@ class BatchLayout:
     @property
     def shape_key(self) -> tuple:
         """What the device sees of the batch's shape: a flat token count (un-padded), or rows x row length
-        with how attention runs over them (no mask, a padding mask, a block-diagonal mask, per sequence).
-        Two batches with one key run the same kernels on the same tensor shapes."""
+        with how attention runs over them (ATTENTION_OF_MODE: no mask, a dense mask, a block mask, per
+        sequence). Two batches with one key run the same kernels on the same tensor shapes."""
         if self.mode is ExecutionMode.UNPADDED:
             return ("unpadded", self.real_tokens)
-        if self.mode is ExecutionMode.PACKED_VARLEN:
-            attention = "per-sequence"
-        elif self.max_depth > 1:
-            attention = "block-diagonal mask"
-        elif any(sum(row) < slots for row, slots in zip(self.rows, self.row_slots)):
-            attention = "padding mask"
-        else:
-            attention = "dense"
-        return (attention, len(self.rows), max(self.row_slots))
+        return (ATTENTION_OF_MODE[self.mode], len(self.rows), max(self.row_slots))
+
+
+# How a layout's rows attend, by mode, as `shape_key` names it.
+ATTENTION_OF_MODE = {ExecutionMode.PADDED: "dense", ExecutionMode.SORTED: "dense",
+                     ExecutionMode.PACKED_DENSE_MASK: "dense mask", ExecutionMode.PACKED_BLOCK_MASK: "block mask",
+                     ExecutionMode.PACKED_VARLEN: "per-sequence"}
 
 
 def batch_set(layouts: Sequence[BatchLayout]) -> BatchSet:

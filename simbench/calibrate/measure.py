@@ -91,6 +91,92 @@ class MeasureSettings:
         return uses_cpu_clock(self.device, self.threads, self.wall_clock)
 
 
+# A measurement's time budget when `--seconds` is not given: about two minutes on a GPU (a default run of a bundled
+# scenario then ends within three, calibration and start-up included); a CPU's for its small stand-in models.
+DEFAULT_BUDGET_SECONDS = {"cuda": 120.0, "cpu": 60.0}
+BUDGET_STEPS_MIN = 2  # the fewest batches a strategy is timed on (a speed-up's noise needs more than one)
+BUDGET_STEPS_MAX = 32  # the most a budget gives; more rounds instead, up to BUDGET_REPEATS_MAX
+BUDGET_REPEATS = (3, 2)  # repeats a budget tries, most first, before fewer steps
+BUDGET_REPEATS_MAX = 5
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Batches per strategy and repeats of each, as given or sized to a time budget, and the note saying so."""
+
+    steps: int
+    repeats: int
+    message: str | None = None  # None where both were given
+
+
+def budgeted_passes(layouts: dict[str, list[BatchLayout]], model: ModelSpec, device: str,
+                    profile: HardwareProfile | None, calibration_batches: int, seconds: float | None,
+                    steps: int | None, repeats: int | None) -> Budget:
+    """The most batches per strategy (up to the layouts drawn, BUDGET_STEPS_MAX) and repeats (BUDGET_REPEATS;
+    BUDGET_REPEATS_MAX where the steps reach the most) whose estimated timing fits `seconds` (default
+    DEFAULT_BUDGET_SECONDS for the device), `steps` and `repeats` kept where given. Each strategy's step is
+    estimated by `estimated_step_seconds`; each batch takes a first-sight pass, a warm-up and load pass and its
+    repeats, each calibration batch a first pass and its repeats."""
+    if steps is not None and repeats is not None:
+        return Budget(steps, repeats)
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    budget = DEFAULT_BUDGET_SECONDS[kind] if seconds is None else float(seconds)
+    if not budget > 0:
+        raise InputError(f"--seconds must be above 0, found {seconds}", parameter="seconds")
+    per_step, first_sight, source = estimated_step_seconds(layouts, model, device, profile)
+    every_strategy = float(sum(per_step.values()))
+    calibration = calibration_batches * every_strategy / max(len(per_step), 1)
+    drawn = min(len(batches) for batches in layouts.values())
+
+    def total(step_count: int, repeat_count: int) -> float:
+        # At most every batch's first step at a new shape, as the first-sight pass may pay.
+        return ((repeat_count + 2) * every_strategy + first_sight) * step_count + (repeat_count + 1) * calibration
+
+    def most_steps(repeat_count: int) -> int | None:
+        fitting = [count for count in range(BUDGET_STEPS_MIN, drawn + 1) if total(count, repeat_count) <= budget]
+        return steps if steps is not None else max(fitting, default=None)
+
+    chosen = next(((most_steps(count), count) for count in ([repeats] if repeats else BUDGET_REPEATS)
+                   if most_steps(count) is not None), None)
+    over = chosen is None
+    if over:
+        chosen = (steps or BUDGET_STEPS_MIN, repeats or BUDGET_REPEATS[-1])
+    step_count, repeat_count = chosen
+    while repeats is None and step_count == drawn and repeat_count < BUDGET_REPEATS_MAX and total(
+            step_count, repeat_count + 1) <= budget:
+        repeat_count += 1
+    given = "" if seconds is None else " (--seconds)"
+    fit = ("over the budget: the fewest steps and repeats" if over else
+           f"{step_count} batches x {repeat_count} repeats per strategy")
+    return Budget(step_count, repeat_count, (
+        f"time budget {budget:.0f} s{given}: {fit}, about {total(step_count, repeat_count):.0f} s of steps at an "
+        f"estimated {1e3 * every_strategy:.1f} ms for one step of every strategy ({source}); --steps and --repeats "
+        "set them"))
+
+
+def estimated_step_seconds(layouts: dict[str, list[BatchLayout]], model: ModelSpec, device: str,
+                           profile: HardwareProfile | None) -> tuple[dict[str, float], float, str]:
+    """Each strategy's mean step in seconds, as the profile prices it (on CUDA without one, the h200 preset's),
+    else on a CPU its FLOPs at the rate `timing.check_timed_work` assumes; what one step of every strategy at a new
+    shape adds (the profile's first-sight costs; 0 without a profile); and where the estimate comes from."""
+    from simbench.calibrate.timing import assumed_flops_per_s
+
+    if profile is None and device.startswith("cuda"):
+        from simbench.costmodels.hardware import load_hardware
+
+        profile = load_hardware("h200")
+    if profile is not None:
+        seconds = {name: float(step_seconds_by_term(model, profile, batches).sum(axis=1).mean())
+                   for name, batches in layouts.items()}
+        cost_model = TransformerCostModel(model, profile)
+        first_sight = sum(cost_model.first_sight_seconds(batches[0].mode) for batches in layouts.values())
+        return seconds, first_sight, f"priced with the {profile.name} profile"
+    rate = assumed_flops_per_s(device)
+    seconds = {name: float(np.mean([model.training_flops(layout.row_slots) for layout in batches])) / rate
+               for name, batches in layouts.items()}
+    return seconds, 0.0, f"its FLOPs at {rate:.1e} FLOP/s"
+
+
 def rescale_histogram(histogram: LengthHistogram, max_length: int) -> LengthHistogram:
     """The histogram with every length scaled by max_length / histogram.max_length (rounded up, so
     no sequence vanishes); unchanged when it already fits."""
@@ -101,10 +187,11 @@ def rescale_histogram(histogram: LengthHistogram, max_length: int) -> LengthHist
     return LengthHistogram(counts.astype(np.int64), name=f"{histogram.name} scaled to {max_length}")
 
 
-def strategy_layouts(histogram: LengthHistogram, settings: MeasureSettings,
-                     rng: np.random.Generator) -> dict[str, list[BatchLayout]]:
-    """`steps` batches per strategy, drawn from the histogram."""
-    steps, rows, max_length = settings.steps, settings.batch_size, settings.max_length
+def strategy_layouts(histogram: LengthHistogram, settings: MeasureSettings, rng: np.random.Generator,
+                     steps: int | None = None) -> dict[str, list[BatchLayout]]:
+    """`steps` batches per strategy (default: the settings'), drawn from the histogram."""
+    steps = settings.steps if steps is None else steps
+    rows, max_length = settings.batch_size, settings.max_length
     padding_lengths = histogram.sample_lengths(steps * rows, rng).reshape(steps, rows)
     unpadding_lengths = histogram.sample_lengths(steps * rows, rng).reshape(steps, rows)
     sorted_lengths = np.sort(histogram.sample_lengths(steps * rows, rng)).reshape(steps, rows)
@@ -112,15 +199,15 @@ def strategy_layouts(histogram: LengthHistogram, settings: MeasureSettings,
         "padding": [BatchLayout.padded(lengths, max_length) for lengths in padding_lengths],
         "sort": [BatchLayout.padded(lengths, int(lengths.max()), ExecutionMode.SORTED)
                  for lengths in rng.permutation(sorted_lengths)],
-        "lpfhp": _packed_layouts(histogram, settings, rng),
+        "lpfhp": _packed_layouts(histogram, settings, rng, steps),
         "unpadding": [BatchLayout.unpadded(lengths) for lengths in unpadding_lengths],
     }
 
 
-def _packed_layouts(histogram: LengthHistogram, settings: MeasureSettings,
-                    rng: np.random.Generator) -> list[BatchLayout]:
+def _packed_layouts(histogram: LengthHistogram, settings: MeasureSettings, rng: np.random.Generator,
+                    steps: int) -> list[BatchLayout]:
     """Packs made by lpfhp from a pool of sequences, a random choice of them per batch."""
-    packs_needed = settings.steps * settings.batch_size
+    packs_needed = steps * settings.batch_size
     # The pool must give enough packs; a pack of max_length holds at most max_length sequences.
     pool = histogram.sample_lengths(packs_needed * max(2, int(np.ceil(histogram.theoretical_speedup)) + 1), rng)
     pool_histogram = LengthHistogram.from_lengths(pool, settings.max_length, name=histogram.name)
@@ -129,7 +216,7 @@ def _packed_layouts(histogram: LengthHistogram, settings: MeasureSettings,
     packs = np.repeat(np.arange(packing.strategies_used), packing.repeats)
     if len(packs) < packs_needed:
         raise InputError(f"lpfhp made {len(packs)} packs, fewer than the {packs_needed} needed")
-    chosen = packs[rng.permutation(len(packs))[:packs_needed]].reshape(settings.steps, settings.batch_size)
+    chosen = packs[rng.permutation(len(packs))[:packs_needed]].reshape(steps, settings.batch_size)
     lengths, starts = packing.pack_lengths, packing.pack_starts
     return [BatchLayout.packed([lengths[starts[pack]:starts[pack + 1]] for pack in batch], settings.max_length)
             for batch in chosen]
@@ -182,15 +269,17 @@ class CalibrationSteps:
 
 
 def warmup_layouts(layouts: Sequence[BatchLayout]) -> list[BatchLayout]:
-    """One small batch for each way the layouts attend (dense, masked, per sequence, un-padded), of a shape
+    """One small batch for each way the layouts attend (no mask, a dense mask, a block mask, per sequence,
+    un-padded), of a shape
     none of a measurement's batches has: it loads each kernel path before the first-sight pass, so that a
     first step measures its shape being new, not its code running for the first time in the process."""
     kinds = {layout.shape_key[0] for layout in layouts}
     length = MIN_ROW_LENGTH
+    halves = [[length // 2, length // 2]]
     candidates = {"dense": BatchLayout.padded([length], length),
-                  "padding mask": BatchLayout.padded([length - 1], length),
-                  "block-diagonal mask": BatchLayout.packed([[length // 2, length // 2]], length),
-                  "per-sequence": BatchLayout.packed([[length // 2, length // 2]], length, ExecutionMode.PACKED_VARLEN),
+                  "dense mask": BatchLayout.packed(halves, length, ExecutionMode.PACKED_DENSE_MASK),
+                  "block mask": BatchLayout.packed(halves, length, ExecutionMode.PACKED_BLOCK_MASK),
+                  "per-sequence": BatchLayout.packed(halves, length, ExecutionMode.PACKED_VARLEN),
                   "unpadded": BatchLayout.unpadded([length // 2, length // 2 - 1])}
     return [layout for kind, layout in candidates.items() if kind in kinds]
 
@@ -336,16 +425,7 @@ def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile)
         except InputError as error:
             terms, problem = np.full((len(layouts), 3), np.nan), f"cannot predict: {error}"
         predicted_seconds = float(terms.sum())
-        first_sight = {"new_shape_steps": np.nan, "measured_first_sight_step_seconds": np.nan,
-                       "predicted_first_sight_step_seconds": np.nan}
-        if measured.first_seconds is not None:
-            new = measured.new_shape[name]
-            extra = np.array([cost_model.first_sight_seconds(layout.mode) for layout in layouts])
-            first_sight = {"new_shape_steps": int(new.sum()),
-                           "measured_first_sight_step_seconds": measured.first_sight_step_seconds(name),
-                           # The repeated price plus the extra, so that first sight is never below it by a rounding.
-                           "predicted_first_sight_step_seconds": predicted_seconds / len(layouts)
-                           + float((new * extra).mean())}
+        first_sight = _first_sight_columns(measured, name, cost_model, predicted_seconds / len(layouts))
         records.append({
             "strategy": name,
             "mode": layouts[0].kind,
@@ -374,7 +454,26 @@ def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile)
     table["error"] = table["predicted_speedup"] / table["measured_speedup"] - 1
     table["speedup_noise"] = [speedup_noise(measured, name) for name in table["strategy"]]
     table["step_seconds_error"] = table["predicted_step_seconds"] / table["measured_step_seconds"] - 1
-    # Speed-ups at first sight: real tokens per first-sight second over padding's, as above.
+    return _with_first_sight_speedups(table, baseline_name)
+
+
+def _first_sight_columns(measured: MeasuredSteps, name: str, cost_model: TransformerCostModel,
+                         predicted_step_seconds: float) -> dict[str, float]:
+    """A strategy's steps at new shapes and its mean step at first sight, measured and predicted (NaN where no
+    first steps were timed)."""
+    if measured.first_seconds is None:
+        return {"new_shape_steps": np.nan, "measured_first_sight_step_seconds": np.nan,
+                "predicted_first_sight_step_seconds": np.nan}
+    new = measured.new_shape[name]
+    extra = np.array([cost_model.first_sight_seconds(layout.mode) for layout in measured.layouts[name]])
+    return {"new_shape_steps": int(new.sum()),
+            "measured_first_sight_step_seconds": measured.first_sight_step_seconds(name),
+            # The repeated price plus the extra, so that first sight is never below it by a rounding.
+            "predicted_first_sight_step_seconds": predicted_step_seconds + float((new * extra).mean())}
+
+
+def _with_first_sight_speedups(table: pd.DataFrame, baseline_name: str) -> pd.DataFrame:
+    """Speed-ups at first sight: real tokens per first-sight second over the baseline's, as for repeated steps."""
     for side in ("measured", "predicted"):
         tokens_per_s = table["real_tokens_per_step"] / table[f"{side}_first_sight_step_seconds"]
         table[f"{side}_first_sight_speedup"] = tokens_per_s / tokens_per_s[table["strategy"] == baseline_name].iloc[0]
@@ -404,8 +503,18 @@ class Verdict:
     message: str
 
 
-def judge(table: pd.DataFrame, error_target: float = ERROR_TARGET, baseline: str = BASELINE) -> Verdict:
-    """Valid when every compared strategy's speed-up noise is at most `error_target`."""
+# What makes a noisy measurement clean, by device.
+CLEAN_RUN_ADVICE = {
+    "cpu": "stop other jobs on the machine, time on one thread with the CPU clock (--threads 1, the default clock), "
+           "and raise --repeats (5 or more)",
+    "cuda": "stop other jobs on the GPU (nvidia-smi lists them), and raise --repeats (5 or more) or --seconds",
+}
+
+
+def judge(table: pd.DataFrame, error_target: float = ERROR_TARGET, baseline: str = BASELINE,
+          device: str = "cpu") -> Verdict:
+    """Valid when every compared strategy's speed-up noise is at most `error_target`; else the verdict says how
+    to get a clean run on `device`."""
     compared = table[(table["strategy"] != baseline) & (table["problem"] == "")]
     noisy = compared[~(compared["speedup_noise"] <= error_target)]
     if noisy.empty:
@@ -414,8 +523,7 @@ def judge(table: pd.DataFrame, error_target: float = ERROR_TARGET, baseline: str
     listed = ", ".join(f"{row.strategy} {row.speedup_noise:.1%}" for row in noisy.itertuples())
     return Verdict(False, f"NOT VALID: timing noise ({listed}) exceeds the {error_target:.0%} error target, so "
                           "these errors say more about the machine's load than about the cost model. For a clean "
-                          "run: stop other jobs on the machine, time on one thread with the CPU clock (--threads 1, "
-                          "the default clock), and raise --repeats (5 or more)")
+                          f"run: {CLEAN_RUN_ADVICE['cuda' if device.startswith('cuda') else 'cpu']}")
 
 
 def fit_unpadded_noise(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile,

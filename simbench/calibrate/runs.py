@@ -248,108 +248,234 @@ def _scenario_model(source: str):
 
 
 def measure_strategies(source: str, *, output_dir: Path | None = None, model=None, layers: int | None = None,
-                       device: str | None = None,
-                       steps: int = 16, batch_size: int = 16, repeats: int = 3, profile_path: Path | None = None,
-                       max_length: int = DEFAULT_MAX_LENGTH, threads: int | None = None, seed: int | None = None,
+                       device: str | None = None, steps: int | None = None, batch_size: int | None = None,
+                       repeats: int | None = None, seconds: float | None = None, profile_path: Path | None = None,
+                       max_length: int | None = None, threads: int | None = None, seed: int | None = None,
                        quick: bool = False, unpadded_attention: str | None = None, wall_clock: bool = False,
                        strategies: list[str] | None = None, progress: Progress = lambda total: None,
                        note: Callable[[str], None] = lambda message: None) -> MeasureRun:
-    """Time real training steps of every strategy on a scenario's or histogram's lengths, compare the
-    realized speed-ups with the cost model's prediction, at first sight of each shape and repeated, and write
-    the folder (measure-<histogram> by default): the comparison CSV and plot, per-step speed-ups, raw timings,
-    settings and the profile.
+    """Time real training steps of every strategy on a scenario's or histogram's lengths, compare the realized
+    speed-ups with the cost model's prediction, at first sight of each shape and repeated, and write the folder
+    (measure-<histogram> by default): the comparison CSV and plot, per-step speed-ups, raw timings, settings and
+    the profile.
 
-    The strategies are `strategies` (plan names as `simulate --strategy` takes them), else a scenario's, built
-    from its histogram as the simulator builds them (`strategy_batches`; padding added as the baseline),
-    else a histogram's four: padding, sort, lpfhp and unpadding. One that cannot be timed on one device is
-    listed in the table with the reason. `model` and `layers` choose the model timed (`measured_model`: by
-    default a scenario's own on CUDA, its family's small stand-in on a CPU); a decoder is timed as a causal LM
-    (`causal_lm.CausalLM`) and priced with its decoder `ModelSpec`. Without `profile_path` a profile is
-    calibrated on held-out batches
-    timed in the same rounds (its first-sight costs from their first steps); the strategies' steps are
-    never fitted on.
+    The strategies are `strategies` (as `simulate --strategy` takes them), else a scenario's (`strategy_batches`;
+    padding added as the baseline), else a histogram's four: padding, sort, lpfhp and unpadding. Each runs the
+    attention it is priced with (`kernels`); one this device cannot time is listed with the reason. The model is
+    `measured_model`'s, rows are `measure_shape`'s, steps and repeats not given are sized to `seconds`
+    (`measure.budgeted_passes`). Without `profile_path` a profile is calibrated on held-out batches timed in the
+    same rounds (`_measure_plan`); the strategies' steps are never fitted on.
     """
     from simbench.calibrate.noisefit import check_measure_repeats
 
-    check_measure_repeats(repeats)  # before torch is needed
-    torch = import_torch()
-    import numpy as np
-
-    from simbench.calibrate.calibration import CalibrationSettings, fit_calibration, prepare_calibration
-    from simbench.calibrate.measure import (MeasureSettings, compare, deepest_calibrated_pack, fit_unpadded_noise,
-                                            judge, measure_steps, rescale_histogram, strategy_layouts,
-                                            time_strategies)
-    from simbench.costmodels.hardware import load_hardware
+    if repeats is not None:
+        check_measure_repeats(repeats)  # before torch is needed
+    import_torch()
+    from simbench.calibrate.measure import compare, fit_unpadded_noise, judge, measure_steps, time_strategies
     from simbench.report.folder import check_replaceable
 
-    histogram, scenario_seed, plans = _measure_source(source, strategies)
-    output_dir = output_dir or Path(f"measure-{histogram.name}")
+    measured_source = _measure_source(source, strategies)
+    output_dir = output_dir or Path(f"measure-{measured_source.histogram.name}")
     # Checked before minutes of timing; and never swap away a folder that is not an earlier result.
     check_replaceable(output_dir, option="-o", inputs=[Path(source), profile_path])
     device = resolve_device(device)
     model = measured_model(source, model, device, layers, note)
-    if max_length > model.max_positions:
-        raise InputError(f"max_length {max_length} exceeds the model's {model.max_positions} positions",
-                         parameter="max_length")
-    seed = scenario_seed if seed is None else seed
-    threads = torch.get_num_threads() if threads is None else threads
-    scaled = rescale_histogram(histogram, max_length)
-    if scaled is not histogram:
-        note(f"lengths of {histogram.name} (max {histogram.max_length}) rescaled by "
-             f"{max_length}/{histogram.max_length} to fit max length {max_length}")
+    plan = _measure_plan(measured_source, model, device, profile_path, max_length=max_length, batch_size=batch_size,
+                         steps=steps, repeats=repeats, seconds=seconds, threads=threads, seed=seed, quick=quick,
+                         unpadded_attention=unpadded_attention, wall_clock=wall_clock, note=note)
+    settings = plan.settings
+    total = measure_steps(settings, plan.layouts, plan.calibration_layouts)
+    note(f"timing {total:,} steps: {len(plan.layouts)} strategies x {settings.steps} batches, a first-sight pass and "
+         f"{settings.repeats} repeats each" + (f", and {len(plan.calibration_layouts)} calibration batches"
+                                               if plan.calibration_layouts else ""))
+    measured, calibration_steps = time_strategies(plan.layouts, settings, lambda: progress(total),
+                                                  plan.calibration_batches, plan.calibration_layouts, plan.baseline)
+    profile = plan.profile
+    if plan.calibration is not None:
+        profile = _calibrated_profile(plan.calibration, plan.calibration_layouts, calibration_steps)
+    table = compare(measured, model, profile)
+    verdict = judge(table, baseline=plan.baseline, device=device)
+    table = _with_refused(table, plan.refused)
+    table["run_valid"] = verdict.valid
+    title = (f"{model.name} {model.family}{_slice(model)}, {plan.histogram.name}, {settings.steps} steps x "
+             f"{settings.batch_size} rows, "
+             f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
+    noise = fit_unpadded_noise(measured, model, profile)
+    record = _settings_record(settings, source, plan.histogram, profile_path)
+    record.update(strategies=list(plan.layouts), baseline=plan.baseline, not_measured=plan.refused,
+                  first_pass_load_factor=measured.first_pass_factor, budget=plan.budget_note)
+    _write_measure_folder(output_dir, table, measured, title, record, _with_fitted_noise(profile, noise, source))
+    return MeasureRun(table, title, output_dir, verdict, noise, plan.baseline, plan.refused)
+
+
+@dataclass(frozen=True)
+class MeasureSource:
+    """What a measurement's source gives: its histogram, seed, strategies (None: a histogram's four) and rows."""
+
+    histogram: object
+    seed: int
+    plans: list | None
+    batch_size: int | None  # a scenario's rows a step; None for a histogram
+
+
+@dataclass(frozen=True)
+class MeasurePlan:
+    """Everything a measurement times, resolved before the first step: settings, batches, calibration, profile."""
+
+    settings: object  # measure.MeasureSettings
+    histogram: object  # the lengths the batches are drawn from, rescaled where the rows are shorter
+    layouts: dict
+    refused: dict
+    baseline: str
+    profile: object  # the given profile; None until calibrated
+    calibration: object = None  # calibration.CalibrationSettings where no profile was given
+    calibration_layouts: list = field(default_factory=list)
+    calibration_batches: list = field(default_factory=list)
+    budget_note: str | None = None
+
+
+DEFAULT_BATCH_SIZE = 16  # rows a step for a histogram (a scenario gives its own)
+
+
+def _measure_plan(measured_source: MeasureSource, model, device: str, profile_path: Path | None, *, max_length,
+                  batch_size, steps, repeats, seconds, threads, seed, quick, unpadded_attention, wall_clock,
+                  note) -> MeasurePlan:
+    """Resolve a measurement: rows, attention, calibration and batches, then steps and repeats to the budget."""
+    import torch
+
+    from simbench.calibrate.calibration import CalibrationSettings, prepare_calibration
+    from simbench.calibrate.measure import (BUDGET_STEPS_MAX, BUDGET_STEPS_MIN, MeasureSettings, budgeted_passes,
+                                            deepest_calibrated_pack)
+    from simbench.costmodels.hardware import load_hardware
+
+    histogram, max_length = measure_shape(measured_source.histogram, model, device, max_length, note)
+    batch_size = batch_size or measured_source.batch_size or DEFAULT_BATCH_SIZE
+    seed = measured_source.seed if seed is None else seed
     given_profile = load_hardware(profile_path) if profile_path is not None else None
     if model.is_decoder:
         unpadded_attention = _decoder_attention(unpadded_attention, device)
     elif given_profile is not None and unpadded_attention is None and given_profile.calibration:
         # Run un-padded attention the way the profile was calibrated, so its group term applies.
         unpadded_attention = given_profile.calibration.get("unpadded_attention")
-    settings = MeasureSettings(model=model, max_length=max_length, device=device, threads=threads, steps=steps,
-                               batch_size=batch_size, repeats=repeats, seed=seed,
+    plans = measured_source.plans
+    # Checked for work at the steps given, or the fewest a budget gives, before anything is built.
+    settings = MeasureSettings(model=model, max_length=max_length, device=device,
+                               threads=torch.get_num_threads() if threads is None else threads,
+                               steps=steps or BUDGET_STEPS_MIN, batch_size=batch_size, repeats=repeats or 2, seed=seed,
                                unpadded_attention=check_unpadded_attention(unpadded_attention, device),
                                wall_clock=wall_clock, strategies=len(plans) + 1 if plans else 4)
-    calibration = None
-    calibration_layouts, calibration_batches = [], []
-    if profile_path is None:
+    calibration, calibration_layouts, calibration_batches = None, [], []
+    if given_profile is None:
         # Its own seed: the profile is fitted on other batches than the ones it is checked on.
-        calibration = CalibrationSettings(model=model, max_length=max_length, device=device, threads=threads,
+        calibration = CalibrationSettings(model=model, max_length=max_length, device=device, threads=settings.threads,
                                           seed=seed + 1000, quick=quick,
                                           unpadded_attention=settings.unpadded_attention, wall_clock=wall_clock)
         calibration_layouts, calibration_batches = prepare_calibration(calibration)
         deepest = max(layout.max_depth for layout in calibration_layouts if layout.kind == "packed")
     else:
         deepest = deepest_calibrated_pack(given_profile)
+    layouts, refused, baseline = _strategy_layouts(plans, histogram, settings, steps or BUDGET_STEPS_MAX, deepest, note)
+    budget = budgeted_passes(layouts, model, device, given_profile, len(calibration_layouts), seconds, steps, repeats)
+    if budget.message:
+        note(budget.message)
+    settings = replace(settings, steps=budget.steps, repeats=budget.repeats)
+    layouts = {name: batches[:budget.steps] for name, batches in layouts.items()}
+    settings.check_layouts(layouts)
+    return MeasurePlan(settings, histogram, layouts, refused, baseline, given_profile, calibration,
+                       calibration_layouts, calibration_batches, budget.message)
+
+
+def measure_shape(histogram, model, device: str, max_length: int | None, note: Callable[[str], None]):
+    """The histogram and row length measured: `max_length` as given, else the histogram's own on CUDA (the
+    scenario's rows) and at most DEFAULT_MAX_LENGTH on a CPU; longer lengths are rescaled to the rows, said in
+    a note. A row longer than the model's positions is refused."""
+    from simbench.calibrate.measure import rescale_histogram
+
+    given = max_length is not None
+    if not given:
+        max_length = histogram.max_length if device.startswith("cuda") else min(DEFAULT_MAX_LENGTH,
+                                                                                histogram.max_length)
+    if max_length > model.max_positions:
+        raise InputError(f"max_length {max_length} exceeds the model's {model.max_positions} positions"
+                         + ("" if given else f" ({histogram.name}'s own); pass a shorter --max-length"),
+                         parameter="max_length")
+    scaled = rescale_histogram(histogram, max_length)
+    if scaled is not histogram:
+        why = "--max-length" if given else f"the rows a CPU times by default (--max-length {histogram.max_length} " \
+                                           "times the scenario's own)"
+        note(f"lengths of {histogram.name} (max {histogram.max_length}) rescaled by {max_length}/"
+             f"{histogram.max_length} to fit max length {max_length}: {why}")
+    return scaled, max_length
+
+
+def _strategy_layouts(plans, histogram, settings, steps: int, deepest: int | None, note: Callable[[str], None]):
+    """Each strategy's `steps` batches (a histogram's four where `plans` is None), those the device cannot run as
+    priced refused with the reason, and the baseline's name."""
+    import numpy as np
+
+    from simbench.calibrate.kernels import check_runnable
+    from simbench.calibrate.measure import strategy_layouts
+    from simbench.calibrate.strategy_batches import strategy_batches
+
     if plans is None:
         if deepest is not None:
             # Deeper packs would price packing's overhead by extrapolating the line fitted to these depths.
             settings = replace(settings, max_depth=deepest)
             note(f"lpfhp packs at most {deepest} sequences: the deepest calibrated")
-        layouts, refused, baseline = strategy_layouts(scaled, settings, np.random.default_rng(seed)), {}, "padding"
-    else:
-        from simbench.calibrate.strategy_batches import strategy_batches
+        return strategy_layouts(histogram, settings, np.random.default_rng(settings.seed), steps), {}, "padding"
+    built = strategy_batches(plans, histogram, settings.max_length, steps, settings.batch_size, settings.seed)
+    layouts, refused = dict(built.layouts), dict(built.refused)
+    for name, batches in built.layouts.items():
+        try:
+            check_runnable(batches[0].mode, settings.device)
+        except InputError as error:
+            refused[name] = error.message
+            del layouts[name]
+    _note_deep_packs(layouts, deepest, note)
+    return layouts, refused, built.baseline
 
-        built = strategy_batches(plans, scaled, max_length, steps, batch_size, seed)
-        layouts, refused, baseline = built.layouts, built.refused, built.baseline
-        _note_deep_packs(layouts, deepest, note)
-    settings.check_layouts(layouts)
-    total = measure_steps(settings, layouts, calibration_layouts)
-    measured, calibration_steps = time_strategies(layouts, settings, lambda: progress(total), calibration_batches,
-                                                  calibration_layouts, baseline)
-    profile = given_profile
-    if calibration is not None:
-        fit = fit_calibration(calibration, calibration_layouts, calibration_steps.timings, calibration_steps.seconds)
-        profile = _with_first_sight(fit.profile, calibration_layouts, calibration_steps)
-    table = compare(measured, model, profile)
-    verdict = judge(table, baseline=baseline)
-    table = _with_refused(table, refused)
-    table["run_valid"] = verdict.valid
-    title = (f"{model.name} {model.family}{_slice(model)}, {scaled.name}, {steps} steps x {batch_size} rows, "
-             f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
-    noise = fit_unpadded_noise(measured, model, profile)
-    record = _settings_record(settings, source, scaled, profile_path)
-    record.update(strategies=list(layouts), baseline=baseline, not_measured=refused,
-                  first_pass_load_factor=measured.first_pass_factor)
-    _write_measure_folder(output_dir, table, measured, title, record, _with_fitted_noise(profile, noise, source))
-    return MeasureRun(table, title, output_dir, verdict, noise, baseline, refused)
+
+def _calibrated_profile(calibration, layouts, calibration_steps):
+    """The profile fitted on the calibration batches timed alongside, with their first-sight costs."""
+    from simbench.calibrate.calibration import fit_calibration
+
+    fit = fit_calibration(calibration, layouts, calibration_steps.timings, calibration_steps.seconds)
+    return _with_first_sight(fit.profile, layouts, calibration_steps)
+
+
+def run_gpu_check(out: Path, *, checks=None, force: bool = False,
+                  progress: Callable[[str], Progress] = lambda stage: (lambda total: None),
+                  note: Callable[[str], None] = lambda message: None):
+    """`simbench gpu-check`: time each check's grid (`gpu_check.GPU_CHECKS` unless `checks` given; `calibrate
+    --grid`: `grid-MODEL.yaml` and its `.grid.jsonl`) and measure its scenario with that profile
+    (`measure-SCENARIO/`), all under `out`, then write `table.csv` and `table.md`: every strategy's measured and
+    predicted speed-up over padding. Refuses, before any work, a machine without CUDA. Returns the table."""
+    torch = import_torch()
+    if not torch.cuda.is_available():
+        raise InputError("gpu-check times an NVIDIA GPU: this torch build sees no CUDA device")
+    import pandas as pd
+
+    from simbench.calibrate.gpu_check import GPU_CHECKS, TABLE_COLUMNS, gpu_check_markdown
+    from simbench.costmodels.model import get_model
+
+    checks = GPU_CHECKS if checks is None else checks
+    out.mkdir(parents=True, exist_ok=True)
+    tables = []
+    for check in checks:
+        profile_path = out / f"grid-{check.model}.yaml"
+        note(f"{check.scenario}: timing the grid of {check.grid_layers} {check.model} layers")
+        calibrate_grid(profile_path, model=get_model(check.model), layers=check.grid_layers, device="cuda",
+                       quick=True, force=force, progress=progress(f"grid {check.model}"))
+        note(f"{check.scenario}: measuring {len(check.strategies)} strategies with {profile_path.name}")
+        run = measure_strategies(check.scenario, output_dir=out / f"measure-{check.scenario}", device="cuda",
+                                 layers=check.grid_layers, seconds=check.measure_seconds, profile_path=profile_path,
+                                 strategies=list(check.strategies), progress=progress(f"measure {check.scenario}"),
+                                 note=note)
+        tables.append(run.table.assign(scenario=check.scenario))
+    table = pd.concat(tables, ignore_index=True)[TABLE_COLUMNS]
+    table.to_csv(out / "table.csv", index=False)
+    (out / "table.md").write_text(gpu_check_markdown(table))
+    return table
 
 
 def _decoder_attention(requested: str | None, device: str) -> str:
@@ -372,9 +498,9 @@ def _slice(model) -> str:
     return f", {model.layers} of {preset.layers} layers" if sliced else ""
 
 
-def _measure_source(source: str, strategies: list[str] | None):
-    """The histogram, seed and (label, plan) strategies to measure: the named ones, else a scenario's, else
-    None (a histogram's four)."""
+def _measure_source(source: str, strategies: list[str] | None) -> MeasureSource:
+    """The histogram, seed, (label, plan) strategies to measure (the named ones, else a scenario's, else None: a
+    histogram's four) and a scenario's rows a step."""
     from simbench.histogram import load_histogram
     from simbench.scenario import bundled_scenarios, load_scenario
     from simbench.sim.plans import parse_plans
@@ -385,11 +511,12 @@ def _measure_source(source: str, strategies: list[str] | None):
         histogram, seed = scenario.dataset.load(), scenario.seed
     else:
         histogram, seed = load_histogram(source), 0
+    batch_size = scenario.batch_size if scenario is not None else None
     if strategies:
-        return histogram, seed, [(plan.name, plan) for plan in parse_plans(strategies)]
+        return MeasureSource(histogram, seed, [(plan.name, plan) for plan in parse_plans(strategies)], batch_size)
     if scenario is not None:
-        return histogram, seed, [(spec.label, spec.plan()) for spec in scenario.strategies]
-    return histogram, seed, None
+        return MeasureSource(histogram, seed, [(spec.label, spec.plan()) for spec in scenario.strategies], batch_size)
+    return MeasureSource(histogram, seed, None, None)
 
 
 def _note_deep_packs(layouts: dict, deepest: int | None, note: Callable[[str], None]) -> None:

@@ -23,6 +23,12 @@ from simbench.errors import InputError
 # below the H100's measured dense rate, for slower GPUs and small kernels). Checked before any work: BERT-large
 # calibrated on a CPU, or 80 layers of a 70B decoder, would have run for hours or run out of memory.
 TIMED_FLOPS_MAX = {"cpu": 1e14, "cuda": 1e17}
+TIMED_RUN_SECONDS = 600  # the "about 10 minutes" those limits stand for
+
+
+def assumed_flops_per_s(device: str | torch.device) -> float:
+    """The training rate the work limits assume on the device, for a first estimate of a step's seconds."""
+    return TIMED_FLOPS_MAX["cpu" if str(device).startswith("cpu") else "cuda"] / TIMED_RUN_SECONDS
 
 
 def check_timed_work(flops: float, device: str | torch.device, what: str, remedy: str,

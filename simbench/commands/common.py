@@ -150,6 +150,30 @@ def stage_lines(console=None, quiet: bool = False) -> Callable[[str], None] | No
     return report
 
 
+# A long timing run, piped, says how far it is at most this often.
+STEP_LINE_SECONDS = 10.0
+
+
+def step_lines(stage: Callable[[str], None] | None, what: str,
+               every_seconds: float = STEP_LINE_SECONDS) -> Callable[[int], None] | None:
+    """A library progress callback (called once per unit of work with the total) that speaks through `stage`
+    (`stage_lines`: where no live bar shows) at the first unit, at most every `every_seconds` and at the last, e.g.
+    `[   12.0 s] timed 40 of 300 steps`; None when `stage` is None (a terminal's bar shows instead)."""
+    if stage is None:
+        return None
+    done, last = 0, -float("inf")
+
+    def advance(total: int) -> None:
+        nonlocal done, last
+        done += 1
+        now = time.perf_counter()
+        if done == 1 or done >= total or now - last >= every_seconds:
+            stage(f"{what} {done:,} of {total:,} steps")
+            last = now
+
+    return advance
+
+
 FORCE_HELP = ("replace the output file if it exists, or if another run writes it meanwhile (never one the command "
               "reads)")
 QUIET_HELP = "no progress: neither the live bar in a terminal nor the line per finished stage elsewhere"
@@ -191,7 +215,7 @@ def advancing(progress, task):
 
 UNPADDED_HELP = ("un-padded (and packed-varlen) attention: grouped (one call per length), jagged (nested tensors), "
                  "flash_varlen (flash_attn package) or torch_varlen (torch's varlen kernel; both CUDA only); "
-                 "default: flash_varlen or jagged on CUDA, grouped on CPU")
+                 "default: flash_varlen where installed, else torch_varlen on CUDA, grouped on CPU")
 WALL_CLOCK_HELP = "time single-threaded CPU steps by the wall clock instead of the process's CPU seconds"
 
 

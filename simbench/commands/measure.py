@@ -12,24 +12,31 @@ import typer
 from simbench.calibrate.runs import DEFAULT_MAX_LENGTH
 from simbench.commands.common import (UNPADDED_HELP, WALL_CLOCK_HELP, advancing, command, parse_model,
                                       parse_strategies, print_json_lines, print_table, progress_bar, say,
-                                      stdout_to_stderr)
+                                      stage_lines, step_lines, stdout_to_stderr)
 
+
+STRATEGY_HELP = ("strategy to measure instead (repeat the option, or separate by commas), written as for simulate: "
+                 "none, sort, spfhp:3, packed-varlen:lpfhp, unpad, lpfhp:max:attention=dense-mask, token-budget, "
+                 "group-by-length...")
+REPEATS_HELP = ("timings of every batch (round load factored out, then the median), at least 2: the noise that judges "
+                "the errors is their spread; default: as the budget allows, 2-5")
+MAX_LENGTH_HELP = (f"row length; longer lengths are rescaled to it (said on stderr); default: the histogram's own on a "
+                   f"GPU, at most {DEFAULT_MAX_LENGTH} on a CPU")
 
 
 def measure(
     source: str = typer.Argument(..., metavar="SCENARIO_OR_HISTOGRAM",
                                  help="scenario YAML or bundled scenario (its strategies are measured), or a "
                                       "histogram file or bundled histogram name (padding, sort, lpfhp, unpadding)"),
-    strategy: list[str] = typer.Option(None, "--strategy", "-s",
-                                       help="strategy to measure instead (repeat the option, or separate by commas), "
-                                            "written as for simulate: none, sort, spfhp:3, packed-varlen:lpfhp, unpad, "
-                                            "token-budget, group-by-length..."),
+    strategy: list[str] = typer.Option(None, "--strategy", "-s", help=STRATEGY_HELP),
     device: str = typer.Option(None, "--device", help="cpu or cuda[:N]; default: cuda when available"),
-    steps: int = typer.Option(16, "--steps", help="timed batches per strategy"),
-    batch_size: int = typer.Option(16, "--batch-size", help="rows (sequences or packs) per batch"),
-    repeats: int = typer.Option(3, "--repeats",
-                                help="timings of every batch (round load factored out, then the median), at least "
-                                     "2: the noise that judges the errors is their spread"),
+    seconds: float = typer.Option(None, "--seconds",
+                                  help="time budget that sizes --steps and --repeats where not given (said on stderr); "
+                                       "default 120 on a GPU, 60 on a CPU"),
+    steps: int = typer.Option(None, "--steps", help="timed batches per strategy; default: as the budget allows"),
+    batch_size: int = typer.Option(None, "--batch-size",
+                                   help="rows (sequences or packs) per batch; default: a scenario's batch_size, else 16"),
+    repeats: int = typer.Option(None, "--repeats", help=REPEATS_HELP),
     profile_path: Path = typer.Option(None, "--profile",
                                       help="calibrated profile; default: calibrate on held-out batches "
                                            "timed alongside"),
@@ -39,8 +46,7 @@ def measure(
                                    "and tiny for a histogram"),
     layers: int = typer.Option(None, "--layers", help="time the model's first LAYERS layers only (e.g. 4 of a "
                                                       "decoder LLM's on one GPU)"),
-    max_length: int = typer.Option(DEFAULT_MAX_LENGTH, "--max-length",
-                                   help="row length; longer histograms are rescaled to it"),
+    max_length: int = typer.Option(None, "--max-length", help=MAX_LENGTH_HELP),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's choice)"),
     seed: int = typer.Option(None, "--seed", help="default: the scenario's seed, else 0"),
     quick: bool = typer.Option(False, "--quick", help="without --profile: a quick calibration (seconds, for tests)"),
@@ -57,18 +63,25 @@ def measure(
     from simbench.calibrate.runs import MEASURE_COLUMNS, measure_strategies
 
     spec = parse_model(model) if model is not None else None
+    console = Console(stderr=True)
     # Libraries that print (HiGHS's banner, from C) must not mix with the JSON lines.
-    with stdout_to_stderr(as_json), progress_bar(Console(stderr=True)) as progress:
+    with stdout_to_stderr(as_json), progress_bar(console) as progress:
         run = measure_strategies(source, output_dir=output_dir, model=spec, layers=layers, device=device,
-                                 steps=steps, batch_size=batch_size, repeats=repeats, profile_path=profile_path,
-                                 max_length=max_length, threads=threads, seed=seed, quick=quick,
-                                 unpadded_attention=unpadded_attention, wall_clock=wall_clock,
-                                 strategies=parse_strategies(strategy),
-                                 progress=advancing(progress, progress.add_task("timing")), note=say)
+                                 steps=steps, batch_size=batch_size, repeats=repeats, seconds=seconds,
+                                 profile_path=profile_path, max_length=max_length, threads=threads, seed=seed,
+                                 quick=quick, unpadded_attention=unpadded_attention, wall_clock=wall_clock,
+                                 strategies=parse_strategies(strategy), note=say,
+                                 progress=step_lines(stage_lines(console), "timed")
+                                 or advancing(progress, progress.add_task("timing")))
     if as_json:
         print_json_lines(run.table[MEASURE_COLUMNS].to_dict(orient="records"))
     else:
         _print_comparison(run.table, run.baseline)
+    _say_outcome(run)
+
+
+def _say_outcome(run) -> None:
+    """What a run found beyond its table, on stderr: problems, the verdict, the noise fitted, the files."""
     for row in run.table[run.table["problem"] != ""].itertuples():
         say(f"{row.strategy}: {row.problem}")
     say(run.verdict.message)

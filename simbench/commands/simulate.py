@@ -24,9 +24,9 @@ REPLICA_COLUMNS = ("GPUs", "tokens/s per GPU")
 def simulate(
     histogram: str = typer.Argument(..., help="histogram CSV/JSON file or bundled name (e.g. wikipedia_512)"),
     strategy: list[str] = typer.Option(..., "--strategy", "-s",
-                                       help="NAME[:DEPTH] of a packer, unpad, unpad-exchange, unpad-exchange-overlap, "
-                                            "packed-varlen[:PACKER][:DEPTH], vts[:stages=S], "
-                                            "vts-bucketed[:window=K], or all; repeatable or "
+                                       help="NAME[:DEPTH][:attention=row|dense-mask|block-mask|varlen] of a packer, "
+                                            "unpad, unpad-exchange(-overlap), packed-varlen[:PACKER][:DEPTH], "
+                                            "vts[:stages=S], vts-bucketed[:window=K], or all; repeatable or "
                                             "comma-separated (-s spfhp:3,unpad)"),
     baseline: str = typer.Option(None, "--baseline",
                                  help="the strategy every speed-up is over, written as --strategy takes one, e.g. "

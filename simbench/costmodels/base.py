@@ -19,10 +19,37 @@ from simbench.errors import InputError
 class ExecutionMode(str, Enum):
     """How a device executes the rows of a batch."""
 
-    PADDED = "padded"  # fixed-shape rows; attention over the whole row (padding or packs with a block-diagonal mask)
+    PADDED = "padded"  # fixed-shape rows; one attention over the whole row, no mask (`row`)
     SORTED = "sorted"  # rows padded to the batch's longest; the shape changes from batch to batch
     PACKED_VARLEN = "packed_varlen"  # fixed-shape packs, attention per sequence (flash-attention varlen)
     UNPADDED = "unpadded"  # no padding at all; kernels grouped by length (NVIDIA/Baidu un-padding)
+    PACKED_DENSE_MASK = "packed_dense_mask"  # fixed-shape packs, the whole row under a dense block-diagonal mask
+    PACKED_BLOCK_MASK = "packed_block_mask"  # fixed-shape packs, FlexAttention's document mask (masked blocks skipped)
+
+
+class Attention(str, Enum):
+    """How a row's attention runs, in the words a plan's `attention` option takes."""
+
+    ROW = "row"  # one attention over the whole row: packed documents attend to each other (accepted)
+    DENSE_MASK = "dense-mask"  # a block-diagonal attn_mask as a dense tensor: SDPA leaves its flash kernel
+    BLOCK_MASK = "block-mask"  # FlexAttention with a document block mask: fully masked blocks skipped
+    VARLEN = "varlen"  # per-document varlen kernels (flash-attn, torch varlen_attn): no cross-document work
+
+
+# The mode a device runs fixed-shape rows in under each attention implementation.
+ROW_MODE_OF_ATTENTION = {Attention.ROW: ExecutionMode.PADDED, Attention.DENSE_MASK: ExecutionMode.PACKED_DENSE_MASK,
+                         Attention.BLOCK_MASK: ExecutionMode.PACKED_BLOCK_MASK,
+                         Attention.VARLEN: ExecutionMode.PACKED_VARLEN}
+
+
+def attention_of(mode: ExecutionMode) -> Attention:
+    """The attention implementation a mode runs: sorted batches attend over their rows, un-padded ones per sequence."""
+    mode = ExecutionMode(mode)
+    if mode is ExecutionMode.SORTED:
+        return Attention.ROW
+    if mode is ExecutionMode.UNPADDED:
+        return Attention.VARLEN
+    return next(attention for attention, row_mode in ROW_MODE_OF_ATTENTION.items() if row_mode is mode)
 
 
 @dataclass(frozen=True, eq=False)

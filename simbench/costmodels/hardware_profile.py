@@ -36,6 +36,22 @@ _PHYSICAL_RANGES = (  # (name ends with or holds, highest value, what it counts)
     ("boundaries", 2.0**40, "tokens"),
     ("capacity_bytes", 2.0**50, "bytes (a pebibyte of memory on one device)"),
 )
+# Measured: Llama-3.1-8B x 2 layers, 2 x 8,192 tokens on an H200 (shared measurements h200-2026-11-28,
+# `simbench measure llama8b-sft-8k --device cuda`): whole-row packs under a dense block-diagonal mask 283 ms a step,
+# padded rows of the same shape 191 ms. The 92 ms more falls on attention, which the h200 profile prices at 15.1 ms
+# for that shape: 15.1 / (15.1 + 92) of the flash rate (the full row computed, the causal half not skipped).
+DENSE_MASK_ATTENTION_FRACTION = 0.1408
+# Assumed, not measured: PyTorch's FlexAttention announcement reports about 90 % of FlashAttention-2's forward
+# and 85 % of its backward throughput on the blocks it computes.
+BLOCK_MASK_ATTENTION_FRACTION = 0.85
+# Where a field's default comes from, when its default is not a mere choice (a profile that sets another value
+# without saying where it comes from states a choice).
+DEFAULT_PROVENANCE = {
+    "dense_mask_attention_fraction": "measured: a dense block-diagonal mask on an H200, Llama-3.1-8B x 2 layers, "
+                                     "2 x 8,192 (283 ms vs 191 ms padded rows of the same shape)",
+    "block_mask_attention_fraction": "assumed, not measured: FlexAttention at ~85-90 % of FlashAttention-2 "
+                                     "(PyTorch's FlexAttention announcement)",
+}
 # Rates and factors that a step's work is divided by: a tiny positive one makes every step last forever.
 _LOWEST_DIVISORS = (("bytes_per_s", 1.0, "bytes/s"), ("attention_fraction", 1e-3, "(a factor)"),
                     ("unpadded_flops_fraction", 1e-3, "(a factor)"), ("efficiency", 1e-3, "(a factor)"))
@@ -124,6 +140,14 @@ class HardwareProfile(BaseModel):
                                                            "bidirectional attention reaches half its rate")
     varlen_tile_tokens: int = Field(0, ge=0, description="query/key tile of the varlen attention kernel: a "
                                     "document's work is rounded up to whole tiles (0: no rounding)")
+    # Packs whose documents are isolated by a mask rather than by varlen kernels (a plan's `attention` option).
+    dense_mask_attention_fraction: float = Field(DENSE_MASK_ATTENTION_FRACTION, gt=0, le=1, allow_inf_nan=False,
+                                                 description="attention's rate under a dense block-diagonal "
+                                                 "attn_mask (SDPA off its flash kernel, the whole row computed), "
+                                                 "over attention_flops_per_s")
+    block_mask_attention_fraction: float = Field(BLOCK_MASK_ATTENTION_FRACTION, gt=0, le=1, allow_inf_nan=False,
+                                                 description="FlexAttention's rate on the blocks a document mask "
+                                                 "leaves, over attention_flops_per_s")
     # The first step at a batch shape a process has not run before pays for kernel selection and new
     # allocations: once per distinct shape, whatever the number of layers (an 8-layer slice pays it no more than
     # a 1-layer one), by attention path. Which steps pay it is the scenario's `shapes` choice.
@@ -226,8 +250,13 @@ def profile_to_yaml(profile: HardwareProfile) -> str:
 def field_provenance(profile: HardwareProfile) -> dict[str, str]:
     """Every numeric field's value and where it comes from: its provenance entry, or `chosen` when the
     profile states none (a value nobody measured is a choice, whoever made it)."""
-    return {name: profile.provenance.get(name, "chosen") for name in HardwareProfile.model_fields
-            if name not in _NOT_VALUES}
+    fields = HardwareProfile.model_fields
+
+    def default_source(name: str) -> str:
+        at_default = name in DEFAULT_PROVENANCE and getattr(profile, name) == fields[name].default
+        return DEFAULT_PROVENANCE[name] if at_default else "chosen"
+
+    return {name: profile.provenance.get(name, default_source(name)) for name in fields if name not in _NOT_VALUES}
 
 
 # The profile's entries that are not a device's values: its name and records about the values.

@@ -29,6 +29,10 @@ from simbench.validation import check_device_count, check_gpus_per_replica, chec
 GROUPED_ATTENTION_KERNELS_PER_GROUP = 2
 # Modes whose attention runs per sequence on variable-length kernels.
 VARLEN_MODES = frozenset({ExecutionMode.PACKED_VARLEN, ExecutionMode.UNPADDED})
+# Modes that compute every pair of a row's slots (a context-parallel ring shards the row as one sequence).
+WHOLE_ROW_MODES = frozenset({ExecutionMode.PADDED, ExecutionMode.SORTED, ExecutionMode.PACKED_DENSE_MASK})
+# FlexAttention's default block: a document mask skips a (query block, key block) pair only when it masks all of it.
+FLEX_BLOCK_TOKENS = 128
 
 
 @dataclass(frozen=True)
@@ -78,10 +82,14 @@ class TransformerCostModel(CostModel):
     def step_costs(self, batches: BatchSet, mode: ExecutionMode, *, floored: bool = True) -> StepCosts:
         """Per-batch seconds of a forward + backward + optimizer step, split by cause.
 
-        PADDED and SORTED rows cost their full slots, attention included (a block-diagonal mask
-        still computes the whole row on dense kernels); the shape of a SORTED batch is taken to
-        change every step, since batches are shuffled. PACKED_VARLEN computes the dense layers on
-        all slots but attention per sequence. UNPADDED computes real tokens only (at the profile's
+        PADDED and SORTED rows cost their full slots, attention included (`row`: one attention over the
+        whole row, its packed documents attending to each other); the shape of a SORTED batch is taken to
+        change every step, since batches are shuffled. PACKED_DENSE_MASK computes the same pairs under a dense
+        block-diagonal mask, at the profile's `dense_mask_attention_fraction` of the attention rate (SDPA leaves
+        its flash kernel). PACKED_BLOCK_MASK (FlexAttention's document mask) computes the 128-token block pairs
+        the mask does not wholly hide, at `block_mask_attention_fraction` of the rate, taken to cost no less than
+        varlen kernels and no more than the dense mask (an assumption: no measurement). PACKED_VARLEN computes the
+        dense layers on all slots but attention per sequence. UNPADDED computes real tokens only (at the profile's
         `unpadded_flops_fraction` of the padded rates), its sequences grouped by the profile's length
         boundaries: each group present launches its own attention kernels, whose rate falls in small
         groups (`unpad_group_half_saturation_tokens`; 0, the default, leaves attention at full rate). Padding seconds are the share of the device
@@ -100,14 +108,11 @@ class TransformerCostModel(CostModel):
         hardware = self.hardware
         slowdown = _saturation_slowdown(work.tokens, hardware.half_saturation_tokens) / self.replica_speed
         linear_flops_per_s = self.dense_flops_per_s
-        if mode in VARLEN_MODES and self._varlen_kernels_differ:
-            real_attention_seconds = self._varlen_attention_seconds(batches)
-        else:
-            real_attention_seconds = work.real_attention_flops / hardware.attention_flops_per_s
+        real_attention_seconds, padding_attention_seconds, masked_attention_seconds = self._attention_parts(
+            batches, mode, work)
         compute_seconds = slowdown * (work.real_linear_flops / linear_flops_per_s + real_attention_seconds)
-        padding_seconds = slowdown * (work.padding_linear_flops / linear_flops_per_s
-                                      + work.padding_attention_flops / hardware.attention_flops_per_s)
-        masked_attention_seconds = slowdown * work.masked_attention_flops / hardware.attention_flops_per_s
+        padding_seconds = slowdown * (work.padding_linear_flops / linear_flops_per_s + padding_attention_seconds)
+        masked_attention_seconds = slowdown * masked_attention_seconds
         overhead_seconds = self._fixed_overhead_seconds(work, batches.batches)
         if mode is ExecutionMode.UNPADDED:
             groups = _length_groups(batches, hardware.unpad_group_boundaries)
@@ -137,12 +142,7 @@ class TransformerCostModel(CostModel):
         work = self._work(batches, mode)
         hardware = self.hardware
         slowdown = _saturation_slowdown(work.tokens, hardware.half_saturation_tokens) / self.replica_speed
-        if mode in VARLEN_MODES and self._varlen_kernels_differ:
-            real = self._varlen_attention_seconds(batches)
-        else:
-            real = work.real_attention_flops / hardware.attention_flops_per_s
-        seconds = slowdown * (real + (work.padding_attention_flops + work.masked_attention_flops)
-                              / hardware.attention_flops_per_s)
+        seconds = slowdown * sum(self._attention_parts(batches, mode, work))
         if mode is ExecutionMode.UNPADDED:
             groups = _length_groups(batches, hardware.unpad_group_boundaries)
             seconds = (seconds + slowdown * self._small_group_attention_seconds(groups)) / hardware.unpadded_flops_fraction
@@ -304,6 +304,33 @@ class TransformerCostModel(CostModel):
         return _Work(slot_tokens, linear * real_tokens, attention * real_squares, linear * padding_tokens,
                      padding_attention, slot_tokens, masked_attention)
 
+    def _attention_parts(self, batches: BatchSet, mode: ExecutionMode,
+                         work: _Work) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each batch's attention seconds at full saturation, split into real pairs, pairs with a padding token
+        and pairs between two documents of a row, as the mode's attention implementation computes them."""
+        rate = self.hardware.attention_flops_per_s
+        real = (self._per_document_attention_seconds(batches, work) if mode in VARLEN_MODES
+                else work.real_attention_flops / rate)
+        padding, masked = work.padding_attention_flops / rate, work.masked_attention_flops / rate
+        if mode is ExecutionMode.PACKED_DENSE_MASK:
+            fraction = self.hardware.dense_mask_attention_fraction
+            return real / fraction, padding / fraction, masked / fraction
+        if mode is ExecutionMode.PACKED_BLOCK_MASK:
+            dense_mask = (real + padding + masked) / self.hardware.dense_mask_attention_fraction
+            blocks = self.model.attention_flops_per_token_squared * _document_block_pairs(
+                batches, FLEX_BLOCK_TOKENS, causal=self.model.is_decoder) / rate
+            seconds = np.clip(blocks / self.hardware.block_mask_attention_fraction,
+                              self._per_document_attention_seconds(batches, work), dense_mask)
+            real = np.minimum(real, seconds)
+            return real, np.zeros_like(real), seconds - real  # masked blocks are skipped, padding's among them
+        return real, padding, masked
+
+    def _per_document_attention_seconds(self, batches: BatchSet, work: _Work) -> np.ndarray:
+        """Each batch's attention seconds on variable-length kernels, document by document."""
+        if self._varlen_kernels_differ:
+            return self._varlen_attention_seconds(batches)
+        return work.real_attention_flops / self.hardware.attention_flops_per_s
+
     def _varlen_attention_seconds(self, batches: BatchSet) -> np.ndarray:
         """Each batch's attention seconds on variable-length kernels: a document of d tokens does its
         FLOPs with d rounded up to whole tiles along the keys, at fraction x d / (d + half) of the dense
@@ -401,6 +428,40 @@ def _length_groups(batches: BatchSet, boundaries: tuple[int, ...]) -> _LengthGro
     else:
         present = sorted_distinct(keys)
     return _LengthGroups(batches.batches, group_count, present, keys, batches.sequence_lengths.astype(np.float64))
+
+
+def _document_block_pairs(batches: BatchSet, block_tokens: int, *, causal: bool) -> np.ndarray:
+    """Each batch's (query block, key block) pairs of `block_tokens` that a document mask leaves, in squared
+    tokens (x the model's attention FLOPs per squared token gives their work): a pair is computed when one
+    document covers both blocks (and, causal, the key block is not after the query block). Documents lie
+    one after another from each row's start, so the key blocks a query block i meets run from the first block
+    of the first document covering i: for the blocks whose first covering document is s, that is s's first
+    block. Causal pairs are counted in full and halved, as the model's causal FLOPs per squared token are."""
+    lengths = batches.sequence_lengths.astype(np.int64)
+    rows = batches.sequence_row
+    ends = np.cumsum(lengths)
+    row_start = np.zeros(batches.row_slots.size, dtype=np.int64)
+    first_of_row = np.r_[True, rows[1:] != rows[:-1]] if rows.size else np.zeros(0, dtype=bool)
+    row_start[rows[first_of_row]] = (ends - lengths)[first_of_row]
+    starts = ends - lengths - row_start[rows]
+    first_block = starts // block_tokens
+    last_block = (starts + lengths - 1) // block_tokens  # -1 for an empty first document
+    previous_last = np.where(first_of_row, -1, np.r_[-1, last_block[:-1]])
+    real = lengths > 0
+
+    def triangle(count: np.ndarray) -> np.ndarray:
+        return count * (count + 1) / 2
+
+    # Blocks previous_last + 1 .. last_block each meet keys from first_block up to themselves.
+    lower = np.where(real, triangle(last_block - first_block + 1) - triangle(previous_last - first_block + 1), 0.0)
+    lower = np.where(real & (previous_last >= last_block), 0.0, lower)
+    lower_per_row = np.bincount(rows, weights=lower, minlength=batches.row_slots.size)
+    touched = np.zeros(batches.row_slots.size)
+    np.maximum.at(touched, rows[real], last_block[real] + 1)  # blocks a row's documents reach
+    pairs = lower_per_row if causal else 2 * lower_per_row - touched
+    # A causal pair counts half (the model's FLOPs per squared token already halve the causal square).
+    pair_tokens = pairs * block_tokens**2 * (2.0 if causal else 1.0)
+    return np.bincount(batches.row_batch, weights=pair_tokens, minlength=batches.batches)
 
 
 def _saturation_slowdown(tokens: np.ndarray, half_saturation_tokens: float) -> np.ndarray:

@@ -69,7 +69,7 @@ def _family_from_row(row: dict) -> str:
         return "length grouping"
     if mode == "packed_varlen":
         return "packed-varlen"
-    if mode == "padded" and isinstance(packer, str):
+    if mode in ("padded", "packed_dense_mask", "packed_block_mask") and isinstance(packer, str):
         return "packing"
     if mode == "unpadded":
         return "un-padding" if reference in ("none", None) else "VTS"

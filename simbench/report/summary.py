@@ -218,7 +218,26 @@ def _setup(scenario: Scenario, histogram: LengthHistogram, scaling: pd.DataFrame
             f"{_overridden(scenario.hardware.overrides)}{_replicas(_gpus_per_replica(scenario), unit)}; "
             f"batch size {scenario.batch_size} per {unit.name}{_microbatches(scenario)}, {scenario.steps} steps per "
             f"strategy and {unit.name} count, "
-            f"{_seeds_note(scenario)} {_baseline_sentence(scenario, baseline, unit)} {_shapes_note(scenario, unit)}")
+            f"{_seeds_note(scenario)} {_baseline_sentence(scenario, baseline, unit)} {_shapes_note(scenario, unit)}"
+            f"{_attention_note(scaling)}")
+
+
+# What each attention implementation means, as the summary names the strategies priced with it.
+ATTENTION_WORDS = {"row": "one attention over each whole row, packed documents attending to each other",
+                   "dense-mask": "a dense block-diagonal mask, SDPA off its flash kernel, rate measured on an H200",
+                   "block-mask": "FlexAttention's document mask, rate assumed, not measured",
+                   "varlen": "per-document varlen kernels"}
+
+
+def _attention_note(scaling: pd.DataFrame) -> str:
+    """Which attention each strategy was priced with (a strategy's `attention` option), where any packs."""
+    if "attention" not in scaling or not scaling.get("max_depth", pd.Series(dtype=float)).ne(1).any():
+        return ""
+    strategies = scaling.drop_duplicates("strategy")
+    parts = [f"`{attention}` ({ATTENTION_WORDS.get(attention, attention)}): "
+             + ", ".join(f"`{name}`" for name in group["strategy"])
+             for attention, group in strategies.groupby("attention", sort=False)]
+    return " Attention as priced: " + "; ".join(parts) + "."
 
 
 def _baseline_sentence(scenario: Scenario, baseline: str, unit: DeviceUnit = DEVICE) -> str:

@@ -222,6 +222,15 @@ class StrategySpec(_Strict):
     outlier_delay: StrictBool | None = Field(
         None, description="`wlb` and `packed-varlen` over `wlb`: delay documents of at least half the context so that a "
         "step's packs all hold one or none does, as WLB-LLM's outlier queue does; default true")
+    attention: Literal["row", "dense-mask", "block-mask", "varlen"] | None = Field(
+        None, description="packers (`none` included, not `sort`) and `packed-varlen`: how a row's attention runs: "
+        "`row` one attention over the whole row, its documents attending to each other (SDPA without a mask); "
+        "`dense-mask` a "
+        "block-diagonal attn_mask as a dense tensor (SDPA off its flash kernel; priced from an H200 measurement); "
+        "`block-mask` FlexAttention's document mask, fully masked 128-token blocks skipped (an assumed rate); "
+        "`varlen` per-document varlen kernels (flash_attention_2, Megatron-LM's THD), the same as `packed-varlen`. "
+        "Default: `row` for a packer, `varlen` for `packed-varlen`; a label names any other, e.g. "
+        "`lpfhp:max:attention=dense-mask`")
     label: str | None = Field(None, description="the name in tables and plots; default: the plan's name, e.g. "
                               "`spfhp:3`")
 

@@ -32,7 +32,7 @@ import numpy as np
 from simbench.costmodels.base import BatchSet, CostModel, CostModelWrapper, ExecutionMode, StepCosts
 from simbench.costmodels.collectives import Link, allgather, allreduce, reduce_scatter
 from simbench.costmodels.model import FLOPS_PER_MULTIPLY_ACCUMULATE
-from simbench.costmodels.transformer import TransformerCostModel
+from simbench.costmodels.transformer import WHOLE_ROW_MODES, TransformerCostModel
 from simbench.errors import InputError
 from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.batch_rows import _batches_between, _distinct_rows, _microbatch_of_row, _row_keys
@@ -351,7 +351,7 @@ class ReplicaCostModel(CostModel):
         ring runs a microbatch's rows together); None with one rank.
 
         Whole-row attention (padded rows, a pack under a block-diagonal mask computed densely) is one causal
-        sequence per row; variable-length kernels attend within each document. Rows of one sequence that fills
+        sequence per row; variable-length kernels (and a document block mask) attend within each document. Rows of one sequence that fills
         them, alike under both, scale one template; rows of several documents are sharded as laid out."""
         cp = self.layout.cp
         if cp == 1:
@@ -359,7 +359,7 @@ class ReplicaCostModel(CostModel):
         rows = batches.row_slots.size
         documents = np.bincount(batches.sequence_row, minlength=rows)
         filled = np.bincount(batches.sequence_row, weights=batches.sequence_lengths, minlength=rows)
-        whole_row = (np.ones(rows, dtype=bool) if mode in (ExecutionMode.PADDED, ExecutionMode.SORTED)
+        whole_row = (np.ones(rows, dtype=bool) if mode in WHOLE_ROW_MODES
                      else (documents <= 1) & (filled >= batches.row_slots))
         # Whole rows scale the template (pairs with the square of their slots, tokens with their slots); rows of
         # several documents, each (cp x cp pairs, cp query tokens, cp key-value tokens), are summed as they are.

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from simbench.costmodels.base import attention_of
 from simbench.sim.montecarlo import StepAggregates
 from simbench.sim.plans import ExecutionPlan, Exchange
 from simbench.sim.timeline import StepTimeline
@@ -93,6 +94,7 @@ class PlanRun:
             "packer": self.plan.packer,
             "max_depth": self.plan.max_depth,
             "mode": self.plan.mode.value,
+            "attention": attention_of(self.plan.mode).value,
             "devices": self.devices,
             "engine": timeline.engine,
             "steps": steps,
@@ -135,7 +137,7 @@ def summarize(runs: list[PlanRun], baseline: str) -> pd.DataFrame:
         summary["throughput_noise"], summary["devices"].map(reference_noise).fillna(0.0)))
     columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean", "engine",
                "reference", *BREAKDOWN_COLUMNS, "hidden_sync_seconds", "step_seconds_p99", "steps", "packer", "max_depth", "mode",
-               "speedup_noise", "throughput_noise"]
+               "attention", "speedup_noise", "throughput_noise"]
     return summary[columns]
 
 

@@ -15,7 +15,7 @@ from enum import Enum
 
 import pandas as pd
 
-from simbench.costmodels.base import ExecutionMode
+from simbench.costmodels.base import Attention, ExecutionMode, attention_of
 from simbench.costmodels.layout import ParallelLayout
 from simbench.costmodels.model import get_model
 from simbench.errors import InputError
@@ -37,7 +37,7 @@ class Family(str, Enum):
     GROUP_BY_LENGTH = "group-by-length"  # HF's length-grouped megabatches
     TOKEN_BUDGET = "token-budget"  # fairseq --max-tokens buckets
     GREEDY = "greedy"  # next-fit concatenation in the data's order, whole-row attention
-    PACKS = "packs"  # a bin packer's rows, attention over the whole row with a block-diagonal mask
+    PACKS = "packs"  # a bin packer's rows, attention over the whole row (unmasked, or under a mask)
     PACKS_PER_DOCUMENT = "packs-per-document"  # packs with per-sequence (varlen) attention: packed-varlen
     UNPAD = "unpad"  # each batch's sequences flattened, no padding, per-sequence attention
     UNPAD_EXCHANGE = "unpad-exchange"  # un-padding with NVIDIA's padding exchange between GPUs
@@ -63,7 +63,8 @@ def family_of(plan: ExecutionPlan) -> Family:
         return by_kind[plan.kind]
     if plan.kind == PlanKind.PACKING:
         by_packer = {"sort": Family.SORT, "greedy": Family.GREEDY, "pad-to-longest": Family.PAD_TO_LONGEST}
-        return by_packer.get(plan.packer, Family.PACKS if plan.mode is ExecutionMode.PADDED else Family.OTHER)
+        row_modes = (ExecutionMode.PADDED, ExecutionMode.PACKED_DENSE_MASK, ExecutionMode.PACKED_BLOCK_MASK)
+        return by_packer.get(plan.packer, Family.PACKS if plan.mode in row_modes else Family.OTHER)
     return Family.PAD_TO_LONGEST if plan.name == "pad-to-longest" else Family.OTHER
 
 
@@ -94,6 +95,7 @@ class TrainingPlan:
     memory_verdict: str | None  # memory.csv's: fits, needs recompute, does not fit; None: not checked
     peak_memory_gib: float | None = None  # per GPU, of its largest microbatch at the settings the run priced
     hbm_capacity_gib: float | None = None
+    attention: Attention | None = None  # how the run priced its attention; None: a plan the run does not name
 
     @property
     def data_parallel(self) -> int:
@@ -227,7 +229,8 @@ def training_plan(row: dict, scenario: Scenario, histogram: LengthHistogram, fac
         tokens_per_s_per_gpu=value, relative_error=None if spread is None or not value else float(spread) / value,
         real_tokens_per_step=None if row.get("real_tokens_per_step") is None else float(row["real_tokens_per_step"]),
         memory_verdict=row.get("memory_verdict"), peak_memory_gib=row.get("peak_memory_gib"),
-        hbm_capacity_gib=row.get("hbm_capacity_gib"))
+        hbm_capacity_gib=row.get("hbm_capacity_gib"),
+        attention=attention_of(plan.mode) if plan is not None and plan.kind != PlanKind.VTS else None)
 
 
 def plan_of(label: str, scenario: Scenario) -> ExecutionPlan | None:

@@ -14,13 +14,18 @@ from typing import Any
 
 import yaml
 
+from simbench.costmodels.base import Attention
 from simbench.report.recommend.plan import Family, RunFacts, TrainingPlan
 
 PACKING_FAMILIES = (Family.PACKS, Family.PACKS_PER_DOCUMENT, Family.GREEDY)
 FLASH_ATTENTION = "flash_attention_2"  # transformers' varlen kernel: per-document attention from position_ids
 # transformers' default; for packed rows it builds a block-diagonal causal mask from position_ids
-# (masking_utils.find_packed_sequence_indices), attention over the whole row as simbench prices packs.
+# (masking_utils.find_packed_sequence_indices) and hands it to SDPA as a dense tensor: simbench's `dense-mask`.
 DENSE_ATTENTION = "sdpa"
+# transformers' attn_implementation for each attention simbench prices (`row` is sdpa given no per-document
+# position_ids; `block-mask` FlexAttention's document mask).
+HF_ATTENTION = {Attention.ROW: DENSE_ATTENTION, Attention.DENSE_MASK: DENSE_ATTENTION,
+                Attention.BLOCK_MASK: "flex_attention", Attention.VARLEN: FLASH_ATTENTION}
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,23 @@ class Stack:
 
 
 def attention(plan: TrainingPlan) -> str:
+    """transformers' attn_implementation for the attention the run priced."""
+    if plan.attention is not None:
+        return HF_ATTENTION[plan.attention]
     return FLASH_ATTENTION if plan.per_document_attention else DENSE_ATTENTION
+
+
+def _row_attention_note(plan: TrainingPlan) -> str | None:
+    """What a pack family's attn_implementation runs against what simbench priced."""
+    if plan.attention is Attention.ROW:
+        return ("simbench priced one attention over the whole row (`row`); with the packs' position_ids, "
+                "attn_implementation sdpa isolates the documents with a dense block-diagonal mask, which takes SDPA "
+                f"off its flash kernel: `{plan.strategy}:attention=dense-mask` prices that, flash_attention_2 "
+                "(`attention=varlen`, simbench's packed-varlen) attends per document")
+    if plan.attention is Attention.DENSE_MASK:
+        return ("attn_implementation sdpa isolates the packed sequences with a dense block-diagonal mask over the "
+                "whole row, as simbench priced this strategy; flash_attention_2 attends per document instead")
+    return None
 
 
 def recomputes(plan: TrainingPlan) -> bool:
@@ -126,11 +147,8 @@ def _trl(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
         data = {"packing": True, "packing_strategy": "bfd", "max_length": L}
         if family is Family.PACKS_PER_DOCUMENT:
             data["padding_free"] = True  # implied by bfd packing; written so the intent is plain
-        else:
-            notes.append("attn_implementation sdpa attends over each whole row with the block-diagonal mask that "
-                         "transformers builds from the packs' position_ids, as simbench priced this strategy; TRL "
-                         "warns of cross-contamination, which holds only for models without that mask. "
-                         "flash_attention_2 attends per document instead (simbench's packed-varlen)")
+        elif _row_attention_note(plan):
+            notes.append(_row_attention_note(plan))
         if plan.packer not in ("bfd", None):
             notes.append(f"TRL packs by best-fit decreasing (simbench's `bfd`), not `{plan.packer}`")
     elif family is Family.GREEDY:
@@ -289,10 +307,8 @@ def _axolotl(plan: TrainingPlan, facts: RunFacts) -> Expression | str:
         data = {"sample_packing": True, "pad_to_sequence_len": True}
         notes.append("axolotl packs by first-fit decreasing within groups of sample_packing_group_size (100,000) "
                      f"sequences, not by `{plan.packer}` over the whole dataset")
-        if family is Family.PACKS:
-            notes.append("attn_implementation sdpa isolates the packed sequences with a block-diagonal mask over "
-                         "the whole row, as simbench priced this strategy; flash_attention_2 attends per document "
-                         "instead (simbench's packed-varlen)")
+        if family is Family.PACKS and _row_attention_note(plan):
+            notes.append(_row_attention_note(plan))
     elif family is Family.GREEDY:
         data = {"sample_packing": True, "sample_packing_sequentially": True, "pad_to_sequence_len": True}
         notes.append("sample_packing_sequentially fills each row in the sampler's (shuffled) order and starts a new "

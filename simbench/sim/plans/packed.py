@@ -1,7 +1,8 @@
 """Plans whose batches are packs: every packer of the strategy registry, and `packed-varlen`.
 
-A packer's plan runs its packs padded (a block-diagonal mask); `sort` runs its batches padded to their
-longest; `packed-varlen` runs a packer's packs with per-sequence attention.
+A packer's plan runs its packs as fixed-shape rows, their attention as its `attention` option names it
+(`row` by default: one attention over the whole row); `sort` runs its batches padded to their longest;
+`packed-varlen` is a packer's packs with `attention=varlen` (per-sequence attention).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from simbench.costmodels.base import ExecutionMode
+from simbench.costmodels.base import ROW_MODE_OF_ATTENTION, Attention, ExecutionMode
 from simbench.errors import InputError
 from simbench.sim.batching import OutlierDelaySampler, PackSampler, SortedBatchSampler
 from simbench.sim.orderstat import ItemSource
@@ -21,6 +22,11 @@ from simbench.strategies import STRATEGIES, Strategy
 from simbench.strategies.wlb import outlier_threshold
 
 DEFAULT_VARLEN_PACKER = "lpfhp"
+# Each plan's attention unless told otherwise, what the common stacks run: a packer's rows attend as one sequence
+# (Megatron-LM's default, reset_attention_mask off; TRL's packing without padding_free), `packed-varlen` per
+# document (Hugging Face's padding-free collator with flash_attention_2, Megatron-LM's THD format).
+DEFAULT_PACKER_ATTENTION = Attention.ROW
+DEFAULT_PACKED_VARLEN_ATTENTION = Attention.VARLEN
 
 
 class PackingSource(BatchSource):
@@ -92,7 +98,14 @@ class PackerPlan(PlanType):
         return cls(strategy.name, strategy.description, PackingSource, strategy)
 
     def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
-        self.reject_unknown(parameters, ("max_depth", "packer", "outlier_delay"))
+        self.reject_unknown(parameters, ("max_depth", "packer", "outlier_delay", "attention"))
+        attention = _attention(self.name, parameters, DEFAULT_PACKER_ATTENTION)
+        parameters = {key: value for key, value in parameters.items() if key != "attention"}
+        if attention is not DEFAULT_PACKER_ATTENTION:
+            if self.name == "sort":
+                raise InputError(f"strategy 'sort': its batches pad each sequence to the batch's longest, one to a "
+                                 f"row; attention={attention.value} is for packs")
+            return PACKED_VARLEN.build({**parameters, "packer": self.name, "attention": attention.value})
         packer = parameters.get("packer", self.name)
         if packer != self.name:
             if STRATEGIES.find(packer) is None:
@@ -117,15 +130,31 @@ class PackedVarlenPlan(PlanType):
     both, e.g. `packed-varlen:lpfhp:max`."""
 
     def build(self, parameters: Mapping[str, Any]) -> ExecutionPlan:
-        self.reject_unknown(parameters, ("max_depth", "packer", "outlier_delay"))
+        self.reject_unknown(parameters, ("max_depth", "packer", "outlier_delay", "attention"))
         packer = parameters.get("packer", DEFAULT_VARLEN_PACKER)
         if STRATEGIES.find(packer) is None:
             raise InputError(_not_a_depth_or_packer(self.name, packer))
+        attention = _attention(self.name, parameters, DEFAULT_PACKED_VARLEN_ATTENTION)
+        if attention is DEFAULT_PACKER_ATTENTION:  # one plan, one label: the packer's own
+            return PackerPlan.of(STRATEGIES.get(packer)).build(
+                {key: value for key, value in parameters.items() if key not in ("packer", "attention")})
         delay = _outlier_delay(self.name, packer, parameters)
         depth = _depth(self.name, parameters, STRATEGIES.get(packer).default_depth)
-        display = f"{self.name}:{STRATEGIES.get(packer).label(depth)}{_delay_suffix(packer, delay)}"
-        return ExecutionPlan(display, PlanKind.PACKING, ExecutionMode.PACKED_VARLEN, packer=packer, max_depth=depth,
-                             outlier_delay=delay)
+        label = f"{STRATEGIES.get(packer).label(depth)}{_delay_suffix(packer, delay)}"
+        display = (f"{self.name}:{label}" if attention is Attention.VARLEN
+                   else f"{label}:attention={attention.value}")
+        return ExecutionPlan(display, PlanKind.PACKING, ROW_MODE_OF_ATTENTION[attention], packer=packer,
+                             max_depth=depth, outlier_delay=delay)
+
+
+def _attention(name: str, parameters: Mapping[str, Any], default: Attention) -> Attention:
+    if "attention" not in parameters:
+        return default
+    try:
+        return Attention(parameters["attention"])
+    except ValueError:
+        raise InputError(f"strategy {name!r}: attention must be one of {', '.join(a.value for a in Attention)}, "
+                         f"found {parameters['attention']!r}") from None
 
 
 def _depth(name: str, parameters: Mapping[str, Any], default: int | None) -> int | None:
@@ -165,5 +194,5 @@ def _not_a_depth_or_packer(name: str, value: Any) -> str:
     return f"strategy {name!r}: {str(value)!r} is neither a depth (1, 2, ..., max) nor a known packer"
 
 
-register_plan(PackedVarlenPlan(
-    "packed-varlen", "packs with per-sequence (varlen) attention instead of a block-diagonal mask", PackingSource))
+PACKED_VARLEN = register_plan(PackedVarlenPlan(
+    "packed-varlen", "packs with per-sequence (varlen) attention instead of one over the whole row", PackingSource))
