@@ -26,6 +26,8 @@ ROWS_PER_STEP_MAX = 1 << 22
 # statistics and coupled plans priced by distinct batches, so memory no longer grows with devices.
 DEVICES_MAX = 1 << 20
 DEFAULT_DEVICES = tuple(2**power for power in range(12))  # 1, 2, 4, ..., 2048
+# Far beyond any count a scenario holds (10**12 training steps has 13 digits), far below Python's 4,300.
+MAX_INTEGER_DIGITS = 40
 # Rows (sequences or packs) one simulation may draw and price: a few minutes on two cores at most.
 # `--steps 1000000000` asked for ~10^11 and ran for hours; the default wiki512 run draws ~10^7.
 SIMULATED_ROWS_MAX = 500_000_000
@@ -149,3 +151,13 @@ def check_choice(value, name: str, choices: Iterable[str]) -> str:
     if value not in choices:
         raise InputError(f"{name} must be one of {', '.join(choices)}, found {value!r}", parameter=name)
     return value
+
+
+def json_integer(digits: str) -> int:
+    """`parse_int` for json.loads: a whole number of at most MAX_INTEGER_DIGITS digits, else an InputError
+    (Python refuses one past 4,300 digits with a ValueError of its own, a traceback where a reader did not
+    expect it; the reader names the file and line)."""
+    if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise InputError(f"an integer of {len(digits):,} characters; simbench reads whole numbers of up to "
+                         f"{MAX_INTEGER_DIGITS} digits")
+    return int(digits)
