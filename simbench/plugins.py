@@ -68,8 +68,11 @@ def guarded(what: str, function: Callable, *arguments, timeout: float):
     raises anything (an InputError it raises is passed on as it is: a plug-in's own refusal), ends its process
     without an answer, or has not returned after `timeout` seconds (the process is killed: a plug-in that
     sleeps, loops or holds the interpreter's lock ends with it). A function that cannot be sent to another
-    process (a lambda, one defined in a notebook) runs in a thread here instead (`guarded_here`)."""
-    if _IN_THIS_PROCESS.get():
+    process (a lambda, one defined in a notebook), or a call from a process that may not start one (a Dask
+    worker), runs in a thread here instead (`guarded_here`)."""
+    # A daemonic process (a Dask worker's) may not start processes: there the plug-in runs in a thread, and a
+    # stuck one fails its cell when the thread is abandoned.
+    if _IN_THIS_PROCESS.get() or multiprocessing.current_process().daemon:
         return guarded_here(what, function, *arguments, timeout=timeout)
     try:
         payload = pickle.dumps((function, arguments))

@@ -147,3 +147,23 @@ def test_killing_the_command_while_a_plugin_packs_leaves_no_process(installed):
     for process in left:
         process.kill()
     assert started and not left, [process.cmdline() for process in left]
+
+
+def _guarded_sum(answers) -> None:
+    from simbench.plugins import guarded
+
+    answers.put(guarded("the demo plug-in", sum, [1, 2], timeout=HANG_SECONDS))
+
+
+def test_a_process_that_may_not_start_processes_runs_the_plugin_in_a_thread():
+    """A Dask worker is a daemonic process: starting the plug-in's process there failed every cell."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    answers = context.Queue()
+    daemon = context.Process(target=_guarded_sum, args=(answers,), daemon=True)
+    daemon.start()
+    try:
+        assert answers.get(timeout=HANG_SECONDS) == 3
+    finally:
+        daemon.join(HANG_SECONDS)
