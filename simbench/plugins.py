@@ -138,14 +138,10 @@ def _late(what: str, timeout: float, fate: str) -> str:
 
 
 def _context():
-    """Forkserver where the platform has it (a child is forked from a server that has simbench's packing code
-    loaded: a few milliseconds each, not a fresh interpreter's second), else spawn; never a plain fork, which
-    copies the threads of a process that has them (a progress bar's, Dask's) in whatever state they are."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["simbench.plugins", "simbench.strategies"])
-    return context
+    """Spawn: the child is the command's own, so it ends with it (`exit_with`); a forkserver's child would
+    hold the server alive, and the server it, after the command is killed. Never a plain fork, which copies
+    the threads of a process that has them (a progress bar's, Dask's) in whatever state they are."""
+    return multiprocessing.get_context("spawn")
 
 
 def _answer_from_a_child(what: str, payload: bytes, timeout: float) -> tuple[str, object]:
@@ -178,7 +174,7 @@ def _answer(sending, path: list[str], payload: bytes) -> None:
     None where it cannot travel)) or ("unsent", why) when the call cannot be unpickled here."""
     deaf_to_sigint()
     exit_with(os.getppid())
-    sys.path[:] = path  # the caller's, where the plug-in's module was found (a forkserver has its own)
+    sys.path[:] = path  # the caller's, where the plug-in's module was found
     try:
         function, arguments = pickle.loads(payload)
     except BaseException as error:  # noqa: BLE001 - unpickling runs imports: anything may come
