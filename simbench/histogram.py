@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -20,7 +21,7 @@ import numpy as np
 
 from simbench.data import bundled_files
 from simbench.errors import InputError, read_text_file
-from simbench.validation import MAX_LENGTH, check_max_length, check_whole_number
+from simbench.validation import MAX_INTEGER_DIGITS, MAX_LENGTH, check_max_length, check_whole_number, json_integer
 
 # Far above any dataset's size, and low enough that tokens (count x length) stay within int64.
 MAX_COUNT = 1 << 40
@@ -191,8 +192,12 @@ def _load_csv(path: Path) -> LengthHistogram:
 
 def _load_json(path: Path) -> LengthHistogram:
     source = str(path)
+    text = read_text_file(path, "histogram")
     try:
-        data = json.loads(read_text_file(path, "histogram"))
+        data = json.loads(text, parse_int=json_integer)
+    except InputError as error:  # an integer of thousands of digits: at the line that holds it
+        long_number = re.search(r"\d{%d}" % (MAX_INTEGER_DIGITS + 1), text)
+        raise error.located(source, text.count("\n", 0, long_number.start()) + 1 if long_number else None) from None
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON: {error.msg}", source=source, line=error.lineno) from None
     except RecursionError:

@@ -21,7 +21,7 @@ import numpy as np
 
 from simbench.errors import InputError, bounded_lines
 from simbench.histogram import LengthHistogram
-from simbench.validation import check_max_length
+from simbench.validation import check_max_length, json_integer
 
 Tokenizer = Callable[[str], int]  # text -> number of tokens
 Progress = Callable[[int], None]  # bytes read so far
@@ -260,7 +260,9 @@ def _read_jsonl(path: Path, column: str, tokenizer: Tokenizer | None, progress: 
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, parse_int=json_integer)
+        except InputError as error:
+            raise error.located(str(path), line_number) from None
         except json.JSONDecodeError as error:
             raise InputError(f"not valid JSON: {error.msg}", source=str(path), line=line_number) from None
         except RecursionError:

@@ -1,6 +1,7 @@
-"""Third-party code under guard: a plug-in is loaded, and a plug-in strategy called, in a watchdog thread,
-so that any exception it raises (SystemExit and KeyboardInterrupt included) is reported as that plug-in's
-failure, and one that does not return is given up on after SIMBENCH_PLUGIN_TIMEOUT seconds.
+"""Third-party code under guard: a plug-in strategy's packing is made in a child process, killed when it has
+not returned after SIMBENCH_PLUGIN_TIMEOUT seconds, and a plug-in's import is tried in a child first, then
+made here; any exception it raises (SystemExit and KeyboardInterrupt included) is reported as that
+plug-in's failure.
 
     >>> from simbench.plugins import guarded
     >>> guarded("the demo plug-in", sum, [1, 2], timeout=5)
@@ -13,17 +14,27 @@ failure, and one that does not return is given up on after SIMBENCH_PLUGIN_TIMEO
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import pickle
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from simbench.errors import InputError
+from simbench.processes import deaf_to_sigint, exit_with, sigint_held
 
 TIMEOUT_VARIABLE = "SIMBENCH_PLUGIN_TIMEOUT"
 # A plug-in's import is a module load: a minute is far beyond any. A plug-in packer may pack a large
 # histogram exactly: half an hour, unless the variable says otherwise.
 LOAD_TIMEOUT_SECONDS = 60.0
 CALL_TIMEOUT_SECONDS = 1800.0
+
+
+# Set by `in_this_process`: plug-ins called meanwhile run in a thread here, not in a child process.
+_IN_THIS_PROCESS: ContextVar[bool] = ContextVar("simbench_plugins_in_this_process", default=False)
 
 
 class PluginFailure(InputError):
@@ -35,7 +46,7 @@ class PluginFailure(InputError):
 
 
 class PluginTimeout(InputError):
-    """A plug-in did not return in time; its thread was abandoned."""
+    """A plug-in did not return in time: its process was killed (or, in a thread, it was abandoned)."""
 
 
 def timeout_seconds(default: float) -> float:
@@ -53,9 +64,53 @@ def timeout_seconds(default: float) -> float:
 
 
 def guarded(what: str, function: Callable, *arguments, timeout: float):
-    """`function(*arguments)`, run in a daemon thread: its value, or an InputError naming `what` when it
-    raises anything (an InputError it raises is passed on as it is: a plug-in's own refusal) or has not
-    returned after `timeout` seconds (the thread is abandoned; it ends with the process)."""
+    """`function(*arguments)`, run in a child process: its value, or an InputError naming `what` when it
+    raises anything (an InputError it raises is passed on as it is: a plug-in's own refusal), ends its process
+    without an answer, or has not returned after `timeout` seconds (the process is killed: a plug-in that
+    sleeps, loops or holds the interpreter's lock ends with it). A function that cannot be sent to another
+    process (a lambda, one defined in a notebook), or a call from a process that may not start one (a Dask
+    worker), runs in a thread here instead (`guarded_here`)."""
+    # A daemonic process (a Dask worker's) may not start processes: there the plug-in runs in a thread, and a
+    # stuck one fails its cell when the thread is abandoned.
+    if _IN_THIS_PROCESS.get() or multiprocessing.current_process().daemon:
+        return guarded_here(what, function, *arguments, timeout=timeout)
+    try:
+        payload = pickle.dumps((function, arguments))
+    except Exception:  # noqa: BLE001 - pickling raises whatever the objects' own reducers raise
+        return guarded_here(what, function, *arguments, timeout=timeout)
+    kind, answer = _answer_from_a_child(what, payload, timeout)
+    if kind == "unsent":  # importable here but not in a fresh process (a script's __main__, a test's module)
+        return guarded_here(what, function, *arguments, timeout=timeout)
+    if kind == "returned":
+        return answer
+    name, message, error = answer
+    if isinstance(error, InputError):
+        raise error
+    raise PluginFailure(f"{what} failed: {name}: {message}", error or _stand_in(name, message)) from None
+
+
+@contextmanager
+def in_this_process() -> Iterator[None]:
+    """Within this block `guarded` runs plug-ins in a thread of this process (`guarded_here`): the strategy
+    battery checks its author's code as it runs in their process, where state it keeps between calls shows."""
+    token = _IN_THIS_PROCESS.set(True)
+    try:
+        yield
+    finally:
+        _IN_THIS_PROCESS.reset(token)
+
+
+def loaded(what: str, entry, timeout: float):
+    """The object an entry point names. Its import runs first in a child (`guarded`): one that does not return
+    is killed there, with nothing held here; only an import that returned is made again here, under
+    `guarded_here`."""
+    guarded(what, _load_entry_point, entry.name, entry.value, entry.group, timeout=timeout)
+    return guarded_here(what, entry.load, timeout=timeout)
+
+
+def guarded_here(what: str, function: Callable, *arguments, timeout: float):
+    """`function(*arguments)`, run in a daemon thread of this process: as `guarded`, but one that has not
+    returned after `timeout` seconds is abandoned (the thread ends with the process)."""
     outcome: dict = {}
 
     def run() -> None:
@@ -68,11 +123,89 @@ def guarded(what: str, function: Callable, *arguments, timeout: float):
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        raise PluginTimeout(f"{what} did not return within {timeout:g} s and was abandoned: fix it, or allow it more "
-                         f"time with {TIMEOUT_VARIABLE}=SECONDS")
+        raise PluginTimeout(_late(what, timeout, "was abandoned"))
     error = outcome.get("error")
     if isinstance(error, InputError):
         raise error
     if error is not None:
         raise PluginFailure(f"{what} failed: {type(error).__name__}: {error}", error) from None
     return outcome["value"]
+
+
+def _late(what: str, timeout: float, fate: str) -> str:
+    return (f"{what} did not return within {timeout:g} s and {fate}: fix it, or allow it more time with "
+            f"{TIMEOUT_VARIABLE}=SECONDS")
+
+
+def _context():
+    """Spawn: the child is the command's own, so it ends with it (`exit_with`); a forkserver's child would
+    hold the server alive, and the server it, after the command is killed. Never a plain fork, which copies
+    the threads of a process that has them (a progress bar's, Dask's) in whatever state they are."""
+    return multiprocessing.get_context("spawn")
+
+
+def _answer_from_a_child(what: str, payload: bytes, timeout: float) -> tuple[str, object]:
+    """(kind, answer) from `_answer` run in a child process, which is killed if it has not answered in time."""
+    context = _context()
+    receiving, sending = context.Pipe(duplex=False)
+    child = context.Process(target=_answer, args=(sending, list(sys.path), payload), name=f"simbench: {what}")
+    try:
+        with sigint_held():  # the child ignores Ctrl-C (the command reports it once); it must not hear it starting
+            child.start()
+        sending.close()
+        if not receiving.poll(timeout):
+            raise PluginTimeout(_late(what, timeout, "was stopped"))
+        try:
+            return receiving.recv()
+        except EOFError:
+            child.join()
+            raise PluginFailure(f"{what} ended its process without an answer (exit status {child.exitcode})",
+                                _stand_in("SystemExit", str(child.exitcode))) from None
+    finally:
+        if child.is_alive():
+            child.kill()
+        if child.pid is not None:
+            child.join()
+        receiving.close()
+
+
+def _answer(sending, path: list[str], payload: bytes) -> None:
+    """In the child: run the call and send back ("returned", value), ("raised", (type name, message, error or
+    None where it cannot travel)) or ("unsent", why) when the call cannot be unpickled here."""
+    deaf_to_sigint()
+    exit_with(os.getppid())
+    sys.path[:] = path  # the caller's, where the plug-in's module was found
+    try:
+        function, arguments = pickle.loads(payload)
+    except BaseException as error:  # noqa: BLE001 - unpickling runs imports: anything may come
+        sending.send(("unsent", f"{type(error).__name__}: {error}"))
+        return
+    try:
+        answer = ("returned", function(*arguments))
+    except BaseException as error:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: the plug-in's, not ours
+        answer = ("raised", _portable(error))
+    try:
+        sending.send(answer)
+    except Exception as error:  # noqa: BLE001 - a value that cannot be pickled back
+        sending.send(("raised", _portable(TypeError(f"its result cannot be sent back: {error}"))))
+
+
+def _portable(error: BaseException) -> tuple[str, str, BaseException | None]:
+    """An exception as it can travel between processes: its type's name, its message, and itself where it
+    survives a pickle round trip (one with its own constructor arguments may not)."""
+    try:
+        travelled = pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001
+        travelled = None
+    return type(error).__name__, str(error), travelled
+
+
+def _stand_in(name: str, message: str) -> Exception:
+    """An exception named `name` saying `message`, for one that could not travel back from its process."""
+    return type(name, (Exception,), {})(message)
+
+
+def _load_entry_point(name: str, value: str, group: str) -> None:
+    from importlib.metadata import EntryPoint
+
+    EntryPoint(name=name, value=value, group=group).load()

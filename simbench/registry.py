@@ -141,16 +141,16 @@ class Registry(Generic[Item]):
 
     def _load(self, entry: EntryPoint) -> Item:
         # A broken plug-in is an installation problem the user can fix: name it rather than crash, exit with
-        # its SystemExit or hang on its import. One whose import hung stays refused: the thread still holds
-        # the module's import lock, so a second try would wait on it.
-        from simbench.plugins import LOAD_TIMEOUT_SECONDS, PluginFailure, PluginTimeout, guarded, timeout_seconds
+        # its SystemExit or hang on its import. One whose import hung stays refused: had it hung here rather than
+        # in its trial process, the abandoned thread would still hold the module's import lock.
+        from simbench.plugins import LOAD_TIMEOUT_SECONDS, PluginFailure, PluginTimeout, loaded, timeout_seconds
 
         key = (entry.name, entry.value)
         if key in self._hung:
             raise self._hung[key]
         named = f"the {self.kind} plug-in {entry.name!r} ({entry.value})"
         try:
-            item = guarded(f"loading {named}", entry.load, timeout=timeout_seconds(LOAD_TIMEOUT_SECONDS))
+            item = loaded(f"loading {named}", entry, timeout=timeout_seconds(LOAD_TIMEOUT_SECONDS))
         except PluginFailure as failure:
             error = failure.error
             raise InputError(f"cannot load {named}: {type(error).__name__}: {error}") from None

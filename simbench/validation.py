@@ -41,6 +41,8 @@ DEFAULT_SHAPES = "auto"
 # long enough that fixed shapes cost nothing, short enough that a token budget's rarer shapes still appear new
 # (the report states it with the answer).
 DEFAULT_TRAINING_STEPS = 10_000
+# Far beyond any count a scenario holds (10**12 training steps has 13 digits), far below Python's 4,300.
+MAX_INTEGER_DIGITS = 40
 # Rows (sequences or packs) one simulation may draw and price: a few minutes on two cores at most.
 # `--steps 1000000000` asked for ~10^11 and ran for hours; the default wiki512 run draws ~10^7.
 SIMULATED_ROWS_MAX = 500_000_000
@@ -164,3 +166,13 @@ def check_choice(value, name: str, choices: Iterable[str]) -> str:
     if value not in choices:
         raise InputError(f"{name} must be one of {', '.join(choices)}, found {value!r}", parameter=name)
     return value
+
+
+def json_integer(digits: str) -> int:
+    """`parse_int` for json.loads: a whole number of at most MAX_INTEGER_DIGITS digits, else an InputError
+    (Python refuses one past 4,300 digits with a ValueError of its own, a traceback where a reader did not
+    expect it; the reader names the file and line)."""
+    if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise InputError(f"an integer of {len(digits):,} characters; simbench reads whole numbers of up to "
+                         f"{MAX_INTEGER_DIGITS} digits")
+    return int(digits)

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import time
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
 
+from simbench.processes import deaf_to_sigint, exit_with, sigint_held
 from simbench.validation import check_whole_number
 
 # Two cores is what the main job is sized for; more plots than that rarely wait.
@@ -111,24 +110,6 @@ def _processes_asked() -> int:
     return check_whole_number(int(text) if text.strip().isdigit() else text, PROCESSES_VARIABLE, minimum=0)
 
 
-# How often a worker checks that the process it works for is still there.
-PARENT_CHECK_SECONDS = 0.2
-
-
-@contextmanager
-def sigint_held() -> Iterator[None]:
-    """SIGINT held back in this thread (delivered when the block ends): a process spawned meanwhile inherits
-    it blocked, so a Ctrl-C while it starts Python cannot print its KeyboardInterrupt traceback."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
 def _stop_resource_tracker() -> None:
     """End multiprocessing's resource tracker, a process the pool started beside its workers that would
     otherwise outlive the command by a moment (it is started again if anything needs it)."""
@@ -142,28 +123,9 @@ def _stop_resource_tracker() -> None:
 def _start_worker(parent: int) -> None:
     # The process it works for ends the workers on Ctrl-C: a worker's own KeyboardInterrupt would only print a
     # traceback (SIGINT reaches the whole process group). Blocked since it was spawned, ignored from now on.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    _exit_with(parent)
+    deaf_to_sigint()
+    exit_with(parent)
     import simbench.report.plots  # noqa: F401  (matplotlib and seaborn load while the main process simulates)
-
-
-def _exit_with(parent: int) -> None:
-    """End this worker within PARENT_CHECK_SECONDS of the process it works for, however that one ends
-    (SIGKILL included, which runs no clean-up in it): a worker is reparented when its parent dies, and
-    without this its pool's pipes close only when it next looks at them (workers stayed 30 s and more)."""
-    import threading
-    import time
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_CHECK_SECONDS)
-        os._exit(1)  # no clean-up: the work it would finish is for no one
-
-    if os.getppid() != parent:
-        os._exit(1)
-    threading.Thread(target=watch, name="simbench: exit with the parent", daemon=True).start()
 
 
 def result_of(future: Future, waiting: Callable[[float], None] | None = None, every: float = HEARTBEAT_SECONDS):

@@ -20,12 +20,11 @@ from typing import Any
 import yaml
 
 from simbench.errors import InputError
+from simbench.validation import MAX_INTEGER_DIGITS
 
 # Far beyond any scenario or hardware profile (a few hundred values), far below what hangs a validator.
 MAX_EXPANDED_NODES = 100_000
 MAX_DEPTH = 100
-# Far beyond any count a scenario holds (10**12 training steps has 13 digits), far below Python's 4,300.
-MAX_INTEGER_DIGITS = 40
 _TOO_MANY_VALUES = (f"the YAML holds more than {MAX_EXPANDED_NODES:,} values (counting each use of an alias, "
                     "&name / *name, in full), far more than any scenario needs")
 

@@ -244,6 +244,13 @@ CASES = [
      "is a file, not a folder"),
     ("yaml-integer-of-5000-digits", {"s.yaml": SCENARIO.replace("steps: 2", "steps: " + "9" * 5000)}, VALIDATE,
      "an integer of 5,000 characters"),
+    ("json-integer-of-5000-digits", {"h.json": '{"counts": [1,\n 2, ' + "9" * 5000 + "]}"},
+     ["pack", "{d}/h.json", "--strategy", "spfhp"], "h.json:2: an integer of 5,000 characters"),
+    ("build-jsonl-integer-of-5000-digits", {"l.jsonl": '{"length": 5}\n{"length": ' + "9" * 5000 + "}\n"},
+     ["histogram", "build", "{d}/l.jsonl", "--column", "length", "--max-length", "8", "-o", "{d}/h.csv"],
+     "l.jsonl:2: an integer of 5,000 characters"),
+    ("mlperf-event-integer-of-5000-digits", {"log.txt": ':::MLLOG {"key": "global_batch_size", "value": '
+                                             + "9" * 5000 + "}\n"}, ["gumbel", "--log", "{d}/log.txt"], "log.txt"),
     ("simulate-depth-superscript", {}, ["simulate", "squad_1_1_384", "--strategy", "spfhp:\u00b2", "--devices", "1"],
      "neither a depth"),
     ("simulate-depth-of-5000-digits", {}, ["simulate", "squad_1_1_384", "--strategy", "spfhp:" + "9" * 5000,
@@ -260,6 +267,11 @@ CASES = [
     # Hardware profiles given as files
     ("profile-nan", {"p.yaml": "name: x\nsource: y\nlinear_flops_per_s: .nan\nattention_flops_per_s: 1e12\n"},
      ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--hardware", "{d}/p.yaml"], "p.yaml"),
+    ("profile-calibration-timings-not-records",
+     {"p.yaml": "name: x\nsource: y\nlinear_flops_per_s: 1e12\nattention_flops_per_s: 1e12\n"
+                "calibration: {timings: [1, 2, 3]}\n"},
+     ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--hardware", "{d}/p.yaml"],
+     "`calibration`: `timings[0]` must be a timing record"),
     ("profile-list", {"p.yaml": "- 1\n"},
      ["simulate", "squad_1_1_384", "--strategy", "unpad", "--devices", "1", "--hardware", "{d}/p.yaml"], "p.yaml"),
     ("profile-duplicate-key", {"p.yaml": "name: x\nname: y\n"},
@@ -529,7 +541,10 @@ PLUGIN_CASES = [
     ("plugin-sleeps-at-import", "import time\ntime.sleep(3600)\n", {"s.yaml": PLUGIN_SCENARIO},
      ["validate", "{d}/s.yaml"], "loading the strategy plug-in 'plug' ({module}:STRATEGY) did not return within 2 s"),
     ("plugin-sleeps-packing", SLEEPING_PACKER, {"s.yaml": PLUGIN_SCENARIO}, ["run", "{d}/s.yaml", "--out", "{d}/out"],
-     "the plug-in strategy 'plug' did not return within 2 s and was abandoned"),
+     "the plug-in strategy 'plug' did not return within 2 s and was stopped"),
+    ("plugin-loops-packing", LOSSY_PACKER.replace("counts = histogram.counts // 2", "while True: pass"),
+     {"s.yaml": PLUGIN_SCENARIO}, ["run", "{d}/s.yaml", "--out", "{d}/out"],
+     "the plug-in strategy 'plug' did not return within 2 s and was stopped"),
     ("plugin-raises-packing", LOSSY_PACKER.replace("counts = histogram.counts // 2", "raise MemoryError('x')"), {},
      ["pack", "squad_1_1_384", "--strategy", "plug"], "the plug-in strategy 'plug' failed: MemoryError: x"),
 ]
@@ -562,6 +577,15 @@ def test_the_corpus_covers_every_command_that_reads_user_files():
             "histogram", "calibrate-decoder"} <= commands
     assert len(CASES) >= 100
     assert len({case[0] for case in CASES}) == len(CASES)
+
+
+def test_the_guarantees_page_states_the_corpus_size():
+    """docs/guarantees.md's count of cases is this file's, so that growing the corpus cannot leave it stale."""
+    import re
+
+    page = (Path(__file__).parents[1] / "docs" / "guarantees.md").read_text()
+    stated = re.findall(r"the ([\d,]+) cases of `tests/test_bad_input_corpus.py`", page)
+    assert stated == [f"{len(CASES) + len(PLUGIN_CASES):,}"], (stated, len(CASES) + len(PLUGIN_CASES))
 
 
 # Fuzzing: whatever the bytes, a reader gives a result or an InputError, never another exception.

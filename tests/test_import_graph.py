@@ -100,8 +100,8 @@ def test_no_module_imports_itself_through_others():
 
 # The pipeline's stages, upstream first; a module may import (at module level or inside a function) only from
 # its own stage or an upstream one. The runners that orchestrate timing and reports sit with the commands.
-STAGES = ("simbench.errors", "simbench.validation", "simbench.plugins", "simbench.registry", "simbench.yamlfile",
-          "simbench.atomic",
+STAGES = ("simbench.errors", "simbench.validation", "simbench.processes", "simbench.plugins", "simbench.registry",
+          "simbench.yamlfile", "simbench.atomic",
           "simbench.distinct", "simbench.data", "simbench.histogram", "simbench.histogram_hf",
           "simbench.histogram_build", "simbench.stored_results", "simbench.strategies", "simbench.costmodels", "simbench.sim",
           "simbench.calibrate", "simbench.scenario", "simbench.resolved", "simbench.workers", "simbench.experiment",

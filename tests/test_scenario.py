@@ -362,3 +362,16 @@ def test_a_sweep_a_bundled_scenario_points_to_exists_or_runs_as_written(path, tm
         sweep.write_text(yaml.safe_dump({"name": "pointed", "base": {k: v for k, v in base.items() if k != "name"},
                                          "axes": {key: yaml.safe_load(values)}}))
         assert len(load_sweep(sweep).cells) == len(yaml.safe_load(values))
+
+
+def test_a_resolved_scenario_reads_back_an_override_json_has_no_word_for(tmp_path):
+    """resolved.yaml once wrote the documented `.inf` (no bandwidth limit) as null, which no run could read back."""
+    from simbench.scenario import Scenario, load_scenario
+
+    value = float("inf")
+    scenario = Scenario(name="s", dataset={"histogram": "squad_1_1_384"}, strategies=["unpad"], devices=[1], steps=2,
+                        hardware={"profile": "h200", "overrides": {"allreduce_bytes_per_s": value}})
+    path = tmp_path / "resolved.yaml"
+    path.write_text(scenario.to_yaml())
+    assert load_scenario(path).hardware.overrides == {"allreduce_bytes_per_s": value}
+    assert load_scenario(path).to_yaml() == scenario.to_yaml()

@@ -184,6 +184,32 @@ class HardwareProfile(BaseModel):
         if not boundaries or boundaries[0] < 1 or any(b <= a for a, b in zip(boundaries, boundaries[1:])):
             raise ValueError(f"must be lengths >= 1 in increasing order, found {list(boundaries)}")
         return boundaries
+
+    @field_validator("calibration")
+    @classmethod
+    def _calibration_as_read(cls, calibration: dict | None) -> dict | None:
+        # A free-form record, but read back (measure's deepest calibrated pack, calibrate's attention path):
+        # held to the shape those readers take, so that a hand-edited one is named, not an AttributeError.
+        if calibration is None:
+            return None
+        for key in ("unpadded_attention", "device_name"):
+            if calibration.get(key) is not None and not isinstance(calibration[key], str):
+                raise ValueError(f"`{key}` must be text, found {calibration[key]!r}")
+        timings = calibration.get("timings")
+        if timings is None:
+            return calibration
+        if not isinstance(timings, list):
+            raise ValueError(f"`timings` must be a list of timing records, found {type(timings).__name__}")
+        for index, timing in enumerate(timings):
+            if not isinstance(timing, dict):
+                raise ValueError(f"`timings[{index}]` must be a timing record (a mapping, as `simbench calibrate` "
+                                 f"writes), found {timing!r}")
+            if timing.get("kind") is not None and not isinstance(timing["kind"], str):
+                raise ValueError(f"`timings[{index}].kind` must be text, found {timing['kind']!r}")
+            rows = timing.get("rows")
+            if rows is not None and not (isinstance(rows, list) and all(isinstance(row, list) for row in rows)):
+                raise ValueError(f"`timings[{index}].rows` must be a list of rows (lists of sequence lengths)")
+        return calibration
     # Un-padded kernels (gathers, grouped attention, ragged tiles) reach a share of the padded kernels'
     # FLOP/s, and their time varies beyond what the batch's FLOPs explain; both 1 and 0 unless fitted
     # (`simbench fit-logs`). Fixed-shape steps get no such noise: the 256-GPU padded MLPerf log's steps

@@ -223,7 +223,7 @@ def parse_mlperf_lines(lines: Iterable[str], source: str = "log") -> MlperfRun:
             try:
                 event = json.loads(line[line.index(_EVENT_MARK) + len(_EVENT_MARK):])
                 events.setdefault(event["key"], event.get("value"))
-            except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
+            except (ValueError, KeyError, TypeError, RecursionError):  # ValueError: JSON's, or an endless integer's
                 malformed += 1
             continue
         if "run_pretraining.py" in line:

@@ -245,4 +245,17 @@ class Scenario(_Strict):
 
     def to_yaml(self) -> str:
         """The resolved scenario: defaults filled in and paths absolute; `load_scenario` reads it back."""
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, default_flow_style=None)
+        data = _with_non_finite(self.model_dump(mode="json"), self.model_dump())
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+
+
+def _with_non_finite(as_json, as_python):
+    """`as_json` with the infinities and NaNs JSON has no word for (pydantic writes them as null) put back from
+    `as_python`: YAML writes `.inf`, so an override of `.inf` reads back as itself, not as null."""
+    if isinstance(as_json, dict) and isinstance(as_python, dict):
+        return {key: _with_non_finite(value, as_python.get(key)) for key, value in as_json.items()}
+    if isinstance(as_json, list) and isinstance(as_python, (list, tuple)) and len(as_json) == len(as_python):
+        return [_with_non_finite(value, original) for value, original in zip(as_json, as_python)]
+    if as_json is None and isinstance(as_python, float):
+        return as_python
+    return as_json

@@ -61,7 +61,7 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
     except ImportError:
         raise InputError("sweeps on Dask need the extra: pip install 'simbench-seq[sweep]' (or --workers 0 to run "
                          "the cells one after another here)") from None
-    from simbench.workers import sigint_held
+    from simbench.processes import sigint_held
 
     # Ctrl-C is for this process alone, which ends the cluster: the threads the cluster starts here inherit
     # SIGINT blocked, and so does every worker process they fork, which would otherwise run this process's
