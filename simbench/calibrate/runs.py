@@ -72,8 +72,8 @@ def check_profile_output(path: Path, *, inputs=(), force: bool = False) -> None:
     from simbench.atomic import check_output_file
 
     if path.is_dir():
-        raise InputError("is a folder; output names the profile file to write", source=str(path), parameter="output")
-    check_output_file(path, inputs=inputs, force=force, option="output")
+        raise InputError("is a folder; -o names the profile file to write", source=str(path), parameter="-o")
+    check_output_file(path, inputs=inputs, force=force, option="-o")
     blocking = next((parent for parent in path.absolute().parents if parent.exists()), None)
     if blocking is not None and not blocking.is_dir():
         raise InputError(f"cannot write the profile: {blocking} is a file, not a folder", source=str(path))
@@ -99,7 +99,7 @@ def calibrate_profile(output: Path, *, model, max_length: int = DEFAULT_MAX_LENG
     settings.encoder_shape()
     total = calibration_steps(settings)
     fit = run_calibration(settings, lambda: progress(total))
-    with atomic_file(output, replace=force, option="output") as temporary:
+    with atomic_file(output, replace=force, option="-o") as temporary:
         temporary.write_text(profile_to_yaml(fit.profile))
     return fit
 
@@ -157,7 +157,7 @@ def calibrate_grid(output: Path, *, model, layers: int | None = None, device: st
                                  else _cpu_base(machine))
     records = time_grid(settings, lambda: progress(len(shapes)))
     grid_path = grid_timings_path(output)
-    with atomic_file(grid_path, replace=force, option="output") as temporary:
+    with atomic_file(grid_path, replace=force, option="-o") as temporary:
         temporary.write_text("".join(json.dumps({key: record[key] for key in GRID_RECORD_FIELDS}) + "\n"
                                      for record in records))
     # Fitted from the file as written, as `calibrate --timings` would fit it on another machine.
@@ -171,7 +171,7 @@ def calibrate_grid(output: Path, *, model, layers: int | None = None, device: st
     profile = profile.model_copy(update={"name": f"{base_profile.name} grid {machine['device_name']}",
                                          "source": f"{base_profile.source} Grid terms fitted: {source}",
                                          "calibration": record})
-    with atomic_file(output, replace=force, option="output") as temporary:
+    with atomic_file(output, replace=force, option="-o") as temporary:
         temporary.write_text(profile_to_yaml(profile))
     return GridRun(fit, profile, grid_path, machine["device_name"])
 
