@@ -13,6 +13,7 @@ the same functions run in the calling process.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import signal
@@ -40,13 +41,15 @@ class ReportWorkers:
     ignore it); the process they work for hears it, terminates them and reports the stop once.
     """
 
-    def __init__(self, processes: int | None = None):
+    def __init__(self, processes: int | None = None, preload: tuple[str, ...] = ()):
+        """`preload` names the modules each worker imports as it starts (the plots', so that matplotlib loads
+        while the main process simulates); the caller names them, as this module sits below them."""
         if processes is None:
             processes = _processes_asked()
         self.executor = None
         if processes > 0:
             self.executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_start_worker, initargs=(os.getpid(),))
+                                                initializer=_start_worker, initargs=(os.getpid(), preload))
 
     def submit(self, function, *arguments) -> Future:
         """Run `function(*arguments)` in a worker, or here and now without workers."""
@@ -139,14 +142,15 @@ def _stop_resource_tracker() -> None:
         stop()
 
 
-def _start_worker(parent: int) -> None:
+def _start_worker(parent: int, preload: tuple[str, ...]) -> None:
     # The process it works for ends the workers on Ctrl-C: a worker's own KeyboardInterrupt would only print a
     # traceback (SIGINT reaches the whole process group). Blocked since it was spawned, ignored from now on.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _exit_with(parent)
-    import simbench.report.plots  # noqa: F401  (matplotlib and seaborn load while the main process simulates)
+    for module in preload:
+        importlib.import_module(module)
 
 
 def _exit_with(parent: int) -> None:

@@ -47,6 +47,8 @@ PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # what `simbench plot` redraws
 HISTOGRAM_BINS = 256  # enough to see the shape, few enough for a light page at 128k tokens
 # As histogram.png: a last bin this many times higher than the rest is cut, its share written at the top.
 SPIKE_CLIP_RATIO = 4
+# What a report's workers import as they start: matplotlib and seaborn load while the main process simulates.
+WORKER_PRELOAD = ("simbench.report.plots",)
 
 
 def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
