@@ -30,7 +30,8 @@ def run(
     """Simulate a scenario and write its report: tables, summary.md and plots."""
     from rich.console import Console
 
-    from simbench.report.folder import WORKER_PRELOAD, check_replaceable, write_report
+    from simbench.atomic import check_replaceable
+    from simbench.report.folder import WORKER_PRELOAD, write_report
     from simbench.report.summary import overdraw_warning
     from simbench.experiment import progress_total, run_experiment
     from simbench.workers import ReportWorkers
