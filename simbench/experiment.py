@@ -111,23 +111,8 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
     timeline = _timelines(result.vts_timeline, labels)
     # Plans without a packing had no bound to compute, plans without samples no fit.
     progress(2 * len(plans_by_label) - len(packing) - len(samples))
-    scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
-                       "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
-                       "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise",
-                       "real_tokens_per_step", "real_tokens_per_device_step", "expected_real_tokens_per_device_step",
-                       "rows_per_device_step", "microbatches_per_step", "budget_tokens", "compare_at"]
-    if scenario.seeds > 1:  # a single seed's table stays as it always was
-        scaling_columns += ["seeds", *(f"{column}_seed_{spread}" for column in SEED_SPREAD_COLUMNS
-                                       for spread in ("sd", "sem"))]
-    summary = with_per_gpu_columns(summary, run.gpus_per_replica)
-    # The most any strategy can gain over padding (`none`, None: the cost model cannot say), whatever the baseline;
-    # not over VTS's padded pipeline.
-    ideal = ideal_speedup(cost_model, histogram, run.batch_size)
-    summary["ideal_speedup"] = np.where(summary["reference"] != VTS_REFERENCE, np.nan if ideal is None else ideal,
-                                        np.nan)
-    summary["real_tokens_per_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"]
-    summary["real_tokens_per_device_step"] = summary["real_tokens_per_step"] / summary["devices"]
-    summary = _with_footing_columns(summary, run)
+    scaling_columns = _scaling_columns(scenario.seeds)
+    summary = _with_derived_columns(summary, run)
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "hidden_sync_seconds",
                          "real_tokens_per_device_step"]
     # Seconds of work after the last cluster is simulated (18 s in 4D): each says so when done.
@@ -145,6 +130,33 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                             latency=latency, gumbel=gumbel, extrapolation=extrapolation, timeline=timeline,
                             timings=timings, assumptions=assumption_table, parallel=parallel,
                             memory=run.memory.table() if run.memory is not None else pd.DataFrame())
+
+
+def _scaling_columns(seeds: int) -> list[str]:
+    """scaling.csv's columns, in order; with several seeds, each spread column's deviation and error too."""
+    scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
+                       "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "gpus",
+                       "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise",
+                       "real_tokens_per_step", "real_tokens_per_device_step", "expected_real_tokens_per_device_step",
+                       "rows_per_device_step", "microbatches_per_step", "budget_tokens", "compare_at"]
+    if seeds > 1:  # a single seed's table stays as it always was
+        scaling_columns += ["seeds", *(f"{column}_seed_{spread}" for column in SEED_SPREAD_COLUMNS
+                                       for spread in ("sd", "sem"))]
+    return scaling_columns
+
+
+def _with_derived_columns(summary: pd.DataFrame, run: Run) -> pd.DataFrame:
+    """The simulation's summary with the columns worked out from it: per GPU, the ideal speed-up, real tokens
+    per step and per device step, and the footing's."""
+    summary = with_per_gpu_columns(summary, run.gpus_per_replica)
+    # The most any strategy can gain over padding (`none`, None: the cost model cannot say), whatever the baseline;
+    # not over VTS's padded pipeline.
+    ideal = ideal_speedup(run.cost_model, run.histogram, run.batch_size)
+    summary["ideal_speedup"] = np.where(summary["reference"] != VTS_REFERENCE, np.nan if ideal is None else ideal,
+                                        np.nan)
+    summary["real_tokens_per_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"]
+    summary["real_tokens_per_device_step"] = summary["real_tokens_per_step"] / summary["devices"]
+    return _with_footing_columns(summary, run)
 
 
 def _with_footing_columns(summary: pd.DataFrame, run: Run) -> pd.DataFrame:
