@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from simbench.sim.montecarlo import StepAggregates
+from simbench.sim.engines.vectorized import StepAggregates
 from simbench.sim.plans import ExecutionPlan, Exchange
 from simbench.sim.timeline import StepTimeline
 from simbench.strategies.packing import Packing
