@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from simbench.costmodels.ideal import ideal_speedup
-from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
+from simbench.sim.stragglers.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     extrapolate_cluster_speedups, fit_gumbel
 from simbench.histogram import LengthHistogram
 from simbench.resolved import Run, resolve

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simbench.costmodels.gumbel import (PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup,
+from simbench.sim.stragglers.gumbel import (PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup,
                                        single_device_from_cluster)
 from simbench.sim.engines.event import run_simpy
 from simbench.costmodels.linear import LinearCostModel

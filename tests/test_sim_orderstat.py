@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
+from simbench.sim.stragglers.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     single_device_from_cluster
 from simbench.costmodels.hardware import load_hardware
 from simbench.costmodels.linear import LinearCostModel
