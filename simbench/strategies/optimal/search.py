@@ -3,7 +3,7 @@
 Packs as few as a lower bound are proven optimal; where the search cannot close the gap it says why.
 
     >>> import numpy as np
-    >>> from simbench.strategies.exact import SEARCH_CLOCK, dive
+    >>> from simbench.strategies.optimal.search import SEARCH_CLOCK, dive
     >>> from simbench.strategies.lp_bound import LengthItems
     >>> items = LengthItems.from_counts(np.array([0, 0, 3, 0, 3, 0, 0, 0]), 8, None)   # three 3s, three 5s
     >>> found = dive(items, target=3, deadline_seconds=SEARCH_CLOCK() + 10)
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simbench.strategies.lp_bound import PRICING_TOLERANCE, LengthItems, MasterLP, _robust_ceil, column_generation
-from simbench.strategies.pattern_mip import enumerate_packs, mip_packs_max, solve_pattern_mip
+from simbench.strategies.optimal.pattern_mip import enumerate_packs, mip_packs_max, solve_pattern_mip
 
 # The search's time limit counts this process's CPU seconds: wall-clock seconds gave a busy machine fewer nodes,
 # and so other packs (optimal:3 on Wikipedia stopped at 8,143,831 packs instead of 8,143,829 at a load of 6 on
