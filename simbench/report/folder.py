@@ -1,6 +1,7 @@
 """A report folder: the resolved scenario, the tables, summary.md and the plots, written atomically.
 
-    >>>     >>> from pathlib import Path
+    >>> import tempfile
+    >>> from pathlib import Path
     >>> from simbench.report.folder import write_report
     >>> from simbench.experiment import run_experiment
     >>> from simbench.scenario import Scenario
@@ -20,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
