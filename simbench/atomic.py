@@ -151,6 +151,33 @@ def check_owned_folder(target: Path, option: str = "--out") -> None:
                          f"hold your edits; move them out or choose another {option}", source=str(target))
 
 
+def check_replaceable(target: Path, option: str = "--out", inputs=()) -> None:
+    """Refuse, before any work, to write where the write would fail or lose a user's files: a folder
+    simbench did not write whole or whose files were edited since (see this module's docstring), a folder that
+    is or holds one of the command's `inputs`, a file in the way, an unwritable place."""
+    target = check_output_folder(target, inputs=inputs, option=option)
+    if not target.exists():
+        blocking = next((parent for parent in target.parents if parent.exists()), None)
+        if blocking is not None and not blocking.is_dir():
+            raise InputError(f"cannot create the report folder: {blocking} is a file; choose another {option}",
+                             source=str(target))
+        _check_writable(blocking or Path.cwd(), target, option)
+        return
+    if not target.is_dir():
+        raise InputError(f"the report folder is a file; choose another {option}", source=str(target))
+    check_owned_folder(target, option)
+    _check_writable(target.parent, target, option)
+
+
+def _check_writable(folder: Path, target: Path, option: str) -> None:
+    """The report is staged in a sibling folder: try making one now rather than after the simulation."""
+    try:
+        Path(tempfile.mkdtemp(prefix=f".{target.name}.probe-", dir=folder)).rmdir()
+    except OSError as error:
+        raise InputError(f"cannot create folders in {folder}: {error.strerror}; choose another {option}",
+                         source=str(target)) from None
+
+
 def changed_files(folder: Path, record: dict | None = None) -> list[str]:
     """The files of a folder simbench wrote whose content is no longer what it wrote (by the hashes its
     marker recorded; none for a marker of a version that recorded none), or that became links or folders."""

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from simbench.costmodels.ideal import ideal_speedup
-from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
+from simbench.sim.stragglers.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     extrapolate_cluster_speedups, fit_gumbel
 from simbench.histogram import LengthHistogram
 from simbench.resolved import Run, resolve
@@ -92,50 +92,26 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                           cost_model=cost_model, microbatches=run.microbatches,
                           progress=progress, stage=stage, baseline=run.baseline, workers=workers)
     bounds = _start_bounds(packings, histogram, workers) if scenario.outputs.lp_bounds else {}
+    side = workers or ReportWorkers(processes=0)
     # The smallest cluster under other assumptions needs the packings alone: a worker simulates it while this
     # process simulates the run (a second of the main job's critical path otherwise).
-    assumption_future = (workers or ReportWorkers(processes=0)).submit(_assumption_table, run, packings) \
-        if assumptions else None
-    result = run.simulate(progress=progress, packings=packings, stage=stage)
-    summary = result.summary
-    if scenario.seeds > 1:
-        # The packings are deterministic and shared; each further seed repeats the whole simulation on them.
-        # The straggler fits, timelines and assumptions keep the first seed's, as a single run has them.
-        summary = across_seeds([summary, *(
-            replace(run, seed=seed).simulate(progress=progress, packings=packings).summary
-            for seed in range(scenario.seed + 1, scenario.seed + scenario.seeds))])
-    summary = summary.assign(strategy=summary["strategy"].map(run.label),
-                             reference=summary["reference"].map(run.label))
+    assumption_future = side.submit(_assumption_table, run, packings) if assumptions else None
+    side.warm_up()  # the plots' modules, scipy.stats among them, load while this process simulates
+    result, summary = _simulated(run, scenario.seeds, packings, progress, stage)
     plans_by_label = {labels.get(plan.name, plan.name): plan for plan in run.all_plans}
     samples = result.latency_samples if stragglers else {}
-    # The Gumbel fits need scipy.stats, a second to load here and loaded already in a worker (its plots load it):
-    # they run there while this process builds the other tables.
-    straggler_future = (workers or ReportWorkers(processes=0)).submit(
-        _straggler_tables, samples, labels, plans_by_label, summary, run.batch_size)
+    # The Gumbel fits need scipy.stats, a second to load here and loaded in the workers as they warmed up: they
+    # run there while this process builds the other tables.
+    straggler_future = side.submit(_straggler_tables, samples, labels, plans_by_label, summary, run.batch_size)
     packing, timings = _packing_tables(result.packings, labels, histogram, bounds, progress,
                                        stage or (lambda text: None))
     timeline = _timelines(result.vts_timeline, labels)
     latency, gumbel, extrapolation = result_of(straggler_future)
-    progress(len(samples))
-    # Plans without a packing had no bound to compute, plans without samples no fit.
-    progress(2 * len(plans_by_label) - len(packing) - len(samples))
-    scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
-                       "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "attention", "gpus",
-                       "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise",
-                       "real_tokens_per_step", "real_tokens_per_device_step", "expected_real_tokens_per_device_step",
-                       "rows_per_device_step", "microbatches_per_step", "budget_tokens", "compare_at"]
-    if scenario.seeds > 1:  # a single seed's table stays as it always was
-        scaling_columns += ["seeds", *(f"{column}_seed_{spread}" for column in SEED_SPREAD_COLUMNS
-                                       for spread in ("sd", "sem"))]
-    summary = with_per_gpu_columns(summary, run.gpus_per_replica)
-    # The most any strategy can gain over padding (`none`, None: the cost model cannot say), whatever the baseline;
-    # not over VTS's padded pipeline.
-    ideal = ideal_speedup(cost_model, histogram, run.batch_size)
-    summary["ideal_speedup"] = np.where(summary["reference"] != VTS_REFERENCE, np.nan if ideal is None else ideal,
-                                        np.nan)
-    summary["real_tokens_per_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"]
-    summary["real_tokens_per_device_step"] = summary["real_tokens_per_step"] / summary["devices"]
-    summary = _with_footing_columns(summary, run)
+    # A unit per bound and per straggler fit: plans without a packing had no bound to compute, plans without
+    # samples no fit.
+    progress(2 * len(plans_by_label) - len(packing))
+    scaling_columns = _scaling_columns(scenario.seeds)
+    summary = _with_derived_columns(summary, run)
     breakdown_columns = ["strategy", "devices", *BREAKDOWN_COLUMNS, "step_seconds_mean", "hidden_sync_seconds",
                          "real_tokens_per_device_step"]
     # Seconds of work after the last cluster is simulated (18 s in 4D): each says so when done.
@@ -152,6 +128,47 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                             latency=latency, gumbel=gumbel, extrapolation=extrapolation, timeline=timeline,
                             timings=timings, assumptions=assumption_table, parallel=parallel,
                             memory=run.memory.table() if run.memory is not None else pd.DataFrame())
+
+
+def _simulated(run: Run, seeds: int, packings: dict[str, Packing], progress: Progress,
+               stage: Callable[[str], None] | None):
+    """The run's simulation and its summary, strategies by label; with several seeds, the summary across them."""
+    result = run.simulate(progress=progress, packings=packings, stage=stage)
+    summary = result.summary
+    if seeds > 1:
+        # The packings are deterministic and shared; each further seed repeats the whole simulation on them.
+        # The straggler fits, timelines and assumptions keep the first seed's, as a single run has them.
+        summary = across_seeds([summary, *(replace(run, seed=seed).simulate(progress=progress, packings=packings).summary
+                                           for seed in range(run.seed + 1, run.seed + seeds))])
+    return result, summary.assign(strategy=summary["strategy"].map(run.label),
+                                  reference=summary["reference"].map(run.label))
+
+
+def _scaling_columns(seeds: int) -> list[str]:
+    """scaling.csv's columns, in order; with several seeds, each spread column's deviation and error too."""
+    scaling_columns = ["strategy", "devices", "speedup", "tokens_per_s", "sequences_per_s", "step_seconds_mean",
+                       "step_seconds_p99", "engine", "reference", "packer", "max_depth", "mode", "attention", "gpus",
+                       "tokens_per_s_per_gpu", "ideal_speedup", "speedup_noise", "throughput_noise",
+                       "real_tokens_per_step", "real_tokens_per_device_step", "expected_real_tokens_per_device_step",
+                       "rows_per_device_step", "microbatches_per_step", "budget_tokens", "compare_at"]
+    if seeds > 1:  # a single seed's table stays as it always was
+        scaling_columns += ["seeds", *(f"{column}_seed_{spread}" for column in SEED_SPREAD_COLUMNS
+                                       for spread in ("sd", "sem"))]
+    return scaling_columns
+
+
+def _with_derived_columns(summary: pd.DataFrame, run: Run) -> pd.DataFrame:
+    """The simulation's summary with the columns worked out from it: per GPU, the ideal speed-up, real tokens
+    per step and per device step, and the footing's."""
+    summary = with_per_gpu_columns(summary, run.gpus_per_replica)
+    # The most any strategy can gain over padding (`none`, None: the cost model cannot say), whatever the baseline;
+    # not over VTS's padded pipeline.
+    ideal = ideal_speedup(run.cost_model, run.histogram, run.batch_size)
+    summary["ideal_speedup"] = np.where(summary["reference"] != VTS_REFERENCE, np.nan if ideal is None else ideal,
+                                        np.nan)
+    summary["real_tokens_per_step"] = summary["tokens_per_s"] * summary["step_seconds_mean"]
+    summary["real_tokens_per_device_step"] = summary["real_tokens_per_step"] / summary["devices"]
+    return _with_footing_columns(summary, run)
 
 
 def _with_footing_columns(summary: pd.DataFrame, run: Run) -> pd.DataFrame:

@@ -129,7 +129,7 @@ def _ipu_claims() -> list[Claim]:
 
 def _straggler_claims() -> list[Claim]:
     """From the paper's own 8-GPU Gumbel fit: the single-device Gumbel and cluster means it implies."""
-    from simbench.costmodels import gumbel
+    from simbench.sim.stragglers import gumbel
 
     fit_source = "the paper's 8-GPU fit (location 1.6038, scale 0.1288)"
     single = gumbel.single_device_from_cluster(gumbel.PAPER_LOCATION, gumbel.PAPER_SCALE, gumbel.PAPER_DEVICES)

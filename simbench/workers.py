@@ -13,6 +13,7 @@ the same functions run in the calling process.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import time
@@ -39,13 +40,23 @@ class ReportWorkers:
     ignore it); the process they work for hears it, terminates them and reports the stop once.
     """
 
-    def __init__(self, processes: int | None = None):
+    def __init__(self, processes: int | None = None, preload: tuple[str, ...] = ()):
+        """`preload` names the modules the workers will need (the plots', which load matplotlib, seaborn and
+        scipy.stats: seconds): `warm_up` has them imported; the caller names them, as this module sits below them."""
         if processes is None:
             processes = _processes_asked()
-        self.executor = None
+        self.executor, self.processes, self.preload = None, processes, tuple(preload)
         if processes > 0:
             self.executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
                                                 initializer=_start_worker, initargs=(os.getpid(),))
+
+    def warm_up(self) -> None:
+        """Have each worker import `preload` now, when the caller's work leaves them idle (a run: while its main
+        process simulates). Imported as a worker started, they delayed the packings it was given first, on the
+        main job's critical path."""
+        if self.executor is not None and self.preload:
+            for _ in range(self.processes):
+                self.submit(_import_all, self.preload)
 
     def submit(self, function, *arguments) -> Future:
         """Run `function(*arguments)` in a worker, or here and now without workers."""
@@ -125,7 +136,11 @@ def _start_worker(parent: int) -> None:
     # traceback (SIGINT reaches the whole process group). Blocked since it was spawned, ignored from now on.
     deaf_to_sigint()
     exit_with(parent)
-    import simbench.report.plots  # noqa: F401  (matplotlib and seaborn load while the main process simulates)
+
+
+def _import_all(modules: tuple[str, ...]) -> None:
+    for module in modules:
+        importlib.import_module(module)
 
 
 def result_of(future: Future, waiting: Callable[[float], None] | None = None, every: float = HEARTBEAT_SECONDS):

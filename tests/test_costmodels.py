@@ -11,7 +11,7 @@ from simbench.costmodels import (
     HARDWARE_PRESETS, BatchSet, ExecutionMode, TransformerCostModel, get_model, load_hardware, profile_to_yaml,
 )
 from simbench.costmodels.hardware import ideal_kernels
-from simbench.costmodels.gumbel import fit_gumbel
+from simbench.sim.stragglers.gumbel import fit_gumbel
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
 from simbench.strategies import get_strategy

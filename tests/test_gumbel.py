@@ -12,7 +12,7 @@ from scipy import integrate, optimize, stats
 from typer.testing import CliRunner
 
 from simbench.cli import app
-from simbench.costmodels.gumbel import (
+from simbench.sim.stragglers.gumbel import (
     PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, extrapolate_cluster_speedups, fit_gumbel,
     max_of_n_gumbel, median_min_of_n, min_of_n_cdf, min_of_n_pdf, monte_carlo_min_speedup,
     single_device_from_cluster,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simbench.costmodels import BatchSet, ExecutionMode, TransformerCostModel
-from simbench.costmodels.gumbel import fit_gumbel
+from simbench.sim.stragglers.gumbel import fit_gumbel
 from simbench.costmodels.mlperf import parse_mlperf_lines, parse_mlperf_log
 from simbench.errors import InputError
 from simbench.histogram import load_histogram

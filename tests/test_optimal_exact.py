@@ -15,9 +15,9 @@ from scipy.sparse import coo_matrix
 
 from simbench.histogram import LengthHistogram
 from simbench.strategies import PackOptions, get_strategy, lp_bound, optimal
-from simbench.strategies.exact import BoundedItems
+from simbench.strategies.optimal.search import BoundedItems
 from simbench.strategies.lp_bound import lp_lower_bound
-from simbench.strategies.pattern_mip import enumerate_packs
+from simbench.strategies.optimal.pattern_mip import enumerate_packs
 
 # 28 samples of 20-60 Wikipedia sequences (seed, depth): those of seeds 0-299 (and 579, 948, 1190 of 300-1299)
 # where every heuristic and the LP rounding stayed a pack over the LP bound, and four at depth 2.
@@ -207,7 +207,7 @@ def test_bounded_pricing_finds_the_most_valuable_pack(max_length, data):
 
 def test_the_mip_prints_nothing():
     # HiGHS writes a banner to file descriptor 1 the first time a process builds one.
-    code = ("import numpy as np; from simbench.strategies.pattern_mip import solve_pattern_mip; "
+    code = ("import numpy as np; from simbench.strategies.optimal.pattern_mip import solve_pattern_mip; "
             "print(solve_pattern_mip(np.array([3, 5]), np.array([3, 3]), 8, None, 10).packs_total)")
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from simbench import workers
+from simbench import atomic, workers
 from simbench.cli import app
 from simbench.errors import InputError
 from simbench.report import folder, plots
@@ -196,9 +196,9 @@ def test_a_report_folder_that_cannot_be_created_is_refused_before_running(tmp_pa
     target = tmp_path / "out"
     if exists:
         target.mkdir()
-    monkeypatch.setattr(folder.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(atomic.tempfile, "mkdtemp", refuse)
     with pytest.raises(InputError, match=r"cannot create folders in .*: Permission denied; choose another --out"):
-        folder.check_replaceable(target)
+        atomic.check_replaceable(target)
 
 
 def test_several_scenarios_check_every_report_folder_before_running_any(tmp_path):

@@ -5,11 +5,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simbench.costmodels.gumbel import (PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup,
+from simbench.sim.stragglers.gumbel import (PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup,
                                        single_device_from_cluster)
-from simbench.sim.engine import run_simpy
+from simbench.sim.engines.event import run_simpy
 from simbench.costmodels.linear import LinearCostModel
-from simbench.sim.montecarlo import aggregate_by_cluster_size, step_timeline
+from simbench.sim.engines.vectorized import aggregate_by_cluster_size, step_timeline
 from simbench.sim.plans import Exchange
 from simbench.sim.pricing import DeviceCosts
 from simbench.sim.vts import price_vts, stage_seconds

@@ -13,7 +13,7 @@ from simbench.costmodels.transformer import TransformerCostModel
 from simbench.histogram import LengthHistogram, load_histogram
 from simbench.sim import megabatches
 from simbench.sim.megabatches import stratified_tops, top_order_statistics
-from simbench.sim.montecarlo import aggregate_by_cluster_size
+from simbench.sim.engines.vectorized import aggregate_by_cluster_size
 from simbench.sim.plans import SimulationSettings, parse_plan
 from simbench.sim.simulate import simulate
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simbench.costmodels.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
+from simbench.sim.stragglers.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     single_device_from_cluster
 from simbench.costmodels.hardware import load_hardware
 from simbench.costmodels.linear import LinearCostModel
@@ -16,7 +16,7 @@ from simbench.errors import InputError
 from simbench.histogram import load_histogram
 from simbench.scenario import SyntheticHistogram
 from simbench.sim.batching import PackSampler
-from simbench.sim.orderstat import BELOW_TOP_MASS, PLAIN_DRAWS, SCORE_LEVELS, SCORE_TOLERANCE, ItemSource, _Scores, \
+from simbench.sim.engines.order_statistics import BELOW_TOP_MASS, PLAIN_DRAWS, SCORE_LEVELS, SCORE_TOLERANCE, ItemSource, _Scores, \
     build_pool, slowest_of
 from simbench.sim.pricing import DeviceCosts
 from simbench.sim.simulate import simulate

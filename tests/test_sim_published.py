@@ -7,7 +7,7 @@ import functools
 
 import pytest
 
-from simbench.costmodels.gumbel import PAPER_LOCATION, PAPER_SCALE, fit_gumbel
+from simbench.sim.stragglers.gumbel import PAPER_LOCATION, PAPER_SCALE, fit_gumbel
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.histogram import load_histogram
 from simbench.sim.simulate import simulate

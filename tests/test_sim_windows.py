@@ -12,7 +12,7 @@ from simbench.histogram import LengthHistogram, load_histogram
 from simbench.sim.batching import SortedBatchSampler
 from simbench.sim.exchange import deal_sorted
 from simbench.costmodels.linear import LinearCostModel
-from simbench.sim.montecarlo import aggregate_by_cluster_size
+from simbench.sim.engines.vectorized import aggregate_by_cluster_size
 from simbench.sim.pricing import price_batches
 from simbench.sim.simulate import simulate
 from simbench.sim.windows import SortedWindows, dealt_batches

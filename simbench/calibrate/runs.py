@@ -272,7 +272,7 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
         check_measure_repeats(repeats)  # before torch is needed
     import_torch()
     from simbench.calibrate.measure import compare, fit_unpadded_noise, judge, measure_steps, time_strategies
-    from simbench.report.folder import check_replaceable
+    from simbench.atomic import check_replaceable
 
     measured_source = _measure_source(source, strategies)
     output_dir = output_dir or Path(f"measure-{measured_source.histogram.name}")

@@ -30,7 +30,7 @@ def gumbel(
     as_json: bool = typer.Option(False, "--json", help="JSON lines: the fit as one JSON object on one line"),
 ) -> None:
     """Single-device Gumbel behind a cluster fit, and the expected cluster speed-up per device count."""
-    from simbench.costmodels import extrapolation
+    from simbench.sim.stragglers import extrapolation
 
     device_counts = parse_counts(devices, "--devices")
     if sum([log is not None, samples is not None, location is not None or scale is not None]) > 1:

@@ -30,7 +30,8 @@ def run(
     """Simulate a scenario and write its report: tables, summary.md and plots."""
     from rich.console import Console
 
-    from simbench.report.folder import check_replaceable, write_report
+    from simbench.atomic import check_replaceable
+    from simbench.report.folder import WORKER_PRELOAD, write_report
     from simbench.report.summary import overdraw_warning
     from simbench.experiment import progress_total, run_experiment
     from simbench.workers import ReportWorkers
@@ -46,8 +47,8 @@ def run(
     for target in targets:
         # Every one before minutes of simulation, not after the first report.
         check_replaceable(target, inputs=inputs)
-    # Workers start now: their imports overlap the packing, their LP bounds the simulation.
-    with ReportWorkers() as workers:
+    # Workers start now and pack the slow packers; they load the plots' modules while this process simulates.
+    with ReportWorkers(preload=WORKER_PRELOAD) as workers:
         for scenario, target in zip(scenarios, targets):
             start = time.perf_counter()
             stage = stage_lines(console, quiet)

@@ -1,6 +1,6 @@
 """Cost models: price per-device batches (see `base`) on a model and a hardware profile.
 
-Also the Gumbel straggler model and the MLPerf log parser, loaded on first use (scipy, pandas).
+Also the MLPerf log parser, loaded on first use (pandas).
 """
 
 import importlib
@@ -12,9 +12,6 @@ from simbench.costmodels.registry import COST_MODELS, CostModelType, register_co
 from simbench.costmodels.transformer import TransformerCostModel
 
 _LAZY_MODULES = {
-    "gumbel": ("GumbelFit", "expected_min_speedup", "extrapolate_cluster_speedups", "fit_gumbel",
-               "max_of_n_gumbel", "median_min_of_n", "min_of_n_cdf", "min_of_n_pdf", "monte_carlo_min_speedup",
-               "single_device_from_cluster"),
     "mlperf": ("MlperfRun", "parse_mlperf_lines", "parse_mlperf_log"),
 }
 _LAZY_NAMES = {name: module for module, names in _LAZY_MODULES.items() for name in names}

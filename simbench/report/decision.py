@@ -20,6 +20,7 @@ from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report.baseline import baseline_of, over_words
 from simbench.report.footing import footing_warnings
+from simbench.report.markdown import markdown_table
 from simbench.report.memory import layout_cell
 from simbench.report.precision import format_with_spread, leaders, speedup_spread, throughput_spread
 from simbench.sim.memory_fit import DOES_NOT_FIT
@@ -141,8 +142,6 @@ def _hours(hours: float) -> str:
 
 
 def _markdown(table: pd.DataFrame, over: str) -> str:
-    from simbench.report.summary import markdown_table
-
     shown = pd.DataFrame({
         "strategy": table["strategy"],
         "real tokens/s per GPU": [format_with_spread(value, spread) for value, spread

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,17 +35,18 @@ from simbench.report.baseline import baseline_of, over_words
 from simbench.report.decision import decision_table
 from simbench.report.summary import speedup_reference, summary_markdown, summary_record
 from simbench.report.recommend import recommend_markdown
-from simbench.report.tables import read_tables, write_tables
+from simbench.report.tables import RESOLVED_SCENARIO, read_tables, write_tables
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.workers import ReportWorkers
-from simbench.atomic import atomic_directory, check_output_folder, check_owned_folder
+from simbench.atomic import atomic_directory, check_replaceable
 from simbench.scenario import Scenario, load_scenario
 
-RESOLVED_SCENARIO = "resolved.yaml"
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # what `simbench plot` redraws
 HISTOGRAM_BINS = 256  # enough to see the shape, few enough for a light page at 128k tokens
 # As histogram.png: a last bin this many times higher than the rest is cut, its share written at the top.
 SPIKE_CLIP_RATIO = 4
+# What a report's workers import as they start: matplotlib and seaborn load while the main process simulates.
+WORKER_PRELOAD = ("simbench.report.plots",)
 
 
 def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
@@ -118,35 +118,8 @@ def report_charts(histogram: LengthHistogram, tables: ExperimentResult, unit: De
     return charts
 
 
-def check_replaceable(target: Path, option: str = "--out", inputs=()) -> None:
-    """Refuse, before any work, to write where the write would fail or lose a user's files: a folder
-    simbench did not write whole or whose files were edited since (see `simbench.atomic`), a folder that
-    is or holds one of the command's `inputs`, a file in the way, an unwritable place."""
-    target = check_output_folder(target, inputs=inputs, option=option)
-    if not target.exists():
-        blocking = next((parent for parent in target.parents if parent.exists()), None)
-        if blocking is not None and not blocking.is_dir():
-            raise InputError(f"cannot create the report folder: {blocking} is a file; choose another {option}",
-                             source=str(target))
-        _check_writable(blocking or Path.cwd(), target, option)
-        return
-    if not target.is_dir():
-        raise InputError(f"the report folder is a file; choose another {option}", source=str(target))
-    check_owned_folder(target, option)
-    _check_writable(target.parent, target, option)
-
-
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _check_writable(folder: Path, target: Path, option: str) -> None:
-    """The report is staged in a sibling folder: try making one now rather than after the simulation."""
-    try:
-        Path(tempfile.mkdtemp(prefix=f".{target.name}.probe-", dir=folder)).rmdir()
-    except OSError as error:
-        raise InputError(f"cannot create folders in {folder}: {error.strerror}; choose another {option}",
-                         source=str(target)) from None
 
 
 def _setting(scenario: Scenario, histogram: LengthHistogram) -> str:

@@ -11,6 +11,8 @@ import pandas as pd
 
 from simbench.costmodels.layout import ParallelLayout
 from simbench.report.baseline import baseline_of
+from simbench.report.markdown import markdown_table
+from simbench.report.precision import leaders_at, ranked_at
 from simbench.sim.memory_budget import budget_sentence
 
 # The token-balanced packers a workload-balanced plan is measured against, the first present winning: first-fit
@@ -41,12 +43,10 @@ def parallel_headline(layout: ParallelLayout, scaling: pd.DataFrame, parallel: p
                       breakdown: pd.DataFrame) -> str:
     """Which strategy trains fastest on the most GPUs, by how much and why; what the CP sharding and
     workload-balanced packing change."""
-    from simbench.report.summary import _leaders, _ranked
-
     largest = scaling["devices"].max()
     rows = scaling[scaling["reference"] == baseline_of(scaling)]
-    leaders = _leaders(rows, largest)
-    ranked = _ranked(rows, largest)
+    leaders = leaders_at(rows, largest)
+    ranked = ranked_at(rows, largest)
     if len(ranked) < 2:
         return ""
     first = leaders.iloc[0]
@@ -140,8 +140,6 @@ def _why(parallel: pd.DataFrame, breakdown: pd.DataFrame, winner: str, runner_up
 
 def parallel_section(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.DataFrame) -> str:
     """A replica's step by cause under each CP sharding, peak memory, and the workload-balanced gain."""
-    from simbench.report.summary import markdown_table
-
     if parallel.empty:
         return ""
     shardings = parallel["cp_sharding"] if layout.cp > 1 else pd.Series("none (CP 1)", index=parallel.index)

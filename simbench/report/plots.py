@@ -246,24 +246,7 @@ def scaling_figure(scaling: pd.DataFrame, title: str = "", dashed: tuple[float, 
     family_of = scaling["strategy"].map(lambda label: styles[label].family)
     bests = {mean_speedup[labels.unique()].idxmax()
              for _, labels in scaling.groupby([family_of, "reference"], sort=False)["strategy"]}
-    handles, labels, headers = [], [], []
-    ends = []  # (speed-up at the largest cluster, name, colour) of each family's best, named at the right end
-    for family in families:
-        headers.append(len(labels))
-        handles.append(Line2D([], [], linestyle="none"))
-        labels.append(family)
-        for label in [label for label, style in styles.items() if style.family == family]:
-            style, rows = styles[label], scaling[scaling["strategy"] == label].sort_values("devices")
-            reference = rows["reference"].iloc[0]
-            bold = label in bests
-            # Plans measured against another baseline are dashed and say so; so are a family's 13th and later.
-            line, = axis.plot(rows["devices"], rows["speedup"], color=style.colour, marker=style.marker,
-                              markersize=5.5 if bold else 3.5, linewidth=2.4 if bold else 1.1,
-                              linestyle="--" if reference != baseline or style.dashed else "-", zorder=3 if bold else 2)
-            handles.append(line)
-            labels.append(label + ("" if reference == baseline else f" (over {reference})"))
-            if bold:
-                ends.append((rows["speedup"].iloc[-1], label, style.colour))
+    handles, labels, headers, ends = _family_lines(axis, scaling, styles, families, bests, baseline)
     line = dashed[0] if dashed is not None else 0.0
     if dashed is not None:
         handles.append(axis.axhline(line, color="black", linewidth=1.2, linestyle="--"))
@@ -288,6 +271,30 @@ def scaling_figure(scaling: pd.DataFrame, title: str = "", dashed: tuple[float, 
     for index in headers:
         legend.get_texts()[index].set_fontweight("bold")
     return figure
+
+
+def _family_lines(axis, scaling: pd.DataFrame, styles: dict, families: list[str], bests: set[str], baseline: str):
+    """Each family's header and lines on `axis`: the legend's handles, labels and header rows, and the (speed-up
+    at the largest cluster, name, colour) of each family's best, named at the right end."""
+    handles, labels, headers = [], [], []
+    ends = []
+    for family in families:
+        headers.append(len(labels))
+        handles.append(Line2D([], [], linestyle="none"))
+        labels.append(family)
+        for label in [label for label, style in styles.items() if style.family == family]:
+            style, rows = styles[label], scaling[scaling["strategy"] == label].sort_values("devices")
+            reference = rows["reference"].iloc[0]
+            bold = label in bests
+            # Plans measured against another baseline are dashed and say so; so are a family's 13th and later.
+            line, = axis.plot(rows["devices"], rows["speedup"], color=style.colour, marker=style.marker,
+                              markersize=5.5 if bold else 3.5, linewidth=2.4 if bold else 1.1,
+                              linestyle="--" if reference != baseline or style.dashed else "-", zorder=3 if bold else 2)
+            handles.append(line)
+            labels.append(label + ("" if reference == baseline else f" (over {reference})"))
+            if bold:
+                ends.append((rows["speedup"].iloc[-1], label, style.colour))
+    return handles, labels, headers, ends
 
 
 def device_ticks(axis, devices: list[int], most: int = DEVICE_LABELS_MAX) -> None:

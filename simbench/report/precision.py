@@ -104,6 +104,16 @@ def leaders(rows: pd.DataFrame) -> pd.DataFrame:
     return order.iloc[:count]
 
 
+def ranked_at(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
+    """`ranked` on the rows of one cluster size."""
+    return ranked(scaling[scaling["devices"] == devices])
+
+
+def leaders_at(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
+    """`leaders` on the rows of one cluster size."""
+    return leaders(scaling[scaling["devices"] == devices])
+
+
 def names_text(names: list[str], bold: bool = False) -> str:
     """'a', 'a and b', 'a, b and c'."""
     names = [f"**{name}**" if bold else name for name in names]

@@ -23,11 +23,12 @@ from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
 from simbench.report.baseline import baseline_of, over_words
 from simbench.report.decision import decision_markdown, decision_table
-from simbench.report.memory import left_out_note, memory_section, rankable, run_layout
 from simbench.report.footing import footing_section, footing_warnings
+from simbench.report.markdown import markdown_table
+from simbench.report.memory import left_out_note, memory_section, rankable, run_layout
 from simbench.report.parallel import parallel_headline, parallel_section
-from simbench.report.precision import MIN_LEAD, TIE_SIGMAS, lead_noise, leaders, names_text, ranked, speedup_text, \
-    tied
+from simbench.report.precision import MIN_LEAD, TIE_SIGMAS, lead_noise, leaders_at, names_text, ranked_at, \
+    speedup_text, tied
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
 from simbench.scenario import Scenario
@@ -127,14 +128,6 @@ def _groups(scaling: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return with_rivals or groups
 
 
-def _ranked(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
-    return ranked(scaling[scaling["devices"] == devices])
-
-
-def _leaders(scaling: pd.DataFrame, devices: int) -> pd.DataFrame:
-    return leaders(scaling[scaling["devices"] == devices])
-
-
 def _headline(scaling: pd.DataFrame, gpus_per_replica: int = 1, unit: DeviceUnit = DEVICE) -> str:
     # Where a device is a replica of many GPUs, the answer says so before it counts devices; a 4D layout's
     # counts say replicas and their GPUs themselves.
@@ -151,7 +144,7 @@ def _headline(scaling: pd.DataFrame, gpus_per_replica: int = 1, unit: DeviceUnit
 
 def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str, unit: DeviceUnit = DEVICE) -> str:
     device_counts = sorted(scaling["devices"].unique())
-    leaders = {devices: _leaders(scaling, devices) for devices in device_counts}
+    leaders = {devices: leaders_at(scaling, devices) for devices in device_counts}
     smallest, largest = device_counts[0], device_counts[-1]
     first = leaders[smallest].iloc[0]
     if len(leaders[smallest]) > 1:
@@ -160,7 +153,7 @@ def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str, unit: Devic
         sentences = [f"{lead}on {unit.count(smallest)} the fastest strategy is **{first.strategy}**, "
                      f"{speedup_text(first)} the throughput of {baseline} (real tokens per second)."]
     if largest != smallest:
-        ranked = _ranked(scaling, largest)
+        ranked = ranked_at(scaling, largest)
         last = ranked.iloc[0]
         if len(leaders[largest]) > 1:
             sentences.append(f"On {unit.count(largest)} {_tie_words(leaders[largest], baseline)}")
@@ -294,11 +287,11 @@ def _overridden(overrides: dict) -> str:
 def _winners_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
     rows = []
     for devices in sorted(scaling["devices"].unique()):
-        ranked = _ranked(scaling, devices)
+        ranked = ranked_at(scaling, devices)
         best = ranked.iloc[0]
         row = {unit.plural: devices} | ({"GPUs": f"{unit.gpus(devices):,}"} if unit.gpus_each is not None else {})
         # Every strategy tied with the fastest is named with it: the table never calls one winner among them.
-        row |= {"fastest": names_text(list(_leaders(scaling, devices)["strategy"])), "speed-up": speedup_text(best, unit="")}
+        row |= {"fastest": names_text(list(leaders_at(scaling, devices)["strategy"])), "speed-up": speedup_text(best, unit="")}
         if len(ranked) > 1:
             second = ranked.iloc[1]
             lead = f"{100 * (best.speedup / second.speedup - 1):.1f}"
@@ -435,7 +428,7 @@ def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: Exper
     winners = []
     for reference, rows in _groups(rankable(tables.scaling, tables.memory)):
         for devices in sorted(rows["devices"].unique()):
-            ranked = _ranked(rows, devices)
+            ranked = ranked_at(rows, devices)
             winners.append({"devices": int(devices), "over": over_words(reference),
                             "fastest": ranked.iloc[0].strategy, "speedup": float(ranked.iloc[0].speedup)})
     return {
@@ -484,10 +477,3 @@ def _or_dash(value: float | None, number_format: str) -> str:
 
 def _milliseconds(value: float) -> str:
     return f"{round(value, 2) + 0.0:.2f}"  # + 0.0 turns a rounded -0.00 into 0.00
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    header = "| " + " | ".join(str(column) for column in table.columns) + " |"
-    rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    body = ["| " + " | ".join(str(value) for value in row) + " |" for row in table.itertuples(index=False)]
-    return "\n".join([header, rule, *body])

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from simbench.report.markdown import markdown_table
 from simbench.report.precision import format_with_spread, leaders, names_text, speedup_spread
-from simbench.report.summary import markdown_table
 from simbench.sim.results import VTS_REFERENCE
 
 # winners.png's colour for a cell whose fastest strategies tie.

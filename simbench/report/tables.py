@@ -23,6 +23,8 @@ import pandas as pd
 from simbench.errors import InputError
 from simbench.experiment import ExperimentResult
 
+# The scenario as run, beside its tables: what `recommend` and `plot` read a report folder's scenario from.
+RESOLVED_SCENARIO = "resolved.yaml"
 # Enough digits to round-trip the figures that matter, few enough to keep the CSVs readable.
 FLOAT_FORMAT = "%.10g"
 # Tables every report has rows in, and the columns the summary and plots index them by.

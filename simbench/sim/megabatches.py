@@ -18,8 +18,8 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.histogram import LengthHistogram
 from simbench.sim.batching import SequenceSampler
 from simbench.sim.length_batching import padded_batches
-from simbench.sim.montecarlo import StepAggregates
-from simbench.sim.orderstat import DEEPEST_TAIL_PER_SLOWEST_OF, LEVEL_RATIO, DevicePool
+from simbench.sim.engines.vectorized import StepAggregates
+from simbench.sim.engines.order_statistics import DEEPEST_TAIL_PER_SLOWEST_OF, LEVEL_RATIO, DevicePool
 from simbench.sim.pricing import DeviceCosts, price_batches
 from simbench.validation import DEVICES_MAX
 

@@ -224,13 +224,7 @@ class ReplicaCostModel(CostModel):
         variable_overhead = np.maximum(costs.overhead_seconds - fixed, 0.0)
         shards = layout.tp * layout.cp * chunks
         work = self._rank_work(batches, microbatches, mode)
-        if work is None:
-            slowest_share = np.ones(microbatches.batches)
-        else:
-            rank_work = work.rank_squared_tokens
-            total_work = rank_work.sum(axis=-1)
-            slowest_share = np.where(total_work > 0, rank_work.max(axis=-1) / np.where(total_work > 0, total_work, 1.0),
-                                     1.0 / layout.cp)
+        slowest_share = _slowest_share(work, microbatches.batches, layout.cp)
         cp_imbalance = attention * (slowest_share - 1.0 / layout.cp) / (layout.tp * chunks)
         compute = costs.compute_seconds / shards
         padding = costs.padding_seconds / shards
@@ -243,13 +237,7 @@ class ReplicaCostModel(CostModel):
         # work (tp x cp): each microbatch on a chunk takes at least that chunk's launch floor.
         launch_bound = np.maximum(gpu.launch_floor_seconds(mode, layers=gpu.model.layers / chunks) - chunk_busy, 0.0)
         overhead, chunk_busy = overhead + launch_bound, chunk_busy + launch_bound
-        forward_work = (compute + padding + masked + cp_imbalance) * (1 - BACKWARD_SHARE)
-        if layout.recompute == "full":
-            recompute = forward_work
-        elif layout.recompute == "selective":
-            recompute = (attention / shards + cp_imbalance) * (1 - BACKWARD_SHARE)
-        else:
-            recompute = np.zeros_like(forward_work)
+        recompute = _recompute_seconds(layout.recompute, compute + padding + masked, attention / shards, cp_imbalance)
         forward = chunk_busy * (1 - BACKWARD_SHARE)
         backward = chunk_busy * BACKWARD_SHARE + recompute
         per_chunk = chunks > 1 and self._chunk_shares is not None
@@ -267,18 +255,8 @@ class ReplicaCostModel(CostModel):
             # One stage runs its microbatches back to back: nothing to schedule.
             step_seconds = equal_seconds = busy
         else:
-            # Replica steps of the same microbatch times (every padded step, say) are scheduled once.
-            width = chunks if per_chunk else 1
-            p2p = np.broadcast_to(self._p2p_seconds(slot_tokens)[:, None], (batches.batches * m, width))
-            times = np.stack([np.reshape(forward, (-1, width)), np.reshape(backward, (-1, width)), p2p])
-            times = times.reshape(3, batches.batches, m, width)
-            distinct, inverse = _distinct_rows(times.transpose(1, 0, 2, 3).reshape(batches.batches, 3 * m * width))
-            forward, backward, p2p = distinct.reshape(-1, 3, m, width).transpose(1, 0, 2, 3)
-            p2p = p2p[..., :1]
-            shape = (distinct.shape[0], m, chunks)
-            step = pipeline_step(np.broadcast_to(forward, shape), np.broadcast_to(backward, shape),
-                                 schedule=self._schedule, virtual_stages=layout.virtual_stages, p2p_seconds=p2p)
-            step_seconds, equal_seconds = step.step_seconds[inverse], step.equal_step_seconds[inverse]
+            step_seconds, equal_seconds = self._scheduled(forward, backward, slot_tokens, batches.batches,
+                                                          chunks if per_chunk else 1)
         # The step ends with the heaviest stage's launches; its update follows the gradients' reduction across
         # the replicas, and is priced with it (`gradient_sync`), where the replica count is known.
         fixed_here = gpu.fixed_step_seconds_of(layers=max(layout.stage_layers_of(gpu.model.layers)), parameters=0)
@@ -290,6 +268,24 @@ class ReplicaCostModel(CostModel):
                             cp_imbalance_seconds=per_step(cp_imbalance),
                             bubble_seconds=np.maximum(equal_seconds - busy, 0.0),
                             stall_seconds=step_seconds - np.maximum(equal_seconds, busy))
+
+    def _scheduled(self, forward: np.ndarray, backward: np.ndarray, slot_tokens: np.ndarray, steps: int,
+                   width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each replica step's seconds through the pipeline schedule, and as it would be with equal microbatches;
+        `width` columns of times per microbatch (one per chunk, or one for all). Replica steps of the same
+        microbatch times (every padded step, say) are scheduled once."""
+        layout = self.layout
+        m, chunks = layout.microbatches, layout.stages
+        p2p = np.broadcast_to(self._p2p_seconds(slot_tokens)[:, None], (steps * m, width))
+        times = np.stack([np.reshape(forward, (-1, width)), np.reshape(backward, (-1, width)), p2p])
+        times = times.reshape(3, steps, m, width)
+        distinct, inverse = _distinct_rows(times.transpose(1, 0, 2, 3).reshape(steps, 3 * m * width))
+        forward, backward, p2p = distinct.reshape(-1, 3, m, width).transpose(1, 0, 2, 3)
+        p2p = p2p[..., :1]
+        shape = (distinct.shape[0], m, chunks)
+        step = pipeline_step(np.broadcast_to(forward, shape), np.broadcast_to(backward, shape),
+                             schedule=self._schedule, virtual_stages=layout.virtual_stages, p2p_seconds=p2p)
+        return step.step_seconds[inverse], step.equal_step_seconds[inverse]
 
     @property
     def _schedule(self) -> str:
@@ -471,3 +467,24 @@ def _as_step_costs(steps: ReplicaSteps) -> StepCosts:
                      overhead_seconds=steps.overhead_seconds + steps.communication_seconds + steps.recompute_seconds,
                      masked_attention_seconds=steps.masked_attention_seconds,
                      stall_seconds=steps.bubble_seconds + steps.stall_seconds + steps.cp_imbalance_seconds)
+
+
+def _slowest_share(work, microbatches: int, cp: int) -> np.ndarray:
+    """Each microbatch's share of its attention work on the busiest context-parallel rank (1 without ranks'
+    work: one rank does it all; 1/cp where there is no work)."""
+    if work is None:
+        return np.ones(microbatches)
+    rank_work = work.rank_squared_tokens
+    total_work = rank_work.sum(axis=-1)
+    return np.where(total_work > 0, rank_work.max(axis=-1) / np.where(total_work > 0, total_work, 1.0), 1.0 / cp)
+
+
+def _recompute_seconds(recompute: str, work: np.ndarray, attention: np.ndarray, cp_imbalance: np.ndarray) -> np.ndarray:
+    """What the backward pass runs again of a microbatch's forward: all of it (`work`, its attention and the
+    context-parallel imbalance included) under full recomputation, its attention under selective, else nothing."""
+    forward_work = (work + cp_imbalance) * (1 - BACKWARD_SHARE)
+    if recompute == "full":
+        return forward_work
+    if recompute == "selective":
+        return (attention + cp_imbalance) * (1 - BACKWARD_SHARE)
+    return np.zeros_like(forward_work)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from simbench.costmodels.base import attention_of
-from simbench.sim.montecarlo import StepAggregates
+from simbench.sim.engines.vectorized import StepAggregates
 from simbench.sim.plans import ExecutionPlan, Exchange
 from simbench.sim.timeline import StepTimeline
 from simbench.strategies.packing import Packing

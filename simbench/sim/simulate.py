@@ -26,9 +26,9 @@ from simbench.costmodels.noise import StepNoise, with_step_noise
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.sim.accumulation import accumulating
-from simbench.sim.engine import run_simpy
-from simbench.sim.montecarlo import StepAggregates, aggregate_by_cluster_size, step_timeline
-from simbench.sim.orderstat import build_pool, slowest_of
+from simbench.sim.engines.event import run_simpy
+from simbench.sim.engines.vectorized import StepAggregates, aggregate_by_cluster_size, step_timeline
+from simbench.sim.engines.order_statistics import build_pool, slowest_of
 from simbench.sim.parallel.gradient_sync import gradient_sync_of
 from simbench.sim.plans import (BatchSource, ExecutionPlan, SimulationSettings, baseline_plan, packing_refusals,
                                  parse_plans, with_reference)

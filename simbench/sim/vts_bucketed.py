@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from simbench.sim import vts
-from simbench.sim.montecarlo import StepAggregates
+from simbench.sim.engines.vectorized import StepAggregates
 from simbench.sim.windows import FIELDS, dealt_batches
 
 # Shuffles priced per distinct batch: every device of a batch shared by at most this many.

@@ -14,7 +14,7 @@ import numpy as np
 from simbench.costmodels.base import ExecutionMode
 from simbench.distinct import sorted_distinct
 from simbench.sim.batching import SortedBatchSampler, unpadded_batches
-from simbench.sim.montecarlo import StepAggregates
+from simbench.sim.engines.vectorized import StepAggregates
 from simbench.sim.pricing import SEQUENCES_PER_PART, DeviceCosts, price_batches, price_packs
 
 FIELDS = ("compute_seconds", "padding_seconds", "overhead_seconds", "stall_seconds", "real_tokens", "sequences",

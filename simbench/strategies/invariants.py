@@ -44,8 +44,6 @@ def broken_rule(packing: Packing, histogram: LengthHistogram, max_length: int,
     """The first rule `packing` of `histogram` breaks, as (rule, what was found), or None when it keeps
     them all (read in the flat form, which every packing has: a dense table of deep packs at long context
     may not fit in memory)."""
-    import math
-
     lengths, starts, repeats, slots = packing.pack_lengths, packing.pack_starts, packing.repeats, packing.slot_lengths
 
     def pack(index: int) -> list[int]:
@@ -86,6 +84,15 @@ def broken_rule(packing: Packing, histogram: LengthHistogram, max_length: int,
         deep = np.flatnonzero(depths > max_depth)
         if deep.size:
             return "no pack deeper than max_depth", f"pack {pack(deep[0])}"
+    return _broken_count_rule(packing, histogram, depths, pack_tokens)
+
+
+def _broken_count_rule(packing: Packing, histogram: LengthHistogram, depths: np.ndarray,
+                       pack_tokens: np.ndarray) -> tuple[str, str] | None:
+    """`broken_rule`'s last rules: the budgets, the real tokens and the metrics agree with the packs."""
+    import math
+
+    repeats, slots = packing.repeats, packing.slot_lengths
     metrics = packing.metrics()
     tokens = int(repeats @ slots)
     if "budget_tokens" in packing.details:

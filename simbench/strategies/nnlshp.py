@@ -104,28 +104,13 @@ def nonnegative_least_squares(matrix: sparse.csc_matrix, target: np.ndarray) -> 
     gradient = transposed @ target
     tolerance = 1e-10 * max(1.0, float(np.abs(gradient).max(initial=0.0)))
     blocked = np.zeros(columns, dtype=bool)
-
-    def dense_column(index: int) -> np.ndarray:
-        column = np.zeros(rows)
-        start, end = matrix.indptr[index], matrix.indptr[index + 1]
-        column[matrix.indices[start:end]] = matrix.data[start:end]
-        return column
-
-    def solve_passive() -> np.ndarray:
-        size = len(passive)
-        if size == 0:
-            return np.zeros(0)
-        lower = factor[:size, :size]
-        halfway = solve_triangular(lower, passive_rows[:size] @ target, lower=True, check_finite=False)
-        return solve_triangular(lower, halfway, lower=True, trans="T", check_finite=False)
-
     for _ in range(3 * columns):
         candidates = np.where(blocked, -np.inf, gradient)
         candidates[passive] = -np.inf
         entering = _first_of_best(candidates)
         if candidates[entering] <= tolerance or len(passive) == rows:
             break
-        column = dense_column(entering)
+        column = _dense_column(matrix, entering)
         size = len(passive)
         cross = passive_rows[:size] @ column
         below = solve_triangular(factor[:size, :size], cross, lower=True, check_finite=False) if size else cross
@@ -137,32 +122,59 @@ def nonnegative_least_squares(matrix: sparse.csc_matrix, target: np.ndarray) -> 
         passive_rows[size] = column
         factor[size, :size] = below
         factor[size, size] = np.sqrt(pivot_squared)
-        values = solve_passive()
+        values = _solve_passive(factor, passive_rows, target, len(passive))
         if values[-1] <= 0:
             # Rounding made the entering column useless; undo and try the next best one.
             passive.pop()
             blocked[entering] = True
             continue
-        while np.any(values <= 0):
-            current = solution[passive]
-            falling = values <= 0
-            step = np.min(current[falling] / (current[falling] - values[falling]))
-            current = current + step * (values - current)
-            leaving = current <= 1e-12 * max(1.0, current.max())
-            current[leaving] = 0.0
-            solution[passive] = current
-            for position in np.flatnonzero(leaving)[::-1]:
-                drop_from_factor(factor, len(passive), int(position))
-                passive.pop(position)
-            keep = ~leaving
-            passive_rows[:len(passive)] = passive_rows[:keep.size][keep]
-            values = solve_passive()
+        values = _leave_until_positive(solution, passive, passive_rows, factor, target, values)
         solution[:] = 0.0
         solution[passive] = values
         blocked[:] = False
         residual = target - values @ passive_rows[:len(passive)]
         gradient = transposed @ residual
     return solution
+
+
+def _dense_column(matrix: sparse.csc_matrix, index: int) -> np.ndarray:
+    column = np.zeros(matrix.shape[0])
+    start, end = matrix.indptr[index], matrix.indptr[index + 1]
+    column[matrix.indices[start:end]] = matrix.data[start:end]
+    return column
+
+
+def _solve_passive(factor: np.ndarray, passive_rows: np.ndarray, target: np.ndarray, size: int) -> np.ndarray:
+    """The least-squares values of the `size` passive columns, from their Cholesky factor."""
+    from scipy.linalg import solve_triangular
+
+    if size == 0:
+        return np.zeros(0)
+    lower = factor[:size, :size]
+    halfway = solve_triangular(lower, passive_rows[:size] @ target, lower=True, check_finite=False)
+    return solve_triangular(lower, halfway, lower=True, trans="T", check_finite=False)
+
+
+def _leave_until_positive(solution: np.ndarray, passive: list[int], passive_rows: np.ndarray, factor: np.ndarray,
+                          target: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Lawson-Hanson's inner loop: step from `solution` towards `values` until a passive value reaches zero, drop
+    those columns (from `passive`, `passive_rows` and `factor`, in place), solve again, until every value is
+    positive; returns those values."""
+    while np.any(values <= 0):
+        current = solution[passive]
+        falling = values <= 0
+        step = np.min(current[falling] / (current[falling] - values[falling]))
+        current = current + step * (values - current)
+        leaving = current <= 1e-12 * max(1.0, current.max())
+        current[leaving] = 0.0
+        solution[passive] = current
+        for position in np.flatnonzero(leaving)[::-1]:
+            drop_from_factor(factor, len(passive), int(position))
+            passive.pop(position)
+        keep = ~leaving
+        passive_rows[:len(passive)] = passive_rows[:keep.size][keep]
+        values = _solve_passive(factor, passive_rows, target, len(passive))
+    return values
 
 
 def _first_of_best(values: np.ndarray) -> int:

@@ -75,6 +75,30 @@ def load_sweep(path: str | Path) -> Sweep:
     axes = data.get("axes") or {}
     explicit = data.get("cells") or []
     nodes = {key.value: value for key, value in root.value if isinstance(key, yaml.ScalarNode)}
+    _check_axes_and_cells(axes, explicit, nodes, lines, source)
+    cell_nodes = getattr(nodes.get("cells"), "value", None) or []
+    keys = list(dict.fromkeys([*axes, *(key for cell in explicit for key in cell)]))
+    report_axes = _report_axes(data.get("report"), keys, source, lines.get("report"))
+    axis_nodes = _entry_nodes(nodes.get("axes"), axes)
+    product = ((dict(zip(axes, (values[at] for values, at in zip(axes.values(), place)))),
+                {key: (axis_nodes[key][0], axis_nodes[key][1].value[at]) for key, at in zip(axes, place)
+                 if key in axis_nodes and isinstance(axis_nodes[key][1], yaml.SequenceNode)})
+               for place in itertools.product(*(range(len(values)) for values in axes.values())))
+    given = ((cell, _entry_nodes(cell_nodes[number] if number < len(cell_nodes) else None, cell))
+             for number, cell in enumerate(explicit))
+    combos = itertools.chain(product if axes else (), given)
+    base_node = nodes["base"]
+    cells = _CellValidator(base, base_node, source, Path(path).resolve().parent, lines.get("axes"))
+    return Sweep(name, tuple(keys), tuple(cells.cell(index, values, f"{name}-{index:05d}", written)
+                                      for index, (values, written) in enumerate(combos)), report_axes, source)
+
+
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _check_axes_and_cells(axes, explicit, nodes: dict, lines: dict, source: str) -> None:
+    """`axes` and `cells` as a sweep holds them: scenario keys to lists of values, at least one cell, at most
+    CELLS_MAX; errors name the line of the key at fault."""
     if not isinstance(axes, dict) or any(not isinstance(values, list) or not values for values in axes.values()):
         raise InputError("`axes` maps scenario keys to non-empty lists of values", source=source,
                          line=lines.get("axes"))
@@ -95,23 +119,6 @@ def load_sweep(path: str | Path) -> Sweep:
     if count > CELLS_MAX:
         raise InputError(f"{count:,} cells, more than {CELLS_MAX:,}: split the sweep", source=source,
                          line=lines.get("axes"))
-    keys = list(dict.fromkeys([*axes, *(key for cell in explicit for key in cell)]))
-    report_axes = _report_axes(data.get("report"), keys, source, lines.get("report"))
-    axis_nodes = _entry_nodes(nodes.get("axes"), axes)
-    product = ((dict(zip(axes, (values[at] for values, at in zip(axes.values(), place)))),
-                {key: (axis_nodes[key][0], axis_nodes[key][1].value[at]) for key, at in zip(axes, place)
-                 if key in axis_nodes and isinstance(axis_nodes[key][1], yaml.SequenceNode)})
-               for place in itertools.product(*(range(len(values)) for values in axes.values())))
-    given = ((cell, _entry_nodes(cell_nodes[number] if number < len(cell_nodes) else None, cell))
-             for number, cell in enumerate(explicit))
-    combos = itertools.chain(product if axes else (), given)
-    base_node = nodes["base"]
-    cells = _CellValidator(base, base_node, source, Path(path).resolve().parent, lines.get("axes"))
-    return Sweep(name, tuple(keys), tuple(cells.cell(index, values, f"{name}-{index:05d}", written)
-                                      for index, (values, written) in enumerate(combos)), report_axes, source)
-
-
-_FOLDER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def _key_lines(node, data: dict) -> dict:

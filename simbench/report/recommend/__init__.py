@@ -80,7 +80,7 @@ def recommend(source: str | Path, stack: str, *, gpus: int | None = None, strate
 def run_of(source: str | Path, *, quick: bool = False, seed: int | None = None
            ) -> tuple[ExperimentResult, Scenario, LengthHistogram]:
     """A run's tables, scenario and histogram: read from a report folder, or computed by running a scenario."""
-    from simbench.report.folder import RESOLVED_SCENARIO
+    from simbench.report.tables import RESOLVED_SCENARIO, read_tables
     from simbench.scenario import load_scenario, load_scenarios
 
     path = Path(source)
@@ -91,8 +91,6 @@ def run_of(source: str | Path, *, quick: bool = False, seed: int | None = None
         if quick or seed is not None:
             raise InputError("--quick and --seed apply to a scenario, which is run; a report folder is read as it "
                              "was run", source=str(path))
-        from simbench.report.tables import read_tables
-
         scenario = load_scenario(path / RESOLVED_SCENARIO)
         return read_tables(path), scenario, scenario.dataset.load()
     scenarios = load_scenarios(source, seed=seed)

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from simbench.histogram import LengthHistogram
-    from simbench.sim.montecarlo import StepAggregates
-    from simbench.sim.orderstat import ItemSource
+    from simbench.sim.engines.vectorized import StepAggregates
+    from simbench.sim.engines.order_statistics import ItemSource
     from simbench.sim.pricing import DeviceCosts
     from simbench.strategies.packing import Packing
 

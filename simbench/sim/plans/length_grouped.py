@@ -25,7 +25,7 @@ from simbench.costmodels.base import ExecutionMode
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.sim.length_batching import BudgetBatchDraws, LengthGroupedStream
-from simbench.sim.orderstat import ItemSource
+from simbench.sim.engines.order_statistics import ItemSource
 from simbench.sim.plans import (PLANS, BatchSource, ExecutionPlan, PlanType, StepSizing, microbatch_count,
                                  register_plan)
 from simbench.sim.batching import SequenceSampler

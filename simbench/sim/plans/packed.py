@@ -14,7 +14,7 @@ from typing import Any
 from simbench.costmodels.base import ROW_MODE_OF_ATTENTION, Attention, ExecutionMode
 from simbench.errors import InputError
 from simbench.sim.batching import OutlierDelaySampler, PackSampler, SortedBatchSampler
-from simbench.sim.orderstat import ItemSource
+from simbench.sim.engines.order_statistics import ItemSource
 from simbench.sim.plans import BatchSource, ExecutionPlan, PlanKind, PlanType, register_plan
 from simbench.sim.pricing import price_packs
 from simbench.sim.windows import SortedWindows

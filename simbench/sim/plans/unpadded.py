@@ -12,7 +12,7 @@ import numpy as np
 from simbench.costmodels.base import ExecutionMode
 from simbench.sim.batching import SequenceSampler, unpadded_batches
 from simbench.sim.exchange import ExchangeCosts, deal_sorted
-from simbench.sim.orderstat import ItemSource
+from simbench.sim.engines.order_statistics import ItemSource
 from simbench.sim.plans import (BatchSource, Exchange, ExecutionPlan, PlanKind, PlanType, StepTiming,
                                 register_plan)
 from simbench.sim.pricing import price_batches

@@ -1,7 +1,7 @@
 """A cluster's per-step Gumbel fit, from the packing paper, given numbers, per-step samples or an MLPerf
 log, and its extrapolation to other cluster sizes through the single-device Gumbel behind it.
 
-    >>> from simbench.costmodels.extrapolation import extrapolate, paper_fit
+    >>> from simbench.sim.stragglers.extrapolation import extrapolate, paper_fit
     >>> extrapolate(paper_fit(), [8]).table["devices"].tolist()
     [8]
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simbench.costmodels import gumbel
+from simbench.sim.stragglers import gumbel
 from simbench.errors import InputError, read_text_file
 
 SPEEDUP = "speed-up"

@@ -23,7 +23,7 @@ import numpy as np
 from simbench.histogram import LengthHistogram
 from simbench.strategies import get_strategy, register
 from simbench.strategies.classic import pack_decreasing
-from simbench.strategies.exact import Search, round_up_greedily, search_optimum
+from simbench.strategies.optimal.search import Search, round_up_greedily, search_optimum
 from simbench.strategies import lp_bound
 from simbench.strategies.lp_bound import (COARSE_UNITS, FLUID_UNITS, LPBound, LengthItems, MasterLP, column_generation,
                                           lp_lower_bound, trivial_lower_bound)

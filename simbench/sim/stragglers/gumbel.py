@@ -4,7 +4,7 @@ Per-device speed-ups (or throughputs) are Gumbel; a cluster of n runs at the min
 1 - P_n(s) = (1 - P_1(s))^n. Step times are maxima: the max of n Gumbel(mu, beta) is
 Gumbel(mu + beta ln n, beta).
 
-    >>> from simbench.costmodels.gumbel import expected_min_speedup, single_device_from_cluster
+    >>> from simbench.sim.stragglers.gumbel import expected_min_speedup, single_device_from_cluster
     >>> single = single_device_from_cluster(1.6038, 0.1288, devices=8)  # the packing paper's 8-GPU fit
     >>> round(single.location, 3), round(single.scale, 3), round(expected_min_speedup(*single.parameters, 32), 2)
     (1.941, 0.318, 1.51)

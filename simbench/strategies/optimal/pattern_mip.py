@@ -3,7 +3,7 @@
 It proves optima the LP bound cannot (where the integer optimum lies above the LP's, rounded up).
 
     >>> import numpy as np
-    >>> from simbench.strategies.pattern_mip import solve_pattern_mip
+    >>> from simbench.strategies.optimal.pattern_mip import solve_pattern_mip
     >>> solve_pattern_mip(np.array([3, 5]), np.array([3, 3]), 8, None, time_limit_seconds=10).packs_total
     3
 """

@@ -3,7 +3,7 @@
 Packs as few as a lower bound are proven optimal; where the search cannot close the gap it says why.
 
     >>> import numpy as np
-    >>> from simbench.strategies.exact import SEARCH_CLOCK, dive
+    >>> from simbench.strategies.optimal.search import SEARCH_CLOCK, dive
     >>> from simbench.strategies.lp_bound import LengthItems
     >>> items = LengthItems.from_counts(np.array([0, 0, 3, 0, 3, 0, 0, 0]), 8, None)   # three 3s, three 5s
     >>> found = dive(items, target=3, deadline_seconds=SEARCH_CLOCK() + 10)
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simbench.strategies.lp_bound import PRICING_TOLERANCE, LengthItems, MasterLP, _robust_ceil, column_generation
-from simbench.strategies.pattern_mip import enumerate_packs, mip_packs_max, solve_pattern_mip
+from simbench.strategies.optimal.pattern_mip import enumerate_packs, mip_packs_max, solve_pattern_mip
 
 # The search's time limit counts this process's CPU seconds: wall-clock seconds gave a busy machine fewer nodes,
 # and so other packs (optimal:3 on Wikipedia stopped at 8,143,831 packs instead of 8,143,829 at a load of 6 on
@@ -169,26 +169,33 @@ def dive(items: LengthItems, target: int, deadline_seconds: float, start_pattern
         if fixed + whole.sum() <= target and np.array_equal(whole @ columns, residual):
             chain = (columns[whole > 0], whole[whole > 0], chain)
             return Dive(*_unchain(chain, items.lengths.size), root_bound, nodes, None)
-        children = []
-        floored = np.floor(weights + WHOLE_TOLERANCE).astype(np.int64)
-        if np.any(floored @ columns > residual):
-            floored = np.floor(weights).astype(np.int64)
-        if floored.any():
-            children.append(floored)
-        else:
-            rounded = round_up_greedily(weights, columns, residual)
-            if rounded.sum() > 1:
-                children.append(rounded)
-        for column in np.argsort(-weights, kind="stable")[:DIVE_BRANCHES]:
-            if np.all(columns[column] <= residual):
-                one = np.zeros(weights.size, dtype=np.int64)
-                one[column] = 1
-                children.append(one)
+        children = _children(weights, columns, residual)
         # Pushed last-first, so the floored LP is tried first, then the heaviest column.
         for child in reversed(children):
             used = child > 0
             stack.append((residual - child @ columns, fixed + int(child.sum()), (columns[used], child[used], chain)))
     return Dive(empty, np.zeros(0, dtype=np.int64), root_bound, nodes, stopped)
+
+
+def _children(weights: np.ndarray, columns: np.ndarray, residual: np.ndarray) -> list[np.ndarray]:
+    """A node's children, as repeats of its LP's columns to fix: its LP's whole repeats (or where it has none,
+    one pack of each column of weight at least a half), then one pack of each of its heaviest columns."""
+    children = []
+    floored = np.floor(weights + WHOLE_TOLERANCE).astype(np.int64)
+    if np.any(floored @ columns > residual):
+        floored = np.floor(weights).astype(np.int64)
+    if floored.any():
+        children.append(floored)
+    else:
+        rounded = round_up_greedily(weights, columns, residual)
+        if rounded.sum() > 1:
+            children.append(rounded)
+    for column in np.argsort(-weights, kind="stable")[:DIVE_BRANCHES]:
+        if np.all(columns[column] <= residual):
+            one = np.zeros(weights.size, dtype=np.int64)
+            one[column] = 1
+            children.append(one)
+    return children
 
 
 def _node_lp(master: MasterLP, items: LengthItems, residual: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:

@@ -1,7 +1,7 @@
 """The SimPy engine: devices are processes, the all-reduce is a barrier, data preparation a host process.
 
     >>> import numpy as np
-    >>> from simbench.sim.engine import run_simpy
+    >>> from simbench.sim.engines.event import run_simpy
     >>> timeline = run_simpy(np.array([[1.0, 2.0]]), allreduce_seconds=0.5)
     >>> timeline.end_seconds.tolist()   # the step waits for the slower device, then all-reduces
     [2.5]

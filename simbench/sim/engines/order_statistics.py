@@ -18,7 +18,7 @@ import numpy as np
 
 from simbench.costmodels.noise import step_noise_factors
 from simbench.sim.batching import draw_in_proportion
-from simbench.sim.montecarlo import StepAggregates
+from simbench.sim.engines.vectorized import StepAggregates
 from simbench.sim.pricing import DeviceCosts
 
 # One device's step costs drawn untilted: the body of F, and the latency samples of the report.

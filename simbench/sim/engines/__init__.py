@@ -1,0 +1,3 @@
+"""The simulator's engines, which turn priced batches into step times: `event` (SimPy: devices as processes, the
+all-reduce a barrier), `vectorized` (every device's step in one numpy pass) and `order_statistics` (the slowest
+of n devices drawn directly); docs/engines.md says which runs when."""

@@ -1,0 +1,2 @@
+"""Stragglers: the Gumbel law of a cluster's slowest device per step (`gumbel`), fitted to step times, and its
+extrapolation to other cluster sizes from a fit, samples or an MLPerf log (`extrapolation`)."""
