@@ -147,3 +147,11 @@ def test_no_file_holds_a_merge_conflict_marker():
         found += [f"{path.relative_to(root)}:{number}" for number, line in enumerate(lines, 1)
                   if line.startswith(markers[:2]) or line == markers[2]]
     assert not found, found
+
+
+def test_every_docs_page_is_in_the_site_nav():
+    """`mkdocs build --strict` (CI only: mkdocs is the docs extra) refuses a page missing from the nav."""
+    nav = (REPOSITORY / "mkdocs.yml").read_text()
+    pages = sorted(path.relative_to(REPOSITORY / "docs").as_posix() for path in (REPOSITORY / "docs").rglob("*.md"))
+    missing = [page for page in pages if not re.search(rf":\s*{re.escape(page)}\s*$", nav, re.MULTILINE)]
+    assert not missing, missing
