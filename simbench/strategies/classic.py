@@ -42,6 +42,9 @@ def pack_decreasing(counts: np.ndarray, max_length: int, max_depth: int | None, 
     closed: dict[tuple, int] = {}
     opened = 0
 
+    def close(count, contents):
+        closed[contents] = closed.get(contents, 0) + count
+
     def add(first, count, contents, depth, space):
         if space == 0 or depth == depth_limit:
             closed[contents] = closed.get(contents, 0) + count
@@ -53,13 +56,28 @@ def pack_decreasing(counts: np.ndarray, max_length: int, max_depth: int | None, 
             insort(waiting, (space, first, count, contents, depth))
 
     for length, to_place in lengths_longest_first(counts):
-        _admit_waiting(waiting, fitting, length)
+        while waiting and waiting[-1][0] >= length:
+            space, first, count, contents, depth = waiting.pop()
+            insort(fitting, (first, count, contents, depth, space))
         while to_place:
-            group = _served_group(fitting, length, best_fit)
-            if group is None:
-                opened = _open_packs(add, opened, length, to_place, max_length, depth_limit)
+            if best_fit:
+                position = bisect_left(fitting, (length,))
+                found = position < len(fitting)
+                if found:
+                    space, first, count, contents, depth = fitting.pop(position)
+            else:
+                found = bool(fitting)
+                if found:
+                    first, count, contents, depth, space = fitting.pop(0)
+            if not found:
+                copies = min(max_length // length, depth_limit)
+                full, rest = divmod(to_place, copies)
+                if full:
+                    add(opened, full, (length, copies), copies, max_length - copies * length)
+                if rest:
+                    add(opened + full, 1, (length, rest), rest, max_length - rest * length)
+                opened += full + (rest > 0)
                 break
-            first, count, contents, depth, space = group
             # Conditional expressions, not min(): this loop runs once per group served, and a builtin call
             # is a tenth of its time.
             copies, room = space // length, depth_limit - depth
@@ -75,47 +93,11 @@ def pack_decreasing(counts: np.ndarray, max_length: int, max_depth: int | None, 
             if untouched:
                 add(first + count - untouched, untouched, contents, depth, space)
             to_place -= full * copies + rest
-    return _closed_with(closed, fitting, waiting, best_fit)
-
-
-def _admit_waiting(waiting: list[tuple], fitting: list[tuple], length: int) -> None:
-    """First fit: the waiting groups with room for `length` join the groups that fit, by pack number."""
-    while waiting and waiting[-1][0] >= length:
-        space, first, count, contents, depth = waiting.pop()
-        insort(fitting, (first, count, contents, depth, space))
-
-
-def _closed_with(closed: dict[tuple, int], fitting: list[tuple], waiting: list[tuple], best_fit: bool
-                 ) -> dict[tuple, int]:
-    """`closed` with the groups still open closed too, fitting ones first."""
-    for count, contents in chain((group[2:4] if best_fit else group[1:3] for group in fitting),
-                                 (group[2:4] for group in waiting)):
-        closed[contents] = closed.get(contents, 0) + count
+    for group in fitting:
+        close(*(group[2:4] if best_fit else group[1:3]))
+    for group in waiting:
+        close(group[2], group[3])
     return closed
-
-
-def _served_group(fitting: list[tuple], length: int, best_fit: bool) -> tuple | None:
-    """The open group `pack_decreasing` places `length` in, taken off `fitting` as (first pack number, count,
-    contents, depth, space); None where none has room."""
-    if best_fit:
-        position = bisect_left(fitting, (length,))
-        if position < len(fitting):
-            space, first, count, contents, depth = fitting.pop(position)
-            return first, count, contents, depth, space
-        return None
-    return fitting.pop(0) if fitting else None
-
-
-def _open_packs(add, opened: int, length: int, to_place: int, max_length: int, depth_limit: int) -> int:
-    """New packs for `to_place` sequences of `length` that no open pack takes, given to `add` as full packs and
-    one partly full; the packs opened so far, after them."""
-    copies = min(max_length // length, depth_limit)
-    full, rest = divmod(to_place, copies)
-    if full:
-        add(opened, full, (length, copies), copies, max_length - copies * length)
-    if rest:
-        add(opened + full, 1, (length, rest), rest, max_length - rest * length)
-    return opened + full + (rest > 0)
 
 
 def packing_from_runs(name: str, max_length: int, max_depth: int | None, merged: dict[tuple, int]) -> Packing:
