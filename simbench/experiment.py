@@ -241,11 +241,9 @@ def _bound_depth(packing: Packing) -> int | None:
 
 def _start_bounds(packings: dict[str, Packing], histogram: LengthHistogram,
                   workers: ReportWorkers | None) -> dict[int | None, Future]:
-    """The LP bound of every depth the packings need, computed by `workers` (or here, without them).
-
-    `optimal` computed the bound of its own depth while packing, so that one is already here, cached, and
-    so is a bound stored for this histogram (shipped with the package or in the user cache)."""
-    here = {packing.max_depth for packing in packings.values() if packing.strategy == "optimal"}
+    """The LP bound of every depth the packings need, computed by `workers` (or here, without them), or read
+    where it is stored for this histogram (shipped with the package, or in the user cache, where a bound that
+    took seconds to compute is kept: `optimal`'s own, computed in the worker that packed it, among them)."""
     inline = ReportWorkers(processes=0)
     bounds = {}
     for depth in dict.fromkeys(_bound_depth(packing) for packing in packings.values()):
@@ -253,8 +251,7 @@ def _start_bounds(packings: dict[str, Packing], histogram: LengthHistogram,
         if stored is not None:
             bounds[depth] = inline.submit(lambda bound: bound, stored)
         else:
-            bounds[depth] = (inline if depth in here or workers is None else workers).submit(
-                lp_lower_bound, histogram, histogram.max_length, depth)
+            bounds[depth] = (workers or inline).submit(lp_lower_bound, histogram, histogram.max_length, depth)
     return bounds
 
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from simbench.cli import app
 from simbench.sim.stragglers.gumbel import (
     PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, extrapolate_cluster_speedups, fit_gumbel,
-    max_of_n_gumbel, median_min_of_n, min_of_n_cdf, min_of_n_pdf, monte_carlo_min_speedup,
+    gumbel_pdf, max_of_n_gumbel, median_min_of_n, min_of_n_cdf, min_of_n_pdf, monte_carlo_min_speedup,
     single_device_from_cluster,
 )
 from simbench.errors import InputError
@@ -91,6 +91,14 @@ def test_max_of_n_gumbel_is_max_stable(location, scale, devices, standard_score)
     shifted = max_of_n_gumbel(location, scale, devices)
     assert stats.gumbel_r.cdf(time_seconds, location, scale) ** devices == pytest.approx(
         stats.gumbel_r.cdf(time_seconds, *shifted.parameters), rel=1e-9, abs=1e-300)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(-5, 5), st.floats(0.01, 3), st.floats(-3, 20))
+def test_gumbel_pdf_is_scipys_gumbel_r(location, scale, standard_score):
+    value = location + scale * standard_score
+    assert gumbel_pdf(value, location, scale) == pytest.approx(stats.gumbel_r.pdf(value, location, scale),
+                                                               rel=1e-12, abs=1e-300)
 
 
 def test_min_of_n_distribution_is_a_distribution():

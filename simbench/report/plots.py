@@ -23,7 +23,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen before pyplot loads)
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
@@ -34,6 +33,7 @@ from simbench.report.baseline import baseline_of, over_words  # noqa: E402
 from simbench.report.styles import Style, strategy_styles  # noqa: E402
 from simbench.report.units import DEVICE, DeviceUnit  # noqa: E402
 from simbench.sim.results import BREAKDOWN_COLUMNS  # noqa: E402
+from simbench.sim.stragglers.gumbel import gumbel_pdf  # noqa: E402
 from simbench.strategies.packing import efficiency_text  # noqa: E402
 
 # Fixed ids and no timestamps, so that the same tables always give byte-identical files.
@@ -56,6 +56,12 @@ SECONDS_LABELS_MAX = 6
 DEVICE_LABELS_MAX = 12
 LEGEND_ROW_INCHES = 0.19  # one 8-point legend entry, for sizing a figure to its legend
 _METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
+# seaborn's whitegrid theme at notebook scale and its "deep" palette, as matplotlib ships them: the look without
+# importing seaborn, and scipy.stats with it (over a second in every process that draws).
+THEME = ("seaborn-v0_8-whitegrid", "seaborn-v0_8-notebook", "seaborn-v0_8-deep")
+plt.style.use(THEME)
+PALETTE = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+STAGE_COLOURS = [plt.get_cmap("Set2")(index) for index in range(8)]  # a VTS pipeline's stages, 8 at most apart
 
 
 def save_figure(figure: Figure, stem: Path, formats: tuple[str, ...]) -> list[Path]:
@@ -88,7 +94,6 @@ def _rendered(figure: Figure, formats: tuple[str, ...]) -> dict[str, bytes]:
 
 def _figure(width: float = 7.0, height: float = 4.2, columns: int = 1, rows: int = 1,
             **shared) -> tuple[Figure, list]:
-    sns.set_theme(style="whitegrid", context="notebook")
     figure, axes = plt.subplots(rows, columns, figsize=(width, height), layout="constrained", squeeze=False, **shared)
     return figure, list(axes.ravel())
 
@@ -101,7 +106,7 @@ def histogram_figure(histogram: LengthHistogram) -> Figure:
     tokens = histogram.counts * lengths
     bins = min(HISTOGRAM_BINS, histogram.max_length)
     edges = np.linspace(0, histogram.max_length, bins + 1).round().astype(int)
-    colors = sns.color_palette()
+    colors = PALETTE
     last_bins = []
     for weights, label, color in ((histogram.counts, "sequences", colors[0]), (tokens, "tokens", colors[1])):
         total = max(weights.sum(), 1)
@@ -157,8 +162,8 @@ def packing_figure(packing: pd.DataFrame, timings: pd.DataFrame, real_tokens: in
     labels = packing["label"].tolist()
     positions = np.arange(len(labels))
     efficiency = packing["efficiency"].clip(EFFICIENCY_SHOWN_MIN, EFFICIENCY_SHOWN_MAX).to_numpy()
-    left.hlines(positions, EFFICIENCY_SHOWN_MIN, efficiency, color=sns.color_palette()[0], linewidth=2, alpha=0.5)
-    left.scatter(efficiency, positions, color=sns.color_palette()[0], zorder=3, label="efficiency (value beside it)")
+    left.hlines(positions, EFFICIENCY_SHOWN_MIN, efficiency, color=PALETTE[0], linewidth=2, alpha=0.5)
+    left.scatter(efficiency, positions, color=PALETTE[0], zorder=3, label="efficiency (value beside it)")
     bound = real_tokens / (packing["lower_bound_packs"].astype(float) * max_length)
     # A bound on packs bounds the efficiency of fixed-shape packs only (not of sorted batches).
     bound = bound.where(packing["tokens"] == packing["packs"] * max_length)
@@ -178,7 +183,7 @@ def packing_figure(packing: pd.DataFrame, timings: pd.DataFrame, real_tokens: in
     left.set_ylim(len(labels) - 0.5, -0.5)
     left.set_xlabel("efficiency: real tokens / token slots (%, logit scale)")
     seconds = timings.set_index("strategy")["solve_seconds"].reindex(labels).astype(float)
-    right.barh(positions, seconds.clip(lower=SOLVE_SECONDS_MIN), color=sns.color_palette()[1])
+    right.barh(positions, seconds.clip(lower=SOLVE_SECONDS_MIN), color=PALETTE[1])
     _seconds_axis(right, seconds.dropna().to_numpy())
     right.set_yticks(positions, [""] * len(labels))
     right.set_ylim(len(labels) - 0.5, -0.5)
@@ -344,8 +349,6 @@ def gumbel_figure(latency: pd.DataFrame, fit: pd.DataFrame, extrapolation: pd.Da
                   unit: DeviceUnit = DEVICE) -> Figure:
     """Per-device step speed-up samples with their Gumbel fit, and the expected cluster speed-up it implies;
     one legend below both panels (a strategy has one colour in both)."""
-    from scipy.stats import gumbel_r
-
     fitted = list(dict.fromkeys(fit["strategy"]))
     styles = strategy_styles(fitted)
     handles, labels = [], []
@@ -358,7 +361,7 @@ def gumbel_figure(latency: pd.DataFrame, fit: pd.DataFrame, extrapolation: pd.Da
         bars = left.hist(samples, bins=40, density=True, alpha=0.4, color=colour)[2]
         row = fit[fit["strategy"] == label].iloc[0]
         grid = np.linspace(samples.min(), samples.max(), 200)
-        curve, = left.plot(grid, gumbel_r.pdf(grid, loc=row["location"], scale=row["scale"]), color=colour)
+        curve, = left.plot(grid, gumbel_pdf(grid, row["location"], row["scale"]), color=colour)
         handles += [bars[0], curve]
         labels += [f"{label}: simulated steps (bars), clusters (dots)",
                    f"{label}: Gumbel fit, location {row['location']:.3f}, scale {row['scale']:.3f} (curves)"]
@@ -394,7 +397,7 @@ def timeline_figure(timeline: pd.DataFrame) -> Figure:
     # The quickest pipeline's first samples set the window: a slower one shows fewer samples in it.
     window_seconds = min(rows.loc[rows["sample"] < TIMELINE_SAMPLES_SHOWN, "leave_seconds"].max() for _, rows in groups)
     figure, axes = _figure(width=10.0, height=1.2 + 2.2 * len(groups), rows=len(groups), sharex=True)
-    colors = sns.color_palette("husl", 8)
+    colors = STAGE_COLOURS
     for axis, (label, rows) in zip(axes, groups):
         shown = rows[rows["enter_seconds"] < window_seconds]
         for stage, in_stage in shown.groupby("stage"):
@@ -445,7 +448,7 @@ def breakdown_figure(breakdown: pd.DataFrame, unit: DeviceUnit = DEVICE) -> Figu
         positions = np.arange(len(rows))
         bottom = np.zeros(len(rows))
         per_thousand_tokens_ms = 1e6 / rows["real_tokens_per_device_step"].to_numpy()
-        for part, color in zip(parts, sns.color_palette()):
+        for part, color in zip(parts, PALETTE):
             values = np.clip(rows[part].to_numpy(), 0.0, None) * per_thousand_tokens_ms
             axis.bar(positions, values, bottom=bottom, color=color,
                      label=part.removesuffix("_seconds").replace("_", " "))

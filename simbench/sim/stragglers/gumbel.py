@@ -43,6 +43,12 @@ class GumbelFit:
         return self.location, self.scale
 
 
+def gumbel_pdf(values, location: float, scale: float) -> np.ndarray:
+    """Density of a right-skewed Gumbel (scipy's gumbel_r) in closed form: a plot needs no scipy.stats."""
+    z = (np.asarray(values, dtype=np.float64) - location) / scale
+    return np.exp(-z - np.exp(-z)) / scale
+
+
 def fit_gumbel(samples, side: str = "right") -> GumbelFit:
     """Maximum-likelihood Gumbel fit to latency or speed-up samples."""
     from scipy import stats

@@ -46,9 +46,10 @@ GRID_ROUNDING_MAX_PACKS = 1_000_000
 ROUNDING_PASSES = 6
 
 
-# Not `slow` (packed in a worker beside others) although it takes seconds: its exact search stops at a wall-clock
-# limit, so its packs depend on the CPU it gets, and a run packs it in its own process, sharing no core.
-@register("optimal", "fewest packs: proven optimal by its bound or a MIP where it can be, else states its gap")
+# `slow`: a run packs it in a worker beside the other slow packers. Its exact search counts CPU seconds, not wall
+# seconds (`search.SEARCH_CLOCK`), so a core shared with other work gives it the same nodes and the same packs.
+@register("optimal", "fewest packs: proven optimal by its bound or a MIP where it can be, else states its gap",
+          slow=True)
 def pack_optimal(histogram: LengthHistogram, max_length: int, max_depth: int | None,
                  options: PackOptions) -> Packing:
     """The best heuristic, or fewer packs from the exact search where it can, or failing that the LP rounding.
