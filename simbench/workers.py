@@ -40,15 +40,20 @@ class ReportWorkers:
     ignore it); the process they work for hears it, terminates them and reports the stop once.
     """
 
-    def __init__(self, processes: int | None = None, preload: tuple[str, ...] = ()):
-        """`preload` names the modules the workers will need (the plots', which load matplotlib, seaborn and
-        scipy.stats: seconds): `warm_up` has them imported; the caller names them, as this module sits below them."""
+    def __init__(self, processes: int | None = None, preload: tuple[str, ...] = (), start: tuple[str, ...] = ()):
+        """`preload` names the modules the workers will need later (the plots', which load matplotlib: a second):
+        `warm_up` has them imported. `start` names those their first jobs need: the workers are started now and
+        import them at once, while the caller is still busy with its own imports. The caller names both, as this
+        module sits below them."""
         if processes is None:
             processes = _processes_asked()
         self.executor, self.processes, self.preload = None, processes, tuple(preload)
         if processes > 0:
             self.executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
                                                 initializer=_start_worker, initargs=(os.getpid(),))
+            if start:
+                for _ in range(processes):  # each submit to a pool with no idle process starts one
+                    self.submit(_import_all, tuple(start))
 
     def warm_up(self) -> None:
         """Have each worker import `preload` now, when the caller's work leaves them idle (a run: while its main
@@ -71,16 +76,23 @@ class ReportWorkers:
         """`future.result()`, telling `waiting(seconds so far)` every HEARTBEAT_SECONDS until it comes."""
         return result_of(future, waiting)
 
-    def completed(self, jobs: dict[Hashable, tuple], waiting: Callable[[float], None] | None = None,
+    def started(self, jobs: dict[Hashable, tuple]) -> dict[Hashable, Future | tuple]:
+        """The jobs `key: (function, *arguments)` submitted to the workers now, for `completed` to collect while
+        the caller does other work; without workers, as they were: they run one by one as they are collected."""
+        if self.executor is None:
+            return dict(jobs)
+        return {key: job if isinstance(job, Future) else self.submit(*job) for key, job in jobs.items()}
+
+    def completed(self, jobs: dict[Hashable, tuple | Future], waiting: Callable[[float], None] | None = None,
                   every: float = HEARTBEAT_SECONDS) -> Iterator[tuple[Hashable, object]]:
-        """(key, result) of each job `key: (function, *arguments)` as it finishes: in the workers, all at
-        once, in the order they finish; without workers, one after another here, each yielded as soon as
-        it is done. `waiting(seconds so far)` hears every `every` seconds that nothing has finished."""
+        """(key, result) of each job `key: (function, *arguments)` (or of each `started` one) as it finishes: in
+        the workers, all at once, in the order they finish; without workers, one after another here, each yielded
+        as soon as it is done. `waiting(seconds so far)` hears every `every` seconds that nothing has finished."""
         if self.executor is None:
             for key, (function, *arguments) in jobs.items():
                 yield key, function(*arguments)
             return
-        pending = {self.submit(function, *arguments): key for key, (function, *arguments) in jobs.items()}
+        pending = {future: key for key, future in self.started(jobs).items()}
         start = time.perf_counter()
         while pending:
             done, _ = wait(pending, timeout=every, return_when=FIRST_COMPLETED)
@@ -106,6 +118,10 @@ class ReportWorkers:
             # Its queues' semaphores live on until exit: the resource tracker ends with the process, a moment after.
             self.executor.shutdown(wait=False, cancel_futures=True)
             return
+        # Done: every job's result is in, so nothing is lost by ending the workers rather than waiting for each to
+        # tear down its interpreter (half a second of the main job's, with matplotlib loaded).
+        for process in processes:
+            process.terminate()
         self.executor.shutdown(wait=True, cancel_futures=True)
         for process in processes:
             process.join()

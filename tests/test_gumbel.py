@@ -238,3 +238,17 @@ def test_gumbel_samples_errors_name_the_file_and_line(tmp_path, text, options, m
     result = CliRunner().invoke(app, ["gumbel", "--samples", str(samples), *options])
     assert result.exit_code != 0 and isinstance(result.exception, InputError)
     assert message in str(result.exception) and "samples.txt" in str(result.exception)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(-5, 5), st.floats(0.01, 3), st.integers(2, 3000), st.sampled_from(["right", "left"]),
+       st.integers(0, 2**32 - 1))
+def test_the_fit_is_scipys_maximum_likelihood_fit(location, scale, size, side, seed):
+    law = stats.gumbel_r if side == "right" else stats.gumbel_l
+    samples = law.rvs(location, scale, size=size, random_state=np.random.default_rng(seed))
+    fit = fit_gumbel(samples, side)
+    expected_location, expected_scale = law.fit(samples)
+    assert fit.location == pytest.approx(expected_location, rel=1e-6, abs=1e-6 * scale)
+    assert fit.scale == pytest.approx(expected_scale, rel=1e-6)
+    assert fit.log_likelihood == pytest.approx(law.logpdf(samples, expected_location, expected_scale).sum(),
+                                               rel=1e-9, abs=1e-6)

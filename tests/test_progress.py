@@ -122,3 +122,12 @@ def test_writing_a_report_says_each_file_as_it_is_written(tmp_path):
     assert [line.split()[1] for line in plots] == ["histogram.png", "packing.png", "scaling.png", "gumbel.png",
                                                    "breakdown.png"]  # no timeline: no VTS plan
     assert plots[-1].endswith("(5 of 5 plots)") and lines[-1].startswith("wrote report.html (")
+
+
+def test_a_runs_workers_start_with_the_modules_of_every_slow_packer():
+    from simbench.commands.run import SLOW_PACKER_MODULES
+    from simbench.strategies import available_strategies
+
+    slow = {strategy.pack_function.__module__ for strategy in available_strategies().values()
+            if strategy.slow and strategy.is_builtin}
+    assert slow == set(SLOW_PACKER_MODULES)

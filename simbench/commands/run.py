@@ -14,6 +14,10 @@ from simbench.commands.common import QUIET_HELP, command, progress_bar, say, sta
 from simbench.errors import InputError
 
 REPORTS_DIR = Path("reports")
+# What a run's workers import as they start (the modules of the packers marked `slow`, which they pack first),
+# and while this process simulates (the plots', which load matplotlib).
+SLOW_PACKER_MODULES = ("simbench.strategies.greedy", "simbench.strategies.nnlshp", "simbench.strategies.optimal")
+PLOT_MODULES = ("simbench.report.plots",)
 SCENARIO_HELP = "scenario YAML file, or a bundled scenario's name (simbench list)"
 
 
@@ -28,13 +32,22 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Simulate a scenario and write its report: tables, summary.md and plots."""
+    from simbench.workers import ReportWorkers
+
+    # The workers start first, importing the slow packers' modules beside this process's own imports; they pack
+    # those packers, then load the plots' modules while this process simulates.
+    with ReportWorkers(preload=PLOT_MODULES, start=SLOW_PACKER_MODULES) as workers:
+        _run_scenarios(scenario_path, out, quick, seed, seeds, quiet, workers)
+
+
+def _run_scenarios(scenario_path: Path, out: Path | None, quick: bool, seed: int | None, seeds: int | None,
+                   quiet: bool, workers) -> None:
     from rich.console import Console
 
     from simbench.atomic import check_replaceable
-    from simbench.report.folder import WORKER_PRELOAD, write_report
+    from simbench.report.folder import write_report
     from simbench.report.summary import overdraw_warning
     from simbench.experiment import progress_total, run_experiment
-    from simbench.workers import ReportWorkers
     from simbench.scenario import load_scenarios
 
     console = Console(stderr=True)
@@ -47,26 +60,24 @@ def run(
     for target in targets:
         # Every one before minutes of simulation, not after the first report.
         check_replaceable(target, inputs=inputs)
-    # Workers start now and pack the slow packers; they load the plots' modules while this process simulates.
-    with ReportWorkers(preload=WORKER_PRELOAD) as workers:
-        for scenario, target in zip(scenarios, targets):
-            start = time.perf_counter()
-            stage = stage_lines(console, quiet)
-            histogram = scenario.dataset.load()
-            if stage is not None:
-                stage(f"{scenario.name}: {histogram.name}, {histogram.sequences:,} sequences up to "
-                      f"{histogram.max_length:,} tokens; packing {len(scenario.strategies)} strategies")
-            with progress_bar(console, quiet) as progress:
-                task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
-                tell = _telling(progress, task, stage)
-                tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units),
-                                        stage=tell, workers=workers)
-                tell(f"writing {target}/")
-                write_report(target, scenario, histogram, tables, workers, tell)
-            say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")
-            warning = overdraw_warning(tables.scaling, histogram.sequences)
-            if warning:
-                say(warning.replace("**", ""))
+    for scenario, target in zip(scenarios, targets):
+        start = time.perf_counter()
+        stage = stage_lines(console, quiet)
+        histogram = scenario.dataset.load()
+        if stage is not None:
+            stage(f"{scenario.name}: {histogram.name}, {histogram.sequences:,} sequences up to "
+                  f"{histogram.max_length:,} tokens; packing {len(scenario.strategies)} strategies")
+        with progress_bar(console, quiet) as progress:
+            task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
+            tell = _telling(progress, task, stage)
+            tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units),
+                                    stage=tell, workers=workers)
+            tell(f"writing {target}/")
+            write_report(target, scenario, histogram, tables, workers, tell)
+        say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")
+        warning = overdraw_warning(tables.scaling, histogram.sequences)
+        if warning:
+            say(warning.replace("**", ""))
 
 
 def _telling(progress, task, stage):

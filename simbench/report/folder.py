@@ -42,11 +42,12 @@ from simbench.atomic import atomic_directory, check_replaceable
 from simbench.scenario import Scenario, load_scenario
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # what `simbench plot` redraws
+# CPU seconds to draw each plot of the main job as PNG and SVG (measured on 2026-11-28, one x86-64 core): the order
+# in which workers are given them.
+DRAWING_SECONDS = {"breakdown": 1.4, "packing": 1.0, "scaling": 0.9, "gumbel": 0.8, "histogram": 0.6}
 HISTOGRAM_BINS = 256  # enough to see the shape, few enough for a light page at 128k tokens
 # As histogram.png: a last bin this many times higher than the rest is cut, its share written at the top.
 SPIKE_CLIP_RATIO = 4
-# What a report's workers import as they start: matplotlib and seaborn load while the main process simulates.
-WORKER_PRELOAD = ("simbench.report.plots",)
 
 
 def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
@@ -61,6 +62,8 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
         tell(f"wrote {RESOLVED_SCENARIO} and {len(tables_written)} tables ({', '.join(tables_written)})")
         # Summary and plots use the tables as stored, so `simbench plot` redraws them byte for byte.
         stored = read_tables(folder)
+        # The workers draw while this process writes the summaries.
+        plots = start_plots(scenario, histogram, stored, workers)
         decision_table(stored, histogram).to_csv(folder / "decision.csv", index=False)
         summary = summary_markdown(scenario, histogram, stored)
         (folder / "summary.md").write_text(summary)
@@ -70,7 +73,7 @@ def write_report(target: Path, scenario: Scenario, histogram: LengthHistogram, t
         # From the tables as stored, so that `simbench recommend` on the folder says the same.
         (folder / "recommend.md").write_text(recommend_markdown(stored, scenario, histogram))
         tell("wrote recommend.md")
-        written = draw_plots(folder, scenario, histogram, stored, workers, stage)
+        written = write_plots(folder, plots, workers, stage)
         page = html.report_html(
             scenario.name, summary, [("scaling.csv", stored.scaling), ("packing.csv", stored.packing),
                                      ("breakdown.csv", stored.breakdown)],
@@ -164,21 +167,37 @@ def draw_plots(folder: Path, scenario: Scenario, histogram: LengthHistogram, tab
                workers: ReportWorkers | None = None, stage: Callable[[str], None] | None = None) -> list[Path]:
     """Every plot the scenario asks for that its tables have data for, drawn by `workers` side by side;
     `stage(text)` hears of each as it is written, and every few seconds while none is."""
-    tell = stage or (lambda text: None)
-    arguments = plot_arguments(scenario, histogram, tables)
+    return write_plots(folder, start_plots(scenario, histogram, tables, workers), workers, stage)
+
+
+def start_plots(scenario: Scenario, histogram: LengthHistogram, tables: ExperimentResult,
+                workers: ReportWorkers | None = None) -> dict:
+    """Every plot the scenario asks for that its tables have data for, submitted to `workers` now (without
+    workers, drawn as `write_plots` collects them), by plot name."""
     formats = tuple(scenario.outputs.formats)
-    drawing = workers or ReportWorkers(processes=0)
-    jobs = {name: (_render, name, values, formats) for name, values in arguments.items()}
+    jobs = {name: (_render, name, values, formats)
+            for name, values in plot_arguments(scenario, histogram, tables).items()}
+    # Submitted slowest first, so that no slow plot is left to draw alone at the end.
+    started = (workers or ReportWorkers(processes=0)).started(
+        {name: jobs[name] for name in sorted(jobs, key=lambda name: -DRAWING_SECONDS.get(name, 0.0))})
+    return {name: started[name] for name in jobs}
+
+
+def write_plots(folder: Path, plots: dict, workers: ReportWorkers | None = None,
+                stage: Callable[[str], None] | None = None) -> list[Path]:
+    """The plots `start_plots` started, written into `folder` as each is drawn, in the scenario's order;
+    `stage(text)` hears of each as it is written, and every few seconds while none is."""
+    tell = stage or (lambda text: None)
     written = {}
-    for name, contents in drawing.completed(jobs, lambda seconds: tell(
-            f"drawing plots: {len(written)} of {len(jobs)} written ({seconds:.0f} s since the last)")):
+    for name, contents in (workers or ReportWorkers(processes=0)).completed(plots, lambda seconds: tell(
+            f"drawing plots: {len(written)} of {len(plots)} written ({seconds:.0f} s since the last)")):
         written[name] = []
         for extension, content in contents.items():
             path = Path(folder) / f"{name}.{extension}"
             path.write_bytes(content)
             written[name].append(path)
-        tell(f"drew {' and '.join(path.name for path in written[name])} ({len(written)} of {len(jobs)} plots)")
-    return [path for name in jobs for path in written[name]]  # in the scenario's order, whichever came first
+        tell(f"drew {' and '.join(path.name for path in written[name])} ({len(written)} of {len(plots)} plots)")
+    return [path for name in plots for path in written[name]]  # in the scenario's order, whichever came first
 
 
 def json_ready(value):

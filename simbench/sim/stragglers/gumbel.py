@@ -26,7 +26,10 @@ PAPER_LOCATION = 1.6038
 PAPER_SCALE = 0.1288
 PAPER_DEVICES = 8
 
-_SIDES = {"right": "gumbel_r", "left": "gumbel_l"}  # scipy.stats distributions, imported when fitting
+_SIDES = {"right": "gumbel_r", "left": "gumbel_l"}  # the long tail's side, and scipy.stats' name for that law
+# The likelihood equation's Newton steps: converged below this change of the scale, within at most this many.
+MLE_RELATIVE_TOLERANCE = 1e-13
+MLE_ITERATIONS_MAX = 200
 
 
 @dataclass(frozen=True)
@@ -50,35 +53,71 @@ def gumbel_pdf(values, location: float, scale: float) -> np.ndarray:
 
 
 def fit_gumbel(samples, side: str = "right") -> GumbelFit:
-    """Maximum-likelihood Gumbel fit to latency or speed-up samples."""
-    from scipy import stats
-
+    """Maximum-likelihood Gumbel fit to latency or speed-up samples: scipy's `gumbel_r.fit` (or `gumbel_l.fit`),
+    solved here from the same likelihood equations so that a run's workers need not import scipy.stats (a second)."""
     if side not in _SIDES:
         raise InputError(f"Gumbel side must be one of {', '.join(_SIDES)}, found {side!r}")
     values = np.asarray(samples, dtype=np.float64).ravel()
     values = values[np.isfinite(values)]
     if values.size < 2 or np.ptp(values) == 0:
         raise InputError(f"fitting a Gumbel needs at least two distinct finite samples, found {values.size}")
-    distribution = getattr(stats, _SIDES[side])
-    location, scale = distribution.fit(values)
-    return GumbelFit(float(location), float(scale), side, float(distribution.logpdf(values, location, scale).sum()))
+    mirrored = values if side == "right" else -values  # a left-skewed fit is a right-skewed one of the negatives
+    location, scale = _right_gumbel_mle(mirrored)
+    z = (mirrored - location) / scale
+    log_likelihood = float(np.sum(-np.log(scale) - z - np.exp(-z)))
+    return GumbelFit(location if side == "right" else -location, scale, side, log_likelihood)
+
+
+def _right_gumbel_mle(values: np.ndarray) -> tuple[float, float]:
+    """The right-skewed Gumbel's maximum-likelihood (location, scale). The scale solves
+    g(b) = b - mean(x) + sum(x w) / sum(w) = 0 with w = exp(-x / b); g rises strictly (g' = 1 + var_w(x) / b^2),
+    is negative as b -> 0 and positive at b = mean(x) - min(x), so Newton's steps, kept inside that bracket by
+    bisection, find its one root. The location follows in closed form: -b log(mean(w))."""
+    shifted = values - values.min()  # the weights' exponents stay <= 0: no overflow
+    mean = float(shifted.mean())
+    low, high = 0.0, mean
+    scale = float(np.std(shifted)) * np.sqrt(6) / np.pi  # the moments' estimate, to start from
+    for _ in range(MLE_ITERATIONS_MAX):
+        weights = np.exp(-shifted / scale)
+        weighted_mean = float(np.dot(shifted, weights) / weights.sum())
+        gap = scale - mean + weighted_mean
+        if gap < 0:
+            low = scale
+        else:
+            high = scale
+        variance = float(np.dot((shifted - weighted_mean) ** 2, weights) / weights.sum())
+        step = scale - gap / (1 + variance / scale**2)
+        scale_next = step if low < step < high else (low + high) / 2
+        if abs(scale_next - scale) <= MLE_RELATIVE_TOLERANCE * scale:
+            scale = scale_next
+            break
+        scale = scale_next
+    location = -scale * np.log(np.mean(np.exp(-shifted / scale)))
+    return float(location + values.min()), float(scale)
 
 
 def min_of_n_cdf(speedups, location: float, scale: float, devices: int) -> np.ndarray:
     """P_n(s): the chance that the minimum of `devices` right-skewed Gumbel draws is at most s."""
-    from scipy import stats
-
     check_device_count(devices, maximum=None)
-    return -np.expm1(devices * stats.gumbel_r.logsf(speedups, location, scale))
+    return -np.expm1(devices * _log_survival(speedups, location, scale))
 
 
 def min_of_n_pdf(speedups, location: float, scale: float, devices: int) -> np.ndarray:
     """Density of the minimum of `devices` right-skewed Gumbel draws."""
-    from scipy import stats
-
     check_device_count(devices, maximum=None)
-    return np.exp(np.log(devices) + (devices - 1) * stats.gumbel_r.logsf(speedups, location, scale)
-                  + stats.gumbel_r.logpdf(speedups, location, scale))
+    z = (np.asarray(speedups, dtype=np.float64) - location) / scale
+    return np.exp(np.log(devices) + (devices - 1) * _log_survival(speedups, location, scale)
+                  - np.log(scale) - z - np.exp(-z))
+
+
+def _log_survival(values, location: float, scale: float) -> np.ndarray:
+    """log(1 - F(x)) of a right-skewed Gumbel (scipy's gumbel_r.logsf), F(x) = exp(-exp(-z)): where F is small
+    (the left tail, where the minimum of billions of draws lies) as log1p(-F), elsewhere through expm1, so that
+    each tail keeps its digits."""
+    t = np.exp(-(np.asarray(values, dtype=np.float64) - location) / scale)
+    cdf = np.exp(-t)
+    with np.errstate(divide="ignore"):  # log(0) = -inf is the answer far right of every draw
+        return np.where(cdf < 0.5, np.log1p(-cdf), np.log(-np.expm1(-t)))
 
 
 def max_of_n_gumbel(location: float, scale: float, devices: int) -> GumbelFit:
@@ -100,15 +139,14 @@ def single_device_from_cluster(location: float, scale: float, devices: int) -> G
     s = mu + beta z(q), so the two conditions are linear in (mu, beta) and solved exactly (the
     paper's Nelder-Mead search lands on the same point).
     """
-    from scipy import stats
-
     check_device_count(devices, maximum=None)
     check_finite_float(location, "location")
     check_positive_float(scale, "scale")
-    median = float(stats.gumbel_r.median(location, scale))
+    # A right-skewed Gumbel in closed form: median mu - beta ln(ln 2), F(mu) = 1/e, standard quantile -ln(-ln q).
+    median = location - scale * np.log(np.log(2.0))
     median_level = -np.expm1(np.log(0.5) / devices)
-    mode_level = -np.expm1(np.log1p(-stats.gumbel_r.cdf(0.0)) / devices)
-    median_score, mode_score = stats.gumbel_r.ppf([median_level, mode_level])
+    mode_level = -np.expm1(np.log1p(-np.exp(-1.0)) / devices)
+    median_score, mode_score = -np.log(-np.log(np.array([median_level, mode_level])))
     single_scale = (median - location) / (median_score - mode_score)
     return GumbelFit(float(location - single_scale * mode_score), float(single_scale))
 
