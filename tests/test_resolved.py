@@ -81,3 +81,27 @@ def test_cli_simulate_and_scenario_price_alike(tmp_path):
 def test_a_bad_override_is_refused_by_name():
     with pytest.raises(InputError, match="unpadded_flops_fraction"):
         Run.from_options("squad_1_1_384", ["sort"], [1], overrides={"unpadded_flops_fraction": -1})
+
+
+def test_a_profile_file_is_read_once_by_a_whole_run_and_its_report(tmp_path, monkeypatch):
+    """Validation reads the scenario's profile; the run, its memory checks and every section of the report
+    that states the profile's values use that one."""
+    from typer.testing import CliRunner
+
+    import simbench.costmodels.hardware as hardware_module
+    from simbench.cli import app
+    from simbench.costmodels.hardware import HARDWARE_PRESETS, profile_to_yaml
+    from simbench.workers import PROCESSES_VARIABLE
+
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(profile_to_yaml(HARDWARE_PRESETS["a100"]))
+    reads = []
+    read = hardware_module._read_profile_file
+    monkeypatch.setattr(hardware_module, "_read_profile_file", lambda path: reads.append(path) or read(path))
+    monkeypatch.setenv(PROCESSES_VARIABLE, "0")
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO + f"hardware: {{profile: {profile}, overrides: {{kernel_launch_seconds: 0.0}}}}\n")
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "report"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert reads == [profile]
+    assert "kernel_launch_seconds = 0.0" in (tmp_path / "report" / "summary.md").read_text()

@@ -74,14 +74,18 @@ def test_the_mlperf_rows_say_what_each_was_fitted_on_and_the_held_out_ones_repro
 
 
 def test_a_summary_says_what_its_preset_was_fitted_on():
+    from simbench.costmodels.hardware import load_hardware
     from simbench.report.validation_table import provenance_note
 
-    note = provenance_note("a100", {"kernel_launch_seconds": 0.0})
+    def note_of(name, overrides=None, unpadded=False):
+        return provenance_note(name, load_hardware(name, overrides), overrides, unpadded=unpadded)
+
+    note = note_of("a100", {"kernel_launch_seconds": 0.0})
     assert "predicted" in note and "256-GPU padded MLPerf" in note and "kernel_launch_seconds = 0.0" in note
-    assert "partly fitted" not in provenance_note("cs-2")
+    assert "partly fitted" not in note_of("cs-2")
     # A run with un-padded strategies is told what its un-padded kernels are assumed to reach.
     assert "Un-padded kernels" not in note
-    unpadded = provenance_note("a100", {"unpadded_flops_fraction": 0.8}, unpadded=True)
+    unpadded = note_of("a100", {"unpadded_flops_fraction": 0.8}, unpadded=True)
     assert "priced at 0.8 times the padded kernels' FLOP/s, with per-device step noise of CV 0.102 " in unpadded
 
 

@@ -56,8 +56,9 @@ def list_profile(name: str, show=None) -> None:
     from simbench.costmodels.hardware import load_hardware
     from simbench.report.validation_table import profile_provenance
 
-    rows = profile_provenance(name)
-    uncertainty = load_hardware(name).uncertainty
+    profile = load_hardware(name)
+    rows = profile_provenance(profile)
+    uncertainty = profile.uncertainty
     values = [f"{row['value']:.4g}" if isinstance(row["value"], float) else str(row["value"]) for row in rows]
     (show or _section)(f"Hardware profile {name}", ["field", "value", "uncertainty", "source"],
                        [(row["field"], value, _uncertainty(row["value"], uncertainty.get(row["field"])), row["source"])

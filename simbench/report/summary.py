@@ -87,10 +87,10 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         if scenario.layout else None,
         memory_section(tables.memory, without_layout=scenario.layout is None, markdown_table=markdown_table),
         _straggler_section(tables.gumbel, tables.extrapolation, tables.scaling, unit),
-        provenance_note(scenario.hardware.profile, scenario.hardware.overrides,
+        provenance_note(scenario.hardware.profile, scenario.hardware.load(), scenario.hardware.overrides,
                         unpadded=bool(tables.scaling.get("mode", pd.Series(dtype=str)).eq(
                             ExecutionMode.UNPADDED.value).any())),
-        provenance_section(scenario.hardware.profile, scenario.hardware.overrides),
+        provenance_section(scenario.hardware.profile, scenario.hardware.load(), scenario.hardware.overrides),
         _files_section(),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"
@@ -440,7 +440,7 @@ def summary_record(scenario: Scenario, histogram: LengthHistogram, tables: Exper
         "model": scenario.model if isinstance(scenario.model, str) else "custom",
         "hardware": scenario.hardware.profile,
         "hardware_overrides": scenario.hardware.overrides,
-        "hardware_provenance": profile_provenance(scenario.hardware.profile, scenario.hardware.overrides),
+        "hardware_provenance": profile_provenance(scenario.hardware.load(), scenario.hardware.overrides),
         "shapes": scenario.shapes,
         "training_steps": scenario.training_steps,
         "seed": scenario.seed,

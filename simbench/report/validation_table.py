@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
+    from simbench.costmodels.hardware import HardwareProfile
+
 # Presets with a parameter chosen or fitted on a published figure: what a run with them inherits.
 FITTED_PRESETS = {
     "a100": "its achieved FLOP/s fractions were chosen to land on NVIDIA's 256-GPU padded MLPerf v0.7 log, "
@@ -23,16 +25,15 @@ FITTED_PRESETS = {
 }
 
 
-def provenance_note(hardware: str, overrides: dict | None = None, unpadded: bool = False) -> str:
-    """A summary's statement of what is predicted and what was fitted, for a run on `hardware`; with
-    `unpadded` (the run has un-padded strategies), what its un-padded kernels are assumed to reach."""
-    from simbench.costmodels.hardware import load_hardware
-
+def provenance_note(hardware: str, profile: HardwareProfile, overrides: dict | None = None,
+                    unpadded: bool = False) -> str:
+    """A summary's statement of what is predicted and what was fitted, for a run on the profile named `hardware`
+    (`profile`, as loaded with the scenario's `overrides`); with `unpadded` (the run has un-padded strategies),
+    what its un-padded kernels are assumed to reach."""
     parts = ["Every speed-up and time above is predicted: nothing in simbench was tuned to it."]
     if hardware in FITTED_PRESETS:
         parts.append(f"The `{hardware}` profile is partly fitted: {FITTED_PRESETS[hardware]}.")
     if unpadded:
-        profile = load_hardware(hardware, overrides)
         parts.append(f"Un-padded kernels are priced at {profile.unpadded_flops_fraction:.3g} times the padded kernels' "
                      f"FLOP/s, with per-device step noise of CV {profile.unpadded_noise_cv:.3g} beyond the batches' "
                      "content; NVIDIA's 2020 MLPerf un-padding code reached 0.84 with CV 0.10 (fitted on its V100 "
@@ -47,21 +48,20 @@ def provenance_note(hardware: str, overrides: dict | None = None, unpadded: bool
     return "## Fitted or predicted\n\n" + " ".join(parts)
 
 
-def profile_provenance(hardware: str, overrides: dict | None = None) -> list[dict]:
-    """Every numeric field of the run's hardware profile: its value and where the value comes from
-    (measured, fitted, datasheet, chosen; a scenario's override says so)."""
-    from simbench.costmodels.hardware import field_provenance, load_hardware
+def profile_provenance(profile: HardwareProfile, overrides: dict | None = None) -> list[dict]:
+    """Every numeric field of the run's hardware profile (as loaded with the scenario's `overrides`): its value
+    and where the value comes from (measured, fitted, datasheet, chosen; a scenario's override says so)."""
+    from simbench.costmodels.hardware import field_provenance
 
-    profile = load_hardware(hardware, overrides)
     origins = {**field_provenance(profile), **{name: "set by the scenario" for name in overrides or {}}}
     # A bandwidth of inf means no limit; JSON has no infinity, so it is written "inf".
     return [{"field": name, "value": "inf" if getattr(profile, name) == float("inf") else getattr(profile, name),
              "source": origin} for name, origin in origins.items()]
 
 
-def provenance_section(hardware: str, overrides: dict | None = None) -> str:
-    """The profile's fields as a Markdown table, each with the kind of its source first."""
-    rows = profile_provenance(hardware, overrides)
+def provenance_section(hardware: str, profile: HardwareProfile, overrides: dict | None = None) -> str:
+    """The fields of the profile named `hardware` as a Markdown table, each with the kind of its source first."""
+    rows = profile_provenance(profile, overrides)
     lines = ["## Hardware profile: where each value comes from", "",
              f"Profile `{hardware}`. A value nobody measured or fitted is a choice and says so.", "",
              "| field | value | source |", "|---|---|---|"]
