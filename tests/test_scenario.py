@@ -338,6 +338,18 @@ def test_unstated_defaults_are_said_by_validate_and_the_report(tmp_path):
     assert len(record["defaults"]) == 3
 
 
+def test_validate_json_says_what_validate_says(tmp_path):
+    """The JSON line holds the memory check and the footing the words state (it once left both out)."""
+    path = write(tmp_path, LONG_ROWS.replace("8192", "512"))
+    words = CliRunner().invoke(app, ["validate", str(path)]).output.splitlines()
+    (record,) = [json.loads(line) for line in CliRunner().invoke(app, ["validate", str(path), "--json"]).stdout
+                 .splitlines()]
+    assert record["memory_check"] and record["footing"]
+    assert [f"memory: {line}" for line in record["memory_check"]] == [line for line in words
+                                                                     if line.startswith("memory: ")]
+    assert record["footing"][0] in words and record["footing"][0].startswith("compare_at: ")
+
+
 def test_validate_json_lists_every_error_as_one_object(tmp_path):
     path = write(tmp_path, LONG_ROWS + "steps: 0\nseed: -1\n")
     result = CliRunner().invoke(app, ["validate", str(path), "--json"])

@@ -95,7 +95,8 @@ def _telling(progress, task, stage):
 
 def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
              as_json: bool = typer.Option(False, "--json", help="JSON lines: one object per scenario (valid, its "
-                                          "defaults, memory line and warnings) or one with every error")) -> None:
+                                          "defaults, memory budget and check, footing and warnings) or one with "
+                                          "every error")) -> None:
     """Check a scenario file without running it; every error in it is listed at once, and every default it
     runs with (model, hardware, batch size not given) is said."""
     from simbench.commands.common import print_json_lines
@@ -116,28 +117,33 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
             say(f"error: {error}")
         say(f"{scenario_path}: {len(errors)} errors")
         raise typer.Exit(2) from None
-    for scenario in scenarios:
-        budget, warnings = _memory_budget_line(scenario), scenario.depth_warnings()
-        if as_json:
-            print_json_lines([{"file": str(scenario_path), "valid": True, "scenario": scenario.name,
-                               "strategies": [spec.label for spec in scenario.strategies],
-                               "devices": list(scenario.devices), "defaults": scenario.unstated_defaults(),
-                               "memory": budget, "warnings": warnings}])
-            continue
-        count = len(scenario.strategies)
-        say(f"{scenario_path}: valid scenario {scenario.name!r} ({count} strateg{'y' if count == 1 else 'ies'}, "
-            f"devices {', '.join(map(str, scenario.devices))})")
-        for default in scenario.unstated_defaults():
-            say(default)
-        if budget is not None:
-            say(budget)
-        run = resolve(scenario)  # sized as `run` sizes it: memory is checked at the microbatches it runs
-        for line in _memory_lines(scenario, run):
-            say(f"memory: {line}")
-        for warning in warnings:
-            say(f"warning: {warning}")
-        for line in _footing_lines(run):
-            say(line)
+    from simbench.workers import ReportWorkers
+
+    # Validating is resolving: each scenario sized and checked as `run` sizes and checks it (its packings made by
+    # workers, as a run's are), so that memory is checked at the microbatches it runs.
+    with ReportWorkers(start=SLOW_PACKER_MODULES) as workers:
+        for scenario in scenarios:
+            _report_valid(scenario_path, scenario, resolve(scenario, workers=workers), as_json)
+
+
+def _report_valid(scenario_path: Path, scenario, run, as_json: bool) -> None:
+    """A valid scenario's defaults, memory budget and check, warnings and footing, in words or as a JSON line."""
+    from simbench.commands.common import print_json_lines
+
+    budget, warnings = _memory_budget_line(scenario, run), scenario.depth_warnings()
+    memory, footing = _memory_lines(scenario, run), _footing_lines(run)
+    if as_json:
+        print_json_lines([{"file": str(scenario_path), "valid": True, "scenario": scenario.name,
+                           "strategies": [spec.label for spec in scenario.strategies],
+                           "devices": list(scenario.devices), "defaults": scenario.unstated_defaults(),
+                           "memory": budget, "memory_check": memory, "footing": footing, "warnings": warnings}])
+        return
+    count = len(scenario.strategies)
+    say(f"{scenario_path}: valid scenario {scenario.name!r} ({count} strateg{'y' if count == 1 else 'ies'}, "
+        f"devices {', '.join(map(str, scenario.devices))})")
+    for line in [*scenario.unstated_defaults(), *([budget] if budget is not None else []),
+                 *(f"memory: {line}" for line in memory), *(f"warning: {warning}" for warning in warnings), *footing]:
+        say(line)
 
 
 def _footing_lines(run) -> list[str]:
@@ -149,16 +155,14 @@ def _footing_lines(run) -> list[str]:
     return lines + [f"warning: {warning}" for warning in footing.warnings(run.label)]
 
 
-def _memory_budget_line(scenario) -> str | None:
+def _memory_budget_line(scenario, run) -> str | None:
     """What the scenario's memory lets a microbatch hold, for a layout or a decoder (whose long rows memory
     bounds) on hardware that states its HBM; None otherwise."""
-    from simbench.costmodels import get_model
     from simbench.sim.memory_budget import budget_sentence, layout_token_budget
 
-    model, hardware = get_model(scenario.model), scenario.hardware.load()
-    if hardware.hbm_capacity_bytes is None or (scenario.layout is None and not model.is_decoder):
+    if run.hardware.hbm_capacity_bytes is None or (scenario.layout is None and not run.model.is_decoder):
         return None
-    tokens = layout_token_budget(model, hardware, scenario.memory_layout, min(scenario.replica_devices))
+    tokens = layout_token_budget(run.model, run.hardware, scenario.memory_layout, min(run.devices))
     return budget_sentence(tokens, scenario.memory_layout)
 
 
