@@ -121,7 +121,7 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
 
     # Validating is resolving: each scenario sized and checked as `run` sizes and checks it (its packings made by
     # workers, as a run's are), so that memory is checked at the microbatches it runs.
-    with ReportWorkers(start=SLOW_PACKER_MODULES) as workers:
+    with ReportWorkers() as workers:  # started only if a slow packer is asked for
         for scenario in scenarios:
             _report_valid(scenario_path, scenario, resolve(scenario, workers=workers), as_json)
 
