@@ -1,7 +1,7 @@
 """Fits a hardware profile's free parameters on real training logs, then predicts logs it did not see.
 
     >>> from simbench.calibrate.logfit import fit_logs
-    >>> from simbench.costmodels.mlperf import read_training_log
+    >>> from simbench.sim.stragglers.mlperf_logs import read_training_log
     >>> fit = fit_logs([read_training_log("8gpu.txt.gz")], [read_training_log("16gpu.txt.gz")])  # doctest: +SKIP
     >>> fit.table[["log", "quantity", "role", "simbench", "measured", "error_percent"]]  # doctest: +SKIP
 
@@ -22,7 +22,7 @@ import pandas as pd
 
 from simbench.costmodels.base import BatchSet, ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile, load_hardware, scale_compute_rates
-from simbench.costmodels.mlperf import MlperfRun
+from simbench.sim.stragglers.mlperf_logs import MlperfRun
 from simbench.costmodels.noise import step_noise_factors
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
