@@ -134,7 +134,8 @@ def calibrate_grid(output: Path, *, model, layers: int | None = None, device: st
     torch = import_torch()
     from simbench.atomic import atomic_file
     from simbench.calibrate.grid import GRID_RECORD_FIELDS, GridSettings, time_grid
-    from simbench.calibrate.gridfit import fit_grid, fitted_profile, load_timing_grid
+    from simbench.calibrate.grid_timings import load_timing_grid
+    from simbench.calibrate.gridfit import fit_grid, fitted_profile
     from simbench.calibrate.timing import device_description, training_precision, uses_cpu_clock
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
     from simbench.costmodels.model import MODEL_PRESETS

@@ -82,7 +82,7 @@ def calibrate(
 def _time_grid(output: Path, *, model: str, base: str | None, **options) -> None:
     from rich.console import Console
 
-    from simbench.calibrate.gridfit import HELD_OUT_RULE
+    from simbench.calibrate.grid_timings import HELD_OUT_RULE
     from simbench.calibrate.runs import calibrate_grid
 
     with progress_bar(Console(stderr=True)) as progress:
@@ -101,7 +101,8 @@ def _print_grid_fit(fit) -> None:
 
 def _fit_timings(timings: Path, base: str, output: Path, force: bool) -> None:
     from simbench.atomic import atomic_file, check_output_file
-    from simbench.calibrate.gridfit import HELD_OUT_RULE, fit_grid, fitted_profile, load_timing_grid
+    from simbench.calibrate.grid_timings import HELD_OUT_RULE, load_timing_grid
+    from simbench.calibrate.gridfit import fit_grid, fitted_profile
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
 
     if output.is_dir():
