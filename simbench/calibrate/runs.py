@@ -205,7 +205,7 @@ class MeasureRun:
     table: object  # pandas DataFrame: one row per strategy, measured against predicted (refused ones last)
     title: str  # model, histogram, steps and device, for tables and plots
     folder: Path  # where the run wrote its files
-    verdict: object = None  # measure.Verdict: whether the timing noise lets the errors mean anything
+    verdict: object = None  # measure_compare.Verdict: whether the timing noise lets the errors mean anything
     noise: object = None  # noisefit.NoiseFit of the un-padded steps, written into profile.yaml (None: not fitted)
     baseline: str = "padding"  # the strategy every speed-up is measured against
     refused: dict = field(default_factory=dict)  # strategy -> why it was not measured
@@ -264,7 +264,7 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     padding added as the baseline), else a histogram's four: padding, sort, lpfhp and unpadding. Each runs the
     attention it is priced with (`kernels`); one this device cannot time is listed with the reason. The model is
     `measured_model`'s, rows are `measure_shape`'s, steps and repeats not given are sized to `seconds`
-    (`measure.budgeted_passes`). Without `profile_path` a profile is calibrated on held-out batches timed in the
+    (`measure_budget.budgeted_passes`). Without `profile_path` a profile is calibrated on held-out batches timed in the
     same rounds (`_measure_plan`); the strategies' steps are never fitted on.
     """
     from simbench.calibrate.noisefit import check_measure_repeats
@@ -272,7 +272,8 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     if repeats is not None:
         check_measure_repeats(repeats)  # before torch is needed
     import_torch()
-    from simbench.calibrate.measure import compare, fit_unpadded_noise, judge, measure_steps, time_strategies
+    from simbench.calibrate.measure_compare import compare, fit_unpadded_noise, judge
+    from simbench.calibrate.measure_timing import measure_steps, time_strategies
     from simbench.atomic import check_replaceable
 
     measured_source = _measure_source(source, strategies)
@@ -345,8 +346,9 @@ def _measure_plan(measured_source: MeasureSource, model, device: str, profile_pa
     import torch
 
     from simbench.calibrate.calibration import CalibrationSettings, prepare_calibration
-    from simbench.calibrate.measure import (BUDGET_STEPS_MAX, BUDGET_STEPS_MIN, MeasureSettings, budgeted_passes,
-                                            deepest_calibrated_pack)
+    from simbench.calibrate.measure import MeasureSettings
+    from simbench.calibrate.measure_budget import BUDGET_STEPS_MAX, BUDGET_STEPS_MIN, budgeted_passes
+    from simbench.calibrate.measure_compare import deepest_calibrated_pack
     from simbench.costmodels.hardware import load_hardware
 
     histogram, max_length = measure_shape(measured_source.histogram, model, device, max_length, note)
@@ -534,7 +536,7 @@ def _note_deep_packs(layouts: dict, deepest: int | None, note: Callable[[str], N
 
 def _with_first_sight(profile, layouts, calibration_steps):
     """The calibrated profile with first-sight costs fitted on the calibration batches' first steps."""
-    from simbench.calibrate.measure import first_sight_fields
+    from simbench.calibrate.measure_timing import first_sight_fields
 
     fields = first_sight_fields(layouts, calibration_steps.first, calibration_steps.seconds)
     new = calibration_steps.first.new_shape
@@ -573,7 +575,7 @@ def _write_measure_folder(folder: Path, table, measured, title: str, settings: d
     import yaml
 
     from simbench.atomic import atomic_directory
-    from simbench.calibrate.measure import per_step_speedups
+    from simbench.calibrate.measure_compare import per_step_speedups
     from simbench.calibrate.plot import plot_measured_vs_predicted
     from simbench.costmodels.hardware import profile_to_yaml
 
