@@ -355,7 +355,7 @@ def test_the_warm_up_loads_every_attention_path_on_shapes_no_batch_has():
 
 
 def test_strategies_named_on_the_command_line_replace_a_histograms_four():
-    from simbench.calibrate.runs import _measure_source
+    from simbench.calibrate.measure_run import _measure_source
 
     named = _measure_source("wikipedia_512", ["unpad", "spfhp:3"])
     assert named.seed == 0 and [label for label, _ in named.plans] == ["unpad", "spfhp:3"]
@@ -423,7 +423,7 @@ def decoder_run(tmp_path_factory):
     """A decoder scenario (Llama 3.1 8B's) measured on the CPU, with its tiny stand-in, in seconds."""
     import yaml
 
-    from simbench.calibrate.runs import measure_strategies
+    from simbench.calibrate.measure_run import measure_strategies
 
     folder = tmp_path_factory.mktemp("decoder")
     scenario = {"name": "decoder", "dataset": {"histogram": "squad_1_1_384"}, "model": "llama-3.1-8b",
@@ -519,21 +519,21 @@ def test_a_decoder_gives_every_real_token_the_same_output_however_it_is_batched(
 
 
 def test_measure_times_a_scenarios_own_model_on_cuda_its_familys_stand_in_on_a_cpu(monkeypatch):
-    from simbench.calibrate import runs
+    from simbench.calibrate import measure_run
 
     notes = []
-    assert runs.measured_model("llama8b-sft-8k", device="cpu", note=notes.append).name == "tiny-decoder"
+    assert measure_run.measured_model("llama8b-sft-8k", device="cpu", note=notes.append).name == "tiny-decoder"
     assert "stand-in" in notes[0] and "--device cuda" in notes[0]
-    assert runs.measured_model("wiki512", device="cpu").name == "tiny"
-    assert runs.measured_model("llama8b-sft-8k", device="cuda") == get_model("llama-3.1-8b")
-    sliced = runs.measured_model("llama8b-sft-8k", device="cuda", layers=2)
+    assert measure_run.measured_model("wiki512", device="cpu").name == "tiny"
+    assert measure_run.measured_model("llama8b-sft-8k", device="cuda") == get_model("llama-3.1-8b")
+    sliced = measure_run.measured_model("llama8b-sft-8k", device="cuda", layers=2)
     assert sliced.layers == 2 and sliced.family == "decoder" and sliced.hidden == 4096
-    assert runs.measured_model("wikipedia_512", device="cuda").name == "tiny"  # a histogram names no model
-    assert runs.measured_model("llama8b-sft-8k", get_model("mini"), device="cpu").name == "mini"
+    assert measure_run.measured_model("wikipedia_512", device="cuda").name == "tiny"  # a histogram names no model
+    assert measure_run.measured_model("llama8b-sft-8k", get_model("mini"), device="cpu").name == "mini"
     with pytest.raises(InputError, match="layers 40 is more than the 32 of llama-3.1-8b"):
-        runs.measured_model("llama8b-sft-8k", device="cuda", layers=40)
+        measure_run.measured_model("llama8b-sft-8k", device="cuda", layers=40)
     with pytest.raises(InputError, match="a decoder attends within each sequence"):
-        runs._decoder_attention("jagged", "cpu")
+        measure_run._decoder_attention("jagged", "cpu")
 
 
 def test_a_whole_decoder_llm_is_refused_before_anything_is_built():

@@ -18,7 +18,7 @@ from simbench.calibrate.encoder import Encoder, EncoderShape, attention_mask   #
 from simbench.calibrate.layout import BatchLayout   # noqa: E402
 from simbench.calibrate.measure_budget import BUDGET_STEPS_MIN, budgeted_passes   # noqa: E402
 from simbench.calibrate.measure_compare import judge   # noqa: E402
-from simbench.calibrate.runs import measure_shape   # noqa: E402
+from simbench.calibrate.measure_run import measure_shape   # noqa: E402
 from simbench.commands.common import step_lines   # noqa: E402
 from simbench.costmodels.base import ROW_MODE_OF_ATTENTION, Attention, ExecutionMode   # noqa: E402
 from simbench.costmodels.hardware import load_hardware   # noqa: E402
