@@ -357,7 +357,7 @@ def _vts_claims() -> list[Claim]:
 
 def _mlperf_claims(folder: Path) -> list[Claim]:
     from simbench.calibrate.logfit import fit_logs
-    from simbench.costmodels.mlperf import read_training_log
+    from simbench.sim.stragglers.mlperf_logs import read_training_log
 
     runs = {gpus: read_training_log(folder / name) for gpus, name in MLPERF_LOGS.items()}
     table = fit_logs([runs[8]], [runs[16], runs[256]]).table.set_index(["gpus", "quantity"])

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from simbench.calibrate.gridfit import (FITTED_FIELDS, GRID_FIELDS, GRID_PROFILE_FIELDS, SHIPPED_GRID, fit_grid,
-                                        load_timing_grid, predict_grid)
+from simbench.calibrate.grid_prices import FITTED_FIELDS, predict_grid
+from simbench.calibrate.grid_timings import GRID_FIELDS, SHIPPED_GRID, load_timing_grid
+from simbench.calibrate.gridfit import GRID_PROFILE_FIELDS, fit_grid
 from simbench.cli import app
 from simbench.costmodels.hardware import load_hardware
 from simbench.costmodels.model import get_model
@@ -41,7 +42,7 @@ def test_the_committed_cpu_grid_refits_to_its_profile():
 def test_a_cpu_grid_has_shapes_to_fit_and_to_hold_out():
     pytest.importorskip("torch")
     from simbench.calibrate.grid import grid_shapes
-    from simbench.calibrate.gridfit import GridTiming
+    from simbench.calibrate.grid_timings import GridTiming
 
     for quick in (False, True):
         shapes = grid_shapes(get_model("tiny"), "cpu", quick=quick)
@@ -153,7 +154,7 @@ def test_layers_and_a_base_profile_go_with_a_grid(tmp_path):
 def test_a_fitted_profile_states_each_fitted_terms_uncertainty_and_list_shows_it(tmp_path):
     """`calibrate --timings` writes each fitted term's bootstrap spread in the profile, says how it was made, and
     `list --profile` shows it beside the term (and nothing beside a term nobody fitted)."""
-    from simbench.calibrate.gridfit import BOOTSTRAP_RULE
+    from simbench.calibrate.grid_uncertainty import BOOTSTRAP_RULE
 
     output = tmp_path / "p.yaml"
     result = runner.invoke(app, ["calibrate", "--timings", str(COMMITTED_GRID), "--hardware", str(COMMITTED_PROFILE),

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from simbench.calibrate.firstsight import SHIPPED_FIRST_SIGHT, fit_first_sight, load_first_sight
-from simbench.calibrate.gridfit import (SHIPPED_GRID, GridTiming, distinguishable_median, first_sight_fields,
-                                        load_timing_grid, new_shape_timings)
+from simbench.calibrate.grid_first_sight import distinguishable_median, first_sight_fields, new_shape_timings
+from simbench.calibrate.grid_timings import SHIPPED_GRID, GridTiming, load_timing_grid
 from simbench.costmodels import TransformerCostModel
 from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.hardware import HARDWARE_PRESETS, load_hardware, profile_to_yaml

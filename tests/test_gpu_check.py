@@ -23,7 +23,7 @@ def test_gpu_check_refuses_in_one_line_without_cuda(tmp_path, monkeypatch):
 
 
 def test_gpu_check_grids_then_measures_each_scenario_with_its_grids_profile(tmp_path, monkeypatch):
-    from simbench.calibrate import gpu_check, runs
+    from simbench.calibrate import gpu_check
 
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -38,9 +38,9 @@ def test_gpu_check_grids_then_measures_each_scenario_with_its_grids_profile(tmp_
                  "run_valid": True, "problem": ""} for name in settings["strategies"]]
         return SimpleNamespace(table=pd.DataFrame(rows))
 
-    monkeypatch.setattr(runs, "calibrate_grid", grid)
-    monkeypatch.setattr(runs, "measure_strategies", measure)
-    table = runs.run_gpu_check(tmp_path)
+    monkeypatch.setattr(gpu_check, "calibrate_grid", grid)
+    monkeypatch.setattr(gpu_check, "measure_strategies", measure)
+    table = gpu_check.run_gpu_check(tmp_path)
     for check in gpu_check.GPU_CHECKS:
         profile = f"grid-{check.model}.yaml"
         assert ("grid", profile, check.grid_layers, "cuda") in calls

@@ -8,10 +8,13 @@ import pathlib
 import numpy as np
 import pytest
 
-from simbench.calibrate.gridfit import (FIRST_SIGHT_FIELDS, FITTED_FIELDS, GRID_KERNELS_PER_LAYER, GRID_PROFILE_FIELDS,
-                                        SHIPPED_GRID, SHIPPED_UNCERTAINTY, GridPrices, fit_grid, fit_uncertainty,
-                                        grid_base, load_timing_grid, predict_grid, shipped_grid_fit,
-                                        shipped_uncertainty_record, slice_model)
+from simbench.calibrate.grid_first_sight import FIRST_SIGHT_FIELDS
+from simbench.calibrate.grid_prices import (FITTED_FIELDS, GRID_KERNELS_PER_LAYER, GridPrices, grid_base, predict_grid,
+                                            slice_model)
+from simbench.calibrate.grid_timings import SHIPPED_GRID, load_timing_grid
+from simbench.calibrate.grid_uncertainty import fit_uncertainty
+from simbench.calibrate.gridfit import (GRID_PROFILE_FIELDS, SHIPPED_UNCERTAINTY, fit_grid, shipped_grid_fit,
+                                        shipped_uncertainty_record)
 from simbench.costmodels.base import BatchSet, ExecutionMode
 from simbench.costmodels.hardware import HARDWARE_PRESETS, HardwareProfile, load_hardware
 from simbench.costmodels.transformer import TransformerCostModel
@@ -166,7 +169,7 @@ def test_a_line_whose_dimensions_multiply_past_the_work_bound_is_refused_by_line
 
 
 def test_a_grid_holding_more_rows_than_a_fit_may_price_is_refused_at_the_line_that_passes_the_bound(tmp_path):
-    from simbench.calibrate.gridfit import GRID_ELEMENTS_MAX, TIMING_ELEMENTS_MAX
+    from simbench.calibrate.grid_timings import GRID_ELEMENTS_MAX, TIMING_ELEMENTS_MAX
 
     lines = [_line("bert-large", 1, TIMING_ELEMENTS_MAX, 128 + index) for index in range(8)]
     path = tmp_path / "grid.jsonl"
@@ -177,7 +180,7 @@ def test_a_grid_holding_more_rows_than_a_fit_may_price_is_refused_at_the_line_th
 
 
 def test_a_grid_of_more_lines_than_a_fit_may_price_is_refused_at_the_first_line_past_the_bound(tmp_path):
-    from simbench.calibrate.gridfit import GRID_TIMINGS_MAX
+    from simbench.calibrate.grid_timings import GRID_TIMINGS_MAX
 
     path = tmp_path / "grid.jsonl"
     path.write_text("\n".join(_line("tiny", 1, 1, 128) for _ in range(GRID_TIMINGS_MAX + 1)) + "\n")
@@ -190,7 +193,7 @@ def test_every_grid_the_project_times_passes_the_work_bound():
     """The bound is above the shipped grid and above the GPU grid of every preset through all its layers."""
     pytest.importorskip("torch")
     from simbench.calibrate.grid import grid_shapes
-    from simbench.calibrate.gridfit import GRID_ELEMENTS_MAX, GridTiming, check_timing_work, timing_elements
+    from simbench.calibrate.grid_timings import GRID_ELEMENTS_MAX, GridTiming, check_timing_work, timing_elements
     from simbench.costmodels.model import MODEL_PRESETS
 
     shipped = load_timing_grid(SHIPPED_GRID)

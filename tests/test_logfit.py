@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from simbench.calibrate.logfit import LogSimulation, PublishedRunStatistics, fit_logs, measured_statistics
 from simbench.cli import app
 from simbench.costmodels import BatchSet, ExecutionMode, TransformerCostModel, load_hardware
-from simbench.costmodels.mlperf import MlperfRun, parse_step_csv, read_training_log
+from simbench.sim.stragglers.mlperf_logs import MlperfRun, parse_step_csv, read_training_log
 from simbench.costmodels.noise import step_noise_factors
 from simbench.errors import InputError
 from simbench.histogram import load_histogram

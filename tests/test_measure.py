@@ -17,7 +17,7 @@ from simbench.errors import InputError
 from simbench.histogram import LengthHistogram, load_histogram
 
 pytest.importorskip("torch")
-from simbench.calibrate import measure  # noqa: E402
+from simbench.calibrate import measure, measure_compare, measure_timing  # noqa: E402
 
 PROFILE = profile_from_parameters(
     {"name": "test", "source": "synthetic", "unpad_group_boundaries": tuple(range(1, 513))},
@@ -87,7 +87,7 @@ def test_compare_reports_zero_error_when_the_cost_model_is_exact_and_scales_with
     model = get_model("tiny")
     layouts = measure.strategy_layouts(histogram, _settings(), np.random.default_rng(0))
     exact = {name: predict_seconds(model, PROFILE, batches) for name, batches in layouts.items()}
-    table = measure.compare(measure.MeasuredSteps(layouts, exact, {name: np.zeros(4) for name in layouts}),
+    table = measure_compare.compare(measure_timing.MeasuredSteps(layouts, exact, {name: np.zeros(4) for name in layouts}),
                             model, PROFILE).set_index("strategy")
     np.testing.assert_allclose(table["error"], 0.0, atol=1e-12)
     np.testing.assert_allclose(table["measured_speedup"], table["predicted_speedup"])
@@ -96,7 +96,7 @@ def test_compare_reports_zero_error_when_the_cost_model_is_exact_and_scales_with
     np.testing.assert_allclose(terms.sum(axis=1), table["predicted_step_seconds"])
 
     twice_as_slow = {**exact, "lpfhp": exact["lpfhp"] * 2}
-    slower = measure.compare(measure.MeasuredSteps(layouts, twice_as_slow, {name: np.zeros(4) for name in layouts}),
+    slower = measure_compare.compare(measure_timing.MeasuredSteps(layouts, twice_as_slow, {name: np.zeros(4) for name in layouts}),
                              model, PROFILE).set_index("strategy")
     assert slower.loc["lpfhp", "measured_speedup"] == pytest.approx(table.loc["lpfhp", "measured_speedup"] / 2)
     assert slower.loc["lpfhp", "error"] == pytest.approx(1.0)
@@ -106,7 +106,7 @@ def test_per_step_speedups_are_each_steps_throughput_over_paddings_overall():
     layouts = {"padding": [BatchLayout.padded(np.array([4, 4]), 8), BatchLayout.padded(np.array([8, 8]), 8)],
                "unpadding": [BatchLayout.unpadded([4, 4]), BatchLayout.unpadded([8, 8])]}
     seconds = {"padding": np.array([1.0, 1.0]), "unpadding": np.array([0.25, 1.0])}
-    steps = measure.per_step_speedups(measure.MeasuredSteps(layouts, seconds, {name: np.zeros(2) for name in layouts}))
+    steps = measure_compare.per_step_speedups(measure_timing.MeasuredSteps(layouts, seconds, {name: np.zeros(2) for name in layouts}))
     # Padding runs 24 real tokens in 2 s: 12 tokens/s. Un-padding's steps run 8 / 0.25 and 16 / 1.
     np.testing.assert_allclose(steps["padding"], [8 / 12, 16 / 12])
     np.testing.assert_allclose(steps["unpadding"], [32 / 12, 16 / 12])
@@ -115,7 +115,7 @@ def test_per_step_speedups_are_each_steps_throughput_over_paddings_overall():
 def test_compare_needs_the_padding_baseline():
     layout = BatchLayout.unpadded([3, 5])
     with pytest.raises(InputError, match="baseline"):
-        measure.compare(measure.MeasuredSteps({"unpadding": [layout]}, {"unpadding": np.array([0.1])},
+        measure_compare.compare(measure_timing.MeasuredSteps({"unpadding": [layout]}, {"unpadding": np.array([0.1])},
                                               {"unpadding": np.zeros(1)}), get_model("tiny"), PROFILE)
 
 
@@ -125,7 +125,7 @@ def test_a_strategy_the_profile_cannot_price_says_why_and_the_others_are_still_c
     layouts = measure.strategy_layouts(histogram, _settings(), np.random.default_rng(0))
     seconds = {name: predict_seconds(model, PROFILE, batches) for name, batches in layouts.items()}
     steep = PROFILE.model_copy(update={"pack_overhead_per_depth_fraction": 0.5})  # share >= 1 at depth 2
-    table = measure.compare(measure.MeasuredSteps(layouts, seconds, {name: np.zeros(4) for name in layouts}),
+    table = measure_compare.compare(measure_timing.MeasuredSteps(layouts, seconds, {name: np.zeros(4) for name in layouts}),
                             model, steep).set_index("strategy")
     assert "packing overhead reaches the whole step" in table.loc["lpfhp", "problem"]
     assert np.isnan(table.loc["lpfhp", "error"]) and table.loc["lpfhp", "measured_speedup"] > 1
@@ -136,21 +136,21 @@ def test_a_strategy_the_profile_cannot_price_says_why_and_the_others_are_still_c
 def test_timing_noise_is_the_spread_of_round_by_round_speedups_and_judges_the_run():
     layouts = {"padding": [BatchLayout.padded(np.array([4, 4]), 8)], "unpadding": [BatchLayout.unpadded([4, 4])]}
     rounds = {"padding": np.array([[1.0, 1.0, 1.0]]), "unpadding": np.array([[0.4, 0.5, 0.6]])}
-    measured = measure.MeasuredSteps(layouts, {name: np.median(value, axis=1) for name, value in rounds.items()},
+    measured = measure_timing.MeasuredSteps(layouts, {name: np.median(value, axis=1) for name, value in rounds.items()},
                                      {name: np.zeros(1) for name in layouts}, rounds)
     per_round = 1 / np.array([0.4, 0.5, 0.6])
-    assert measure.speedup_noise(measured, "unpadding") == pytest.approx(per_round.std(ddof=1) / per_round.mean())
-    assert measure.speedup_noise(measured, "padding") == 0.0
-    table = measure.compare(measured, get_model("tiny"), PROFILE)
-    verdict = measure.judge(table, error_target=0.10)
+    assert measure_compare.speedup_noise(measured, "unpadding") == pytest.approx(per_round.std(ddof=1) / per_round.mean())
+    assert measure_compare.speedup_noise(measured, "padding") == 0.0
+    table = measure_compare.compare(measured, get_model("tiny"), PROFILE)
+    verdict = measure_compare.judge(table, error_target=0.10)
     assert not verdict.valid and "unpadding 20.4%" in verdict.message and "--repeats" in verdict.message
-    assert measure.judge(table, error_target=0.25).valid
+    assert measure_compare.judge(table, error_target=0.25).valid
 
 
 def test_the_deepest_calibrated_pack_comes_from_the_profiles_record():
     record = {"timings": [{"kind": "packed", "rows": [[3, 4, 5], [9]]}, {"kind": "padded", "rows": [[1]] * 9}]}
-    assert measure.deepest_calibrated_pack(PROFILE.model_copy(update={"calibration": record})) == 3
-    assert measure.deepest_calibrated_pack(PROFILE) is None
+    assert measure_compare.deepest_calibrated_pack(PROFILE.model_copy(update={"calibration": record})) == 3
+    assert measure_compare.deepest_calibrated_pack(PROFILE) is None
 
 
 def test_quick_measure_times_every_strategy_and_packing_beats_padding(tmp_path):
@@ -301,8 +301,8 @@ def test_first_sight_steps_pay_the_profiles_cost_where_their_shape_was_new_and_n
     # First steps exactly as priced: the repeated price, plus the first-sight cost where the shape was new.
     first = {"padding": repeated["padding"] + np.array([0.02, 0.5]),
              "unpadding": repeated["unpadding"] + 0.004}
-    measured = measure.MeasuredSteps(layouts, repeated, {name: np.zeros(2) for name in layouts}, None, first, new)
-    table = measure.compare(measured, model, profile).set_index("strategy")
+    measured = measure_timing.MeasuredSteps(layouts, repeated, {name: np.zeros(2) for name in layouts}, None, first, new)
+    table = measure_compare.compare(measured, model, profile).set_index("strategy")
     assert table["new_shape_steps"].tolist() == [1, 2]
     np.testing.assert_allclose(table["first_sight_error"], 0.0, atol=1e-12)
     np.testing.assert_allclose(table["error"], 0.0, atol=1e-12)
@@ -311,33 +311,33 @@ def test_first_sight_steps_pay_the_profiles_cost_where_their_shape_was_new_and_n
     # Steps at seen shapes count as repeated, whatever their first step took.
     assert measured.first_sight_step_seconds("padding") == pytest.approx(repeated["padding"].mean() + 0.01)
     # New shapes whose first steps ran faster in all than repeated ones: timing noise, first sight as repeated.
-    faster = measure.MeasuredSteps(layouts, repeated, {name: np.zeros(2) for name in layouts}, None,
+    faster = measure_timing.MeasuredSteps(layouts, repeated, {name: np.zeros(2) for name in layouts}, None,
                                    {name: seconds * 0.9 for name, seconds in repeated.items()}, new)
     assert faster.first_sight_step_seconds("unpadding") == pytest.approx(repeated["unpadding"].mean())
     # Without first steps timed, nothing is claimed about first sight.
-    plain = measure.compare(measure.MeasuredSteps(layouts, repeated, {name: np.zeros(2) for name in layouts}),
+    plain = measure_compare.compare(measure_timing.MeasuredSteps(layouts, repeated, {name: np.zeros(2) for name in layouts}),
                             model, profile)
     assert plain["first_sight_error"].isna().all()
 
 
 def test_the_first_passs_load_comes_from_its_steps_at_shapes_seen_before():
-    first = [measure.FirstPass(np.array([3.0, 2.2, 4.4]), np.array([True, False, False])),
-             measure.FirstPass(np.array([9.0, 1.1]), np.array([True, False]))]
+    first = [measure_timing.FirstPass(np.array([3.0, 2.2, 4.4]), np.array([True, False, False])),
+             measure_timing.FirstPass(np.array([9.0, 1.1]), np.array([True, False]))]
     repeated = [np.array([1.0, 2.0, 4.0]), np.array([1.0, 1.0])]
-    assert measure.first_pass_factor(first, repeated) == pytest.approx(1.1)  # new shapes' steps left out
-    all_new = [measure.FirstPass(np.array([3.0]), np.array([True]))]
-    assert measure.first_pass_factor(all_new, [np.array([1.0])]) == 1.0
+    assert measure_timing.first_pass_factor(first, repeated) == pytest.approx(1.1)  # new shapes' steps left out
+    all_new = [measure_timing.FirstPass(np.array([3.0]), np.array([True]))]
+    assert measure_timing.first_pass_factor(all_new, [np.array([1.0])]) == 1.0
 
 
 def test_first_sight_costs_are_fitted_on_the_batches_whose_shape_was_new():
     layouts = [BatchLayout.padded([8, 8], 8), BatchLayout.padded([4, 4], 4), BatchLayout.unpadded([3, 5]),
                BatchLayout.unpadded([2, 2])]
-    first = measure.FirstPass(np.array([0.5, 0.3, 0.24, 9.0]), np.array([True, True, True, False]))
-    fields = measure.first_sight_fields(layouts, first, np.array([0.1, 0.1, 0.2, 0.1]))
+    first = measure_timing.FirstPass(np.array([0.5, 0.3, 0.24, 9.0]), np.array([True, True, True, False]))
+    fields = measure_timing.first_sight_fields(layouts, first, np.array([0.1, 0.1, 0.2, 0.1]))
     # Per distinct shape, whatever the layers: not divided by them.
     assert fields["first_sight_padded_seconds"] == pytest.approx(0.3)  # median of 0.4 and 0.2
     assert fields["first_sight_varlen_seconds"] == pytest.approx(0.04)  # the seen shape's 8.9 s left out
-    slower = measure.first_sight_fields(layouts, first, np.array([0.6, 0.4, 0.3, 0.1]))
+    slower = measure_timing.first_sight_fields(layouts, first, np.array([0.6, 0.4, 0.3, 0.1]))
     assert slower["first_sight_padded_seconds"] == 0.0 == slower["first_sight_varlen_seconds"]
 
 
@@ -349,13 +349,13 @@ def test_the_warm_up_loads_every_attention_path_on_shapes_no_batch_has():
     names = ["sort", "spfhp:3", "packed-varlen", "unpad", "token-budget"]
     built = strategy_batches([(name, parse_plan(name)) for name in names], histogram, 64, 6, 8, 0)
     layouts = [layout for batches in built.layouts.values() for layout in batches]
-    warmups = measure.warmup_layouts(layouts)
+    warmups = measure_timing.warmup_layouts(layouts)
     assert {layout.shape_key[0] for layout in warmups} == {layout.shape_key[0] for layout in layouts}
     assert not {layout.shape_key for layout in warmups} & {layout.shape_key for layout in layouts}
 
 
 def test_strategies_named_on_the_command_line_replace_a_histograms_four():
-    from simbench.calibrate.runs import _measure_source
+    from simbench.calibrate.measure_run import _measure_source
 
     named = _measure_source("wikipedia_512", ["unpad", "spfhp:3"])
     assert named.seed == 0 and [label for label, _ in named.plans] == ["unpad", "spfhp:3"]
@@ -423,7 +423,7 @@ def decoder_run(tmp_path_factory):
     """A decoder scenario (Llama 3.1 8B's) measured on the CPU, with its tiny stand-in, in seconds."""
     import yaml
 
-    from simbench.calibrate.runs import measure_strategies
+    from simbench.calibrate.measure_run import measure_strategies
 
     folder = tmp_path_factory.mktemp("decoder")
     scenario = {"name": "decoder", "dataset": {"histogram": "squad_1_1_384"}, "model": "llama-3.1-8b",
@@ -519,21 +519,21 @@ def test_a_decoder_gives_every_real_token_the_same_output_however_it_is_batched(
 
 
 def test_measure_times_a_scenarios_own_model_on_cuda_its_familys_stand_in_on_a_cpu(monkeypatch):
-    from simbench.calibrate import runs
+    from simbench.calibrate import measure_run
 
     notes = []
-    assert runs.measured_model("llama8b-sft-8k", device="cpu", note=notes.append).name == "tiny-decoder"
+    assert measure_run.measured_model("llama8b-sft-8k", device="cpu", note=notes.append).name == "tiny-decoder"
     assert "stand-in" in notes[0] and "--device cuda" in notes[0]
-    assert runs.measured_model("wiki512", device="cpu").name == "tiny"
-    assert runs.measured_model("llama8b-sft-8k", device="cuda") == get_model("llama-3.1-8b")
-    sliced = runs.measured_model("llama8b-sft-8k", device="cuda", layers=2)
+    assert measure_run.measured_model("wiki512", device="cpu").name == "tiny"
+    assert measure_run.measured_model("llama8b-sft-8k", device="cuda") == get_model("llama-3.1-8b")
+    sliced = measure_run.measured_model("llama8b-sft-8k", device="cuda", layers=2)
     assert sliced.layers == 2 and sliced.family == "decoder" and sliced.hidden == 4096
-    assert runs.measured_model("wikipedia_512", device="cuda").name == "tiny"  # a histogram names no model
-    assert runs.measured_model("llama8b-sft-8k", get_model("mini"), device="cpu").name == "mini"
+    assert measure_run.measured_model("wikipedia_512", device="cuda").name == "tiny"  # a histogram names no model
+    assert measure_run.measured_model("llama8b-sft-8k", get_model("mini"), device="cpu").name == "mini"
     with pytest.raises(InputError, match="layers 40 is more than the 32 of llama-3.1-8b"):
-        runs.measured_model("llama8b-sft-8k", device="cuda", layers=40)
+        measure_run.measured_model("llama8b-sft-8k", device="cuda", layers=40)
     with pytest.raises(InputError, match="a decoder attends within each sequence"):
-        runs._decoder_attention("jagged", "cpu")
+        measure_run._decoder_attention("jagged", "cpu")
 
 
 def test_a_whole_decoder_llm_is_refused_before_anything_is_built():

@@ -11,19 +11,20 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from simbench.calibrate import kernels  # noqa: E402
-from simbench.calibrate.batches import batch_for_layout  # noqa: E402
-from simbench.calibrate.causal_lm import _attention_arguments  # noqa: E402
-from simbench.calibrate.encoder import Encoder, EncoderShape, attention_mask  # noqa: E402
-from simbench.calibrate.layout import BatchLayout  # noqa: E402
-from simbench.calibrate.measure import BUDGET_STEPS_MIN, budgeted_passes, judge  # noqa: E402
-from simbench.calibrate.runs import measure_shape  # noqa: E402
-from simbench.commands.common import step_lines  # noqa: E402
-from simbench.costmodels.base import ROW_MODE_OF_ATTENTION, Attention, ExecutionMode  # noqa: E402
-from simbench.costmodels.hardware import load_hardware  # noqa: E402
-from simbench.costmodels.model import get_model  # noqa: E402
-from simbench.errors import InputError  # noqa: E402
-from simbench.histogram import LengthHistogram  # noqa: E402
+from simbench.calibrate import kernels   # noqa: E402
+from simbench.calibrate.batches import batch_for_layout   # noqa: E402
+from simbench.calibrate.causal_lm import _attention_arguments   # noqa: E402
+from simbench.calibrate.encoder import Encoder, EncoderShape, attention_mask   # noqa: E402
+from simbench.calibrate.layout import BatchLayout   # noqa: E402
+from simbench.calibrate.measure_budget import BUDGET_STEPS_MIN, budgeted_passes   # noqa: E402
+from simbench.calibrate.measure_compare import judge   # noqa: E402
+from simbench.calibrate.measure_run import measure_shape   # noqa: E402
+from simbench.commands.common import step_lines   # noqa: E402
+from simbench.costmodels.base import ROW_MODE_OF_ATTENTION, Attention, ExecutionMode   # noqa: E402
+from simbench.costmodels.hardware import load_hardware   # noqa: E402
+from simbench.costmodels.model import get_model   # noqa: E402
+from simbench.errors import InputError   # noqa: E402
+from simbench.histogram import LengthHistogram   # noqa: E402
 
 ROWS = [[5, 7, 3], [9, 4], [16]]
 

@@ -10,7 +10,7 @@ import pytest
 
 from simbench.costmodels import BatchSet, ExecutionMode, TransformerCostModel
 from simbench.sim.stragglers.gumbel import fit_gumbel
-from simbench.costmodels.mlperf import parse_mlperf_lines, parse_mlperf_log
+from simbench.sim.stragglers.mlperf_logs import parse_mlperf_lines, parse_mlperf_log
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
 

@@ -12,7 +12,7 @@ from simbench.calibrate.logfit import fit_logs
 from simbench.costmodels.hardware import load_hardware
 from simbench.costmodels.hardware_profile import (_LOWEST_DIVISORS, _PHYSICAL_RANGES, UNLIMITED_FIELDS,
                                                   HardwareProfile, profile_to_yaml)
-from simbench.costmodels.mlperf import parse_step_csv
+from simbench.sim.stragglers.mlperf_logs import parse_step_csv
 from simbench.errors import InputError
 from simbench.histogram_build import _percent, build_histogram
 from simbench.resolved import Run

@@ -16,7 +16,7 @@ followed by one more step; then rounds time every shape once each (`median_ms`, 
 `repeats` rounds). Each round's slowdown shared by every shape is factored out (`timing.load_adjusted`),
 and the first steps' pass's by how much slower its second steps ran than the rounds: on a machine shared
 with other jobs, first and repeated steps are compared at one load. The lines it writes are
-the grid's JSON lines, read by `gridfit.load_timing_grid`.
+the grid's JSON lines, read by `grid_timings.load_timing_grid`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
 from simbench.validation import check_seed, check_whole_number
 
-# The varlen kernels work on 128-token tiles (gridfit.VARLEN_TILE_TOKENS): the grid's fitted row lengths
+# The varlen kernels work on 128-token tiles (grid_timings.VARLEN_TILE_TOKENS): the grid's fitted row lengths
 # are multiples of it, its held-out ones are not.
 TILE = 128
 # The token counts of a step on each kind of device, as multiples of the grid's longest row: a GPU grid
@@ -67,7 +67,7 @@ def grid_shapes(model: ModelSpec, device_type: str, quick: bool = False, seed: i
     """The shapes a grid times for `model` on a `device_type` (cpu or cuda) device.
 
     Padded rows at several lengths and token counts, flat batches of equal documents at several document
-    lengths and token counts, and (held out of the fit by `gridfit`'s rule) padded rows whose length is no
+    lengths and token counts, and (held out of the fit by `grid_timings`'s rule) padded rows whose length is no
     multiple of 128 and flat batches of mixed document lengths. Lengths stay within the model's positions.
     """
     kind = "cuda" if device_type.startswith("cuda") else "cpu"

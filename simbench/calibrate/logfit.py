@@ -1,7 +1,7 @@
 """Fits a hardware profile's free parameters on real training logs, then predicts logs it did not see.
 
     >>> from simbench.calibrate.logfit import fit_logs
-    >>> from simbench.costmodels.mlperf import read_training_log
+    >>> from simbench.sim.stragglers.mlperf_logs import read_training_log
     >>> fit = fit_logs([read_training_log("8gpu.txt.gz")], [read_training_log("16gpu.txt.gz")])  # doctest: +SKIP
     >>> fit.table[["log", "quantity", "role", "simbench", "measured", "error_percent"]]  # doctest: +SKIP
 
@@ -22,7 +22,7 @@ import pandas as pd
 
 from simbench.costmodels.base import BatchSet, ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile, load_hardware, scale_compute_rates
-from simbench.costmodels.mlperf import MlperfRun
+from simbench.sim.stragglers.mlperf_logs import MlperfRun
 from simbench.costmodels.noise import step_noise_factors
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.errors import InputError
@@ -154,28 +154,46 @@ def fit_logs(fit_on: Sequence[TrainingRun], predict: Sequence[TrainingRun] = (),
     """Fit `free` profile fields on the `fit_on` logs' medians (and spreads, when noise is free), then
     compare simbench with every log. Each free parameter needs a statistic that moves it: un-padded
     fields need an un-padded log, `step_overhead_seconds` a second batch size."""
-    from scipy.optimize import least_squares
-
     if not fit_on:
         raise InputError("give at least one log to fit on")
-    check_whole_number(steps, "steps", minimum=10)
-    sequences = steps * sum(run.gpus * run.per_gpu_batch for run in (*fit_on, *predict))
-    if sequences > FIT_SIMULATED_SEQUENCES_MAX:
-        raise InputError(f"steps = {steps:,} would draw {sequences:.2g} sequences for these logs (steps x GPUs x "
-                         f"per-GPU batch, summed over the logs), more than the {FIT_SIMULATED_SEQUENCES_MAX:.0e} a fit "
-                         "may price; lower it (1,000 give medians within about 0.5 %)", parameter="steps")
+    _check_simulated_sequences(steps, (*fit_on, *predict))
     free = _checked_free(free, fit_on)
     base = load_hardware(hardware)
     lengths = histogram if isinstance(histogram, LengthHistogram) else load_histogram(histogram)
     rng = np.random.default_rng(seed)
     fit_cases = [(run, measured_statistics(run, after_step), LogSimulation(run, lengths, steps, rng)) for run in fit_on]
+    fitted = _fitted_values(base, model, free, fit_cases)
+    names = ", ".join(Path(run.source).name for run in fit_on)
+    profile = _profile_with(base, fitted).model_copy(update={
+        "source": f"{base.source} Fitted by simbench fit-logs on {names}: "
+                  + ", ".join(f"{key} = {value:.4g}" for key, value in fitted.items())})
+    predict_cases = [(run, measured_statistics(run, after_step), LogSimulation(run, lengths, steps, rng))
+                     for run in predict]
+    rows = _comparison_rows(TransformerCostModel(model, profile), [*fit_cases, *predict_cases], fit_on, free)
+    return LogFit(profile, fitted, pd.DataFrame(rows))
+
+
+def _check_simulated_sequences(steps: int, runs: Sequence[TrainingRun]) -> None:
+    """InputError where simulating `steps` steps of every log would draw more sequences than a fit may price."""
+    check_whole_number(steps, "steps", minimum=10)
+    sequences = steps * sum(run.gpus * run.per_gpu_batch for run in runs)
+    if sequences > FIT_SIMULATED_SEQUENCES_MAX:
+        raise InputError(f"steps = {steps:,} would draw {sequences:.2g} sequences for these logs (steps x GPUs x "
+                         f"per-GPU batch, summed over the logs), more than the {FIT_SIMULATED_SEQUENCES_MAX:.0e} a fit "
+                         "may price; lower it (1,000 give medians within about 0.5 %)", parameter="steps")
+
+
+def _fitted_values(base: HardwareProfile, model, free: tuple[str, ...], fit_cases: list) -> dict[str, float]:
+    """The free parameters' values whose simulated medians (and spreads, when noise is free) match the logs'
+    best, by least squares on their log ratios; none where nothing is free."""
+    from scipy.optimize import least_squares
+
+    if not free:
+        return {}
     scales = np.array([FREE_PARAMETERS[name][1] for name in free])
 
-    def profile_at(x: np.ndarray) -> HardwareProfile:
-        return _profile_with(base, dict(zip(free, (x * scales).tolist())))
-
     def residuals(x: np.ndarray) -> np.ndarray:
-        cost_model = TransformerCostModel(model, profile_at(x))
+        cost_model = TransformerCostModel(model, _profile_with(base, dict(zip(free, (x * scales).tolist()))))
         errors = []
         for run, measured, simulation in fit_cases:
             simulated = LogStatistics.of(simulation.sequences_per_s(cost_model))
@@ -184,36 +202,31 @@ def fit_logs(fit_on: Sequence[TrainingRun], predict: Sequence[TrainingRun] = (),
                 errors.append((simulated.cv - measured.cv) / max(measured.cv, CV_FLOOR))
         return np.array(errors)
 
-    if free:
-        start = np.array([_start_value(base, name, scale) for name, scale in zip(free, scales)]) / scales
-        lower = np.array([FREE_PARAMETERS[name][0][0] for name in free]) / scales
-        upper = np.array([FREE_PARAMETERS[name][0][1] for name in free]) / scales
-        # A coarse difference step: the slowest device's time has kinks that a tiny step would see.
-        solution = least_squares(residuals, np.clip(start, lower, upper), bounds=(lower, upper), diff_step=1e-2)
-        fitted = dict(zip(free, (solution.x * scales).tolist()))
-    else:
-        fitted = {}
-    names = ", ".join(Path(run.source).name for run in fit_on)
-    profile = _profile_with(base, fitted).model_copy(update={
-        "source": f"{base.source} Fitted by simbench fit-logs on {names}: "
-                  + ", ".join(f"{key} = {value:.4g}" for key, value in fitted.items())})
-    cost_model = TransformerCostModel(model, profile)
-    predict_cases = [(run, measured_statistics(run, after_step), LogSimulation(run, lengths, steps, rng))
-                     for run in predict]
+    start = np.array([_start_value(base, name, scale) for name, scale in zip(free, scales)]) / scales
+    lower = np.array([FREE_PARAMETERS[name][0][0] for name in free]) / scales
+    upper = np.array([FREE_PARAMETERS[name][0][1] for name in free]) / scales
+    # A coarse difference step: the slowest device's time has kinks that a tiny step would see.
+    solution = least_squares(residuals, np.clip(start, lower, upper), bounds=(lower, upper), diff_step=1e-2)
+    return dict(zip(free, (solution.x * scales).tolist()))
+
+
+def _comparison_rows(cost_model: TransformerCostModel, cases: list, fit_on: Sequence[TrainingRun],
+                     free: tuple[str, ...]) -> list[dict]:
+    """simbench against every log (fitted ones first), each quantity marked fitted or predicted; scaling is
+    relative to the first log."""
     rows = []
     reference = None
-    for cases in (fit_cases, predict_cases):
-        for run, measured, simulation in cases:
-            simulated = LogStatistics.of(simulation.sequences_per_s(cost_model))
-            if not (np.isfinite(simulated.median_sequences_per_s) and np.isfinite(simulated.cv)):
-                raise InputError(f"the profile prices no finite throughput for this log (median "
-                                 f"{simulated.median_sequences_per_s}, CV {simulated.cv}): check its fields "
-                                 f"and --set values", source=run.source)
-            reference = reference or (simulated, measured, run.gpus)
-            fitted_quantities = _fitted_quantities(run, fit_on, free)
-            rows += [{**row, "role": "fitted" if row["quantity"] in fitted_quantities else "predicted"}
-                     for row in _rows(run, simulated, measured, reference)]
-    return LogFit(profile, fitted, pd.DataFrame(rows))
+    for run, measured, simulation in cases:
+        simulated = LogStatistics.of(simulation.sequences_per_s(cost_model))
+        if not (np.isfinite(simulated.median_sequences_per_s) and np.isfinite(simulated.cv)):
+            raise InputError(f"the profile prices no finite throughput for this log (median "
+                             f"{simulated.median_sequences_per_s}, CV {simulated.cv}): check its fields "
+                             f"and --set values", source=run.source)
+        reference = reference or (simulated, measured, run.gpus)
+        fitted_quantities = _fitted_quantities(run, fit_on, free)
+        rows += [{**row, "role": "fitted" if row["quantity"] in fitted_quantities else "predicted"}
+                 for row in _rows(run, simulated, measured, reference)]
+    return rows
 
 
 def _profile_with(base: HardwareProfile, values: dict[str, float]) -> HardwareProfile:

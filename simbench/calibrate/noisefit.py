@@ -71,7 +71,8 @@ def _lognormal_cv(log_variance: float) -> float:
     return float(np.sqrt(np.expm1(log_variance)))
 
 
-# measure judges its errors by the speed-up's spread across repeats (`measure.judge`): two are the fewest with one.
+# measure judges its errors by the speed-up's spread across repeats (`measure_compare.judge`): two are the fewest
+# with one.
 MEASURE_REPEATS_MIN = 2
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from simbench.calibrate.runs import DEFAULT_MAX_LENGTH
+from simbench.calibrate.run_setup import DEFAULT_MAX_LENGTH
 from simbench.commands.common import (FORCE_HELP, UNPADDED_HELP, WALL_CLOCK_HELP, advancing, command, parse_model,
                                       print_table, progress_bar, say)
 from simbench.errors import InputError
@@ -64,7 +64,7 @@ def calibrate(
     if layers is not None or base is not None:
         raise InputError("--layers and --hardware go with --grid or --timings", parameter="layers")
 
-    from simbench.calibrate.runs import calibrate_profile
+    from simbench.calibrate.calibration_runs import calibrate_profile
 
     with progress_bar(Console(stderr=True)) as progress:
         fit = calibrate_profile(output, model=parse_model(model), max_length=max_length, device=device,
@@ -82,8 +82,8 @@ def calibrate(
 def _time_grid(output: Path, *, model: str, base: str | None, **options) -> None:
     from rich.console import Console
 
-    from simbench.calibrate.gridfit import HELD_OUT_RULE
-    from simbench.calibrate.runs import calibrate_grid
+    from simbench.calibrate.grid_timings import HELD_OUT_RULE
+    from simbench.calibrate.calibration_runs import calibrate_grid
 
     with progress_bar(Console(stderr=True)) as progress:
         run = calibrate_grid(output, model=parse_model(model), base=base,
@@ -101,7 +101,8 @@ def _print_grid_fit(fit) -> None:
 
 def _fit_timings(timings: Path, base: str, output: Path, force: bool) -> None:
     from simbench.atomic import atomic_file, check_output_file
-    from simbench.calibrate.gridfit import HELD_OUT_RULE, fit_grid, fitted_profile, load_timing_grid
+    from simbench.calibrate.grid_timings import HELD_OUT_RULE, load_timing_grid
+    from simbench.calibrate.gridfit import fit_grid, fitted_profile
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
 
     if output.is_dir():

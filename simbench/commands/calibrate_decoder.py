@@ -27,7 +27,7 @@ def calibrate_decoder(
 ) -> None:
     """Time a few layers of a decoder LLM on rows of several lengths and fit its two rates."""
     from simbench.atomic import check_output_file
-    from simbench.calibrate.runs import import_torch
+    from simbench.calibrate.run_setup import import_torch
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
 
     # The options are checked before torch is needed, so a mistake in them reads the same without it.

@@ -40,7 +40,7 @@ def fit_logs(
     from simbench.atomic import atomic_file, check_output_file
     from simbench.calibrate.logfit import fit_logs as fit
     from simbench.costmodels.hardware import load_hardware, profile_to_yaml
-    from simbench.costmodels.mlperf import read_training_log
+    from simbench.sim.stragglers.mlperf_logs import read_training_log
 
     if output is not None:
         check_output_file(output, inputs=[*logs, *predict, Path(hardware), Path(histogram)], force=force)

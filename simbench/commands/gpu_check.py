@@ -21,7 +21,7 @@ def gpu_check(
     layers, then `measure` of wiki512 and llama8b-sft-8k with those profiles, every attention implementation of
     their packs beside padding; refuses in one line where torch sees no CUDA device."""
     from simbench.calibrate.gpu_check import gpu_check_markdown
-    from simbench.calibrate.runs import run_gpu_check
+    from simbench.calibrate.gpu_check import run_gpu_check
 
     stage = stage_lines() or say  # lines in a terminal too: minutes of timing, no bar to show them
     table = run_gpu_check(out, force=force, note=say, progress=lambda what: step_lines(stage, what))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from simbench.calibrate.runs import DEFAULT_MAX_LENGTH
+from simbench.calibrate.run_setup import DEFAULT_MAX_LENGTH
 from simbench.commands.common import (UNPADDED_HELP, WALL_CLOCK_HELP, advancing, command, parse_model,
                                       parse_strategies, print_json_lines, print_table, progress_bar, say,
                                       stage_lines, step_lines, stdout_to_stderr)
@@ -60,7 +60,7 @@ def measure(
     sight of each batch shape and repeated."""
     from rich.console import Console
 
-    from simbench.calibrate.runs import MEASURE_COLUMNS, measure_strategies
+    from simbench.calibrate.measure_run import MEASURE_COLUMNS, measure_strategies
 
     spec = parse_model(model) if model is not None else None
     console = Console(stderr=True)

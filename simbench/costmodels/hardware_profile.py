@@ -250,7 +250,7 @@ class HardwareProfile(BaseModel):
     # "chosen: ..."; a field not listed is a choice (see `field_provenance`).
     provenance: dict[str, str] = Field(default_factory=dict)
     # How far a fitted field's value is known: field -> one standard deviation, in the field's units, over
-    # bootstrap resamples of what it was fitted on (`simbench.calibrate.gridfit.fit_uncertainty`); a field not
+    # bootstrap resamples of what it was fitted on (`simbench.calibrate.grid_uncertainty.fit_uncertainty`); a field not
     # listed states none.
     uncertainty: dict[str, float] = Field(default_factory=dict)
 

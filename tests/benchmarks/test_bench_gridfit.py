@@ -9,8 +9,9 @@ of 1,000 such calls (a ratio, robust to load; about 300 on 2026-11-28).
 
 import time
 
-from simbench.calibrate.gridfit import (SHIPPED_GRID, fit_grid, fitted_profile, load_timing_grid, predict_grid,
-                                        shipped_grid_fit)
+from simbench.calibrate.grid_prices import predict_grid
+from simbench.calibrate.grid_timings import SHIPPED_GRID, load_timing_grid
+from simbench.calibrate.gridfit import fit_grid, fitted_profile, shipped_grid_fit
 
 REFERENCE_PRICINGS = 1_000
 

@@ -68,7 +68,7 @@ def samples_fit(path: Path, column: str | None = None, devices: int | None = Non
 
 def log_fit(path: Path, after_step: int = 50, devices: int | None = None) -> ClusterFit:
     """Fit an MLPerf log's per-GPU throughput after warm-up (measured on the log's GPUs by default)."""
-    from simbench.costmodels.mlperf import parse_mlperf_log
+    from simbench.sim.stragglers.mlperf_logs import parse_mlperf_log
 
     run = parse_mlperf_log(path)
     samples = run.per_gpu_sequences_per_s(after_step)

@@ -1,6 +1,6 @@
 """Reads MLPerf BERT training logs into per-step throughputs, for fitting the straggler model.
 
-    >>> from simbench.costmodels.mlperf import parse_mlperf_lines
+    >>> from simbench.sim.stragglers.mlperf_logs import parse_mlperf_lines
     >>> run = parse_mlperf_lines(["0: python run_pretraining.py --train_batch_size=6",
     ...                           '0: :::MLLOG {"key": "global_batch_size", "value": 48}',
     ...                           "0: {'training_steps': 1, 'seq/s': 40.0}", "0: {'training_steps': 2, 'seq/s': 48.0}"])

@@ -1,202 +1,29 @@
-"""Whole calibration and measurement runs, as `simbench calibrate` and `simbench measure` start them:
-settings from plain values, the timing with a progress callback, and the files each run writes.
+"""A whole measurement, as `simbench measure` starts it: the source's histogram, model and strategies, the
+batches and calibration sized to a time budget, the timing with a progress callback, and the folder it writes.
 
 torch is imported inside the functions: without it each says how to install it, as an InputError.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from simbench.calibrate.measure_folder import settings_record, write_measure_folder
+from simbench.calibrate.run_setup import (DEFAULT_MAX_LENGTH, Progress, check_unpadded_attention, import_torch,
+                                          resolve_device)
 from simbench.errors import InputError
-from simbench.validation import check_choice, check_whole_number
+from simbench.validation import check_whole_number
 
-TORCH_MISSING = "torch is not installed: pip install 'simbench-seq[torch]'"
-DEFAULT_MAX_LENGTH = 128  # long enough for packing to matter, short enough for a CPU run in minutes
 # What measure times on a CPU for a scenario's model of each family (model presets small enough for seconds).
 CPU_STAND_INS = {"encoder": "tiny", "decoder": "tiny-decoder"}
-MEASURE_TABLE = "measured_vs_predicted.csv"
 MEASURE_COLUMNS = ["strategy", "mode", "measured_speedup", "predicted_speedup", "error", "speedup_noise", "run_valid",
                    "problem", "measured_step_seconds", "predicted_step_seconds", "predicted_compute_seconds",
                    "predicted_padding_seconds", "predicted_overhead_seconds", "measured_tokens_per_s",
                    "predicted_tokens_per_s", "new_shape_steps", "measured_first_sight_speedup",
                    "predicted_first_sight_speedup", "first_sight_error", "measured_first_sight_step_seconds",
                    "predicted_first_sight_step_seconds"]
-# Called once per timed step with the run's total number of steps, e.g. to advance a progress bar.
-Progress = Callable[[int], None]
-
-
-def import_torch():
-    try:
-        import torch
-    except ImportError:
-        raise InputError(TORCH_MISSING) from None
-    return torch
-
-
-def resolve_device(requested: str | None) -> str:
-    """`cpu` or `cuda[:N]`; None means cuda when torch sees a GPU, else cpu."""
-    torch = import_torch()
-    if requested is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested != "cpu" and not requested.startswith("cuda"):
-        raise InputError(f"device must be cpu or cuda[:N], found {requested!r}", parameter="device")
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError(f"device {requested}: this torch build sees no CUDA device", parameter="device")
-    return requested
-
-
-# Un-padded attention kernels that exist on CUDA only.
-CUDA_ONLY_ATTENTION = ("flash_varlen", "torch_varlen")
-
-
-def check_unpadded_attention(name: str | None, device: str | None = None) -> str | None:
-    """The un-padded attention named, checked against the choices (and, given a device, against what runs there)."""
-    from simbench.calibrate.batches import UNPADDED_ATTENTION
-
-    if name is None:
-        return None
-    check_choice(name, "unpadded_attention", UNPADDED_ATTENTION)
-    if device is not None and not device.startswith("cuda") and name in CUDA_ONLY_ATTENTION:
-        raise InputError(f"unpadded_attention {name} runs on CUDA only, not on {device}; use grouped or jagged",
-                         parameter="unpadded_attention")
-    return name
-
-
-def check_profile_output(path: Path, *, inputs=(), force: bool = False) -> None:
-    """Refuse, before minutes of timing, a profile path that cannot be written, that is one of `inputs`, or
-    (unless `force`) that exists."""
-    from simbench.atomic import check_output_file
-
-    if path.is_dir():
-        raise InputError("is a folder; -o names the profile file to write", source=str(path), parameter="-o")
-    check_output_file(path, inputs=inputs, force=force, option="-o")
-    blocking = next((parent for parent in path.absolute().parents if parent.exists()), None)
-    if blocking is not None and not blocking.is_dir():
-        raise InputError(f"cannot write the profile: {blocking} is a file, not a folder", source=str(path))
-
-
-def calibrate_profile(output: Path, *, model, max_length: int = DEFAULT_MAX_LENGTH, device: str | None = None,
-                      threads: int | None = None, seed: int = 0, quick: bool = False,
-                      unpadded_attention: str | None = None, wall_clock: bool = False,
-                      progress: Progress = lambda total: None, force: bool = False):
-    """Time padded, packed and un-padded steps, fit a profile to them and write it to `output` (YAML); an
-    existing file at `output` is replaced only with `force`."""
-    check_profile_output(output, force=force)
-    torch = import_torch()
-    from simbench.atomic import atomic_file
-    from simbench.calibrate.calibration import CalibrationSettings, calibration_steps, run_calibration
-    from simbench.costmodels.hardware import profile_to_yaml
-
-    device = resolve_device(device)
-    settings = CalibrationSettings(model=model, max_length=max_length, device=device,
-                                   threads=torch.get_num_threads() if threads is None else threads, seed=seed, quick=quick,
-                                   unpadded_attention=check_unpadded_attention(unpadded_attention, device),
-                                   wall_clock=wall_clock)
-    settings.encoder_shape()
-    total = calibration_steps(settings)
-    fit = run_calibration(settings, lambda: progress(total))
-    with atomic_file(output, replace=force, option="-o") as temporary:
-        temporary.write_text(profile_to_yaml(fit.profile))
-    return fit
-
-
-@dataclass(frozen=True)
-class GridRun:
-    fit: object  # gridfit.GridFit: the fitted profile, its predictions and held-out errors
-    profile: object  # the HardwareProfile written
-    grid_path: Path  # the raw timings, in the grid's JSON-lines format
-    device_name: str
-
-
-def grid_timings_path(output: Path) -> Path:
-    """Where `calibrate --grid` writes a profile's raw timings: beside it, `profile.yaml` -> `profile.grid.jsonl`."""
-    return output.with_name(f"{output.stem}.grid.jsonl")
-
-
-def calibrate_grid(output: Path, *, model, layers: int | None = None, device: str | None = None,
-                   threads: int | None = None, seed: int = 0, quick: bool = False,
-                   unpadded_attention: str | None = None, wall_clock: bool = False, base=None,
-                   progress: Progress = lambda total: None, force: bool = False) -> GridRun:
-    """Time the primitive-shape grid of `model`'s layers on the device, write the raw timings beside `output`
-    (`grid_timings_path`), fit the profile's GPU terms on them with `gridfit` and write the profile.
-
-    `base` gives every field the grid does not fit (default: h200 on a GPU; on a CPU a profile with no
-    optimizer, transfer or communication cost). `layers` defaults to the model's (at most 4 of a decoder's).
-    Existing files at `output` or beside it are replaced only with `force`.
-    """
-    base_inputs = [Path(base)] if isinstance(base, str | Path) else []
-    check_profile_output(output, inputs=base_inputs, force=force)
-    check_profile_output(grid_timings_path(output), inputs=[*base_inputs, output], force=force)
-    torch = import_torch()
-    from simbench.atomic import atomic_file
-    from simbench.calibrate.grid import GRID_RECORD_FIELDS, GridSettings, time_grid
-    from simbench.calibrate.gridfit import fit_grid, fitted_profile, load_timing_grid
-    from simbench.calibrate.timing import device_description, training_precision, uses_cpu_clock
-    from simbench.costmodels.hardware import load_hardware, profile_to_yaml
-    from simbench.costmodels.model import MODEL_PRESETS
-
-    if MODEL_PRESETS.find(model.name) != model:
-        raise InputError(f"model must be a preset for a timing grid (its lines name the preset, so that any machine "
-                         f"can fit them): one of {', '.join(MODEL_PRESETS)}, not dimensions", parameter="model")
-    device = resolve_device(device)
-    threads = torch.get_num_threads() if threads is None else threads
-    attention = check_unpadded_attention(unpadded_attention, device) or _grid_attention(device)
-    layers = layers if layers is not None else min(model.layers, 4) if model.is_decoder else model.layers
-    settings = GridSettings(model=model, layers=layers, device=device, threads=threads, repeats=3 if quick else 7,
-                            seed=seed, quick=quick, attention=attention,
-                            cpu_clock=uses_cpu_clock(device, threads, wall_clock))
-    shapes = settings.shapes()
-    settings.check_work(shapes)  # before a base profile is read or anything is built
-    torch.set_num_threads(threads)
-    machine = device_description(device)
-    base_profile = load_hardware(base if base is not None else "h200" if device.startswith("cuda")
-                                 else _cpu_base(machine))
-    records = time_grid(settings, lambda: progress(len(shapes)))
-    grid_path = grid_timings_path(output)
-    with atomic_file(grid_path, replace=force, option="-o") as temporary:
-        temporary.write_text("".join(json.dumps({key: record[key] for key in GRID_RECORD_FIELDS}) + "\n"
-                                     for record in records))
-    # Fitted from the file as written, as `calibrate --timings` would fit it on another machine.
-    fit = fit_grid(load_timing_grid(grid_path), base_profile)
-    source = f"simbench calibrate --grid on {machine['device_name']} ({grid_path.name})"
-    profile = fitted_profile(fit, base_profile, source)
-    record = {**profile.calibration, **machine, "model": model.name, "layers": layers,
-              "precision": "bfloat16" if device.startswith("cuda") else training_precision(device),
-              "unpadded_attention": attention, "clock": "process CPU seconds" if settings.cpu_clock
-              else "wall-clock seconds", "grid_file": grid_path.name}
-    profile = profile.model_copy(update={"name": f"{base_profile.name} grid {machine['device_name']}",
-                                         "source": f"{base_profile.source} Grid terms fitted: {source}",
-                                         "calibration": record})
-    with atomic_file(output, replace=force, option="-o") as temporary:
-        temporary.write_text(profile_to_yaml(profile))
-    return GridRun(fit, profile, grid_path, machine["device_name"])
-
-
-def _grid_attention(device: str) -> str:
-    """torch's varlen kernel on CUDA where this torch has it (as the H200 grid ran), else measure's default."""
-    from simbench.calibrate.calibration import default_unpadded_attention
-
-    if device.startswith("cuda"):
-        try:
-            from torch.nn.attention.varlen import varlen_attn  # noqa: F401
-        except ImportError:
-            return default_unpadded_attention(device)
-        return "torch_varlen"
-    return default_unpadded_attention(device)
-
-
-def _cpu_base(machine: dict):
-    """A profile for a CPU grid to complete: rates to be fitted, and no optimizer, transfer or communication cost."""
-    from simbench.costmodels.hardware import HardwareProfile
-
-    return HardwareProfile(name="cpu", source=(f"{machine['device_name']}, torch {machine['torch_version']}, "
-                                               f"{machine['threads']} threads; no optimizer, transfer or "
-                                               "communication cost (a CPU timing grid has none)."),
-                           linear_flops_per_s=1e9, attention_flops_per_s=1e9, host_to_device_bytes_per_s=float("inf"))
 
 
 @dataclass(frozen=True)
@@ -204,7 +31,7 @@ class MeasureRun:
     table: object  # pandas DataFrame: one row per strategy, measured against predicted (refused ones last)
     title: str  # model, histogram, steps and device, for tables and plots
     folder: Path  # where the run wrote its files
-    verdict: object = None  # measure.Verdict: whether the timing noise lets the errors mean anything
+    verdict: object = None  # measure_compare.Verdict: whether the timing noise lets the errors mean anything
     noise: object = None  # noisefit.NoiseFit of the un-padded steps, written into profile.yaml (None: not fitted)
     baseline: str = "padding"  # the strategy every speed-up is measured against
     refused: dict = field(default_factory=dict)  # strategy -> why it was not measured
@@ -263,7 +90,7 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     padding added as the baseline), else a histogram's four: padding, sort, lpfhp and unpadding. Each runs the
     attention it is priced with (`kernels`); one this device cannot time is listed with the reason. The model is
     `measured_model`'s, rows are `measure_shape`'s, steps and repeats not given are sized to `seconds`
-    (`measure.budgeted_passes`). Without `profile_path` a profile is calibrated on held-out batches timed in the
+    (`measure_budget.budgeted_passes`). Without `profile_path` a profile is calibrated on held-out batches timed in the
     same rounds (`_measure_plan`); the strategies' steps are never fitted on.
     """
     from simbench.calibrate.noisefit import check_measure_repeats
@@ -271,7 +98,8 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     if repeats is not None:
         check_measure_repeats(repeats)  # before torch is needed
     import_torch()
-    from simbench.calibrate.measure import compare, fit_unpadded_noise, judge, measure_steps, time_strategies
+    from simbench.calibrate.measure_compare import compare, fit_unpadded_noise, judge
+    from simbench.calibrate.measure_timing import measure_steps, time_strategies
     from simbench.atomic import check_replaceable
 
     measured_source = _measure_source(source, strategies)
@@ -301,10 +129,10 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
              f"{settings.batch_size} rows, "
              f"{profile.calibration.get('device_name', device) if profile.calibration else device}")
     noise = fit_unpadded_noise(measured, model, profile)
-    record = _settings_record(settings, source, plan.histogram, profile_path)
+    record = settings_record(settings, source, plan.histogram, profile_path)
     record.update(strategies=list(plan.layouts), baseline=plan.baseline, not_measured=plan.refused,
                   first_pass_load_factor=measured.first_pass_factor, budget=plan.budget_note)
-    _write_measure_folder(output_dir, table, measured, title, record, _with_fitted_noise(profile, noise, source))
+    write_measure_folder(output_dir, table, measured, title, record, _with_fitted_noise(profile, noise, source))
     return MeasureRun(table, title, output_dir, verdict, noise, plan.baseline, plan.refused)
 
 
@@ -344,8 +172,9 @@ def _measure_plan(measured_source: MeasureSource, model, device: str, profile_pa
     import torch
 
     from simbench.calibrate.calibration import CalibrationSettings, prepare_calibration
-    from simbench.calibrate.measure import (BUDGET_STEPS_MAX, BUDGET_STEPS_MIN, MeasureSettings, budgeted_passes,
-                                            deepest_calibrated_pack)
+    from simbench.calibrate.measure import MeasureSettings
+    from simbench.calibrate.measure_budget import BUDGET_STEPS_MAX, BUDGET_STEPS_MIN, budgeted_passes
+    from simbench.calibrate.measure_compare import deepest_calibrated_pack
     from simbench.costmodels.hardware import load_hardware
 
     histogram, max_length = measure_shape(measured_source.histogram, model, device, max_length, note)
@@ -443,41 +272,6 @@ def _calibrated_profile(calibration, layouts, calibration_steps):
     return _with_first_sight(fit.profile, layouts, calibration_steps)
 
 
-def run_gpu_check(out: Path, *, checks=None, force: bool = False,
-                  progress: Callable[[str], Progress] = lambda stage: (lambda total: None),
-                  note: Callable[[str], None] = lambda message: None):
-    """`simbench gpu-check`: time each check's grid (`gpu_check.GPU_CHECKS` unless `checks` given; `calibrate
-    --grid`: `grid-MODEL.yaml` and its `.grid.jsonl`) and measure its scenario with that profile
-    (`measure-SCENARIO/`), all under `out`, then write `table.csv` and `table.md`: every strategy's measured and
-    predicted speed-up over padding. Refuses, before any work, a machine without CUDA. Returns the table."""
-    torch = import_torch()
-    if not torch.cuda.is_available():
-        raise InputError("gpu-check times an NVIDIA GPU: this torch build sees no CUDA device")
-    import pandas as pd
-
-    from simbench.calibrate.gpu_check import GPU_CHECKS, TABLE_COLUMNS, gpu_check_markdown
-    from simbench.costmodels.model import get_model
-
-    checks = GPU_CHECKS if checks is None else checks
-    out.mkdir(parents=True, exist_ok=True)
-    tables = []
-    for check in checks:
-        profile_path = out / f"grid-{check.model}.yaml"
-        note(f"{check.scenario}: timing the grid of {check.grid_layers} {check.model} layers")
-        calibrate_grid(profile_path, model=get_model(check.model), layers=check.grid_layers, device="cuda",
-                       quick=True, force=force, progress=progress(f"grid {check.model}"))
-        note(f"{check.scenario}: measuring {len(check.strategies)} strategies with {profile_path.name}")
-        run = measure_strategies(check.scenario, output_dir=out / f"measure-{check.scenario}", device="cuda",
-                                 layers=check.grid_layers, seconds=check.measure_seconds, profile_path=profile_path,
-                                 strategies=list(check.strategies), progress=progress(f"measure {check.scenario}"),
-                                 note=note)
-        tables.append(run.table.assign(scenario=check.scenario))
-    table = pd.concat(tables, ignore_index=True)[TABLE_COLUMNS]
-    table.to_csv(out / "table.csv", index=False)
-    (out / "table.md").write_text(gpu_check_markdown(table))
-    return table
-
-
 def _decoder_attention(requested: str | None, device: str) -> str:
     """A decoder attends within each sequence the one way `DecoderLayer` does on the device."""
     from simbench.calibrate.calibration import decoder_attention
@@ -533,7 +327,7 @@ def _note_deep_packs(layouts: dict, deepest: int | None, note: Callable[[str], N
 
 def _with_first_sight(profile, layouts, calibration_steps):
     """The calibrated profile with first-sight costs fitted on the calibration batches' first steps."""
-    from simbench.calibrate.measure import first_sight_fields
+    from simbench.calibrate.measure_timing import first_sight_fields
 
     fields = first_sight_fields(layouts, calibration_steps.first, calibration_steps.seconds)
     new = calibration_steps.first.new_shape
@@ -564,49 +358,3 @@ def _with_fitted_noise(profile, noise, source: str):
               "timing_noise_cv_removed": noise.timing_noise_cv}
     return profile.model_copy(update={"unpadded_noise_cv": noise.cv,
                                       "calibration": {**(profile.calibration or {}), "unpadded_noise": record}})
-
-
-def _write_measure_folder(folder: Path, table, measured, title: str, settings: dict, profile) -> None:
-    """The six files of a measurement, swapped into place together; profile.yaml is the profile the run
-    priced with (calibrated or given) carrying the un-padded step noise fitted on its steps."""
-    import yaml
-
-    from simbench.atomic import atomic_directory
-    from simbench.calibrate.measure import per_step_speedups
-    from simbench.calibrate.plot import plot_measured_vs_predicted
-    from simbench.costmodels.hardware import profile_to_yaml
-
-    with atomic_directory(folder, option="-o") as staging:
-        table.to_csv(staging / MEASURE_TABLE, index=False)
-        per_step_speedups(measured).to_csv(staging / "steps.csv", index=False)
-        measured_rows = ~table["problem"].fillna("").str.startswith("not measured")
-        plot_measured_vs_predicted(table[measured_rows], staging / "measured_vs_predicted.png", title)
-        (staging / "timings.json").write_text(json.dumps(_timings_record(measured), indent=1))
-        (staging / "settings.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
-        (staging / "profile.yaml").write_text(profile_to_yaml(profile))
-
-
-def _settings_record(settings, source: str, histogram, profile_path: Path | None) -> dict:
-    from simbench.calibrate.calibration import default_unpadded_attention
-
-    return {"source": source, "histogram": histogram.name, "model": settings.model.name,
-            "model_family": settings.model.family, "layers": settings.model.layers,
-            "max_length": settings.max_length, "device": settings.device, "threads": settings.threads,
-            "steps": settings.steps, "batch_size": settings.batch_size, "repeats": settings.repeats,
-            "warmup": settings.warmup, "seed": settings.seed,
-            "unpadded_attention": settings.unpadded_attention or default_unpadded_attention(settings.device),
-            "clock": "process CPU seconds" if settings.cpu_clock else "wall-clock seconds",
-            "profile": (str(profile_path) if profile_path
-                        else "calibrated in the same run on held-out batches (profile.yaml)")}
-
-
-def _timings_record(measured) -> dict:
-    """Every timed batch (its rows of lengths and slots) with its median seconds, its first step's seconds
-    (the first pass's load factored out: settings.yaml's first_pass_load_factor) and whether its shape was
-    new to the process then, per strategy."""
-    return {name: [{"mode": layout.mode.value, "rows": [list(row) for row in layout.rows],
-                    "row_slots": list(layout.row_slots), "median_seconds": float(seconds),
-                    "first_seconds": float(first), "new_shape": bool(new)}
-                   for layout, seconds, first, new in zip(layouts, measured.seconds[name],
-                                                          measured.first_seconds[name], measured.new_shape[name])]
-            for name, layouts in measured.layouts.items()}
