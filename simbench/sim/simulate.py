@@ -26,6 +26,8 @@ from simbench.costmodels.noise import StepNoise, with_step_noise
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
 from simbench.sim.accumulation import accumulating
+from simbench.sim.engines.choice import (ENGINES, Engine, devices_drawn_one_by_one, large_cluster_engine,
+                                         per_device_engine, split_by_size)
 from simbench.sim.engines.event import run_simpy
 from simbench.sim.engines.vectorized import StepAggregates, aggregate_by_cluster_size, step_timeline
 from simbench.sim.engines.order_statistics import build_pool, slowest_of
@@ -40,11 +42,6 @@ from simbench.strategies.packing import PackOptions, Packing
 from simbench.validation import (DEFAULT_ENGINE, DEFAULT_SHAPES, DEFAULT_TRAINING_STEPS, SIMULATED_ROWS_MAX, check_choice, check_device_counts, check_rows_per_step,
                                  check_seed, check_simulation_work, check_whole_number)
 
-ENGINES = ("auto", "simpy", "vectorized", "order-statistics")
-# `auto` runs SimPy while a run needs at most this many events, the vectorized engine above; plans whose
-# devices draw independently run the order-statistics engine above PER_DEVICE_MAX devices.
-SIMPY_EVENT_BUDGET = 2_500
-PER_DEVICE_MAX = 64
 # Rows priced at once: bounds memory (a few hundred MB at most) whatever the devices and steps.
 ROWS_PER_CHUNK = 1_000_000
 LATENCY_SAMPLES_MAX = 100_000
@@ -172,9 +169,9 @@ def simulation_rows(plans: list[ExecutionPlan | str], histogram: LengthHistogram
     known before any is done."""
     # Every plan draws its rows each step for each device it simulates one by one, and prices the
     # distinct batches of the larger clusters where it lists them.
-    large = _split_by_size(sorted(devices), engine)[1]
+    large = split_by_size(sorted(devices), engine)[1]
     return sum(steps * (plan.source.rows_per_device_step(plan, histogram, _rows(plan, batch_size))
-                        * _devices_one_by_one(plan, max(devices), engine)
+                        * devices_drawn_one_by_one(plan, max(devices), engine)
                         + plan.source.distinct_rows_per_step(plan, histogram, _rows(plan, batch_size), large))
                for plan in _with_reference(plans, baseline))
 
@@ -215,13 +212,6 @@ def check_packing_limits(plans: list[ExecutionPlan], max_length: int) -> None:
     if refused:
         index, error = refused[0]
         raise InputError(f"strategy {plans[index].name}: {error.message}", parameter=error.parameter)
-
-
-def _devices_one_by_one(plan: ExecutionPlan, largest: int, engine: str) -> int:
-    """Devices whose batches a plan draws one by one: up to PER_DEVICE_MAX where larger clusters take a
-    shortcut (independent devices, or a source that prices their distinct batches), else all of them."""
-    shortcut = plan.independent_devices or plan.source.distinct_batches is not BatchSource.distinct_batches
-    return min(largest, PER_DEVICE_MAX) if shortcut and engine not in ("simpy", "vectorized") else largest
 
 
 def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[str, Packing]) -> Packing | None:
@@ -293,41 +283,40 @@ class _Progress:
 def _simulate_plan(plan: ExecutionPlan, packing: Packing | None, devices: list[int], settings: SimulationSettings,
                    tell: _Progress, stage: Callable[[str], None], gpus_per_device: int = 1):
     """Small clusters simulate every device, on batches drawn once for all of them (so plans drawing the
-    same sequences stay paired). Larger ones draw their slowest device directly when devices are
-    independent, price their distinct batches when the plan can list them (sorted batching, padding
-    exchange), or else simulate every device on batches of their own."""
-    small, large = _split_by_size(devices, settings.engine)
+    same sequences stay paired). Larger ones run the engine `choice.large_cluster_engine` gives the plan:
+    its slowest device drawn directly, its distinct batches priced, or every device simulated on batches of
+    their own."""
+    small, large = split_by_size(devices, settings.engine)
+    shortcut = large_cluster_engine(plan)
     runs, latency, timeline = [], None, None
     if small:
         runs, latency, timeline = _simulate_devices(plan, packing, small, settings, tell, purpose=0)
         stage(f"simulated {plan.name} on {_counts(small, gpus_per_device)}")
-    if large and plan.independent_devices:
+    if large and shortcut is Engine.ORDER_STATISTICS:
         noiseless, noise_cv = _without_step_noise(settings, plan)
         source = plan.source(plan, packing, noiseless)
         items = first_sight(source, settings.shapes, settings.training_steps).add_to_items(source.items())
         pool = build_pool(replace(items, noise_cv=noise_cv), source.generator(2), large[-1])
         by_size = slowest_of(pool, large, settings.steps, source.generator(3))
         tell.priced(large)
-        runs += [_run(source, size, by_size[size], None, tell, engine="order-statistics") for size in large]
+        runs += [_run(source, size, by_size[size], None, tell, shortcut) for size in large]
         stage(f"simulated {plan.name} on {_counts(large, gpus_per_device)} (slowest device drawn directly)")
         latency = pool.plain_totals[:LATENCY_SAMPLES_MAX]
         timeline = timeline if timeline is not None else source.timeline()
-    elif large:
+    elif large and shortcut is Engine.DISTINCT_BATCHES:
         source = plan.source(plan, packing, settings, purpose=4)
-        by_size = source.distinct_batches(large)
-        if by_size is not None:
-            new_shapes = first_sight(source, settings.shapes, settings.training_steps)
-            by_size = {size: new_shapes.add_to_aggregates(aggregates, size) for size, aggregates in by_size.items()}
-            tell.priced(large)
-            runs += [_run(source, size, by_size[size], None, tell) for size in large]
-            stage(f"simulated {plan.name} on {_counts(large, gpus_per_device)} (distinct batches priced)")
-        else:
-            large_runs, large_latency, large_timeline = _simulate_devices(plan, packing, large, settings, tell,
-                                                                          purpose=4)
-            stage(f"simulated {plan.name} on {_counts(large, gpus_per_device)}")
-            runs += large_runs
-            latency = latency if latency is not None else large_latency
-            timeline = timeline if timeline is not None else large_timeline
+        new_shapes = first_sight(source, settings.shapes, settings.training_steps)
+        by_size = {size: new_shapes.add_to_aggregates(aggregates, size)
+                   for size, aggregates in source.distinct_batches(large).items()}
+        tell.priced(large)
+        runs += [_run(source, size, by_size[size], None, tell, shortcut) for size in large]
+        stage(f"simulated {plan.name} on {_counts(large, gpus_per_device)} (distinct batches priced)")
+    elif large:
+        large_runs, large_latency, large_timeline = _simulate_devices(plan, packing, large, settings, tell, purpose=4)
+        stage(f"simulated {plan.name} on {_counts(large, gpus_per_device)}")
+        runs += large_runs
+        latency = latency if latency is not None else large_latency
+        timeline = timeline if timeline is not None else large_timeline
     runs.sort(key=lambda run: run.devices)
     return runs, latency, timeline
 
@@ -351,15 +340,6 @@ def _without_step_noise(settings: SimulationSettings, plan: ExecutionPlan) -> tu
     return replace(settings, cost_model=settings.cost_model.cost_model), noise_cv
 
 
-def _split_by_size(devices: list[int], engine: str) -> tuple[list[int], list[int]]:
-    """Cluster sizes whose every device is simulated whatever the plan, and the larger ones."""
-    if engine in ("simpy", "vectorized"):
-        return devices, []
-    if engine == "order-statistics":
-        return [], devices
-    return [size for size in devices if size <= PER_DEVICE_MAX], [size for size in devices if size > PER_DEVICE_MAX]
-
-
 def _simulate_devices(plan: ExecutionPlan, packing: Packing | None, devices: list[int], settings: SimulationSettings,
                       tell: _Progress, purpose: int):
     """Draw and price the plan's batches chunk by chunk, keep per-step aggregates, then time every cluster."""
@@ -368,7 +348,7 @@ def _simulate_devices(plan: ExecutionPlan, packing: Packing | None, devices: lis
     remedy = ("; outlier_delay: false lets its devices draw independently, the slowest of millions drawn directly"
               if plan.outlier_delay else "")
     check_rows_per_step(largest, settings.batch_size, plan.name, remedy)
-    simpy_sizes = [size for size in devices if _use_simpy(plan, size, settings)]
+    simpy_sizes = [size for size in devices if per_device_engine(plan, size, settings) is Engine.SIMPY]
     source = plan.source(plan, packing, settings, purpose, simpy_devices=max(simpy_sizes, default=0))
     new_shapes = first_sight(source, settings.shapes, settings.training_steps)
     chunk_steps = source.chunk_steps(max(1, ROWS_PER_CHUNK // (largest * settings.batch_size)))
@@ -394,16 +374,8 @@ def _simulate_devices(plan: ExecutionPlan, packing: Packing | None, devices: lis
     return runs, latency, source.timeline()
 
 
-def _use_simpy(plan: ExecutionPlan, devices: int, settings: SimulationSettings) -> bool:
-    if settings.engine != "auto":
-        return settings.engine == "simpy"
-    events_per_device_step = plan.source.simpy_events_per_device_step(plan, settings.cost_model,
-                                                                      settings.batch_size)
-    return devices * settings.steps * events_per_device_step <= SIMPY_EVENT_BUDGET
-
-
 def _run(source: BatchSource, devices: int, aggregates: StepAggregates, simpy_costs: list[DeviceCosts] | None,
-         tell: _Progress, engine: str = "vectorized", passes: int = 1) -> PlanRun:
+         tell: _Progress, engine: Engine = Engine.VECTORIZED, passes: int = 1) -> PlanRun:
     plan = source.plan
     sync = gradient_sync_of(source.settings.cost_model, devices)
     # What follows each step's slowest device: the sync that step's backward and forward leave exposed, and the
@@ -416,7 +388,7 @@ def _run(source: BatchSource, devices: int, aggregates: StepAggregates, simpy_co
                              timing.stage_seconds, timing.buffer_samples)
     else:
         timeline = step_timeline(aggregates.slowest_device_seconds, aggregates.mean_device_seconds,
-                                 after_step_seconds, timing.prepare_seconds, plan.exchange, engine)
+                                 after_step_seconds, timing.prepare_seconds, plan.exchange, engine.column)
     tell.timed(passes)
     return PlanRun(plan, devices, aggregates, timeline, timing.allgather_seconds, timing.reference_step_seconds,
                    update_seconds=sync.update_seconds,

@@ -34,16 +34,26 @@ def pack_decreasing(counts: np.ndarray, max_length: int, max_depth: int | None, 
     sorted by pack number. Each step is a search and an insertion, whatever the number of lengths.
     """
     depth_limit = max_depth if max_depth is not None else max_length
-    # Best fit: (space, first pack number, count, contents, depth). First fit: fitting holds (first, count,
-    # contents, depth, space), waiting (space, first, count, contents, depth). Pack numbers are unique, so
-    # sorting never compares contents.
-    fitting: list[tuple] = []
-    waiting: list[tuple] = []
+    closed, fitting, waiting = _place_longest_first(counts, max_length, depth_limit, best_fit)
+    # The groups still open close as they are, in the order they stand.
+    for group in fitting:
+        count, contents = group[2:4] if best_fit else group[1:3]
+        closed[contents] = closed.get(contents, 0) + count
+    for _, _, count, contents, _ in waiting:
+        closed[contents] = closed.get(contents, 0) + count
+    return closed
+
+
+def _place_longest_first(counts: np.ndarray, max_length: int, depth_limit: int, best_fit: bool
+                         ) -> tuple[dict[tuple[int, ...], int], list[tuple], list[tuple]]:
+    """`pack_decreasing`'s placing, longest length first: the packs closed (full, or at the depth limit) and the
+    groups still open, fitting and waiting. One loop, whole: a function per step of it made `bfd` 25-36 % slower."""
+    # Lists of groups. Best fit: (space, first pack number, count, contents, depth). First fit: fitting holds
+    # (first, count, contents, depth, space), waiting (space, first, count, contents, depth). Pack numbers are
+    # unique, so sorting never compares contents.
+    fitting, waiting = [], []
     closed: dict[tuple, int] = {}
     opened = 0
-
-    def close(count, contents):
-        closed[contents] = closed.get(contents, 0) + count
 
     def add(first, count, contents, depth, space):
         if space == 0 or depth == depth_limit:
@@ -93,11 +103,7 @@ def pack_decreasing(counts: np.ndarray, max_length: int, max_depth: int | None, 
             if untouched:
                 add(first + count - untouched, untouched, contents, depth, space)
             to_place -= full * copies + rest
-    for group in fitting:
-        close(*(group[2:4] if best_fit else group[1:3]))
-    for group in waiting:
-        close(group[2], group[3])
-    return closed
+    return closed, fitting, waiting
 
 
 def packing_from_runs(name: str, max_length: int, max_depth: int | None, merged: dict[tuple, int]) -> Packing:

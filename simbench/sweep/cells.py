@@ -13,12 +13,12 @@ import yaml
 
 from simbench.errors import InputError
 from simbench.scenario import Scenario, check_scenario_memory, check_scenario_work, scenario_from_mapping
-from simbench.validation import SIMULATED_ROWS_MAX
+from simbench.validation import DEFAULT_ENGINE, SIMULATED_ROWS_MAX
 
 
 # The dry run's estimate, an order of magnitude: rows drawn and priced per second and worker, the fixed
-# cost of a cell (running the experiment, fits, writing) and, per strategy, of each device count past
-# simulate.PER_DEVICE_MAX (the order-statistics engine's draws). The bundled 200-cell context-vs-scale
+# cost of a cell (running the experiment, fits, writing) and, per strategy, of each device count that
+# `sim.engines.choice.split_by_size` sends past the per-device engines (the order-statistics engine's draws). The bundled 200-cell context-vs-scale
 # sweep took 16.4 s serially on one core of this project's 2-core machine; its cells of up to 64 devices
 # took about a fifth of those of 128 to 524,288.
 ROWS_PER_SECOND = 3e6
@@ -40,12 +40,12 @@ class SweepCell:
 def cell_seconds(cell: SweepCell) -> float:
     """A cell's work in nominal seconds: the rows it draws and prices at `ROWS_PER_SECOND`, plus a fixed cost.
     Cells differ by orders of magnitude (one device or 524,288), so a sweep's progress is measured in it."""
-    from simbench.sim.simulate import PER_DEVICE_MAX
+    from simbench.sim.engines.choice import split_by_size
 
     scenario = cell.scenario
     # With a layout the simulator's devices are replicas, each drawing every microbatch's rows.
     rows = len(scenario.strategies) * scenario.steps * scenario.device_batch_size * len(scenario.replica_devices)
-    large = sum(devices > PER_DEVICE_MAX for devices in scenario.replica_devices)
+    large = len(split_by_size(sorted(scenario.replica_devices), DEFAULT_ENGINE)[1])  # scenarios run the default
     return rows / ROWS_PER_SECOND + CELL_OVERHEAD_SECONDS + LARGE_CLUSTER_SECONDS * len(scenario.strategies) * large
 
 

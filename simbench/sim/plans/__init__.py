@@ -256,6 +256,12 @@ class BatchSource:
         """Whether each device draws its batch on its own (then `items` describes one device's draw)."""
         return False
 
+    @staticmethod
+    def prices_distinct_batches(plan: ExecutionPlan) -> bool:
+        """Whether a step's devices, coupled, hold repeating batches that `distinct_batches` prices (asked only
+        where devices are not independent; `sim.engines.choice` decides the engine from both)."""
+        return False
+
     def shape_keys(self, rng: np.random.Generator, count: int) -> np.ndarray | None:
         """One key per batch shape of `count` consecutive batches of one device, for the first-sight cost
         (`sim.shapes`); None where every batch has the same shape (packs, fixed rows)."""
@@ -282,10 +288,10 @@ class BatchSource:
         """One device's batch as items drawn independently (plans with independent devices only)."""
         raise NotImplementedError
 
-    def distinct_batches(self, devices: list[int]) -> dict[int, StepAggregates] | None:
-        """Step aggregates of each cluster size priced from its distinct batches only, for plans whose
-        devices are coupled but whose batches repeat (None: simulate every device)."""
-        return None
+    def distinct_batches(self, devices: list[int]) -> dict[int, StepAggregates]:
+        """Step aggregates of each cluster size priced from its distinct batches only (plans for which
+        `prices_distinct_batches` holds)."""
+        raise NotImplementedError
 
     def timing(self, devices: int, allreduce_seconds: float, simpy: bool) -> StepTiming:
         return StepTiming()

@@ -158,6 +158,10 @@ class LengthGroupedSource(BatchSource):
         return sequences_per_batch(histogram, batch_size, histogram.max_length)
 
     @staticmethod
+    def prices_distinct_batches(plan: ExecutionPlan) -> bool:
+        return True  # whole megabatches are i.i.d.: priced per megabatch
+
+    @staticmethod
     def largest_microbatch_tokens(plan, histogram, batch_size):
         """Its rows are as many as fill batch_size x max_length at the mean length; the batch that holds the
         longest sequences pads them all to it (HF's group_by_length puts that megabatch first to fail early)."""

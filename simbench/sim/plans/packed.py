@@ -65,6 +65,10 @@ class PackingSource(BatchSource):
         # Sorted batching hands out consecutive batches; with outlier delay a step's devices share its kind.
         return plan.mode is not ExecutionMode.SORTED and not plan.outlier_delay
 
+    @staticmethod
+    def prices_distinct_batches(plan: ExecutionPlan) -> bool:
+        return plan.mode is ExecutionMode.SORTED  # consecutive batches of the sorted packs repeat in runs
+
     def chunk(self, steps, devices):
         largest, settings = devices[-1], self.settings
         picks = self.sampler.picks(self.rng, steps, largest, settings.batch_size)
@@ -76,8 +80,6 @@ class PackingSource(BatchSource):
                           self._price_items)
 
     def distinct_batches(self, devices):
-        if self.plan.mode is not ExecutionMode.SORTED:
-            return None
         windows = SortedWindows(self.sampler, self.settings.cost_model, self.settings.batch_size)
         first = windows.first_batches(self.rng, self.settings.steps)
         return {size: windows.aggregates(first, size) for size in devices}

@@ -70,6 +70,10 @@ class UnpadSource(SequenceSource):
         return plan.exchange is Exchange.NONE  # the exchange deals one global batch
 
     @staticmethod
+    def prices_distinct_batches(plan: ExecutionPlan) -> bool:
+        return plan.exchange is not Exchange.NONE  # devices between two length boundaries hold equal batches
+
+    @staticmethod
     def distinct_rows_per_step(plan, histogram, batch_size, devices):
         if plan.exchange is Exchange.NONE:
             return 0
@@ -91,8 +95,6 @@ class UnpadSource(SequenceSource):
                 for size in devices}
 
     def distinct_batches(self, devices):
-        if self.plan.exchange is Exchange.NONE:
-            return None
         settings = self.settings
         key = ("exchange", self.random_stream(self.plan), self.purpose, tuple(devices))
         if key not in settings.priced_steps:

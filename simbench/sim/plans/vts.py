@@ -42,6 +42,10 @@ class VtsSource(SequenceSource):
     def independent_devices(plan: ExecutionPlan) -> bool:
         return not plan.bucket_window  # bucketing ties a device's steps together
 
+    @staticmethod
+    def prices_distinct_batches(plan: ExecutionPlan) -> bool:
+        return bool(plan.bucket_window)  # a sorted window dealt round-robin repeats its batches
+
     def price_items(self, items):
         return vts.price_vts(self.settings.cost_model, self.sampler.lengths[items][None], self.plan.stages)
 
@@ -78,8 +82,6 @@ class VtsSource(SequenceSource):
     def distinct_batches(self, devices):
         """Bucketed batches repeat across devices (a global batch dealt out): each step priced from its distinct
         ones, so a cluster of 2^20 devices costs about what one of a few thousand does."""
-        if not self.plan.bucket_window:
-            return None
         settings = self.settings
         probabilities = settings.histogram.counts / settings.histogram.counts.sum()
         return {size: bucketed_vts_aggregates(probabilities, settings.histogram.lengths, size, settings.batch_size,
