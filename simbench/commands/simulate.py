@@ -11,6 +11,7 @@ import typer
 
 from simbench.commands.common import (QUIET_HELP, command, parse_counts, parse_strategies, print_json_lines,
                                       print_table, progress_bar, say, stage_lines)
+from simbench.sim.engines.choice import ENGINES
 from simbench.sim.memory_fit import DEFAULT_MEMORY_POLICY
 from simbench.validation import (DEFAULT_BATCH_SIZE, DEFAULT_COST_MODEL, DEFAULT_DEVICES, DEFAULT_ENGINE,
                                  DEFAULT_GPUS_PER_REPLICA, DEFAULT_HARDWARE, DEFAULT_MODEL, DEFAULT_SEED,
@@ -46,7 +47,7 @@ def simulate(
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="rows (packs or sequences) per device per step"),
     steps: int = typer.Option(DEFAULT_STEPS, "--steps", help="training steps simulated per (strategy, devices)"),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="seed of every random draw"),
-    engine: str = typer.Option(DEFAULT_ENGINE, "--engine", help="auto, simpy or vectorized"),
+    engine: str = typer.Option(DEFAULT_ENGINE, "--engine", help=", ".join(ENGINES)),
     shapes: str = typer.Option(DEFAULT_SHAPES, "--shapes", help="which steps pay a new batch shape's first-sight cost: "
                                "new, seen or auto (the average over --training-steps)"),
     training_steps: int = typer.Option(DEFAULT_TRAINING_STEPS, "--training-steps", help="steps of the training run simulated"),

@@ -28,7 +28,8 @@ class SimulationResult:
 
     summary: one row per (strategy, devices): speedup (real tokens/s over `reference`: the baseline at the
         same devices, or for VTS the same pipeline with padded samples), tokens_per_s, sequences_per_s,
-        step_seconds_mean, step_seconds_p99, engine ("simpy" or "vectorized"), the BREAKDOWN_COLUMNS
+        step_seconds_mean, step_seconds_p99, engine ("simpy", "vectorized" or "order-statistics":
+        `sim.engines.choice.Engine.column`), the BREAKDOWN_COLUMNS
         (seconds per step, adding up to step_seconds_mean), hidden_sync_seconds (the gradients' sync the
         steps hid under their backward and forward, outside the breakdown), steps, packer, max_depth, mode.
     traces: one row per (strategy, devices, step): step_seconds, slowest_device_seconds,
