@@ -22,6 +22,13 @@ def test_ratio_targets_ignore_the_load():
     assert "1.25x its reference" in bench.missed_target(info, 1.25, 5.0)
 
 
+def test_a_paired_ratio_is_held_in_place_of_the_fastest_rounds():
+    info = {"target_ratio": 1.2, "reference_seconds": 1.0, "paired_ratio": 0.9}
+    assert bench.missed_target(info, 1.3, 1.0) is None  # the fastest rounds' 1.3x is not what is held
+    assert "1.25x its reference (median of paired rounds)" in bench.missed_target({**info, "paired_ratio": 1.25},
+                                                                                   1.0, 1.0)
+
+
 def test_floor_targets():
     info = {"target_at_least": 0.85, "measured_value": 0.80, "measured": "parallel efficiency"}
     assert "parallel efficiency 0.800" in bench.missed_target(info, 1.0, 1.0)
