@@ -1,7 +1,8 @@
 """Third-party code under guard: a plug-in strategy's packing is made in a child process, killed when it has
 not returned after SIMBENCH_PLUGIN_TIMEOUT seconds, and a plug-in's import is tried in a child first, then
 made here; any exception it raises (SystemExit and KeyboardInterrupt included) is reported as that
-plug-in's failure.
+plug-in's failure. A plug-in cost model's or plan's calls, many a run, are made here and interrupted when
+late (`in_time`).
 
     >>> from simbench.plugins import guarded
     >>> guarded("the demo plug-in", sum, [1, 2], timeout=5)
@@ -17,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -130,6 +132,65 @@ def guarded_here(what: str, function: Callable, *arguments, timeout: float):
     if error is not None:
         raise PluginFailure(f"{what} failed: {type(error).__name__}: {error}", error) from None
     return outcome["value"]
+
+
+# How often a late plug-in call is interrupted again after its timeout, in case it swallowed the first error.
+REPEAT_INTERRUPT_SECONDS = 1.0
+# The plug-in call under way in this process's main thread, (what, timeout), for the alarm's message, then one
+# entry per interruption; empty when none is.
+_UNDER_WAY: list[tuple[str, float]] = []
+
+
+def in_time(what: str, function: Callable, *arguments, timeout: float):
+    """`function(*arguments)`, called here: for a plug-in's code that runs many times a command (a cost model
+    prices every chunk of steps), where a process per call would cost more than many calls. In the main thread a
+    real-time interval timer (SIGALRM, two system calls a call) interrupts a call that has not returned after
+    `timeout` seconds, and again every REPEAT_INTERRUPT_SECONDS (a plug-in that swallows the error is stopped
+    anyway): the PluginTimeout ends the command as any error does, its writes undone and its processes ended.
+    In another thread (a Dask worker's: signals reach only the main thread) it runs as `guarded_here`. A call
+    made within one under way (a plug-in plan's chunk pricing with a plug-in cost model) runs under the outer
+    one's timer. What it raises is named as `what`'s failure (an InputError and a Ctrl-C pass as they are)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        return guarded_here(what, function, *arguments, timeout=timeout)
+    if _UNDER_WAY:
+        return function(*arguments)
+    previous = signal.signal(signal.SIGALRM, _interrupt_late_call)
+    _UNDER_WAY.append((what, timeout))
+    signal.setitimer(signal.ITIMER_REAL, timeout, REPEAT_INTERRUPT_SECONDS)
+    try:
+        return function(*arguments)
+    except (InputError, KeyboardInterrupt):
+        raise
+    except _StillLate:
+        raise PluginTimeout(_late(what, timeout, "was stopped")) from None
+    except BaseException as error:  # noqa: BLE001 - SystemExit included: the plug-in's, not ours
+        raise PluginFailure(f"{what} failed: {type(error).__name__}: {error}", error) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _UNDER_WAY.clear()
+        signal.signal(signal.SIGALRM, previous)
+
+
+class _StillLate(BaseException):
+    """Raised into a late call that caught its PluginTimeout and went on: `except Exception` does not catch it."""
+
+
+def _interrupt_late_call(signum, frame) -> None:
+    """At the timeout a PluginTimeout; a second later, where the call caught it, one that `except Exception`
+    lets through; a second after that, where even that was caught, the error line and exit status 2 at once (its
+    writes are left staged, as by a killed command, for the next command to sweep)."""
+    if not _UNDER_WAY:  # an alarm already on its way when the call returned finds nothing to stop
+        return
+    what, timeout = _UNDER_WAY[0]
+    _UNDER_WAY.append(("interrupted", timeout))
+    interruptions = len(_UNDER_WAY) - 1
+    if interruptions == 1:
+        raise PluginTimeout(_late(what, timeout, "was stopped"))
+    if interruptions == 2:
+        raise _StillLate()
+    sys.stderr.write(f"error: {_late(what, timeout, 'was stopped')}\n")
+    sys.stderr.flush()
+    os._exit(2)
 
 
 def _late(what: str, timeout: float, fate: str) -> str:

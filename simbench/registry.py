@@ -68,6 +68,10 @@ class Registry(Generic[Item]):
                              f"known {self.plural}: {', '.join(self.names())}")
         return item
 
+    def is_builtin(self, item: Item) -> bool:
+        """Whether `item` comes from one of the built-in modules (else a plug-in's, or registered by hand)."""
+        return self.module_of(item) in self.builtin_modules
+
     def available(self) -> dict[str, Item]:
         """Every item by name, plug-ins loaded (a broken plug-in is an InputError naming it)."""
         self._load_builtins()

@@ -260,10 +260,24 @@ def _cost_model(name: str, model: ModelSpec, hardware: HardwareProfile, gpus_per
     """The registry's cost model (a plug-in's given `CostModel`'s defaults, `as_cost_model`); with a layout, one
     GPU's, priced as a 4D replica by `ReplicaCostModel`."""
     if layout is None:
-        return as_cost_model(COST_MODELS.get(name).build(model, hardware, gpus_per_replica))
+        return _built(name, model, hardware, gpus_per_replica)
     from simbench.sim.replica import ReplicaCostModel
 
-    return ReplicaCostModel(COST_MODELS.get(name).build(model, hardware, 1), layout)
+    return ReplicaCostModel(_built(name, model, hardware, 1), layout)
+
+
+def _built(name: str, model: ModelSpec, hardware: HardwareProfile, gpus_per_replica: int) -> CostModel:
+    """The registry's cost model `name`; a plug-in's built, and then called, where a late call can be stopped."""
+    cost_model_type = COST_MODELS.get(name)
+    if COST_MODELS.is_builtin(cost_model_type):
+        return as_cost_model(cost_model_type.build(model, hardware, gpus_per_replica))
+    from simbench.costmodels.base import StoppableCostModel
+    from simbench.plugins import CALL_TIMEOUT_SECONDS, in_time, timeout_seconds
+
+    what = f"the plug-in cost model {name!r}"
+    built = in_time(what, cost_model_type.build, model, hardware, gpus_per_replica,
+                    timeout=timeout_seconds(CALL_TIMEOUT_SECONDS))
+    return StoppableCostModel(as_cost_model(built), what)
 
 
 def scenario_cost_model(scenario: Scenario):

@@ -306,6 +306,62 @@ class PluginCostModel(CostModel):
         return self.hardware.unpadded_noise_cv if self.hardware is not None else super().unpadded_noise_cv
 
 
+class StoppableCostModel(CostModelWrapper):
+    """A plug-in's cost model whose every member runs under `simbench.plugins.in_time`: one that does not
+    answer within SIMBENCH_PLUGIN_TIMEOUT is interrupted and named (`what`), ending the command. Built-in models
+    are never wrapped: their calls cost what they did."""
+
+    def __init__(self, cost_model: CostModel, what: str):
+        super().__init__(cost_model)
+        self.what = what
+
+    def _in_time(self, member: str, answer):
+        from simbench.plugins import CALL_TIMEOUT_SECONDS, in_time, timeout_seconds
+
+        return in_time(f"{self.what} ({member})", answer, timeout=timeout_seconds(CALL_TIMEOUT_SECONDS))
+
+    def step_costs(self, batches: BatchSet, mode: ExecutionMode) -> StepCosts:
+        return self._in_time("step_costs", lambda: self.cost_model.step_costs(batches, mode))
+
+    def allreduce_seconds(self, devices: int) -> float:
+        return self._in_time("allreduce_seconds", lambda: self.cost_model.allreduce_seconds(devices))
+
+    def gradient_sync(self, devices: int) -> object | None:
+        return self._in_time("gradient_sync", lambda: self.cost_model.gradient_sync(devices))
+
+    def ideal_sequence_seconds(self, sequence_lengths: np.ndarray) -> np.ndarray | None:
+        return self._in_time("ideal_sequence_seconds", lambda: self.cost_model.ideal_sequence_seconds(sequence_lengths))
+
+    def first_sight_seconds(self, mode: ExecutionMode) -> float:
+        return self._in_time("first_sight_seconds", lambda: self.cost_model.first_sight_seconds(mode))
+
+    def vts_stage_seconds(self, sequence_lengths: np.ndarray, stages: int) -> np.ndarray:
+        return self._in_time("vts_stage_seconds", lambda: self.cost_model.vts_stage_seconds(sequence_lengths, stages))
+
+    def vts_pipeline_stages(self) -> int | None:
+        return self._in_time("vts_pipeline_stages", lambda: self.cost_model.vts_pipeline_stages())
+
+    @property
+    def vts_buffer_samples(self) -> int:
+        return self._in_time("vts_buffer_samples", lambda: self.cost_model.vts_buffer_samples)
+
+    @property
+    def attention_parity_tokens(self) -> float | None:
+        return self._in_time("attention_parity_tokens", lambda: self.cost_model.attention_parity_tokens)
+
+    @property
+    def fixed_step_seconds(self) -> float:
+        return self._in_time("fixed_step_seconds", lambda: self.cost_model.fixed_step_seconds)
+
+    @property
+    def allreduce_latency_seconds(self) -> float | None:
+        return self._in_time("allreduce_latency_seconds", lambda: self.cost_model.allreduce_latency_seconds)
+
+    @property
+    def unpadded_noise_cv(self) -> float:
+        return self._in_time("unpadded_noise_cv", lambda: self.cost_model.unpadded_noise_cv)
+
+
 def as_cost_model(cost_model) -> CostModel:
     """`cost_model` itself when it subclasses `CostModel`, else a `PluginCostModel` of it: where a cost model
     comes in from outside (the registry builds one, `simulate` is handed one)."""

@@ -358,7 +358,35 @@ def _parameter_model(plan_class: type[PlanType]) -> type:
 
 
 def _register_source(name: str, plan_type: PlanType) -> None:
-    BATCH_SOURCES.register(plan_type.source.kind, plan_type.source)
+    source = plan_type.source
+    if not PLANS.is_builtin(plan_type):
+        source = _stoppable_source(source, f"the plug-in strategy {name!r}")
+    BATCH_SOURCES.register(source.kind, source)
+
+
+def _stoppable_source(source: type[BatchSource], what: str) -> type[BatchSource]:
+    """A plug-in's batch source whose own methods (those it overrides) run under `simbench.plugins.in_time`: a
+    call that does not return within SIMBENCH_PLUGIN_TIMEOUT is interrupted and named, ending the command. What it
+    inherits is simbench's and runs as it is (`distinct_batches` stays BatchSource's where the plug-in has none)."""
+    import inspect
+
+    from simbench.plugins import CALL_TIMEOUT_SECONDS, in_time, timeout_seconds
+
+    def stoppable(name: str, member):
+        function = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+
+        def call(*arguments, **keywords):
+            return in_time(f"{what} ({name})", lambda: function(*arguments, **keywords),
+                           timeout=timeout_seconds(CALL_TIMEOUT_SECONDS))
+
+        return type(member)(call) if isinstance(member, (staticmethod, classmethod)) else call
+
+    own = {name: inspect.getattr_static(source, name) for name, member in vars(BatchSource).items()
+           if (name == "__init__" or not name.startswith("_")) and callable(getattr(BatchSource, name))
+           and not isinstance(member, property) and inspect.getattr_static(source, name) is not member}
+    members = {name: stoppable(name, member) for name, member in own.items()}
+    return type(source.__name__, (source,), {**members, "__module__": source.__module__,
+                                            "__qualname__": source.__qualname__})
 
 
 BATCH_SOURCES: Registry[type[BatchSource]] = Registry("batch source", builtin_modules=BUILTIN_PLAN_MODULES)
@@ -409,7 +437,13 @@ def plan_from_fields(fields: Mapping[str, Any]) -> ExecutionPlan:
     """The plan a mapping describes: `name` and the plan's parameters (None: the plan's default)."""
     parameters = {key: value for key, value in fields.items() if key != "name" and value is not None}
     found = plan_type(fields["name"])
-    return found.build(found.check_parameters(parameters))
+    checked = found.check_parameters(parameters)
+    if PLANS.is_builtin(found):  # a packer's plan included
+        return found.build(checked)
+    from simbench.plugins import CALL_TIMEOUT_SECONDS, in_time, timeout_seconds
+
+    return in_time(f"the plug-in strategy {found.name!r} (build)", found.build, checked,
+                   timeout=timeout_seconds(CALL_TIMEOUT_SECONDS))
 
 
 def parse_plan(text: str) -> ExecutionPlan:

@@ -1,0 +1,188 @@
+"""A plug-in cost model's and plan's calls, made many times a run, are interrupted when they overrun: one that
+sleeps or loops ends `simbench run` and `simulate` within SIMBENCH_PLUGIN_TIMEOUT with one line and exit
+status 2, writes no report and leaves no process behind; one that raises is named with what it raised; a
+well-behaved one prices as before."""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+psutil = pytest.importorskip("psutil")
+
+HANG_SECONDS = 60  # catches a command that never ends, never a slow machine
+PLUGIN = """
+import time
+
+import numpy as np
+from simbench.costmodels import CostModelType, StepCosts
+from simbench.sim.batching import unpadded_batches
+from simbench.sim.plans import BatchSource, ExecutionPlan, PlanType
+from simbench.costmodels.base import ExecutionMode
+from simbench.sim.pricing import price_batches
+
+
+class Flat:
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+
+    def step_costs(self, batches, mode):
+        if self.behaviour == "sleeps":
+            time.sleep(3600)
+        if self.behaviour == "loops":
+            while True:
+                try:
+                    while True:
+                        pass
+                except Exception:  # swallows the first interruption, and loops again
+                    pass
+        if self.behaviour == "swallows":
+            while True:
+                try:
+                    time.sleep(3600)
+                except BaseException:  # swallows every interruption
+                    pass
+        if self.behaviour == "raises":
+            raise ValueError("no prices today")
+        zeros = np.zeros(batches.batches)
+        return StepCosts(np.full(batches.batches, 0.25), zeros, zeros)
+
+    def allreduce_seconds(self, devices):
+        return 0.0
+
+
+def flat(behaviour):
+    return CostModelType(behaviour, behaviour, lambda model, hardware, gpus: Flat(behaviour))
+
+
+FLAT, SLEEPS, LOOPS, SWALLOWS, RAISES = map(flat, ("flat", "sleeps", "loops", "swallows", "raises"))
+
+
+class SleepingSource(BatchSource):
+    kind = "sleeping"
+
+    def chunk(self, steps, devices):
+        time.sleep(3600)
+
+
+class Sleeping(PlanType):
+    def build(self, parameters):
+        return ExecutionPlan(self.name, SleepingSource.kind, ExecutionMode.UNPADDED)
+
+
+SLEEPING = Sleeping("sleeping", "sleeps when asked for batches", SleepingSource)
+"""
+ENTRY_POINTS = ("[simbench.costmodels]\n"
+                + "".join(f"{name} = stuck_plugin:{name.upper()}\n" for name in ("flat", "sleeps", "loops", "swallows",
+                                                                                   "raises"))
+                + "[simbench.plans]\nsleeping = stuck_plugin:SLEEPING\n")
+SCENARIO = ("name: stuck\ndataset: {{histogram: squad_1_1_384}}\ncost_model: {cost_model}\ndevices: [1, 2]\nsteps: 4\n"
+            "batch_size: 4\noutputs: {{lp_bounds: false}}\nstrategies: [{strategy}]\n")
+
+
+@pytest.fixture
+def installed(tmp_path):
+    """A folder that installs the plug-ins above (a module and its distribution's entry points)."""
+    (tmp_path / "stuck_plugin.py").write_text(PLUGIN)
+    metadata = tmp_path / "stuck_plugin-1.0.dist-info"
+    metadata.mkdir()
+    (metadata / "METADATA").write_text("Metadata-Version: 2.1\nName: stuck-plugin\nVersion: 1.0\n")
+    (metadata / "entry_points.txt").write_text(ENTRY_POINTS)
+    return tmp_path
+
+
+def run_watching_children(folder, *arguments):
+    """(exit status, stdout, stderr, every process the command started while it ran)."""
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment = {**os.environ, "SIMBENCH_PLUGIN_TIMEOUT": "3", "SIMBENCH_WORKERS": "0",
+                   "PYTHONPATH": os.pathsep.join([checkout, str(folder), os.environ.get("PYTHONPATH", "")])}
+    command = subprocess.Popen([sys.executable, "-m", "simbench.cli", *arguments], env=environment, cwd=folder,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    parent, seen = psutil.Process(command.pid), set()
+    deadline = time.monotonic() + HANG_SECONDS
+    while command.poll() is None and time.monotonic() < deadline:
+        try:
+            seen.update(parent.children(recursive=True))
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    if command.poll() is None:
+        command.kill()
+    stdout, stderr = command.communicate()
+    assert time.monotonic() < deadline, f"{arguments}: no answer within {HANG_SECONDS} s"
+    time.sleep(1)
+    left = [process for process in seen if process.is_running() and process.status() != psutil.STATUS_ZOMBIE]
+    for process in left:
+        process.kill()
+    assert not left, [process.cmdline() for process in left]
+    return command.returncode, stdout, stderr
+
+
+def one_line(stderr: str) -> str:
+    """The command's one error line (progress lines before it are the run's own)."""
+    errors = [line for line in stderr.splitlines() if not line.startswith("[")]
+    assert "Traceback" not in stderr and len(errors) == 1 and errors[0].startswith("error: "), stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize("cost_model, strategy, named", [
+    ("sleeps", "unpad", "the plug-in cost model 'sleeps' (step_costs)"),
+    ("loops", "unpad", "the plug-in cost model 'loops' (step_costs)"),
+    ("flat", "sleeping", "the plug-in strategy 'sleeping' (chunk)"),
+])
+def test_a_stuck_plugin_call_ends_run_within_its_timeout_and_writes_no_report(installed, cost_model, strategy, named):
+    (installed / "s.yaml").write_text(SCENARIO.format(cost_model=cost_model, strategy=strategy))
+    status, _, stderr = run_watching_children(installed, "run", "s.yaml", "--out", "report")
+    assert status == 2, stderr
+    assert f"{named} did not return within 3 s and was stopped" in one_line(stderr)
+    assert not (installed / "report").exists()
+    assert not [path.name for path in installed.iterdir() if "report" in path.name]  # nor a staging folder
+
+
+def test_a_plugin_call_that_swallows_every_interruption_still_ends_the_command(installed):
+    """The last resort: the error line and exit status 2 at once, two interruptions after the timeout."""
+    (installed / "s.yaml").write_text(SCENARIO.format(cost_model="swallows", strategy="unpad"))
+    status, _, stderr = run_watching_children(installed, "run", "s.yaml", "--out", "report")
+    assert status == 2, stderr
+    assert "the plug-in cost model 'swallows' (step_costs) did not return within 3 s" in one_line(stderr)
+    assert not (installed / "report").exists()
+
+
+def test_a_stuck_plugin_plan_ends_simulate_within_its_timeout(installed):
+    status, stdout, stderr = run_watching_children(installed, "simulate", "squad_1_1_384", "-s", "sleeping",
+                                                   "--devices", "1", "--steps", "4")
+    assert status == 2 and stdout == "", stderr
+    assert "the plug-in strategy 'sleeping' (chunk) did not return within 3 s and was stopped" in one_line(stderr)
+
+
+def test_a_plugin_cost_model_that_raises_is_named_with_what_it_raised(installed):
+    (installed / "s.yaml").write_text(SCENARIO.format(cost_model="raises", strategy="unpad"))
+    status, _, stderr = run_watching_children(installed, "run", "s.yaml", "--out", "report")
+    assert status == 2, stderr
+    assert "the plug-in cost model 'raises' (step_costs) failed: ValueError: no prices today" in one_line(stderr)
+
+
+def test_a_well_behaved_plugin_cost_model_prices_every_step(installed):
+    (installed / "s.yaml").write_text(SCENARIO.format(cost_model="flat", strategy="unpad"))
+    status, _, stderr = run_watching_children(installed, "run", "s.yaml", "--out", "report")
+    assert status == 0, stderr
+    import pandas as pd
+
+    scaling = pd.read_csv(installed / "report" / "scaling.csv")
+    assert np.allclose(scaling["step_seconds_mean"], 0.25)  # whatever each batch holds
+
+
+def test_the_timer_is_off_after_a_call_and_a_nested_call_runs_under_the_outer_one():
+    import signal
+
+    from simbench.plugins import PluginTimeout, in_time
+
+    handler = signal.getsignal(signal.SIGALRM)
+    assert in_time("outer", lambda: in_time("inner", sum, [1, 2], timeout=0.5) + 1, timeout=5) == 4
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) == handler
+    with pytest.raises(PluginTimeout, match="outer did not return within 0.2 s"):
+        in_time("outer", lambda: in_time("inner", time.sleep, 30, timeout=60), timeout=0.2)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) == handler
