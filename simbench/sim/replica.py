@@ -93,7 +93,8 @@ class ReplicaCostModel(CostModel):
     def __init__(self, gpu_model: TransformerCostModel, layout: ParallelLayout):
         # A replica splits one GPU's attention, launch floor and fixed cost over its GPUs: the transformer's.
         if not isinstance(gpu_model, TransformerCostModel):
-            named = getattr(gpu_model, "cost_model", gpu_model)  # a plug-in's, not its stoppable wrapper
+            # A plug-in's model by its own name, not its stoppable wrapper's.
+            named = gpu_model.cost_model if isinstance(gpu_model, CostModelWrapper) else gpu_model
             raise InputError(f"cost model {type(named).__name__} cannot price a 4D layout; use the transformer "
                              "cost model")
         if gpu_model.gpus_per_replica != 1:
