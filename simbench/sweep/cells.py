@@ -141,6 +141,7 @@ class _CellValidator:
         if memo not in self.own_values:
             single = scenario_from_mapping({**copy.deepcopy(mapping), key: copy.deepcopy(value), "name": name},
                                            _cell_node(self.base_node, written), self.source, self.base_dir)
+            check_scenario(single)
             self.own_values[memo] = getattr(single, key)
         return self.own_values[memo]
 
