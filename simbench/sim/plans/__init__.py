@@ -360,33 +360,10 @@ def _parameter_model(plan_class: type[PlanType]) -> type:
 def _register_source(name: str, plan_type: PlanType) -> None:
     source = plan_type.source
     if not PLANS.is_builtin(plan_type):
-        source = _stoppable_source(source, f"the plug-in strategy {name!r}")
+        from simbench.sim.plans.stoppable import stoppable_source
+
+        source = stoppable_source(source, f"the plug-in strategy {name!r}")
     BATCH_SOURCES.register(source.kind, source)
-
-
-def _stoppable_source(source: type[BatchSource], what: str) -> type[BatchSource]:
-    """A plug-in's batch source whose own methods (those it overrides) run under `simbench.plugins.in_time`: a
-    call that does not return within SIMBENCH_PLUGIN_TIMEOUT is interrupted and named, ending the command. What it
-    inherits is simbench's and runs as it is (`distinct_batches` stays BatchSource's where the plug-in has none)."""
-    import inspect
-
-    from simbench.plugins import CALL_TIMEOUT_SECONDS, in_time, timeout_seconds
-
-    def stoppable(name: str, member):
-        function = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
-
-        def call(*arguments, **keywords):
-            return in_time(f"{what} ({name})", lambda: function(*arguments, **keywords),
-                           timeout=timeout_seconds(CALL_TIMEOUT_SECONDS))
-
-        return type(member)(call) if isinstance(member, (staticmethod, classmethod)) else call
-
-    own = {name: inspect.getattr_static(source, name) for name, member in vars(BatchSource).items()
-           if (name == "__init__" or not name.startswith("_")) and callable(getattr(BatchSource, name))
-           and not isinstance(member, property) and inspect.getattr_static(source, name) is not member}
-    members = {name: stoppable(name, member) for name, member in own.items()}
-    return type(source.__name__, (source,), {**members, "__module__": source.__module__,
-                                            "__qualname__": source.__qualname__})
 
 
 BATCH_SOURCES: Registry[type[BatchSource]] = Registry("batch source", builtin_modules=BUILTIN_PLAN_MODULES)
