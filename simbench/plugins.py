@@ -2,7 +2,8 @@
 not returned after SIMBENCH_PLUGIN_TIMEOUT seconds, and a plug-in's import is tried in a child first, then
 made here; any exception it raises (SystemExit and KeyboardInterrupt included) is reported as that
 plug-in's failure. A plug-in cost model's or plan's calls, many a run, are made here and interrupted when
-late (`in_time`).
+late (`in_time`); one stuck in C code that holds the interpreter's lock, which no interruption reaches, is
+ended with its command by a watchdog process (`_Watchdog`).
 
     >>> from simbench.plugins import guarded
     >>> guarded("the demo plug-in", sum, [1, 2], timeout=5)
@@ -15,12 +16,17 @@ late (`in_time`).
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 import os
 import pickle
 import signal
+import struct
+import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -149,13 +155,16 @@ def in_time(what: str, function: Callable, *arguments, timeout: float):
     anyway): the PluginTimeout ends the command as any error does, its writes undone and its processes ended.
     In another thread (a Dask worker's: signals reach only the main thread) it runs as `guarded_here`. A call
     made within one under way (a plug-in plan's chunk pricing with a plug-in cost model) runs under the outer
-    one's timer. What it raises is named as `what`'s failure (an InputError and a Ctrl-C pass as they are)."""
+    one's timer. What it raises is named as `what`'s failure (an InputError and a Ctrl-C pass as they are). A call
+    that the timer cannot reach (stuck in C code that holds the interpreter's lock: no Python signal handler runs)
+    is ended with the whole command by `_Watchdog`, WATCHDOG_GRACE_SECONDS after its timeout."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         return guarded_here(what, function, *arguments, timeout=timeout)
     if _UNDER_WAY:
         return function(*arguments)
     previous = signal.signal(signal.SIGALRM, _interrupt_late_call)
     _UNDER_WAY.append((what, timeout))
+    _Watchdog.arm(what, timeout)
     signal.setitimer(signal.ITIMER_REAL, timeout, REPEAT_INTERRUPT_SECONDS)
     try:
         return function(*arguments)
@@ -167,6 +176,7 @@ def in_time(what: str, function: Callable, *arguments, timeout: float):
         raise PluginFailure(f"{what} failed: {type(error).__name__}: {error}", error) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+        _Watchdog.disarm()
         _UNDER_WAY.clear()
         signal.signal(signal.SIGALRM, previous)
 
@@ -191,6 +201,81 @@ def _interrupt_late_call(signum, frame) -> None:
     sys.stderr.write(f"error: {_late(what, timeout, 'was stopped')}\n")
     sys.stderr.flush()
     os._exit(2)
+
+
+# The timer's last resort ends a late call 2 interruptions (2 s) after its timeout; the watchdog acts only where
+# that could not run, a second later.
+WATCHDOG_GRACE_SECONDS = 2 * REPEAT_INTERRUPT_SECONDS + 1.0
+# How often the watchdog looks at the deadline of the call under way.
+WATCHDOG_POLL_SECONDS = 0.1
+# The watchdog's shared page: the deadline of the call under way (CLOCK_MONOTONIC seconds, 0 when none is), the
+# length of the error line, the line itself.
+_DEADLINE = struct.Struct("d")
+_LENGTH = struct.Struct("i")
+_PAGE_BYTES = 4096
+_LINE_BYTES = _PAGE_BYTES - _DEADLINE.size - _LENGTH.size
+# The watchdog itself: a bare interpreter (-I -S: no site packages, a few milliseconds to start) that ends the
+# command (SIGKILL: no handler of its own could run while the lock is held) when the same deadline is past at two
+# looks in a row (a deadline half written is never acted on), writes the error line to the command's stderr,
+# and ends when the command does.
+_WATCHDOG_SOURCE = """
+import mmap, os, signal, struct, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's to report; this ends with it
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGINT}})
+descriptor, parent, poll = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+page = mmap.mmap(descriptor, {page}, access=mmap.ACCESS_READ)
+seen = 0.0
+while os.getppid() == parent:
+    deadline = struct.unpack_from("d", page, 0)[0]
+    if deadline and deadline == seen and time.monotonic() > deadline:
+        length = struct.unpack_from("i", page, {offset})[0]
+        os.kill(parent, signal.SIGKILL)
+        os.write(2, page[{line}:{line} + length])
+        break
+    seen = deadline
+    time.sleep(poll)
+""".format(page=_PAGE_BYTES, offset=_DEADLINE.size, line=_DEADLINE.size + _LENGTH.size)
+
+
+class _Watchdog:
+    """The last resort for a plug-in call that no signal handler can stop: a process of its own, started at a
+    command's first plug-in call, reads the deadline each call writes to a shared page (two stores, about a
+    microsecond: a thread per call, as faulthandler's watchdog starts, costs hundreds) and kills the command
+    once the deadline is past, after writing the call's error line to its stderr. The command then exits by
+    SIGKILL (status 137 in a shell), its writes left staged as by any killed command, for the next to sweep."""
+
+    page: mmap.mmap | None = None
+    call: tuple[str, float] = ("", 0.0)  # the call whose error line the page holds
+    process: subprocess.Popen | None = None
+    pid: int = 0  # the process the watchdog watches (a forked child starts its own)
+
+    @classmethod
+    def arm(cls, what: str, timeout: float) -> None:
+        if cls.pid != os.getpid():
+            cls._start()
+        if (what, timeout) != cls.call:  # the line is written once for each plug-in member a command calls
+            fate = "could not be stopped (it holds the interpreter, in C code): the command was ended"
+            data = f"error: {_late(what, timeout, fate)}\n".encode()[:_LINE_BYTES]
+            cls.page[_DEADLINE.size + _LENGTH.size:_DEADLINE.size + _LENGTH.size + len(data)] = data
+            _LENGTH.pack_into(cls.page, _DEADLINE.size, len(data))
+            cls.call = (what, timeout)
+        _DEADLINE.pack_into(cls.page, 0, time.monotonic() + timeout + WATCHDOG_GRACE_SECONDS)
+
+    @classmethod
+    def disarm(cls) -> None:
+        _DEADLINE.pack_into(cls.page, 0, 0.0)
+
+    @classmethod
+    def _start(cls) -> None:
+        backing = tempfile.TemporaryFile()  # unlinked: gone with the last process that holds it
+        backing.truncate(_PAGE_BYTES)
+        cls.page, cls.call, cls.pid = mmap.mmap(backing.fileno(), _PAGE_BYTES), ("", 0.0), os.getpid()
+        with sigint_held():  # started with SIGINT blocked: a Ctrl-C meanwhile cannot print its traceback
+            cls.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _WATCHDOG_SOURCE, str(backing.fileno()), str(cls.pid),
+                 str(WATCHDOG_POLL_SECONDS)], pass_fds=[backing.fileno()], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL)
+        backing.close()
 
 
 def _late(what: str, timeout: float, fate: str) -> str:

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from simbench.calibrate.grid_timings import SHIPPED_GRID
 from simbench.cli import app
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
@@ -87,6 +88,26 @@ GZIP_8_GIB_ONE_LINE = gzip.compress(b"a" * 2**20, 9) * 8192
 CORRUPT_PARQUET = corrupt_parquet()
 NPY_LENGTHS = npy(np.array([5, 7, 3], dtype=np.int64))
 SWEEP_RUN = ["sweep", "{d}/w.yaml", "--out", "{d}/out", "--workers", "0"]
+SHIPPED_GRID_LINES = SHIPPED_GRID.read_text().splitlines()
+CALIBRATE_TIMINGS = ["calibrate", "--timings", "{d}/g.jsonl", "-o", "{d}/p.yaml"]
+
+
+def grid_with(**fields) -> str:
+    """The shipped timing grid and, as its line 55, its first line with these fields changed."""
+    record = {**json.loads(SHIPPED_GRID_LINES[0]), **fields}
+    return "\n".join(SHIPPED_GRID_LINES) + "\n" + json.dumps(record) + "\n"
+
+
+def grid_times(scale: float | None = None, value: float | None = None) -> str:
+    """The shipped timing grid with every time multiplied by `scale`, or set to `value`."""
+    lines = []
+    for text in SHIPPED_GRID_LINES:
+        record = json.loads(text)
+        for key in ("first_ms", "median_ms", "p25_ms", "p75_ms"):
+            record[key] = value if value is not None else record[key] * scale
+        lines.append(json.dumps(record))
+    return "\n".join(lines) + "\n"
+
 SWEEP_ONE_CELL = "base:\n" + "".join(f"  {line}\n" for line in SCENARIO.splitlines()[1:]) + "axes: {seed: [1]}\n"
 
 
@@ -458,6 +479,36 @@ CASES = [
                                                                      "axes: {parallel.zero_stage: [1, true]}")},
      ["sweep", "{d}/w.yaml", "--dry-run"], "cell 1 (parallel.zero_stage=True)"),
     ("measure-one-repeat", {}, ["measure", "squad_1_1_384", "--repeats", "1"], "--repeats must be at least 2"),
+    # Timing grids: each line's work bounded before any, no fit without distinct shapes, times a step can take
+    ("calibrate-timings-16m-rows", {"g.jsonl": grid_with(model="tiny", layers=1, rows=2**24, row_length=128,
+                                                          tokens=2**31)}, CALIBRATE_TIMINGS,
+     "g.jsonl:55: rows x row_length x layers x model width"),
+    ("calibrate-timings-405b-every-field-at-its-bound", {"g.jsonl": grid_with(
+        model="llama-3.1-405b", layers=2**24, rows=2**24, row_length=2**24, tokens=2**48, first_ms=9.9e6,
+        median_ms=9.9e6)}, CALIBRATE_TIMINGS, "g.jsonl:55: rows x row_length x layers x model width"),
+    ("calibrate-timings-varlen-2-20-documents", {"g.jsonl": grid_with(
+        model="tiny", layers=1, kind="varlen", rows=1, row_length=2**20, documents=[1] * 2**20, tokens=2**20)},
+     CALIBRATE_TIMINGS, "g.jsonl:55: 1,048,576 documents in one timing, more than 4,096"),
+    ("calibrate-timings-one-line-60-times", {"g.jsonl": (SHIPPED_GRID_LINES[0] + "\n") * 60}, CALIBRATE_TIMINGS,
+     "1 distinct shapes to fit"),
+    ("calibrate-timings-every-time-1e-300", {"g.jsonl": grid_times(value=1e-300)}, CALIBRATE_TIMINGS,
+     "g.jsonl:1: first_ms must be a time in milliseconds"),
+    ("calibrate-timings-scaled-1e-12", {"g.jsonl": grid_times(scale=1e-12)}, CALIBRATE_TIMINGS,
+     "g.jsonl:1: first_ms must be a time in milliseconds"),
+    ("calibrate-timings-integer-of-5000-digits", {"g.jsonl": grid_with(rows="ROWS").replace(
+        '"ROWS"', "9" * 5000)}, CALIBRATE_TIMINGS,
+     "g.jsonl:55: an integer of 5,000 characters"),
+    ("fit-logs-gzip-200mib-of-lines", {"log.txt.gz": gzip.compress(b"0: hello\n" * (2**20 // 9), 9) * 200},
+     ["fit-logs", "{d}/log.txt.gz"], "log.txt.gz: the MLPerf log holds more than 64 MiB (after decompression)"),
+    ("measure-profile-calibration-timings-not-records",
+     {"p.yaml": "name: x\nsource: y\nlinear_flops_per_s: 1e12\nattention_flops_per_s: 1e12\n"
+                "calibration: {timings: [1, 2, 3]}\n"}, ["measure", "squad_1_1_384", "--profile", "{d}/p.yaml"],
+     "`calibration`: `timings[0]` must be a timing record"),
+    ("yaml-zero-stage-bool-run", {"s.yaml": scenario_with("parallel: {zero_stage: true}\n")},
+     ["run", "{d}/s.yaml", "--out", "{d}/out"], "s.yaml:6: parallel.zero_stage"),
+    ("run-dp-beyond-the-devices-bound", {"s.yaml": SCENARIO.replace("devices: [1]\n", "")
+                                         + "parallel: {dp: 1099511627776}\n"},
+     ["run", "{d}/s.yaml", "--out", "{d}/out"], "s.yaml:5: parallel.dp"),
 ]
 
 
@@ -626,3 +677,30 @@ def test_fuzzed_json_histograms_never_raise_anything_but_input_errors(data):
                      lambda value: yaml.safe_dump(value))))
 def test_fuzzed_scenarios_never_raise_anything_but_input_errors(text):
     read_or_refuse(load_scenarios, ".yaml", text.encode())
+
+
+@pytest.mark.parametrize("argv", [
+    ["calibrate", "--timings", "{d}/g.jsonl", "-o", "{d}/ro/p.yaml"],
+    ["calibrate", "--grid", "--device", "cpu", "-o", "{d}/ro/p.yaml"],
+    ["sweep", "{d}/w.yaml", "--out", "{d}/ro/out", "--workers", "0"],
+    ["run", "{d}/s.yaml", "--out", "{d}/ro/out"],
+    ["fit-logs", "{d}/log.csv", "-o", "{d}/ro/p.yaml"],
+], ids=["calibrate-timings", "calibrate-grid", "sweep", "run", "fit-logs"])
+def test_a_read_only_output_folder_is_refused_before_any_work(tmp_path, monkeypatch, argv):
+    """Refused at once (`calibrate --grid` before timing anything, which takes minutes), naming the folder. As
+    root, where every folder is writable, the folder is reported unwritable as it would be to anyone else."""
+    (tmp_path / "g.jsonl").write_text(SHIPPED_GRID.read_text())
+    (tmp_path / "w.yaml").write_text(SWEEP_ONE_CELL)
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    (tmp_path / "log.csv").write_text("gpus,per_gpu_batch,unpadded,seq/s\n" + "8,4,true,300\n" * 60)
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    if os.geteuid() == 0:
+        access = os.access
+        monkeypatch.setattr(os, "access", lambda path, mode, **options: (
+            False if Path(path) == read_only and mode & os.W_OK else access(path, mode, **options)))
+    result = CliRunner().invoke(app, [argument.replace("{d}", str(tmp_path)) for argument in argv])
+    assert isinstance(result.exception, InputError), (repr(result.exception), result.output[-2000:])
+    assert f"the folder {read_only} is not writable" in str(result.exception)
+    assert list(read_only.iterdir()) == []

@@ -4,6 +4,7 @@ status 2, writes no report and leaves no process behind; one that raises is name
 well-behaved one prices as before."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ psutil = pytest.importorskip("psutil")
 
 HANG_SECONDS = 60  # catches a command that never ends, never a slow machine
 PLUGIN = """
+import itertools
 import time
 
 import numpy as np
@@ -45,6 +47,8 @@ class Flat:
                     time.sleep(3600)
                 except BaseException:  # swallows every interruption
                     pass
+        if self.behaviour == "holds":
+            sum(itertools.repeat(1, 10 ** 13))  # a loop in C that holds the interpreter and never looks at signals
         if self.behaviour == "raises":
             raise ValueError("no prices today")
         zeros = np.zeros(batches.batches)
@@ -58,7 +62,7 @@ def flat(behaviour):
     return CostModelType(behaviour, behaviour, lambda model, hardware, gpus: Flat(behaviour))
 
 
-FLAT, SLEEPS, LOOPS, SWALLOWS, RAISES = map(flat, ("flat", "sleeps", "loops", "swallows", "raises"))
+FLAT, SLEEPS, LOOPS, SWALLOWS, RAISES, HOLDS = map(flat, ("flat", "sleeps", "loops", "swallows", "raises", "holds"))
 
 
 class SleepingSource(BatchSource):
@@ -77,7 +81,7 @@ SLEEPING = Sleeping("sleeping", "sleeps when asked for batches", SleepingSource)
 """
 ENTRY_POINTS = ("[simbench.costmodels]\n"
                 + "".join(f"{name} = stuck_plugin:{name.upper()}\n" for name in ("flat", "sleeps", "loops", "swallows",
-                                                                                   "raises"))
+                                                                                   "raises", "holds"))
                 + "[simbench.plans]\nsleeping = stuck_plugin:SLEEPING\n")
 SCENARIO = ("name: stuck\ndataset: {{histogram: squad_1_1_384}}\ncost_model: {cost_model}\ndevices: [1, 2]\nsteps: 4\n"
             "batch_size: 4\noutputs: {{lp_bounds: false}}\nstrategies: [{strategy}]\n")
@@ -149,6 +153,31 @@ def test_a_plugin_call_that_swallows_every_interruption_still_ends_the_command(i
     assert status == 2, stderr
     assert "the plug-in cost model 'swallows' (step_costs) did not return within 3 s" in one_line(stderr)
     assert not (installed / "report").exists()
+
+
+def test_a_plugin_call_stuck_in_c_code_holding_the_interpreter_is_ended_by_the_watchdog(installed):
+    """No signal handler runs while a C loop holds the interpreter's lock: the watchdog process ends the command
+    (SIGKILL) a grace after the timeout, and its one error line, not a thread dump, says why."""
+    from simbench.plugins import WATCHDOG_GRACE_SECONDS
+
+    (installed / "s.yaml").write_text(SCENARIO.format(cost_model="holds", strategy="unpad"))
+    status, stdout, stderr = run_watching_children(installed, "run", "s.yaml", "--out", "report")
+    assert status == -signal.SIGKILL and stdout == "", stderr
+    assert (f"the plug-in cost model 'holds' (step_costs) did not return within 3 s and could not be stopped (it "
+            "holds the interpreter, in C code): the command was ended") in one_line(stderr)
+    assert WATCHDOG_GRACE_SECONDS > 2  # after the timer's own last resort, which needs the interpreter
+    assert not (installed / "report").exists()
+
+
+def test_the_watchdog_is_disarmed_between_calls():
+    """A deadline left after a call would end the command during simbench's own work between calls."""
+    from simbench.plugins import _DEADLINE, PluginFailure, _Watchdog, in_time
+
+    assert in_time("a call", sum, [1, 2], timeout=5) == 3
+    assert _Watchdog.process.poll() is None and _DEADLINE.unpack_from(_Watchdog.page, 0) == (0.0,)
+    with pytest.raises(PluginFailure, match="a call failed: ValueError"):
+        in_time("a call", int, "x", timeout=5)
+    assert _DEADLINE.unpack_from(_Watchdog.page, 0) == (0.0,)
 
 
 def test_a_stuck_plugin_plan_ends_simulate_within_its_timeout(installed):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simbench.errors import InputError, read_text_file
+from simbench.validation import json_integer
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,10 @@ def json_lines(path: str | Path, what: str, fields: Sequence[str]) -> Iterator[J
             continue
         line = JsonLine({}, source, number)
         try:
-            record = json.loads(text)
-        except (ValueError, RecursionError) as error:  # ValueError: a JSON error, or an integer of 4,300+ digits
+            record = json.loads(text, parse_int=json_integer)
+        except InputError as error:  # an integer of more digits than any count or time holds
+            raise line.error(error.message) from None
+        except (ValueError, RecursionError) as error:
             raise line.error(f"not a JSON object: {error}") from None
         if not isinstance(record, dict):
             raise line.error("each line must be a JSON object")
