@@ -94,14 +94,17 @@ def simulate(histogram: HistogramLike, strategies: str | Sequence[str | Executio
 def load_scenario(scenario: str | Path, *, name: str | None = None, seed: int | None = None) -> Scenario:
     """A validated scenario from a YAML file or a bundled name (`wiki512`); `name` picks one of a
     file's several scenarios, `seed` replaces the scenario's."""
+    from simbench.checked import check_scenario
     from simbench.scenario import load_scenarios
 
     scenarios = load_scenarios(scenario, seed=seed)
     names = [each.name for each in scenarios]
     if name is None and len(scenarios) == 1:
-        return scenarios[0]
+        name = names[0]
     if name in names:
-        return scenarios[names.index(name)]
+        found = scenarios[names.index(name)]
+        check_scenario(found)  # each key against the others, as a run checks it
+        return found
     wanted = f"no scenario named {name!r}" if name is not None else f"{len(scenarios)} scenarios"
     raise InputError(f"{wanted} in the file; pass name= one of {', '.join(names)}", source=str(scenario))
 

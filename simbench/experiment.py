@@ -23,6 +23,7 @@ from simbench.costmodels.ideal import ideal_speedup
 from simbench.sim.stragglers.gumbel import PAPER_DEVICES, PAPER_LOCATION, PAPER_SCALE, expected_min_speedup, \
     extrapolate_cluster_speedups, fit_gumbel
 from simbench.histogram import LengthHistogram
+from simbench.checked import CheckedScenario
 from simbench.resolved import Run, resolve
 from simbench.scenario import Scenario
 from simbench.sim.plans import with_reference
@@ -75,16 +76,16 @@ def run_experiment(scenario: Scenario, histogram: LengthHistogram | None = None,
                    progress: Progress | None = None, packings: dict[str, Packing] | None = None,
                    stage: Callable[[str], None] | None = None,
                    workers: ReportWorkers | None = None, stragglers: bool = True,
-                   assumptions: bool = True) -> ExperimentResult:
+                   assumptions: bool = True, checked: CheckedScenario | None = None) -> ExperimentResult:
     """Run `scenario` (on `histogram`, its dataset's by default); `progress(units)` counts up to
     `progress_total(scenario)`. `packings` already made of this histogram (a sweep shares them between
     cells) are used instead of packing again. `stage(text)` hears of each stage as it finishes;
     `workers` compute the LP bounds while this process simulates. `stragglers=False` skips the Gumbel
     fits of the step times (latency, gumbel and extrapolation come back empty): a sweep cell reports none.
     `assumptions=False` skips re-simulating the smallest cluster under the assumptions that could change the
-    answer (ideal kernels, shapes all seen or all new)."""
+    answer (ideal kernels, shapes all seen or all new). `checked`: what checking the scenario gave, if done."""
     # Sizing packs (in the workers where they pack faster), and says so: the run's first lines are its packings.
-    run = resolve(scenario, histogram, packings, stage=stage, workers=workers)
+    run = resolve(scenario, histogram, packings, checked=checked, stage=stage, workers=workers)
     histogram, cost_model, plans, labels = run.histogram, run.cost_model, list(run.plans), dict(run.labels)
     progress = progress or (lambda units: None)
     packings = pack_plans(histogram, plans, batch_size=run.batch_size, seed=scenario.seed,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simbench.checked import CheckedScenario, check_scenario, scenario_memory
 from simbench.costmodels.base import CostModel, as_cost_model
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import ModelSpec, get_model
@@ -78,18 +79,16 @@ class Run:
 
     @classmethod
     def from_scenario(cls, scenario: Scenario, histogram: LengthHistogram | None = None,
-                      packings: Mapping[str, Packing] | None = None, *, stage: Callable[[str], None] | None = None,
-                      workers=None) -> Run:
+                      packings: Mapping[str, Packing] | None = None, *, checked: CheckedScenario | None = None,
+                      stage: Callable[[str], None] | None = None, workers=None) -> Run:
         """The scenario's run, on `histogram` if given (a sweep shares one between cells, and `packings` of it).
-        The packings sizing needs are made here: `stage(text)` hears of each, `workers` (a
+        The scenario is checked first (`simbench.checked.check_scenario`: InputErrors at its keys) unless `checked`
+        is what checking it gave. The packings sizing needs are made here: `stage(text)` hears of each, `workers` (a
         `simbench.workers.ReportWorkers`) make the slow ones beside the rest, as a run's packing does."""
-        histogram = histogram if histogram is not None else scenario.dataset.load()
-        from simbench.scenario import configured_plans, scenario_memory
-
-        plans = scenario_plans(scenario, histogram)
-        model, hardware = get_model(scenario.model), scenario.hardware.load()
+        checked = checked if checked is not None else check_scenario(scenario, histogram)
+        histogram, plans, model, hardware = checked.histogram, checked.plans, checked.model, checked.hardware
         # Memory at the scenario's own sizes first: the settings it chooses price the packings sizing makes.
-        layout = _priced_layout(scenario, scenario_memory(scenario, configured_plans(scenario, plans), histogram))
+        layout = _priced_layout(scenario, checked.memory)
         cost_model = _cost_model(scenario.cost_model, model, hardware, _gpus_per_replica(scenario, layout), layout)
         (baseline,) = resolved_plans([scenario.baseline.plan()], histogram, model, hardware, scenario.memory_layout,
                                      min(scenario.replica_devices))
@@ -295,7 +294,7 @@ def scenario_plans(scenario: Scenario, histogram: LengthHistogram | None = None)
 
 
 def resolve(scenario: Scenario, histogram: LengthHistogram | None = None,
-            packings: Mapping[str, Packing] | None = None, *, stage: Callable[[str], None] | None = None,
-            workers=None) -> Run:
+            packings: Mapping[str, Packing] | None = None, *, checked: CheckedScenario | None = None,
+            stage: Callable[[str], None] | None = None, workers=None) -> Run:
     """The scenario's resolved run (see `Run.from_scenario`)."""
-    return Run.from_scenario(scenario, histogram, packings, stage=stage, workers=workers)
+    return Run.from_scenario(scenario, histogram, packings, checked=checked, stage=stage, workers=workers)

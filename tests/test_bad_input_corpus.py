@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from simbench.cli import app
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
-from simbench.scenario import load_scenarios
+from simbench.checked import load_checked_scenarios as load_scenarios
 
 HANG_SECONDS = 60  # a generous limit that only catches runaway work, never slow machines
 SCENARIO = "name: s\ndataset: {histogram: squad_1_1_384}\nstrategies: [unpad]\ndevices: [1]\nsteps: 2\n"

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from simbench.cli import app
 from simbench.errors import InputError, read_text_file
 from simbench.histogram import load_histogram
-from simbench.scenario import load_scenarios
+from simbench.checked import load_checked_scenarios as load_scenarios
 
 MINIMAL = "dataset: {histogram: squad_1_1_384}\nstrategies: [unpad]\ndevices: [1]\nsteps: 2\n"
 

@@ -11,7 +11,7 @@ from simbench.costmodels.layout import ParallelLayout
 from simbench.costmodels.memory import max_tokens_per_microbatch
 from simbench.errors import InputError, InputErrors
 from simbench.resolved import Run, resolve
-from simbench.scenario import parse_scenarios
+from simbench.checked import parse_checked_scenarios as parse_scenarios
 from simbench.sim.plans import parse_plan, plan_from_fields
 
 LLAMA = """\

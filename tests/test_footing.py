@@ -7,7 +7,8 @@ from simbench.costmodels.base import BatchSet, ExecutionMode
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.experiment import run_experiment
 from simbench.resolved import resolve
-from simbench.scenario import OutputsSpec, Scenario, load_scenario
+from simbench.scenario import OutputsSpec, Scenario
+from simbench.checked import load_checked_scenario as load_scenario
 from simbench.sim.accumulation import accumulating
 from simbench.sim.footing import FLAG_ABOVE, TOLERANCE, Footing, PlanFooting
 

@@ -12,7 +12,7 @@ from simbench.costmodels.base import BatchSet, ExecutionMode
 from simbench.costmodels.collectives import Link, allgather, reduce_scatter
 from simbench.errors import InputError, InputErrors
 from simbench.resolved import resolve
-from simbench.scenario import parse_scenarios
+from simbench.checked import parse_checked_scenarios as parse_scenarios
 from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.parallel.gradient_sync import GradientSync, gradient_sync_of
 from simbench.sim.replica import ReplicaCostModel

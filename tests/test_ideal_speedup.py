@@ -12,7 +12,7 @@ from simbench.costmodels.linear import LinearCostModel
 from simbench.experiment import run_experiment
 from simbench.histogram import LengthHistogram, load_histogram
 from simbench.report.summary import IDEAL_LABEL, SLOT_RATIO_LABEL, speedup_reference
-from simbench.scenario import load_scenario
+from simbench.checked import load_checked_scenario as load_scenario
 
 
 @pytest.mark.parametrize("overhead_seconds", [0.0, 3e-3])

@@ -153,7 +153,7 @@ LAYERS = ("simbench.errors", "simbench.validation", "simbench.processes", "simbe
           "simbench.atomic", "simbench.distinct", "simbench.data",
           "simbench.histogram", "simbench.histogram_hf", "simbench.histogram_build", "simbench.stored_results",
           "simbench.strategies", "simbench.costmodels", "simbench.sim",
-          "simbench.scenario", "simbench.resolved", "simbench.workers", "simbench.experiment",
+          "simbench.scenario", "simbench.checked", "simbench.resolved", "simbench.workers", "simbench.experiment",
           "simbench.sweep_ledger", "simbench.sweep", "simbench.calibrate",
           "simbench.report", "simbench.validation_runs", "simbench.report.docs_pages",
           "simbench.report.main_job_table",

@@ -9,7 +9,8 @@ import pytest
 from scipy.stats import lognorm
 
 from simbench.errors import InputError
-from simbench.scenario import SyntheticHistogram, load_scenario, parse_scenarios
+from simbench.scenario import SyntheticHistogram
+from simbench.checked import load_checked_scenario as load_scenario, parse_checked_scenarios as parse_scenarios
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 

@@ -18,7 +18,8 @@ from simbench.errors import InputError, InputErrors
 from simbench.experiment import run_experiment
 from simbench.report.summary import summary_markdown, summary_record
 from simbench.resolved import _cost_model, resolve
-from simbench.scenario import Scenario, bundled_scenarios, load_scenarios, parse_scenarios
+from simbench.scenario import Scenario, bundled_scenarios
+from simbench.checked import load_checked_scenarios as load_scenarios, parse_checked_scenarios as parse_scenarios
 from simbench.sim.replica import ReplicaCostModel
 from simbench.strategies.group_by_length import sequences_per_batch
 from simbench.sweep import bundled_sweeps, load_sweep

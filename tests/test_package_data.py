@@ -9,7 +9,8 @@ import simbench
 from simbench.commands import bench
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
-from simbench.scenario import bundled_scenarios, load_scenarios
+from simbench.scenario import bundled_scenarios
+from simbench.checked import load_checked_scenarios as load_scenarios
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from simbench.cli import app
 from simbench.errors import InputError
-from simbench.scenario import load_scenario
+from simbench.checked import load_checked_scenario as load_scenario
 from simbench.strategies.nnlshp import MAX_FIT_CELLS, MAX_STRATEGIES, check_fit_size, count_exact_fill_strategies
 
 SFT_8K = Path(__file__).resolve().parent.parent / "scenarios" / "llama8b-sft-8k.yaml"

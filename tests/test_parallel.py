@@ -13,7 +13,8 @@ from simbench.errors import InputError, InputErrors
 from simbench.experiment import run_experiment
 from simbench.histogram import LengthHistogram
 from simbench.resolved import resolve
-from simbench.scenario import SyntheticHistogram, load_scenario, parse_scenarios
+from simbench.scenario import SyntheticHistogram
+from simbench.checked import load_checked_scenario as load_scenario, parse_checked_scenarios as parse_scenarios
 from simbench.costmodels.layout import ParallelLayout
 from simbench.sim.parallel.pipeline import analytic_bubble_fraction, pipeline_step
 from simbench.sim.replica import ReplicaCostModel

@@ -16,7 +16,8 @@ from simbench.costmodels.linear import LinearCostModel
 from simbench.errors import InputError, InputErrors
 from simbench.experiment import run_experiment
 from simbench.histogram import load_histogram
-from simbench.scenario import Scenario, StrategySpec, load_scenario
+from simbench.scenario import Scenario, StrategySpec
+from simbench.checked import load_checked_scenario as load_scenario
 from simbench.sim.batching import unpadded_batches
 from simbench.sim.plans import BATCH_SOURCES, PLANS, BatchSource, ExecutionPlan, PlanType, all_plan_names, parse_plan
 from simbench.sim.pricing import price_batches

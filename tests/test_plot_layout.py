@@ -13,7 +13,8 @@ from simbench.histogram import LengthHistogram
 from simbench.report import plots
 from simbench.report.folder import plot_arguments
 from simbench.report.sweep import scaling_facets_figure, winners, winners_figure
-from simbench.scenario import Scenario, bundled_scenarios, load_scenarios
+from simbench.scenario import Scenario, bundled_scenarios
+from simbench.checked import load_checked_scenarios as load_scenarios
 
 BUNDLED = sorted(bundled_scenarios())
 SEQUENCES = 1_000  # a small run: the tables' shapes are the scenario's, not its figures

@@ -25,7 +25,8 @@ from simbench.report.recommend.stacks import Expression
 from simbench.report.folder import write_report
 from simbench.report.tables import read_tables
 from simbench.sim.memory_fit import DOES_NOT_FIT
-from simbench.scenario import Scenario, load_scenario
+from simbench.scenario import Scenario
+from simbench.checked import load_checked_scenario as load_scenario
 from simbench.strategies.group_by_length import sequences_per_batch
 
 RUNNER = CliRunner()

@@ -1,6 +1,8 @@
 """One resolved Run behind every entry point: plans parsed once, the scenario's cost model and hardware
 overrides honoured by `simulate` as by `run`."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -105,3 +107,59 @@ def test_a_profile_file_is_read_once_by_a_whole_run_and_its_report(tmp_path, mon
     assert result.exit_code == 0, result.output
     assert reads == [profile]
     assert "kernel_launch_seconds = 0.0" in (tmp_path / "report" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_a_scenario_is_checked_once_and_its_run_builds_on_the_check(tmp_path, monkeypatch, command):
+    """Validating is resolving: `run` and `validate` check each scenario once (every document before any runs),
+    and the run takes the plans and memory check that checking resolved instead of resolving them again."""
+    from typer.testing import CliRunner
+
+    import simbench.checked as checked_module
+    import simbench.resolved as resolved_module
+    from simbench.cli import app
+    from simbench.workers import PROCESSES_VARIABLE
+
+    checks, fits = [], []
+    check, fit = checked_module.check_scenario, checked_module.fit_memory
+    counting = lambda scenario, histogram=None: checks.append(scenario.name) or check(scenario, histogram)  # noqa: E731
+    monkeypatch.setattr(checked_module, "check_scenario", counting)
+    monkeypatch.setattr(resolved_module, "check_scenario", counting)
+    monkeypatch.setattr(checked_module, "fit_memory", lambda *a, **k: fits.append(a[3]) or fit(*a, **k))
+    monkeypatch.setenv(PROCESSES_VARIABLE, "0")
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.replace("name: counted", "name: one") + "hardware: h100-sxm\n---\n"
+                    + SCENARIO.replace("name: counted", "name: two") + "hardware: h100-sxm\n")
+    arguments = [command, str(path)] + (["-o", str(tmp_path / "reports"), "--quiet"] if command == "run" else [])
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 0, result.output
+    assert checks == ["one", "two"]
+    # The memory check at the scenario's own sizes once (by the check), and once at the sizes the run compares.
+    assert len(fits) == 4
+
+
+def test_every_document_is_checked_before_any_runs(tmp_path):
+    from typer.testing import CliRunner
+
+    from simbench.cli import app
+
+    path = tmp_path / "s.yaml"
+    refused = SCENARIO.replace("name: counted", "name: two").replace("squad_1_1_384", "{synthetic: lognormal, "
+                               "sequences: 100, median_length: 900, sigma: 0.5}, max_length: 1024") + "model: bert-large\n"
+    path.write_text(SCENARIO.replace("name: counted", "name: one") + "---\n" + refused)
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "reports"), "--quiet"])
+    assert isinstance(result.exception, InputError)  # the command line's entry point prints it as one line
+    assert re.search(r"s\.yaml:\d+: model: .*positions", str(result.exception))
+    assert not (tmp_path / "reports").exists()  # not the first scenario's report either
+
+
+def test_a_scenario_built_in_code_is_checked_by_its_run():
+    """The checks are the run's: a scenario that never saw a file is refused by `Run.from_scenario`, at its key."""
+    from simbench.scenario import Scenario
+
+    scenario = Scenario.model_validate({"name": "code", "model": "bert-large", "strategies": ["spfhp:3"],
+                                        "dataset": {"histogram": {"synthetic": "lognormal", "sequences": 100,
+                                                                  "median_length": 900, "sigma": 0.5},
+                                                    "max_length": 1024}})
+    with pytest.raises(InputError, match=r"^model: .*positions"):
+        Run.from_scenario(scenario)

@@ -13,7 +13,7 @@ from simbench import atomic, workers
 from simbench.cli import app
 from simbench.errors import InputError
 from simbench.report import folder, plots
-from simbench.scenario import load_scenario
+from simbench.checked import load_checked_scenario as load_scenario
 from simbench.report.precision import speedup_text
 
 SCENARIO = """\

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from simbench.cli import app
 from simbench.errors import InputError
-from simbench.scenario import load_scenario, load_scenarios, parse_scenarios
+from simbench.checked import load_checked_scenario as load_scenario, load_checked_scenarios as load_scenarios, parse_checked_scenarios as parse_scenarios
 from simbench.sim.plans import all_plan_names
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"

@@ -15,7 +15,7 @@ import pytest
 from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.transformer import TransformerCostModel
 from simbench.experiment import run_experiment
-from simbench.scenario import parse_scenarios
+from simbench.checked import parse_checked_scenarios as parse_scenarios
 from simbench.sim import pricing
 from simbench.sim.batching import PackSampler, SortedBatchSampler
 from simbench.sim.pricing import price_batches, price_packs

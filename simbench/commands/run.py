@@ -48,22 +48,24 @@ def _run_scenarios(scenario_path: Path, out: Path | None, quick: bool, seed: int
     from simbench.report.folder import write_report
     from simbench.report.summary import overdraw_warning
     from simbench.experiment import progress_total, run_experiment
+    from simbench.checked import check_scenarios
     from simbench.scenario import load_scenarios
 
     console = Console(stderr=True)
     scenarios = load_scenarios(scenario_path, seed=seed, seeds=seeds)
     if quick:
         scenarios = [scenario.quickened() for scenario in scenarios]
+    checked = check_scenarios(scenarios)  # every document's refusals before any runs
     targets = [out if out is not None and len(scenarios) == 1 else (out or REPORTS_DIR) / scenario.name
                for scenario in scenarios]
     inputs = [scenario_path, *(path for scenario in scenarios for path in scenario.input_files())]
     for target in targets:
         # Every one before minutes of simulation, not after the first report.
         check_replaceable(target, inputs=inputs)
-    for scenario, target in zip(scenarios, targets):
+    for scenario, target, resolution in zip(scenarios, targets, checked):
         start = time.perf_counter()
         stage = stage_lines(console, quiet)
-        histogram = scenario.dataset.load()
+        histogram = resolution.histogram
         if stage is not None:
             stage(f"{scenario.name}: {histogram.name}, {histogram.sequences:,} sequences up to "
                   f"{histogram.max_length:,} tokens; packing {len(scenario.strategies)} strategies")
@@ -71,7 +73,7 @@ def _run_scenarios(scenario_path: Path, out: Path | None, quick: bool, seed: int
             task = progress.add_task(f"simulating {scenario.name}", total=progress_total(scenario))
             tell = _telling(progress, task, stage)
             tables = run_experiment(scenario, histogram, lambda units: progress.advance(task, units),
-                                    stage=tell, workers=workers)
+                                    stage=tell, workers=workers, checked=resolution)
             tell(f"writing {target}/")
             write_report(target, scenario, histogram, tables, workers, tell)
         say(f"wrote {target}/ in {time.perf_counter() - start:.1f} s; start with {target / 'summary.md'}")
@@ -99,6 +101,7 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
                                           "every error")) -> None:
     """Check a scenario file without running it; every error in it is listed at once, and every default it
     runs with (model, hardware, batch size not given) is said."""
+    from simbench.checked import check_scenarios
     from simbench.commands.common import print_json_lines
     from simbench.errors import InputErrors
     from simbench.resolved import resolve
@@ -106,6 +109,7 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
 
     try:
         scenarios = load_scenarios(scenario_path)  # validating loads each dataset
+        checked = check_scenarios(scenarios)
     except InputError as failure:  # InputErrors holds every error of the file; others come alone
         errors = failure.errors if isinstance(failure, InputErrors) else [failure]
         if as_json:
@@ -122,8 +126,8 @@ def validate(scenario_path: Path = typer.Argument(..., metavar="SCENARIO", help=
     # Validating is resolving: each scenario sized and checked as `run` sizes and checks it (its packings made by
     # workers, as a run's are), so that memory is checked at the microbatches it runs.
     with ReportWorkers() as workers:  # started only if a slow packer is asked for
-        for scenario in scenarios:
-            _report_valid(scenario_path, scenario, resolve(scenario, workers=workers), as_json)
+        for scenario, resolution in zip(scenarios, checked):
+            _report_valid(scenario_path, scenario, resolve(scenario, checked=resolution, workers=workers), as_json)
 
 
 def _report_valid(scenario_path: Path, scenario, run, as_json: bool) -> None:

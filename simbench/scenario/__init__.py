@@ -7,15 +7,14 @@
     ('wiki512', ['none', 'sort', 'greedy:max'])
 
 `specs` holds a scenario's parts (dataset, hardware, strategies, outputs, layout), `schema` the `Scenario`
-they make, `loading` reads files, `checks` holds the semantic checks of one part against another and
-`yaml_lines` finds the YAML line each error names.
+they make, `loading` reads files and `yaml_lines` finds the YAML line each error names. A scenario here is a
+schema, each key valid alone; the checks of one key against another are its run's (`simbench.checked`).
 """
 
-from simbench.scenario.checks import (check_scenario_memory, check_scenario_work, configured_plans, plan_labels,
-                                      scenario_memory)
 from simbench.scenario.loading import (bundled_scenarios, load_scenario, load_scenarios, parse_scenarios,
                                        scenario_from_mapping)
 from simbench.scenario.schema import Scenario
+from simbench.scenario.yaml_lines import key_error, written
 from simbench.scenario.specs import (PLOTS, SPLIT_PIECES_MAX, DatasetSpec, HardwareSpec, LogNormalComponent,
                                      OutputsSpec, ParallelSpec, QuickSpec, StrategySpec, SyntheticHistogram)
 
@@ -23,5 +22,5 @@ __all__ = [
     "Scenario", "DatasetSpec", "HardwareSpec", "LogNormalComponent", "OutputsSpec", "ParallelSpec", "QuickSpec",
     "StrategySpec", "SyntheticHistogram", "PLOTS", "SPLIT_PIECES_MAX",
     "bundled_scenarios", "load_scenario", "load_scenarios", "parse_scenarios", "scenario_from_mapping",
-    "check_scenario_memory", "check_scenario_work", "configured_plans", "plan_labels", "scenario_memory",
+    "key_error", "written",
 ]

@@ -13,8 +13,6 @@ from pydantic import ValidationError
 
 from simbench.data import bundled_files
 from simbench.errors import InputError, InputErrors, read_text_file
-from simbench.scenario.checks import (_budgets_refused, _layout_refused, _memory_refused, _packings_refused,
-                                      _positions_refused, check_scenario_work)
 from simbench.scenario.schema import Scenario
 from simbench.scenario.yaml_lines import _describe, _line_of, _path_in_yaml
 from simbench.yamlfile import load_yaml_documents
@@ -101,14 +99,7 @@ def _validate(data: Any, root: yaml.Node, source: str, base_dir: Path, seed: int
                   for each, path in zip(found, paths)
                   if not any(len(other) > len(path) and other[:len(path)] == path for other in paths)]
         raise InputErrors(sorted(errors, key=lambda each: each.line or 0)) from None
-    refused = (_positions_refused(scenario, root, source) + _packings_refused(scenario, root, source)
-               + _layout_refused(scenario, root, source))
-    refused = refused or _budgets_refused(scenario, root, source)  # a budget from memory needs a sound layout
-    refused = refused or _memory_refused(scenario, root, source)  # memory needs the budgets resolved
-    if refused:
-        raise InputErrors(refused)
-    check_scenario_work(scenario, root, source)
-    return scenario
+    return scenario.read_from(root, source)
 
 
 def _resolve_paths(data: dict, base_dir: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Discriminator, Field, StrictInt, Tag, field_validator, model_validator
+from pydantic import Discriminator, Field, PrivateAttr, StrictInt, Tag, field_validator, model_validator
 
 from simbench.costmodels import COST_MODELS, get_model
 from simbench.costmodels.layout import ParallelLayout
@@ -87,6 +87,9 @@ class Scenario(_Strict):
                              f"(up to {SEEDS_MAX}; `--seeds` replaces it)")
     outputs: OutputsSpec = Field(OutputsSpec(), description="plots, image formats and LP bounds (see below)")
     quick: QuickSpec = Field(QuickSpec(), description="what `--quick` runs (see below)")
+    # Where the scenario was read: its YAML node tree and file, so that a check of one key against another
+    # (`simbench.checked`) names the key's line; None for a scenario built in code. Copies keep it.
+    _origin: tuple[yaml.Node, str] | None = PrivateAttr(None)
 
     @field_validator("model")
     @classmethod
@@ -209,6 +212,21 @@ class Scenario(_Strict):
             raise ValueError(f"baseline: the label {self.baseline.label!r} belongs to another strategy; give the "
                              "baseline another `label`")
         return self
+
+    def __eq__(self, other) -> bool:
+        # What the scenario says, not where it was read: a report's resolved.yaml equals the file it came from.
+        return type(other) is type(self) and self.__dict__ == other.__dict__
+
+    __hash__ = _Strict.__hash__
+
+    def read_from(self, root: yaml.Node, source: str) -> Scenario:
+        """This scenario, noted as read from `root`, the YAML node tree of file `source` (errors' lines)."""
+        self._origin = (root, source)
+        return self
+
+    @property
+    def origin(self) -> tuple[yaml.Node, str] | None:
+        return self._origin
 
     def quickened(self) -> Scenario:
         """The --quick variant: every strategy, fewer steps and device counts, no LP bounds unless asked."""

@@ -1,6 +1,6 @@
-"""Where in a scenario's YAML a key was written: the line an error names (`_line_of`), whether a key is
-written at all (`_written`) and pydantic's errors as one line each, with the keys allowed where one is
-unknown."""
+"""Where in a scenario's YAML a key was written: the line an error names (`_line_of`, `key_error`), whether a key
+is written at all (`_written`, `written`) and pydantic's errors as one line each, with the keys allowed where one
+is unknown."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from simbench.errors import did_you_mean
+from simbench.errors import InputError, did_you_mean
 from simbench.scenario.schema import Scenario
 from simbench.scenario.specs import _FULL, _SHORT, _Strict
 
@@ -26,6 +26,32 @@ def _written(root: yaml.Node, path: tuple) -> bool:
         if node is None:
             return False
     return True
+
+
+def written(scenario: Scenario, key: tuple) -> bool:
+    """Whether the scenario states `key` (mapping keys and list indices): in its YAML where it was read from a
+    file, else among the fields set where it was built in code."""
+    if scenario.origin is not None:
+        return _written(scenario.origin[0], key)
+    value = scenario
+    for part in key:
+        if isinstance(value, BaseModel):
+            if part not in value.model_fields_set and part not in (value.model_extra or {}):
+                return False
+            value = getattr(value, part)
+        elif isinstance(value, list | tuple) and isinstance(part, int) and part < len(value):
+            value = value[part]
+        else:
+            return False
+    return True
+
+
+def key_error(scenario: Scenario, key: tuple, message: str, parameter: str | None = None) -> InputError:
+    """An error about the scenario's `key`, at the key's line where the scenario was read from a file."""
+    if scenario.origin is None:
+        return InputError(message, parameter=parameter)
+    root, source = scenario.origin
+    return InputError(message, source=source, line=_line_of(root, key), parameter=parameter)
 
 
 def _path_in_yaml(loc: tuple) -> list:

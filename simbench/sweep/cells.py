@@ -12,7 +12,8 @@ from typing import Any
 import yaml
 
 from simbench.errors import InputError
-from simbench.scenario import Scenario, check_scenario_memory, check_scenario_work, scenario_from_mapping
+from simbench.checked import check_scenario, check_scenario_memory, check_scenario_work
+from simbench.scenario import Scenario, scenario_from_mapping
 from simbench.validation import DEFAULT_ENGINE, SIMULATED_ROWS_MAX
 
 
@@ -115,6 +116,7 @@ class _CellValidator:
         if known is None:
             mapping = _cell_mapping(self.base, values, name)
             scenario = scenario_from_mapping(mapping, _cell_node(self.base_node, written), self.source, self.base_dir)
+            check_scenario(scenario)
             self.scenarios[fingerprint] = (scenario, mapping)
             return scenario
         scenario, mapping = known
@@ -122,16 +124,16 @@ class _CellValidator:
         for key in _OWN_CHECK_KEYS:
             if key in values:
                 update[key] = self._own_value(fingerprint, mapping, key, values[key], name, written)
-        scenario = scenario.model_copy(update=update)
-        self._check_work(fingerprint, scenario, written)
-        self._check_memory(fingerprint, scenario, written)
+        scenario = scenario.model_copy(update=update).read_from(_cell_node(self.base_node, written), self.source)
+        self._check_work(fingerprint, scenario)
+        self._check_memory(fingerprint, scenario)
         return scenario
 
-    def _check_memory(self, fingerprint: tuple, scenario: Scenario, written: dict) -> None:
+    def _check_memory(self, fingerprint: tuple, scenario: Scenario) -> None:
         """Memory depends on the rows of a microbatch and the fewest replicas: checked once per pair."""
         memo = (fingerprint, scenario.batch_size, min(scenario.replica_devices))
         if memo not in self.memory_checked:
-            check_scenario_memory(scenario, _cell_node(self.base_node, written), self.source)
+            check_scenario_memory(scenario)
             self.memory_checked.add(memo)
 
     def _own_value(self, fingerprint: tuple, mapping: dict, key: str, value, name: str, written: dict):
@@ -139,10 +141,11 @@ class _CellValidator:
         if memo not in self.own_values:
             single = scenario_from_mapping({**copy.deepcopy(mapping), key: copy.deepcopy(value), "name": name},
                                            _cell_node(self.base_node, written), self.source, self.base_dir)
+            check_scenario(single)
             self.own_values[memo] = getattr(single, key)
         return self.own_values[memo]
 
-    def _check_work(self, fingerprint: tuple, scenario: Scenario, written: dict) -> None:
+    def _check_work(self, fingerprint: tuple, scenario: Scenario) -> None:
         from simbench.sim.simulate import simulation_rows
 
         memo = (fingerprint, scenario.device_batch_size, scenario.replica_devices)
@@ -153,7 +156,7 @@ class _CellValidator:
                                                        baseline=scenario.baseline.plan())
         rows = scenario.steps * self.rows_per_step[memo]
         if rows > SIMULATED_ROWS_MAX:  # the check's own cost, 10^5 times, would be a third of a dry run
-            check_scenario_work(scenario, _cell_node(self.base_node, written), self.source, rows=rows)
+            check_scenario_work(scenario, rows=rows)
 
 
 def _frozen(value) -> tuple:

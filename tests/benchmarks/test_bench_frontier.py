@@ -14,7 +14,7 @@ import pytest
 
 from simbench.costmodels import TransformerCostModel
 from simbench.histogram import load_histogram
-from simbench.scenario import load_scenario
+from simbench.checked import load_checked_scenario as load_scenario
 from simbench.sim.simulate import simulate
 
 DEVICE_COUNTS = [2**power for power in range(21)]
