@@ -79,13 +79,17 @@ def test_a_new_shape_costs_as_much_at_any_depth_less_what_its_step_hides(runs):
 
 def test_a_step_shows_the_cost_less_what_its_gpu_work_hides():
     """The simulator's side: a device step priced at T shows C - min(K, T) of a new shape, never below 0."""
+    from simbench.sim.pricing import DeviceCosts
     from simbench.sim.shapes import FirstSight
 
+    kernels = np.array([[0.0, 0.034, 0.1, 0.283, 5.0]])
+    zeros = np.zeros_like(kernels)
+    # Half the kernels' time computing, half on padding; the host's own overhead hides nothing.
+    costs = DeviceCosts(kernels / 2, kernels / 2, zeros + 1.0, zeros, zeros, zeros)
     seen = FirstSight(0.168, 1.0, np.random.default_rng(0), hidden_seconds=0.1)
-    steps = np.array([0.0, 0.034, 0.1, 0.283, 5.0])
-    assert np.allclose(seen.hits(steps), [0.168, 0.134, 0.068, 0.068, 0.068])
-    assert np.allclose(FirstSight(0.05, 1.0, np.random.default_rng(0), hidden_seconds=0.1).hits(steps),
-                       [0.05, 0.016, 0.0, 0.0, 0.0])
+    assert np.allclose(seen.hits(costs), [[0.168, 0.134, 0.068, 0.068, 0.068]])
+    assert np.allclose(FirstSight(0.05, 1.0, np.random.default_rng(0), hidden_seconds=0.1).hits(costs),
+                       [[0.05, 0.016, 0.0, 0.0, 0.0]])
 
 
 def test_each_attention_path_pays_its_own_figure():

@@ -52,7 +52,8 @@ def shown_first_sight(seconds: float, hidden_seconds: float, step_seconds):
 class FirstSight:
     """The first-sight cost a plan's batches pay: `seconds` with probability `probability` per device
     and step, drawn independently of the batch (the shape that is new is any of the device's). The host pays it
-    while the GPU runs the step's queued work: a step priced at T seconds shows `seconds - min(hidden_seconds, T)`."""
+    while the GPU runs the step's queued kernels: a step whose kernels take T seconds (its compute, padding and
+    masked attention; not its host-side overhead, which hides nothing) shows `seconds - min(hidden_seconds, T)`."""
 
     seconds: float
     probability: float
@@ -66,21 +67,22 @@ class FirstSight:
     def active(self) -> bool:
         return self.seconds > 0 and self.probability > 0
 
-    def shown(self, step_seconds: np.ndarray) -> np.ndarray:
-        """What a new shape adds to steps priced at `step_seconds` (without it)."""
-        return shown_first_sight(self.seconds, self.hidden_seconds, step_seconds)
+    def shown(self, costs) -> np.ndarray:
+        """What a new shape adds to steps of `costs` (DeviceCosts or StepAggregates, without it)."""
+        kernels = costs.compute_seconds + costs.padding_seconds + costs.masked_attention_seconds
+        return shown_first_sight(self.seconds, self.hidden_seconds, kernels)
 
-    def hits(self, step_seconds: np.ndarray) -> np.ndarray:
-        shown = self.shown(step_seconds)
+    def hits(self, costs) -> np.ndarray:
+        shown = self.shown(costs)
         if self.shared:
             return shown * self.probability
-        return shown * (self.rng.random(np.shape(step_seconds)) < self.probability)
+        return shown * (self.rng.random(np.shape(shown)) < self.probability)
 
     def add_to_costs(self, costs):
         """DeviceCosts with each device-step's first-sight cost in its overhead."""
         if not self.active:
             return costs
-        return replace(costs, overhead_seconds=costs.overhead_seconds + self.hits(costs.total_seconds))
+        return replace(costs, overhead_seconds=costs.overhead_seconds + self.hits(costs))
 
     def add_to_items(self, items):
         """An ItemSource whose priced batches each carry their device's first-sight draw."""
@@ -91,11 +93,11 @@ class FirstSight:
     def add_to_aggregates(self, aggregates, devices: int):
         """Step aggregates of `devices` devices priced without first sight: a step is slowed by it when any
         device meets a new shape (the slowest step then taken as the slowest device's plus the cost, what of it
-        the step's mean device time leaves shown: an upper bound where the device that meets it is not otherwise
+        the mean device's kernels leave shown: an upper bound where the device that meets it is not otherwise
         the slowest); the mean gains its expectation."""
         if not self.active:
             return aggregates
-        shown = self.shown(aggregates.mean_device_seconds)
+        shown = self.shown(aggregates)
         mean = shown * self.probability
         if self.shared:
             slowest = mean
