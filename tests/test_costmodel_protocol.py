@@ -111,6 +111,9 @@ class _Answers:
     def first_sight_seconds(self, mode):
         return 0.25 if mode is ExecutionMode.UNPADDED else 0.5
 
+    def first_sight_hidden_seconds(self, mode):
+        return 0.125 if mode is ExecutionMode.UNPADDED else 0.0625
+
     def vts_stage_seconds(self, sequence_lengths, stages):
         return np.asarray(sequence_lengths, dtype=np.float64) + stages
 
@@ -137,6 +140,7 @@ class Bare(CostModel):
 ONE_BATCH = BatchSet(np.array([3, 5]), np.array([0, 1]), np.array([8, 8]), np.array([0, 0]), 1)
 ARGUMENTS = {"step_costs": (ONE_BATCH, ExecutionMode.UNPADDED), "allreduce_seconds": (4,), "gradient_sync": (4,),
              "ideal_sequence_seconds": (np.array([10, 20]),), "first_sight_seconds": (ExecutionMode.UNPADDED,),
+             "first_sight_hidden_seconds": (ExecutionMode.UNPADDED,),
              "vts_stage_seconds": (np.array([10, 20]), 2), "vts_pipeline_stages": ()}
 
 
@@ -207,7 +211,8 @@ def test_a_replica_passes_on_the_gpu_models_answers_where_its_layout_changes_not
     gpu = TransformerCostModel("llama-3.1-8b", "h100-sxm")
     replica = ReplicaCostModel(gpu, ParallelLayout(tp=2, pp=2, microbatches=4))
     for name in ("vts_pipeline_stages", "vts_buffer_samples", "attention_parity_tokens", "fixed_step_seconds",
-                 "allreduce_latency_seconds", "unpadded_noise_cv", "first_sight_seconds"):
+                 "allreduce_latency_seconds", "unpadded_noise_cv", "first_sight_seconds",
+                 "first_sight_hidden_seconds"):
         assert _same(_answer(replica, name), _answer(gpu, name)), name
     assert np.allclose(_answer(replica, "ideal_sequence_seconds"), _answer(gpu, "ideal_sequence_seconds") / 4)
 

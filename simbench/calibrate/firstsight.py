@@ -3,12 +3,14 @@ runs it, by attention path (the format of the shipped H200 measurement, simbench
 
     >>> from simbench.calibrate.firstsight import SHIPPED_FIRST_SIGHT, fit_first_sight, load_first_sight
     >>> fields = fit_first_sight(load_first_sight(SHIPPED_FIRST_SIGHT))
-    >>> 0.05 < fields["first_sight_padded_seconds"] < 0.13
+    >>> 0.05 < fields["first_sight_padded_seconds"] - fields["first_sight_hidden_seconds"] < 0.13
     True
 
-A new shape's cost is a constant per distinct shape, not per layer: the measurement's padded shapes cost as
-much or more at 1 layer as at 8. Each path's figure is the median extra over all its shapes, pooled over the
-slices timed (their layers and widths). Never imports torch.
+A new shape's cost is paid once per distinct shape, not per layer: the measurement's padded shapes cost as
+much or more at 1 layer as at 8. The host pays it while the GPU runs the step's queued work, so a longer step hides
+more of it, up to a limit: a padded step of T seconds shows C - min(K, T) (C and K fitted by least absolute
+deviations over every padded shape, pooled over the slices timed: their layers and widths). A varlen token count's
+figure is the median extra over its shapes. Never imports torch.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class FirstSightRun:
     hidden: int
     kind: str
     extra_seconds: tuple[float, ...]
+    # Each shape's repeated step: the GPU work a first step's host-side cost could hide under.
+    step_seconds: tuple[float, ...]
 
     @property
     def median_extra_seconds(self) -> float:
@@ -63,21 +67,47 @@ def _run_of_line(line: JsonLine) -> FirstSightRun:
     shapes = record["shapes"]
     if not isinstance(shapes, list) or not shapes:
         raise bad("shapes must be a non-empty list of timed shapes")
-    extras = []
+    extras, steps = [], []
     for shape in shapes:
         extra = shape.get("extra_ms") if isinstance(shape, dict) else None
         if not isinstance(extra, (int, float)) or isinstance(extra, bool) or not -1e6 < extra < 1e6:
             raise bad(f"each shape needs extra_ms, a time in milliseconds within +-1e6, found {extra!r}")
+        step = shape.get("repeat_ms")
+        if not isinstance(step, (int, float)) or isinstance(step, bool) or not 0 < step < 1e6:
+            raise bad(f"each shape needs repeat_ms, its repeated step in milliseconds, above 0 and below 1e6, "
+                      f"found {step!r}")
         extras.append(extra / 1e3)
-    return FirstSightRun(record["layers"], record["hidden"], record["kind"], tuple(extras))
+        steps.append(step / 1e3)
+    return FirstSightRun(record["layers"], record["hidden"], record["kind"], tuple(extras), tuple(steps))
 
 
 def fit_first_sight(runs: list[FirstSightRun]) -> dict[str, float]:
-    """The profile's first-sight fields: per attention path, the median extra over every shape of its runs
-    (a constant per distinct shape), at least 0; a path no run measured is left out."""
+    """The profile's first-sight fields: a new padded shape's host-side cost and the most of it a step's GPU work
+    hides (`fit_hidden_first_sight`), a varlen token count's median extra; at least 0; a path no run measured is
+    left out."""
     fields = {}
-    for kind, field in FIRST_SIGHT_FIELD_OF_KIND.items():
-        extras = [extra for run in runs if run.kind == kind for extra in run.extra_seconds]
-        if extras:
-            fields[field] = max(0.0, float(np.median(extras)))
+    padded = [run for run in runs if run.kind == "padded"]
+    if padded:
+        extras = np.concatenate([run.extra_seconds for run in padded])
+        steps = np.concatenate([run.step_seconds for run in padded])
+        fields["first_sight_padded_seconds"], fields["first_sight_hidden_seconds"] = fit_hidden_first_sight(extras,
+                                                                                                            steps)
+    varlen = [extra for run in runs if run.kind == "varlen" for extra in run.extra_seconds]
+    if varlen:
+        fields["first_sight_varlen_seconds"] = max(0.0, float(np.median(varlen)))
     return fields
+
+
+def fit_hidden_first_sight(extra_seconds: np.ndarray, step_seconds: np.ndarray) -> tuple[float, float]:
+    """(C, K) of extra = C - min(K, step) by least absolute deviations (medians, as the figure per path was): for
+    each K among 0 and the measured steps (where the model bends), C is the median of extra + min(K, step); the K
+    of the least total deviation wins, the smallest on ties. K stays at most C: no step shows less than nothing."""
+    best = None
+    for hidden in np.unique(np.concatenate([[0.0], step_seconds])):
+        covered = np.minimum(hidden, step_seconds)
+        cost = max(0.0, float(np.median(extra_seconds + covered)))
+        hidden = min(float(hidden), cost)
+        deviation = float(np.abs(extra_seconds - (cost - np.minimum(hidden, step_seconds))).sum())
+        if best is None or deviation < best[0]:
+            best = (deviation, cost, hidden)
+    return best[1], best[2]

@@ -101,8 +101,12 @@ def _first_sight_columns(measured: MeasuredSteps, name: str, cost_model: Transfo
     if measured.first_seconds is None:
         return {"new_shape_steps": np.nan, "measured_first_sight_step_seconds": np.nan,
                 "predicted_first_sight_step_seconds": np.nan}
+    from simbench.sim.shapes import shown_first_sight
+
     new = measured.new_shape[name]
-    extra = np.array([cost_model.first_sight_seconds(layout.mode) for layout in measured.layouts[name]])
+    extra = np.array([shown_first_sight(cost_model.first_sight_seconds(layout.mode),
+                                        cost_model.first_sight_hidden_seconds(layout.mode), predicted_step_seconds)
+                      for layout in measured.layouts[name]])
     return {"new_shape_steps": int(new.sum()),
             "measured_first_sight_step_seconds": measured.first_sight_step_seconds(name),
             # The repeated price plus the extra, so that first sight is never below it by a rounding.

@@ -174,4 +174,6 @@ def first_sight_fields(layouts: Sequence[BatchLayout], first: FirstPass, repeate
         picked = extra[first.new_shape & chosen]
         return max(0.0, float(np.median(picked))) if picked.size else 0.0
 
-    return {"first_sight_padded_seconds": median(~varlen), "first_sight_varlen_seconds": median(varlen)}
+    # The figures are what showed at these steps, hidden by nothing more.
+    return {"first_sight_padded_seconds": median(~varlen), "first_sight_varlen_seconds": median(varlen),
+            "first_sight_hidden_seconds": 0.0}

@@ -137,6 +137,11 @@ class CostModel(ABC):
         0 (the default): shapes cost nothing."""
         return 0.0
 
+    def first_sight_hidden_seconds(self, mode: ExecutionMode) -> float:
+        """The most of `first_sight_seconds(mode)` the GPU work of the step it falls in hides: a step priced at T
+        seconds shows first_sight_seconds - min(this, T) of it (`simbench.sim.shapes`); 0 (the default): none."""
+        return 0.0
+
     def vts_stage_seconds(self, sequence_lengths: np.ndarray, stages: int) -> np.ndarray:
         """Per-stage time of each sample in a VTS pipeline of `stages` stages: a + b * length. The default
         refuses: a model without it cannot price VTS plans."""
@@ -205,6 +210,9 @@ class CostModelWrapper(CostModel):
     def first_sight_seconds(self, mode: ExecutionMode) -> float:
         return self.cost_model.first_sight_seconds(mode)
 
+    def first_sight_hidden_seconds(self, mode: ExecutionMode) -> float:
+        return self.cost_model.first_sight_hidden_seconds(mode)
+
     def vts_stage_seconds(self, sequence_lengths: np.ndarray, stages: int) -> np.ndarray:
         return self.cost_model.vts_stage_seconds(sequence_lengths, stages)
 
@@ -265,6 +273,11 @@ class PluginCostModel(CostModel):
         if "first_sight_seconds" in self.own:
             return self.plugin.first_sight_seconds(mode)
         return super().first_sight_seconds(mode)
+
+    def first_sight_hidden_seconds(self, mode: ExecutionMode) -> float:
+        if "first_sight_hidden_seconds" in self.own:
+            return self.plugin.first_sight_hidden_seconds(mode)
+        return super().first_sight_hidden_seconds(mode)
 
     def vts_stage_seconds(self, sequence_lengths: np.ndarray, stages: int) -> np.ndarray:
         if "vts_stage_seconds" in self.own:
@@ -334,6 +347,9 @@ class StoppableCostModel(CostModelWrapper):
 
     def first_sight_seconds(self, mode: ExecutionMode) -> float:
         return self._in_time("first_sight_seconds", lambda: self.cost_model.first_sight_seconds(mode))
+
+    def first_sight_hidden_seconds(self, mode: ExecutionMode) -> float:
+        return self._in_time("first_sight_hidden_seconds", lambda: self.cost_model.first_sight_hidden_seconds(mode))
 
     def vts_stage_seconds(self, sequence_lengths: np.ndarray, stages: int) -> np.ndarray:
         return self._in_time("vts_stage_seconds", lambda: self.cost_model.vts_stage_seconds(sequence_lengths, stages))

@@ -103,11 +103,13 @@ H200_GRID_SOURCE = ("the H200 timing grid (simbench/data/measurements/h200-2026-
 # path's kernels plus those (UNPAD_GATHER_SCATTER_KERNELS_PER_LAYER). The grid times no such step: counted.
 H200_UNPADDED_KERNELS = {"unpadded_kernels_per_layer": H200_GRID_FIT["varlen_kernels_per_layer"]
                          + UNPAD_GATHER_SCATTER_KERNELS_PER_LAYER}
-# Once per distinct shape, not per layer: medians over the new shapes of the first-sight measurement
+# Once per distinct shape, not per layer, fitted on the first-sight measurement
 # (simbench/data/measurements/h200-2026-11-28/firstsight.jsonl, `simbench.calibrate.firstsight`): 140 padded
-# shapes at 1-8 layers and widths 4,096-8,192 (79.7 ms; the settings' own medians 54-122 ms), 30 varlen token
-# counts (0.9 ms). tests/test_firstsight.py refits them.
-H200_FIRST_SIGHT = {"first_sight_padded_seconds": 79.74e-3, "first_sight_varlen_seconds": 0.90e-3}
+# shapes at 1-8 layers and widths 4,096-8,192 show 168.5 ms less what their step's GPU work hides, up to 102.7 ms
+# (the settings' own medians: 122 ms at 34 ms steps, 54-77 ms at 121-283 ms steps); 30 varlen token counts
+# 0.9 ms. tests/test_firstsight.py refits them and predicts each setting from the others.
+H200_FIRST_SIGHT = {"first_sight_padded_seconds": 168.52e-3, "first_sight_hidden_seconds": 102.74e-3,
+                    "first_sight_varlen_seconds": 0.90e-3}
 H200_FIRST_SIGHT_SOURCE = ("first steps at 170 shapes new to their process on an H200 "
                            "(simbench/data/measurements/h200-2026-11-28/firstsight.jsonl)")
 # Fitted on NVIDIA's MLPerf v0.7 BERT runs on V100 (DGX-2H: 16 GPUs un-padded, 512 GPUs padded, same code and
@@ -125,7 +127,7 @@ IDEAL_KERNELS = {"unpadded_flops_fraction": 1.0, "unpadded_noise_cv": 0.0, "host
                  "varlen_causal_half_length_tokens": 0.0, "varlen_bidirectional_attention_fraction": 1.0,
                  "varlen_bidirectional_half_length_tokens": 0.0, "varlen_tile_tokens": 0,
                  "unpadded_kernels_per_layer": None, "first_sight_padded_seconds": 0.0,
-                 "first_sight_varlen_seconds": 0.0,
+                 "first_sight_varlen_seconds": 0.0, "first_sight_hidden_seconds": 0.0,
                  "dense_half_saturation_width": 0.0}
 
 # Datasheet memory per GPU. A datasheet's "GB" of HBM counts whole stacks of 2^30 bytes (H100 SXM: 5 x 16 GiB), so

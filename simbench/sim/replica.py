@@ -116,6 +116,10 @@ class ReplicaCostModel(CostModel):
         step grows by one GPU's cost."""
         return float(self.gpu_model.first_sight_seconds(mode))
 
+    def first_sight_hidden_seconds(self, mode: ExecutionMode) -> float:
+        """As one GPU's: each stage's GPU hides it under the work queued for it in the replica's step."""
+        return float(self.gpu_model.first_sight_hidden_seconds(mode))
+
     def vts_pipeline_stages(self) -> int | None:
         return self.gpu_model.vts_pipeline_stages()
 

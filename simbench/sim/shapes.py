@@ -42,10 +42,18 @@ def new_shape_rate(keys: np.ndarray, training_steps: int) -> float:
     return (distinct + (training_steps - sample.size) * unseen_mass) / training_steps
 
 
+def shown_first_sight(seconds: float, hidden_seconds: float, step_seconds):
+    """What a new shape adds to a step priced at `step_seconds` (without it): its cost less what the GPU work the
+    step queues hides, up to `hidden_seconds` (`CostModel.first_sight_hidden_seconds`), never below 0."""
+    return np.maximum(0.0, seconds - np.minimum(hidden_seconds, step_seconds))
+
+
 @dataclass(frozen=True)
 class FirstSight:
     """The first-sight cost a plan's batches pay: `seconds` with probability `probability` per device
-    and step, drawn independently of the batch (the shape that is new is any of the device's)."""
+    and step, drawn independently of the batch (the shape that is new is any of the device's). The host pays it
+    while the GPU runs the step's queued kernels: a step whose kernels take T seconds (its compute, padding and
+    masked attention; not its host-side overhead, which hides nothing) shows `seconds - min(hidden_seconds, T)`."""
 
     seconds: float
     probability: float
@@ -53,21 +61,28 @@ class FirstSight:
     # One fixed shape is met by every device at the same (first) step: its cost is the run's once, shared
     # by all steps, not a draw per device.
     shared: bool = False
+    hidden_seconds: float = 0.0
 
     @property
     def active(self) -> bool:
         return self.seconds > 0 and self.probability > 0
 
-    def hits(self, shape) -> np.ndarray:
+    def shown(self, costs) -> np.ndarray:
+        """What a new shape adds to steps of `costs` (DeviceCosts or StepAggregates, without it)."""
+        kernels = costs.compute_seconds + costs.padding_seconds + costs.masked_attention_seconds
+        return shown_first_sight(self.seconds, self.hidden_seconds, kernels)
+
+    def hits(self, costs) -> np.ndarray:
+        shown = self.shown(costs)
         if self.shared:
-            return np.full(shape, self.seconds * self.probability)
-        return self.seconds * (self.rng.random(shape) < self.probability)
+            return shown * self.probability
+        return shown * (self.rng.random(np.shape(shown)) < self.probability)
 
     def add_to_costs(self, costs):
         """DeviceCosts with each device-step's first-sight cost in its overhead."""
         if not self.active:
             return costs
-        return replace(costs, overhead_seconds=costs.overhead_seconds + self.hits(costs.overhead_seconds.shape))
+        return replace(costs, overhead_seconds=costs.overhead_seconds + self.hits(costs))
 
     def add_to_items(self, items):
         """An ItemSource whose priced batches each carry their device's first-sight draw."""
@@ -77,17 +92,19 @@ class FirstSight:
 
     def add_to_aggregates(self, aggregates, devices: int):
         """Step aggregates of `devices` devices priced without first sight: a step is slowed by it when any
-        device meets a new shape (the slowest step then taken as the slowest device's plus the cost: an upper
-        bound where the device that meets it is not otherwise the slowest); the mean gains its expectation."""
+        device meets a new shape (the slowest step then taken as the slowest device's plus the cost, what of it
+        the mean device's kernels leave shown: an upper bound where the device that meets it is not otherwise
+        the slowest); the mean gains its expectation."""
         if not self.active:
             return aggregates
-        steps = aggregates.slowest_device_seconds.shape
-        mean = self.seconds * self.probability
+        shown = self.shown(aggregates)
+        mean = shown * self.probability
         if self.shared:
-            slowest = np.full(steps, mean)
+            slowest = mean
         else:
-            any_new = self.rng.random(steps) < -np.expm1(devices * np.log1p(-min(self.probability, 1 - 1e-16)))
-            slowest = self.seconds * any_new
+            any_new = (self.rng.random(shown.shape)
+                       < -np.expm1(devices * np.log1p(-min(self.probability, 1 - 1e-16))))
+            slowest = shown * any_new
         return replace(aggregates, slowest_device_seconds=aggregates.slowest_device_seconds + slowest,
                        mean_device_seconds=aggregates.mean_device_seconds + mean,
                        overhead_seconds=aggregates.overhead_seconds + mean)
@@ -97,6 +114,7 @@ def first_sight(source, shapes: str, training_steps: int) -> FirstSight:
     """The first-sight cost of a plan's batch source, for the scenario's `shapes` and run length."""
     settings = source.settings
     seconds = float(settings.cost_model.first_sight_seconds(source.plan.mode))
+    hidden = float(settings.cost_model.first_sight_hidden_seconds(source.plan.mode))
     rng = np.random.default_rng([settings.seed, FIRST_SIGHT_STREAM, source.purpose])
     if shapes == "seen" or seconds == 0:
         return FirstSight(0.0, 0.0, rng)
@@ -104,5 +122,7 @@ def first_sight(source, shapes: str, training_steps: int) -> FirstSight:
                              min(training_steps, SHAPE_SAMPLE))
     if keys is None:
         # One fixed shape: only the first step meets it (the simulated steps are the whole run in `new`).
-        return FirstSight(seconds, 1 / (settings.steps if shapes == "new" else training_steps), rng, shared=True)
-    return FirstSight(seconds, 1.0 if shapes == "new" else new_shape_rate(keys, training_steps), rng)
+        return FirstSight(seconds, 1 / (settings.steps if shapes == "new" else training_steps), rng, shared=True,
+                          hidden_seconds=hidden)
+    return FirstSight(seconds, 1.0 if shapes == "new" else new_shape_rate(keys, training_steps), rng,
+                      hidden_seconds=hidden)
