@@ -60,10 +60,7 @@ def _run_of_line(line: JsonLine) -> FirstSightRun:
     record, bad = line.record, line.error
     if record["kind"] not in FIRST_SIGHT_FIELD_OF_KIND:
         raise bad(f"kind must be one of {', '.join(FIRST_SIGHT_FIELD_OF_KIND)}, found {record['kind']!r}")
-    for key in ("layers", "hidden"):
-        value = record[key]
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1 << 20:
-            raise bad(f"{key} must be a whole number from 1 to {1 << 20}, found {value!r}")
+    line.whole_numbers(("layers", "hidden"), 1 << 20)
     shapes = record["shapes"]
     if not isinstance(shapes, list) or not shapes:
         raise bad("shapes must be a non-empty list of timed shapes")

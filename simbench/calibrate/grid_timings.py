@@ -102,10 +102,7 @@ def _timing_of_line(line: JsonLine) -> GridTiming:
         raise bad(f"unknown model {record['model']!r} (model presets: {', '.join(MODEL_PRESETS)})")
     if record["kind"] not in KINDS:
         raise bad(f"kind must be one of {', '.join(KINDS)}, found {record['kind']!r}")
-    for key in ("layers", "rows", "row_length"):
-        value = record[key]
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1 << 24:
-            raise bad(f"{key} must be a whole number from 1 to {1 << 24}, found {value!r}")
+    line.whole_numbers(("layers", "rows", "row_length"), 1 << 24)
     for key in ("first_ms", "median_ms"):
         value = record[key]
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not STEP_MS_MIN <= value < 1e7:

@@ -30,6 +30,13 @@ class JsonLine:
     def error(self, message: str) -> InputError:
         return InputError(message, source=self.source, line=self.number)
 
+    def whole_numbers(self, keys: Sequence[str], most: int) -> None:
+        """Refuse the line unless each of `keys` holds a whole number from 1 to `most` (true and 2.0 are not)."""
+        for key in keys:
+            value = self.record[key]
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+                raise self.error(f"{key} must be a whole number from 1 to {most}, found {value!r}")
+
 
 def json_lines(path: str | Path, what: str, fields: Sequence[str]) -> Iterator[JsonLine]:
     """Each non-blank line of the file as a JSON object holding every one of `fields`, read as the caller asks for
