@@ -434,16 +434,37 @@ def decoder_run(tmp_path_factory):
                 "hardware": {"profile": "a100", "overrides": {"hbm_capacity_bytes": 1.0e15}}}
     path = folder / "decoder.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    notes = []
-    run = measure_strategies(str(path), output_dir=folder / "out", device="cpu", threads=1, max_length=32, steps=2,
-                             batch_size=4, repeats=2, quick=True, note=notes.append)
-    return run, notes
+    notes, counts = [], {"loads": 0, "resolutions": 0}
+    import simbench.scenario as scenario_module
+    from simbench.resolved import Run
+
+    load, resolve = scenario_module.load_scenario, Run.from_scenario.__func__
+
+    def counted_load(*arguments, **keywords):
+        counts["loads"] += 1
+        return load(*arguments, **keywords)
+
+    def counted_resolve(cls, *arguments, **keywords):
+        counts["resolutions"] += 1
+        return resolve(cls, *arguments, **keywords)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scenario_module, "load_scenario", counted_load)
+        patch.setattr(Run, "from_scenario", classmethod(counted_resolve))
+        run = measure_strategies(str(path), output_dir=folder / "out", device="cpu", threads=1, max_length=32,
+                                 steps=2, batch_size=4, repeats=2, quick=True, note=notes.append)
+    return run, notes, counts
+
+
+def test_a_measurement_loads_and_resolves_its_scenario_once(decoder_run):
+    _, _, counts = decoder_run
+    assert counts == {"loads": 1, "resolutions": 1}
 
 
 def test_a_decoder_scenario_is_measured_end_to_end_every_strategy_timed_or_refused_with_a_reason(decoder_run):
     import yaml
 
-    run, notes = decoder_run
+    run, notes, _ = decoder_run
     assert any("tiny-decoder, the CPU stand-in for the scenario's llama-3.1-8b" in note for note in notes)
     table = run.table.set_index("strategy")
     assert list(table.index) == ["none", "sort", "greedy:max", "packed-varlen:lpfhp:max", "unpad", "token-budget",
@@ -468,7 +489,7 @@ def test_a_decoders_predicted_speedups_come_from_its_decoder_model_spec(decoder_
     from simbench.calibrate.fit import predict_seconds
     from simbench.costmodels.hardware import load_hardware
 
-    run, _ = decoder_run
+    run, _, _ = decoder_run
     profile = load_hardware(run.folder / "profile.yaml")
     timings = json.loads((run.folder / "timings.json").read_text())
     decoder = get_model("tiny-decoder")

@@ -37,16 +37,18 @@ class MeasureRun:
     refused: dict = field(default_factory=dict)  # strategy -> why it was not measured
 
 
-def measured_model(source: str, model=None, device: str = "cpu", layers: int | None = None,
+def measured_model(source, model=None, device: str = "cpu", layers: int | None = None,
                    note: Callable[[str], None] = lambda message: None):
-    """The `ModelSpec` measure times and prices: `model` if given; else for a scenario its model on CUDA, and on
-    a CPU its family's small stand-in (`tiny` for an encoder, `tiny-decoder` for a decoder), said in a note;
-    else `tiny`. `layers` times the first that many of its layers instead of all."""
+    """The `ModelSpec` measure times and prices: `model` if given; else for a scenario (its name or path, or its
+    resolved `Run`) its model on CUDA, and on a CPU its family's small stand-in (`tiny` for an encoder,
+    `tiny-decoder` for a decoder), said in a note; else `tiny`. `layers` times the first that many of its layers
+    instead of all."""
     import dataclasses
 
     from simbench.costmodels.model import get_model
+    from simbench.resolved import Run
 
-    scenario_model = _scenario_model(source)
+    scenario_model = source.model if isinstance(source, Run) else _scenario_model(source)
     if model is None and scenario_model is not None and device.startswith("cuda"):
         model = scenario_model
     elif model is None and scenario_model is not None:
@@ -107,7 +109,7 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     # Checked before minutes of timing; and never swap away a folder that is not an earlier result.
     check_replaceable(output_dir, option="-o", inputs=[Path(source), profile_path])
     device = resolve_device(device)
-    model = measured_model(source, model, device, layers, note)
+    model = measured_model(measured_source.run or source, model, device, layers, note)
     plan = _measure_plan(measured_source, model, device, profile_path, max_length=max_length, batch_size=batch_size,
                          steps=steps, repeats=repeats, seconds=seconds, threads=threads, seed=seed, quick=quick,
                          unpadded_attention=unpadded_attention, wall_clock=wall_clock, note=note)
@@ -144,6 +146,7 @@ class MeasureSource:
     seed: int
     plans: list | None
     batch_size: int | None  # a scenario's rows a step; None for a histogram
+    run: object = None  # a scenario's resolved `simbench.resolved.Run`; None for a histogram
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,8 @@ def _measure_plan(measured_source: MeasureSource, model, device: str, profile_pa
         deepest = max(layout.max_depth for layout in calibration_layouts if layout.kind == "packed")
     else:
         deepest = deepest_calibrated_pack(given_profile)
-    layouts, refused, baseline = _strategy_layouts(plans, histogram, settings, steps or BUDGET_STEPS_MAX, deepest, note)
+    layouts, refused, baseline = _strategy_layouts(plans, histogram, settings, steps or BUDGET_STEPS_MAX, deepest, note,
+                                                   measured_source.run)
     budget = budgeted_passes(layouts, model, device, given_profile, len(calibration_layouts), seconds, steps, repeats)
     if budget.message:
         note(budget.message)
@@ -237,9 +241,11 @@ def measure_shape(histogram, model, device: str, max_length: int | None, note: C
     return scaled, max_length
 
 
-def _strategy_layouts(plans, histogram, settings, steps: int, deepest: int | None, note: Callable[[str], None]):
+def _strategy_layouts(plans, histogram, settings, steps: int, deepest: int | None, note: Callable[[str], None],
+                      run=None):
     """Each strategy's `steps` batches (a histogram's four where `plans` is None), those the device cannot run as
-    priced refused with the reason, and the baseline's name."""
+    priced refused with the reason, and the baseline's name. A scenario's packs are its run's (`run`): packed
+    with its cost model's options, and its very packings where the rows, seed and lengths are the run's."""
     import numpy as np
 
     from simbench.calibrate.kernels import check_runnable
@@ -252,7 +258,11 @@ def _strategy_layouts(plans, histogram, settings, steps: int, deepest: int | Non
             settings = replace(settings, max_depth=deepest)
             note(f"lpfhp packs at most {deepest} sequences: the deepest calibrated")
         return strategy_layouts(histogram, settings, np.random.default_rng(settings.seed), steps), {}, "padding"
-    built = strategy_batches(plans, histogram, settings.max_length, steps, settings.batch_size, settings.seed)
+    as_run = run is not None and (histogram, settings.batch_size, settings.seed) == (run.histogram, run.batch_size,
+                                                                                      run.seed)
+    built = strategy_batches(plans, histogram, settings.max_length, steps, settings.batch_size, settings.seed,
+                             cost_model=None if run is None else run.cost_model,
+                             packings=run.packings if as_run else None)
     layouts, refused = dict(built.layouts), dict(built.refused)
     for name, batches in built.layouts.items():
         try:
@@ -294,23 +304,33 @@ def _slice(model) -> str:
 
 def _measure_source(source: str, strategies: list[str] | None) -> MeasureSource:
     """The histogram, seed, (label, plan) strategies to measure (the named ones, else a scenario's, else None: a
-    histogram's four) and a scenario's rows a step."""
+    histogram's four) and a scenario's rows a step. A scenario is loaded and resolved once (`scenario_run`)."""
     from simbench.histogram import load_histogram
-    from simbench.scenario import bundled_scenarios, load_scenario
+    from simbench.scenario import bundled_scenarios
     from simbench.sim.plans import parse_plans
 
-    scenario = None
+    run = None
     if source.endswith((".yaml", ".yml")) or source in bundled_scenarios():
-        scenario = load_scenario(source)
-        histogram, seed = scenario.dataset.load(), scenario.seed
+        run = scenario_run(source)
+        histogram, seed = run.histogram, run.seed
     else:
         histogram, seed = load_histogram(source), 0
-    batch_size = scenario.batch_size if scenario is not None else None
+    batch_size = run.batch_size if run is not None else None
     if strategies:
-        return MeasureSource(histogram, seed, [(plan.name, plan) for plan in parse_plans(strategies)], batch_size)
-    if scenario is not None:
-        return MeasureSource(histogram, seed, [(spec.label, spec.plan()) for spec in scenario.strategies], batch_size)
+        return MeasureSource(histogram, seed, [(plan.name, plan) for plan in parse_plans(strategies)], batch_size, run)
+    if run is not None:
+        return MeasureSource(histogram, seed, [(run.label(plan.name), plan) for plan in run.plans], batch_size, run)
     return MeasureSource(histogram, seed, None, None)
+
+
+def scenario_run(source: str):
+    """The scenario's `Run`, each strategy at the scenario's own rows (`compare_at: as-configured`): measure times
+    every strategy at one batch size (its `--batch-size`), so none is sized to equal tokens."""
+    from simbench.resolved import Run
+    from simbench.scenario import load_scenario
+
+    scenario = load_scenario(source)
+    return Run.from_scenario(scenario.model_copy(update={"compare_at": "as-configured"}))
 
 
 def _note_deep_packs(layouts: dict, deepest: int | None, note: Callable[[str], None]) -> None:

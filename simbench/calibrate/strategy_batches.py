@@ -20,8 +20,9 @@ devices, a pipeline of layer stages, a plug-in's batches) is refused with the re
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,9 +34,12 @@ from simbench.sim.batching import InverseCdf, PackSampler, SequenceSampler, Sort
 from simbench.sim.length_batching import LengthGroupedStream
 from simbench.sim.plans import REFERENCE_PLAN, Exchange, ExecutionPlan, PlanKind
 from simbench.sim.plans.length_grouped import step_budget_tokens
-from simbench.strategies import PackOptions, get_strategy
+from simbench.sim.simulate import plan_packing
 from simbench.strategies.group_by_length import sequences_per_batch
 from simbench.strategies.token_budget import token_budget_batches
+
+if TYPE_CHECKING:
+    from simbench.strategies.packing import Packing
 
 EXCHANGE_REFUSED = ("the padding exchange deals a global batch out across devices; on the one device measure "
                     "times, its steps are unpad's")
@@ -51,9 +55,17 @@ class StrategyBatches:
 
 
 def strategy_batches(strategies: Sequence[tuple[str, ExecutionPlan]], histogram: LengthHistogram, max_length: int,
-                     steps: int, batch_size: int, seed: int) -> StrategyBatches:
+                     steps: int, batch_size: int, seed: int, *, cost_model=None,
+                     packings: Mapping[str, Packing] | None = None) -> StrategyBatches:
     """`steps` batches of each (label, plan) of one device, rows of `max_length` slots and `batch_size` rows (or
-    a token budget of batch_size x max_length slots); padding (`none`) added first when not listed."""
+    a token budget of batch_size x max_length slots); padding (`none`) added first when not listed. Packs are the
+    simulator's (`simulate.plan_packing`): packed with `cost_model`'s attention parity where a packer balances
+    predicted work, or taken from `packings` (by plan name: a resolved run's, made on this histogram at this
+    batch size and seed)."""
+    if histogram.max_length < max_length:  # rows of max_length slots: packs fill them
+        histogram = LengthHistogram(np.concatenate([histogram.counts, np.zeros(max_length - histogram.max_length,
+                                                                               dtype=histogram.counts.dtype)]),
+                                    name=histogram.name)
     reference = next((label for label, plan in strategies if plan.is_reference), None)
     if reference is None:
         reference = "none"
@@ -63,7 +75,8 @@ def strategy_batches(strategies: Sequence[tuple[str, ExecutionPlan]], histogram:
     for label, plan in ordered:
         rng = np.random.default_rng([seed, zlib.crc32(label.encode())])
         try:
-            layouts[label] = plan_layouts(plan, histogram, max_length, steps, batch_size, seed, rng)
+            layouts[label] = plan_layouts(plan, histogram, max_length, steps, batch_size, seed, rng,
+                                          cost_model=cost_model, packings=packings)
         except InputError as error:
             if label == reference:
                 raise
@@ -72,11 +85,13 @@ def strategy_batches(strategies: Sequence[tuple[str, ExecutionPlan]], histogram:
 
 
 def plan_layouts(plan: ExecutionPlan, histogram: LengthHistogram, max_length: int, steps: int, batch_size: int,
-                 seed: int, rng: np.random.Generator) -> list[BatchLayout]:
-    """One device's `steps` batches of `plan`; an InputError says why a plan has none to time."""
+                 seed: int, rng: np.random.Generator, *, cost_model=None,
+                 packings: Mapping[str, Packing] | None = None) -> list[BatchLayout]:
+    """One device's `steps` batches of `plan` (packs as `strategy_batches` says); an InputError says why a plan has
+    none to time."""
     if plan.kind == PlanKind.PACKING:
-        packing = get_strategy(plan.packer)(histogram, max_length, plan.max_depth,
-                                            PackOptions(seed=seed, batch_size=batch_size))
+        packing = plan_packing(plan, histogram, batch_size=batch_size, seed=seed, cost_model=cost_model,
+                               packings=dict(packings or {}))
         sorted_batches = plan.mode is ExecutionMode.SORTED
         sampler = SortedBatchSampler(packing) if sorted_batches else PackSampler(packing)
         picks = sampler.picks(rng, steps, 1, batch_size)

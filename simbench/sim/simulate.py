@@ -143,6 +143,19 @@ def pack_plans(histogram: LengthHistogram, plans: list[ExecutionPlan | str], *, 
     return {plan.name: packings[plan.name] for plan in ordered if plan.name in packings}
 
 
+def plan_packing(plan: ExecutionPlan, histogram: LengthHistogram, *, batch_size: int, seed: int, cost_model=None,
+                 packings: dict[str, Packing] | None = None) -> Packing | None:
+    """The packing `simulate` makes for `plan` (None: its batches come from no packing), with the options it packs
+    with (`_packing_call`: `cost_model`'s attention parity for a balancing packer, the plan's own options); one of
+    `packings` (by plan name, made for this histogram, batch size and seed) where it holds it."""
+    given = packings or {}
+    if plan.name in given:
+        return given[plan.name]
+    cost_model = None if cost_model is None else as_cost_model(cost_model)
+    settings = SimulationSettings(histogram, cost_model, batch_size, 1, seed, "auto")
+    return _packing(plan, settings, dict(given))
+
+
 def _pack_elsewhere(plans: list[ExecutionPlan], settings: SimulationSettings, given: dict[str, Packing],
                     workers) -> dict:
     """Futures of the packings of slow built-in packers, by plan name, submitted to `workers`; plans asking
