@@ -99,6 +99,9 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
 
     if repeats is not None:
         check_measure_repeats(repeats)  # before torch is needed
+    from simbench.costmodels.hardware import load_hardware
+
+    given_profile = load_hardware(profile_path) if profile_path is not None else None  # a bad one: before torch
     import_torch()
     from simbench.calibrate.measure_compare import compare, fit_unpadded_noise, judge
     from simbench.calibrate.measure_timing import measure_steps, time_strategies
@@ -110,7 +113,7 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     check_replaceable(output_dir, option="-o", inputs=[Path(source), profile_path])
     device = resolve_device(device)
     model = measured_model(measured_source.run or source, model, device, layers, note)
-    plan = _measure_plan(measured_source, model, device, profile_path, max_length=max_length, batch_size=batch_size,
+    plan = _measure_plan(measured_source, model, device, given_profile, max_length=max_length, batch_size=batch_size,
                          steps=steps, repeats=repeats, seconds=seconds, threads=threads, seed=seed, quick=quick,
                          unpadded_attention=unpadded_attention, wall_clock=wall_clock, note=note)
     settings = plan.settings
@@ -168,7 +171,7 @@ class MeasurePlan:
 DEFAULT_BATCH_SIZE = 16  # rows a step for a histogram (a scenario gives its own)
 
 
-def _measure_plan(measured_source: MeasureSource, model, device: str, profile_path: Path | None, *, max_length,
+def _measure_plan(measured_source: MeasureSource, model, device: str, given_profile, *, max_length,
                   batch_size, steps, repeats, seconds, threads, seed, quick, unpadded_attention, wall_clock,
                   note) -> MeasurePlan:
     """Resolve a measurement: rows, attention, calibration and batches, then steps and repeats to the budget."""
@@ -178,12 +181,9 @@ def _measure_plan(measured_source: MeasureSource, model, device: str, profile_pa
     from simbench.calibrate.measure import MeasureSettings
     from simbench.calibrate.measure_budget import BUDGET_STEPS_MAX, BUDGET_STEPS_MIN, budgeted_passes
     from simbench.calibrate.measure_compare import deepest_calibrated_pack
-    from simbench.costmodels.hardware import load_hardware
-
     histogram, max_length = measure_shape(measured_source.histogram, model, device, max_length, note)
     batch_size = batch_size or measured_source.batch_size or DEFAULT_BATCH_SIZE
     seed = measured_source.seed if seed is None else seed
-    given_profile = load_hardware(profile_path) if profile_path is not None else None
     if model.is_decoder:
         unpadded_attention = _decoder_attention(unpadded_attention, device)
     elif given_profile is not None and unpadded_attention is None and given_profile.calibration:
