@@ -11,8 +11,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from simbench.calibrate.measure_folder import settings_record, write_measure_folder
+from simbench.calibrate.noisefit import check_measure_repeats
 from simbench.calibrate.run_setup import (DEFAULT_MAX_LENGTH, Progress, check_unpadded_attention, import_torch,
                                           resolve_device)
+from simbench.costmodels.hardware import load_hardware
 from simbench.errors import InputError
 from simbench.validation import check_whole_number
 
@@ -95,12 +97,8 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     (`measure_budget.budgeted_passes`). Without `profile_path` a profile is calibrated on held-out batches timed in the
     same rounds (`_measure_plan`); the strategies' steps are never fitted on.
     """
-    from simbench.calibrate.noisefit import check_measure_repeats
-
     if repeats is not None:
         check_measure_repeats(repeats)  # before torch is needed
-    from simbench.costmodels.hardware import load_hardware
-
     given_profile = load_hardware(profile_path) if profile_path is not None else None  # a bad one: before torch
     import_torch()
     from simbench.calibrate.measure_compare import compare, fit_unpadded_noise, judge
