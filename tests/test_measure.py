@@ -320,6 +320,30 @@ def test_first_sight_steps_pay_the_profiles_cost_where_their_shape_was_new_and_n
     assert plain["first_sight_error"].isna().all()
 
 
+def test_measured_first_sight_is_predicted_as_the_simulator_prices_it_hidden_under_the_steps_kernels():
+    """The part of first sight a step's kernels hide is their compute and padding, not the host's overhead: the
+    prediction beside a measurement is the simulator's (`sim.shapes.FirstSight.shown`) on the same steps."""
+    from simbench.calibrate.fit import batch_set
+    from simbench.costmodels.transformer import TransformerCostModel
+    from simbench.sim.shapes import FirstSight
+
+    model = get_model("tiny")
+    # A host-bound profile: the overhead dwarfs the kernels, so hiding under the whole step would hide it all.
+    profile = PROFILE.model_copy(update={"first_sight_padded_seconds": 0.05, "first_sight_hidden_seconds": 0.04,
+                                         "step_overhead_seconds": 0.2})
+    layouts = {"padding": [BatchLayout.padded([5, 8], 8), BatchLayout.padded([3, 7], 8)]}
+    repeated = {"padding": predict_seconds(model, profile, layouts["padding"])}
+    new = {"padding": np.array([True, True])}
+    measured = measure_timing.MeasuredSteps(layouts, repeated, {"padding": np.zeros(2)}, None,
+                                            {"padding": repeated["padding"] + 0.05}, new)
+    row = measure_compare.compare(measured, model, profile).set_index("strategy").loc["padding"]
+    costs = TransformerCostModel(model, profile).step_costs(batch_set(layouts["padding"]), ExecutionMode.PADDED)
+    shown = FirstSight(profile.first_sight_padded_seconds, 1.0, np.random.default_rng(0), hidden_seconds=0.04).shown(costs)
+    assert 0 < shown.min() < 0.05  # the kernels hide some of it, not all
+    assert row["predicted_first_sight_step_seconds"] == pytest.approx(row["predicted_step_seconds"] + shown.mean(),
+                                                                      rel=1e-12)
+
+
 def test_the_first_passs_load_comes_from_its_steps_at_shapes_seen_before():
     first = [measure_timing.FirstPass(np.array([3.0, 2.2, 4.4]), np.array([True, False, False])),
              measure_timing.FirstPass(np.array([9.0, 1.1]), np.array([True, False]))]

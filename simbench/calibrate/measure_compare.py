@@ -62,7 +62,8 @@ def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile)
         except InputError as error:
             terms, problem = np.full((len(layouts), 3), np.nan), f"cannot predict: {error}"
         predicted_seconds = float(terms.sum())
-        first_sight = _first_sight_columns(measured, name, cost_model, predicted_seconds / len(layouts))
+        first_sight = _first_sight_columns(measured, name, cost_model, predicted_seconds / len(layouts),
+                                           kernel_seconds=terms[:, 0] + terms[:, 1])
         records.append({
             "strategy": name,
             "mode": layouts[0].kind,
@@ -95,9 +96,11 @@ def compare(measured: MeasuredSteps, model: ModelSpec, profile: HardwareProfile)
 
 
 def _first_sight_columns(measured: MeasuredSteps, name: str, cost_model: TransformerCostModel,
-                         predicted_step_seconds: float) -> dict[str, float]:
+                         predicted_step_seconds: float, kernel_seconds: np.ndarray) -> dict[str, float]:
     """A strategy's steps at new shapes and its mean step at first sight, measured and predicted (NaN where no
-    first steps were timed)."""
+    first steps were timed). A step's first-sight cost is what its own kernels (`kernel_seconds`, each step's
+    compute and padding: not its host overhead, which hides nothing) leave shown, as the simulator prices it
+    (`sim.shapes.FirstSight`)."""
     if measured.first_seconds is None:
         return {"new_shape_steps": np.nan, "measured_first_sight_step_seconds": np.nan,
                 "predicted_first_sight_step_seconds": np.nan}
@@ -105,8 +108,8 @@ def _first_sight_columns(measured: MeasuredSteps, name: str, cost_model: Transfo
 
     new = measured.new_shape[name]
     extra = np.array([shown_first_sight(cost_model.first_sight_seconds(layout.mode),
-                                        cost_model.first_sight_hidden_seconds(layout.mode), predicted_step_seconds)
-                      for layout in measured.layouts[name]])
+                                        cost_model.first_sight_hidden_seconds(layout.mode), kernels)
+                      for layout, kernels in zip(measured.layouts[name], kernel_seconds)])
     return {"new_shape_steps": int(new.sum()),
             "measured_first_sight_step_seconds": measured.first_sight_step_seconds(name),
             # The repeated price plus the extra, so that first sight is never below it by a rounding.
