@@ -163,3 +163,83 @@ def test_a_scenario_built_in_code_is_checked_by_its_run():
                                                     "max_length": 1024}})
     with pytest.raises(InputError, match=r"^model: .*positions"):
         Run.from_scenario(scenario)
+
+
+@pytest.fixture
+def cost_model_builds(monkeypatch):
+    """Counts `resolved._cost_model` calls, and records every TransformerCostModel built anywhere else."""
+    import traceback
+
+    import simbench.resolved as resolved_module
+    from simbench.costmodels.transformer import TransformerCostModel
+
+    builds, elsewhere = [], []
+    build, init = resolved_module._cost_model, TransformerCostModel.__init__
+
+    def counted(*args, **kwargs):
+        builds.append(args[0])
+        return build(*args, **kwargs)
+
+    def recorded(self, *args, **kwargs):
+        if not any(frame.name == "counted" for frame in traceback.extract_stack()):
+            elsewhere.append("".join(traceback.format_stack(limit=6)))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(resolved_module, "_cost_model", counted)
+    monkeypatch.setattr(TransformerCostModel, "__init__", recorded)
+    return builds, elsewhere
+
+
+SWEEP = """name: counted-sweep
+base:
+  dataset: {histogram: squad_1_1_384}
+  strategies: [spfhp:3, unpad, {name: wlb, packer: wlb}]
+  steps: 3
+  outputs: {lp_bounds: false}
+axes:
+  model: [bert-base, bert-large]
+  devices: [1, 8]
+report: {x: devices, y: model}
+"""
+
+
+@pytest.mark.parametrize("entry", ["run", "validate", "cli-simulate", "api-simulate", "sweep", "measure"])
+def test_one_place_builds_the_cost_model_of_every_entry_point(tmp_path, monkeypatch, cost_model_builds, entry):
+    """`resolved._cost_model` builds each entry point's cost model, once a run (a sweep: once a cell, and a
+    balancing packer's shared packing asks the cell's own); nothing builds one beside it."""
+    from typer.testing import CliRunner
+
+    from simbench.cli import app
+
+    builds, elsewhere = cost_model_builds
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    if entry == "run":
+        run_experiment(load_scenario(path), assumptions=False)
+        expected = 1
+    elif entry == "validate":
+        assert CliRunner().invoke(app, ["validate", str(path)]).exit_code == 0
+        expected = 1
+    elif entry == "cli-simulate":
+        result = CliRunner().invoke(app, ["simulate", "squad_1_1_384", "--strategy", "unpad,spfhp:3",
+                                          "--devices", "1,4", "--steps", "3"])
+        assert result.exit_code == 0, result.output
+        expected = 1
+    elif entry == "api-simulate":
+        simbench.simulate("squad_1_1_384", ["unpad", "spfhp:3"], [1, 4], steps=3)
+        expected = 1
+    elif entry == "sweep":
+        from simbench import sweep as sweeps
+        from simbench.sweep import tasks
+
+        monkeypatch.setattr(tasks, "_ATTENTION_PARITY", {})  # a process's memo: this sweep's own builds counted
+        (tmp_path / "sweep.yaml").write_text(SWEEP)
+        sweeps.run_sweep(sweeps.load_sweep(tmp_path / "sweep.yaml"), tmp_path / "out", workers=0)
+        expected = 4 + 2  # each cell's run; each model's wlb packing reads its cost model's attention parity
+    else:
+        from simbench.calibrate.measure_run import scenario_run
+
+        scenario_run(path)
+        expected = 1
+    assert elsewhere == []
+    assert len(builds) == expected

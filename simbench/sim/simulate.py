@@ -244,14 +244,23 @@ def _packing(plan: ExecutionPlan, settings: SimulationSettings, packings: dict[s
 
 
 def _packing_call(plan: ExecutionPlan, settings: SimulationSettings) -> tuple[str, int | None, PackOptions] | None:
-    """The packer, depth and options a plan's packing is made with (None: the plan packs nothing)."""
+    """The packer, depth and options a plan's packing is made with in this simulation (None: it packs nothing)."""
+    return packing_call(plan, settings.histogram, batch_size=settings.batch_size, microbatches=settings.microbatches,
+                        seed=settings.seed, attention_parity=lambda: _attention_parity(settings.cost_model))
+
+
+def packing_call(plan: ExecutionPlan, histogram: LengthHistogram, *, batch_size: int, microbatches: int, seed: int,
+                 attention_parity: Callable[[], float | None]) -> tuple[str, int | None, PackOptions] | None:
+    """The packer, depth and options `plan`'s packing is made with (None: the plan packs nothing): the one place
+    that decides it, for a simulation and for a sweep's shared packings alike. `attention_parity()` is the cost
+    model's, asked only for a packer that reads it."""
     request = plan.source.packing_request(plan)
     if request is None:
         return None
     packer, depth = request
-    own = plan.source.packing_options(plan, settings.histogram, settings.batch_size, settings.microbatches)
-    return packer, depth, pack_options(packer, seed=settings.seed, batch_size=settings.batch_size,
-                                       attention_parity=lambda: _attention_parity(settings.cost_model), **own)
+    own = plan.source.packing_options(plan, histogram, batch_size, microbatches)
+    return packer, depth, pack_options(packer, seed=seed, batch_size=batch_size, attention_parity=attention_parity,
+                                       **own)
 
 
 def _attention_parity(cost_model) -> float | None:

@@ -21,7 +21,7 @@ class PackingJob:
     dataset: str  # the DatasetSpec as JSON: histogram and max length
     packer: str
     max_depth: int | None
-    options: PackOptions  # as the cell's own run would pack: `simulate.pack_options`
+    options: PackOptions  # as the cell's own run would pack: `simulate.packing_call`
     with_bound: bool
 
     @property
@@ -30,21 +30,20 @@ class PackingJob:
 
 
 def packing_jobs(cell: SweepCell) -> list[PackingJob]:
-    """The packings `cell` needs (one per packing plan), as shareable jobs."""
+    """The packings `cell` needs (one per packing plan), as shareable jobs: each made as the cell's own run makes
+    it (`simulate.packing_call`)."""
     from simbench.resolved import scenario_plans
-    from simbench.sim.simulate import pack_options
+    from simbench.sim.simulate import packing_call
 
     scenario = cell.scenario
-    dataset = scenario.dataset.model_dump_json()
+    dataset, histogram = scenario.dataset.model_dump_json(), scenario.dataset.load()
     microbatches = scenario.parallel.microbatches if scenario.parallel is not None else 1
     jobs = []
-    for plan in scenario_plans(scenario):
-        request = plan.source.packing_request(plan)
-        if request is not None:
-            own = plan.source.packing_options(plan, scenario.dataset.load(), scenario.device_batch_size, microbatches)
-            options = pack_options(request[0], seed=scenario.seed, batch_size=scenario.device_batch_size,
-                                   attention_parity=lambda: _attention_parity(scenario), **own)
-            jobs.append(PackingJob(dataset, request[0], request[1], options, scenario.outputs.lp_bounds))
+    for plan in scenario_plans(scenario, histogram):
+        call = packing_call(plan, histogram, batch_size=scenario.device_batch_size, microbatches=microbatches,
+                            seed=scenario.seed, attention_parity=lambda: _attention_parity(scenario))
+        if call is not None:
+            jobs.append(PackingJob(dataset, *call, scenario.outputs.lp_bounds))
     return jobs
 
 
