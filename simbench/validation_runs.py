@@ -332,13 +332,11 @@ def _vts_claims() -> list[Claim]:
     simbench's model is BERT-large on every dataset, Cerebras' was Transformer-large on WMT14. Cerebras'
     BERT figures were measured on Open Web Text at 512, so they are compared on the histogram modelled
     from its published statistics (simbench.openwebtext); Wikipedia 512 has no published VTS figure."""
-    from simbench.costmodels import TransformerCostModel
     from simbench.histogram import load_histogram
+    from simbench.resolved import Run
     from simbench.scenario import SyntheticHistogram
-    from simbench.sim.simulate import simulate
 
     wmt_like = SyntheticHistogram(synthetic="lognormal", sequences=4_500_000, median_length=27.8, sigma=0.6).build(256)
-    cost_model = TransformerCostModel("bert-large", "cs-2")
     cerebras = "Cerebras VTS post, 2022"
     claims = []
     for histogram, label, source, plans in (
@@ -347,8 +345,10 @@ def _vts_claims() -> list[Claim]:
              f"{cerebras}, BERT-large on Open Web Text at 512", (("vts", 1.2), ("vts-bucketed", 1.4))),
             (load_histogram("wikipedia_512"), "Wikipedia 512", "none published (Cerebras measured Open Web Text)",
              (("vts", None), ("vts-bucketed", None)))):
-        result = simulate(histogram, [plan for plan, _ in plans], [1], cost_model, batch_size=512, steps=20, seed=0,
-                          baseline="none")  # VTS is over its own padded pipeline: no other baseline to draw
+        # VTS is over its own padded pipeline: no other baseline to draw.
+        run = Run.from_options(histogram, [plan for plan, _ in plans], [1], model="bert-large", hardware="cs-2",
+                               batch_size=512, steps=20, seed=0, baseline="none")
+        result = run.simulate()
         speedups = result.summary.set_index("strategy")["speedup"]
         claims += [Claim(f"{plan} speed-up, {label}, BERT-large, 24 stages, FIFO 1", source, "", float(speedups[plan]),
                          published, 10.0) for plan, published in plans]
