@@ -29,7 +29,7 @@ from simbench.scenario import Scenario
 from simbench.sim.plans import with_reference
 from simbench.sim.results import BREAKDOWN_COLUMNS, SEED_SPREAD_COLUMNS, VTS_REFERENCE, across_seeds, with_per_gpu_columns
 from simbench.sim.simulate import pack_plans
-from simbench.strategies import get_strategy
+from simbench.strategies.evaluation import bound_depth, is_bounded
 from simbench.strategies.lp_bound import lp_lower_bound, stored_lp_lower_bound
 from simbench.strategies.packing import Packing
 from simbench.workers import ReportWorkers, result_of
@@ -235,11 +235,6 @@ def _assumption_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
     return table.rename_axis("strategy").reset_index().assign(devices=devices)
 
 
-def _bound_depth(packing: Packing) -> int | None:
-    """The depth a packing is bounded at: its limit, or for batchers without one (none, sort) the depth they use."""
-    return packing.max_depth if get_strategy(packing.strategy).uses_depth else packing.depth_used
-
-
 def _start_bounds(packings: dict[str, Packing], histogram: LengthHistogram,
                   workers: ReportWorkers | None) -> dict[int | None, Future]:
     """The LP bound of every depth the packings need, computed by `workers` (or here, without them), or read
@@ -247,7 +242,7 @@ def _start_bounds(packings: dict[str, Packing], histogram: LengthHistogram,
     took seconds to compute is kept: `optimal`'s own, computed in the worker that packed it, among them)."""
     inline = ReportWorkers(processes=0)
     bounds = {}
-    for depth in dict.fromkeys(_bound_depth(packing) for packing in packings.values()):
+    for depth in dict.fromkeys(bound_depth(packing) for packing in packings.values()):
         stored = stored_lp_lower_bound(histogram, histogram.max_length, depth)
         if stored is not None:
             bounds[depth] = inline.submit(lambda bound: bound, stored)
@@ -262,7 +257,7 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
     """packing.csv (deterministic metrics with the LP bound) and timings.csv (measured solve seconds)."""
     rows, timing_rows, told = [], [], set()
     for name, packing in packings.items():
-        depth = _bound_depth(packing)
+        depth = bound_depth(packing)
         depth_name = "max" if depth is None else depth
         bound = None
         if depth in bounds:  # computed beside the simulation; what is left of it is waited for, aloud
@@ -273,8 +268,7 @@ def _packing_tables(packings: dict[str, Packing], labels: dict[str, str], histog
             stage(f"LP bound at depth {depth_name} {'read from the cache' if bound.cached else 'computed'} "
                   f"in {bound.seconds:.2f} s")
         progress(1)
-        # A bound on packs of max length bounds no batch padded to its own longest (sort), as in `simbench pack`.
-        if not bool((packing.slot_lengths == histogram.max_length).all()):
+        if not is_bounded(packing, histogram.max_length):
             bound = None
         metrics = packing.metrics(bound.lower_bound_packs if bound else None)
         label = labels.get(name, name)

@@ -199,6 +199,33 @@ def test_a_cells_rows_carry_the_packs_its_packers_made(sweep_file):
     assert pd.isna(by_strategy["unpad"])  # un-padding makes no packs
 
 
+
+def test_a_cells_lp_bounds_are_the_ones_its_own_runs_packing_table_states(tmp_path):
+    """One rule for which packings a bound bounds and at what depth (`strategies.evaluation`): a sweep's shared
+    packings are bounded as a run's packing table bounds them; sort's batches, padded to their own longest,
+    have none."""
+    from simbench.experiment import run_experiment
+
+    path = tmp_path / "bounded.yaml"
+    path.write_text(SWEEP.replace("[spfhp:3, unpad, packed-varlen]", "[sort, spfhp:3, ffd, token-budget]")
+                    .replace("model: [bert-base, bert-large]", "model: [bert-base]").replace("[1, 8]", "[1]"))
+    (cell,) = sweeps.load_sweep(path).cells
+    jobs = sweeps.packing_jobs(cell)
+    packings = {job.key: sweep_tasks.run_packing(job) for job in jobs}
+    # No LP solve for a packing no bound bounds.
+    assert {job.packer: packings[job.key][1] is None for job in jobs} == {
+        "sort": True, "spfhp": False, "ffd": False, "token-budget": True}
+    rows = sweeps.run_cell(cell, packings).drop_duplicates("strategy").set_index("strategy")
+    table = run_experiment(cell.scenario, stragglers=False, assumptions=False).packing.set_index("label")
+    shared = [label for label in table.index if label not in ("none", "pad-to-longest")]  # what the sweep packs
+    assert len(shared) == 4
+    for strategy in shared:
+        own = table.loc[strategy, "lower_bound_packs"]
+        assert (pd.isna(own) and pd.isna(rows.loc[strategy, "lp_bound_packs"])) or (
+            rows.loc[strategy, "lp_bound_packs"] == own), strategy
+    assert pd.isna(rows.loc["sort", "lp_bound_packs"]) and rows.loc["spfhp:3", "lp_bound_packs"] > 0
+
+
 # The folder as a ledger
 
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
-from simbench.strategies import PackOptions, Strategy
+from simbench.strategies import PackOptions, Strategy, get_strategy
+from simbench.strategies.packing import Packing
 
 if TYPE_CHECKING:
     from simbench.strategies.baseline import Comparison
@@ -31,12 +32,9 @@ def packing_metrics(strategy: Strategy, histogram: LengthHistogram, max_length: 
     computed once per histogram and depth (`lp_bound` caches it) and `bound_seconds` is its own time.
     """
     packing = strategy(histogram, max_length, max_depth, options)
-    fixed_shape = bool((packing.slot_lengths == max_length).all())
-    # The bound at the depth the packing was made under (as in a report's packing table): padding, one
-    # sequence per pack, is bounded at depth 1, not compared with packs it was never allowed to fill.
-    depth = packing.max_depth if strategy.uses_depth else packing.depth_used
+    depth = bound_depth(packing)
     bound = None
-    if fixed_shape and with_bound is not False:
+    if is_bounded(packing, max_length) and with_bound is not False:
         # Imported here: a pack without a bound (`--no-bound`) need not load the LP solver's modules.
         from simbench.strategies.lp_bound import bound_is_cheap, lp_lower_bound
 
@@ -46,6 +44,19 @@ def packing_metrics(strategy: Strategy, histogram: LengthHistogram, max_length: 
     metrics["bound_seconds"] = bound.seconds if bound else None
     metrics["bound_depth"] = depth if bound else None
     return metrics
+
+
+def bound_depth(packing: Packing) -> int | None:
+    """The depth a packing's LP bound is taken at (a report's packing table, a sweep's, `simbench pack`): the
+    limit it was made under, or for batchers without one (none, sort) the depth they used, so that padding, one
+    sequence per pack, is bounded at depth 1, not compared with packs it was never allowed to fill."""
+    return packing.max_depth if get_strategy(packing.strategy).uses_depth else packing.depth_used
+
+
+def is_bounded(packing: Packing, max_length: int) -> bool:
+    """Whether the LP bound on packs of `max_length` bounds the packing: only where every pack is of that length
+    (a batch padded to its own longest, as sort's, is not)."""
+    return bool((packing.slot_lengths == max_length).all())
 
 
 def pack_each(strategies: list[Strategy], histogram: LengthHistogram, max_length: int, max_depth: int | None,

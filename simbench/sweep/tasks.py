@@ -66,12 +66,14 @@ def run_packing(job: PackingJob):
     """Pack once (and bound once, if asked): (Packing, LP bound in packs or None)."""
     from simbench.scenario import DatasetSpec
     from simbench.strategies import get_strategy
+    from simbench.strategies.evaluation import bound_depth, is_bounded
     from simbench.strategies.optimal import lp_lower_bound
 
     histogram = DatasetSpec.model_validate_json(job.dataset).load()
     packing = get_strategy(job.packer)(histogram, histogram.max_length, job.max_depth, job.options)
-    bound = lp_lower_bound(histogram, histogram.max_length, job.max_depth).lower_bound_packs if job.with_bound else None
-    return packing, bound
+    if not (job.with_bound and is_bounded(packing, histogram.max_length)):
+        return packing, None
+    return packing, lp_lower_bound(histogram, histogram.max_length, bound_depth(packing)).lower_bound_packs
 
 
 def run_cell(cell: SweepCell, packings: dict[str, Any]):
