@@ -73,13 +73,20 @@ def test_as_configured_runs_every_plan_at_the_scenarios_sizes():
     run = resolve(scenario)
     assert all(plan.sizing is None for plan in run.plans)
     assert [plan.name for plan in run.plans] == [spec.plan().name for spec in scenario.strategies]
-    tables = run_experiment(scenario, stragglers=False, assumptions=False).scaling
+    result = run_experiment(scenario, stragglers=False, assumptions=False)
+    tables = result.scaling
     assert (tables["rows_per_device_step"] == scenario.batch_size).all()
     assert (tables["microbatches_per_step"] == 1).all()
     expected = tables.drop_duplicates("strategy")["expected_real_tokens_per_device_step"]
     assert _spread(expected) > FLAG_ABOVE  # padding's 2 conversations against 2 full packs: flagged
     from simbench.report.footing import footing_warnings
     assert any("as-configured" in warning for warning in footing_warnings(tables))
+    # The decision block says it once, under its bold lead, and not again in the next paragraph.
+    from simbench.report.decision import decision_markdown
+
+    block = decision_markdown(result, scenario.dataset.load(), lambda count: f"{count} devices")
+    assert block.count("**Not on equal footing** (compare_at: as-configured): expected real tokens") == 1
+    assert block.lower().count("not on equal footing") == 1 and "own batch size" not in block
 
 
 def test_bundled_bert_reproductions_compare_as_configured():

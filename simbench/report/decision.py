@@ -100,11 +100,16 @@ def decision_markdown(tables: ExperimentResult, histogram: LengthHistogram, unit
         lines[-1] += (f" {', '.join(tied[1:])} {'is' if len(tied) == 2 else 'are'} within the spread of it: any of "
                       "them is as fast on this evidence.")
     lines += ["", _markdown(table, over)]
-    lines += [f"\n**Not on equal footing:** {warning}." for warning in footing_warnings(tables.scaling)]
-    lines += [f"\nCompared at equal real tokens per optimizer step (`compare_at: equal-tokens`): a step of "
-              "another size would train differently, not only faster." if _equal_tokens(tables.scaling) else
-              "\nEach strategy at the scenario's own batch size (`compare_at: as-configured`): their real tokens "
-              "per optimizer step are in the table; a different step size changes convergence, not only speed."]
+    warnings = footing_warnings(tables.scaling)
+    # Each warning starts with the words the bold lead says.
+    lines += [f"\n**Not on equal footing**{warning.removeprefix('not on equal footing')}." for warning in warnings]
+    if _equal_tokens(tables.scaling):
+        lines.append("\nCompared at equal real tokens per optimizer step (`compare_at: equal-tokens`): a step of "
+                     "another size would train differently, not only faster.")
+    elif not warnings:  # a warning already says the steps differ and what that changes
+        lines.append("\nEach strategy at the scenario's own batch size (`compare_at: as-configured`): their real "
+                     "tokens per optimizer step are in the table; a different step size changes convergence, not "
+                     "only speed.")
     lines += ["", "Spreads are one standard error (the steps' sampling, or the seeds' where there are several); "
               "a figure is shown to the digits its spread supports. An epoch is one pass over the dataset's real "
               "tokens at the simulated throughput."]
