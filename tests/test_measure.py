@@ -291,6 +291,28 @@ def test_a_scenarios_strategies_are_drawn_as_the_simulator_draws_them_or_refused
         assert set(layout.row_slots) == {int(layout.lengths.max())}
 
 
+def test_measured_batches_are_the_ones_each_plans_batch_source_draws():
+    """`pad-to-longest` (the default baseline) is timed, each batch padded to its own longest; `wlb`'s outlier delay
+    holds on the device as in the simulator: a step's packs all hold a long document or none does."""
+    from simbench.calibrate.strategy_batches import strategy_batches
+    from simbench.sim.plans import parse_plan
+    from simbench.strategies.wlb import outlier_threshold
+
+    histogram = measure.rescale_histogram(load_histogram("wikipedia_512"), 128)
+    names = ["pad-to-longest", "wlb"]
+    built = strategy_batches([(name, parse_plan(name)) for name in names], histogram, 128, steps=40, batch_size=8,
+                             seed=0)
+    assert list(built.layouts) == ["none", *names] and not built.refused
+    for layout in built.layouts["pad-to-longest"]:
+        assert layout.mode is ExecutionMode.SORTED and len(layout.rows) == 8 and layout.max_depth == 1
+        assert set(layout.row_slots) == {int(layout.lengths.max())}
+    assert parse_plan("wlb").outlier_delay
+    threshold = outlier_threshold(128)
+    outlier_steps = [[max(row) >= threshold for row in layout.rows] for layout in built.layouts["wlb"]]
+    assert all(all(step) or not any(step) for step in outlier_steps)
+    assert 0 < sum(all(step) for step in outlier_steps) < len(outlier_steps)  # both kinds of step were drawn
+
+
 def test_first_sight_steps_pay_the_profiles_cost_where_their_shape_was_new_and_never_run_faster():
     model = get_model("tiny")
     profile = PROFILE.model_copy(update={"first_sight_padded_seconds": 0.02, "first_sight_varlen_seconds": 0.004})

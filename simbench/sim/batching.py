@@ -94,6 +94,15 @@ def unpadded_batches(lengths: np.ndarray) -> BatchSet:
     return BatchSet(flat, rows, flat, rows // batch_size, flat.size // batch_size)
 
 
+def rows_of_batches(lengths: list[np.ndarray], row_slots: np.ndarray) -> BatchSet:
+    """Batch i's sequences `lengths[i]`, each its own row of `row_slots[i]` token slots."""
+    sizes = np.array([batch.size for batch in lengths], dtype=np.int64)
+    flat = np.concatenate(lengths).astype(np.int64, copy=False) if lengths else np.zeros(0, np.int64)
+    rows = np.arange(flat.size, dtype=np.int64)
+    return BatchSet(flat, rows, np.repeat(np.asarray(row_slots, dtype=np.int64), sizes),
+                    np.repeat(np.arange(len(lengths)), sizes), len(lengths))
+
+
 class PackSampler:
     """Draws rows of a packing in proportion to their repeats (the packed dataset, shuffled).
 

@@ -34,6 +34,7 @@ from simbench.validation import DEFAULT_SHAPES, DEFAULT_TRAINING_STEPS
 if TYPE_CHECKING:
     import pandas as pd
 
+    from simbench.costmodels.base import BatchSet
     from simbench.histogram import LengthHistogram
     from simbench.sim.engines.vectorized import StepAggregates
     from simbench.sim.engines.order_statistics import ItemSource
@@ -223,6 +224,15 @@ class BatchSource:
                    key=lambda rows: (abs(expected(rows) - real_tokens_per_step), rows))
         count = cls.microbatches_holding(plan, histogram, rows, microbatch_slots, microbatches)
         return replace(plan, sizing=StepSizing(max(rows, count), count))  # no microbatch without a row
+
+    @staticmethod
+    def device_batches(plan: ExecutionPlan, histogram: LengthHistogram, packing: Callable[[], Packing | None],
+                       rng: np.random.Generator, steps: int, batch_size: int) -> BatchSet:
+        """One device's `steps` batches of `batch_size` rows as the plan's training steps hold them, drawn with
+        `rng` as the simulator draws them (`packing()`: the plan's packing, made when asked): what `simbench
+        measure` times on a device. An InputError says why one device's steps cannot show the plan."""
+        raise InputError(f"plan kind {plan.kind!r} does not say what one device's batches hold "
+                         "(BatchSource.device_batches): measure cannot build them")
 
     @staticmethod
     def random_stream(plan: ExecutionPlan) -> str:

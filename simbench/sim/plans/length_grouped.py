@@ -24,11 +24,11 @@ from pydantic_core import PydanticCustomError
 from simbench.costmodels.base import ExecutionMode
 from simbench.errors import InputError
 from simbench.histogram import LengthHistogram
-from simbench.sim.length_batching import BudgetBatchDraws, LengthGroupedStream
+from simbench.sim.length_batching import BudgetBatchDraws, LengthGroupedStream, padded_batches
 from simbench.sim.engines.order_statistics import ItemSource
 from simbench.sim.plans import (PLANS, BatchSource, ExecutionPlan, PlanType, StepSizing, microbatch_count,
                                  register_plan)
-from simbench.sim.batching import SequenceSampler
+from simbench.sim.batching import InverseCdf, SequenceSampler, rows_of_batches
 from simbench.sim.megabatches import MegabatchSteps
 from simbench.strategies.group_by_length import megabatch_sequences, sequences_per_batch
 from simbench.strategies.token_budget import token_budget_batches
@@ -54,6 +54,17 @@ class TokenBudgetSource(BatchSource):
     @staticmethod
     def packing_options(plan, histogram, batch_size, microbatches):
         return {"budget_tokens": step_budget_tokens(plan, histogram, batch_size, microbatches)}
+
+    @staticmethod
+    def device_batches(plan, histogram, packing, rng, steps, batch_size):
+        """The bucketing's batch kinds in proportion to their number, each sequence a row of the kind's padded
+        length."""
+        batches = token_budget_batches(histogram, step_budget_tokens(plan, histogram, batch_size))
+        kinds = InverseCdf(batches.repeats).sample(rng, steps)
+        starts, ends = batches.run_offsets[kinds], batches.run_offsets[kinds + 1]
+        lengths = [np.repeat(batches.run_lengths[start:end], batches.run_counts[start:end])
+                   for start, end in zip(starts, ends)]
+        return rows_of_batches(lengths, batches.padded_lengths[kinds])
 
     @staticmethod
     def expected_real_tokens_per_step(plan, histogram, packing, rows, microbatches):
@@ -148,6 +159,16 @@ class LengthGroupedSource(BatchSource):
     @staticmethod
     def packing_request(plan: ExecutionPlan) -> tuple[str, None]:
         return plan.packer, None
+
+    @staticmethod
+    def device_batches(plan, histogram, packing, rng, steps, batch_size):
+        """Batches at random from a stream of sorted megabatches: a device runs a megabatch's batches longest
+        first, so its first steps are the longest batches; steps drawn from whole megabatches are a fair sample
+        of all of them instead."""
+        stream = LengthGroupedStream(histogram, sequences_per_batch(histogram, batch_size, histogram.max_length), rng)
+        per_megabatch = stream.megabatch // stream.batch_sequences
+        batches = stream.batches(-(-steps // per_megabatch) * per_megabatch)
+        return padded_batches(batches[rng.choice(len(batches), size=steps, replace=False)])
 
     @staticmethod
     def random_stream(plan: ExecutionPlan) -> str:

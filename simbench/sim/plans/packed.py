@@ -37,12 +37,12 @@ class PackingSource(BatchSource):
     def __init__(self, plan, packing, settings, purpose=0, simpy_devices=0):
         super().__init__(plan, packing, settings, purpose, simpy_devices)
         self.rng = self.generator(purpose)
-        if plan.mode is ExecutionMode.SORTED:
-            self.sampler = SortedBatchSampler(packing)
-        elif plan.outlier_delay:
-            self.sampler = OutlierDelaySampler(packing, outlier_threshold(packing.max_length))
-        else:
-            self.sampler = PackSampler(packing)
+        self.sampler = _sampler(plan, packing)
+
+    @staticmethod
+    def device_batches(plan, histogram, packing, rng, steps, batch_size):
+        sampler = _sampler(plan, packing())
+        return sampler.batches_of(sampler.picks(rng, steps, 1, batch_size), batch_size)
 
     @staticmethod
     def packing_request(plan: ExecutionPlan) -> tuple[str, int | None]:
@@ -87,6 +87,16 @@ class PackingSource(BatchSource):
     def _price_items(self, items):
         return price_packs(self.settings.cost_model, self.sampler, items, self.settings.batch_size, self.plan.mode, 1,
                            items.shape[0])
+
+
+def _sampler(plan: ExecutionPlan, packing) -> PackSampler:
+    """How a device draws the plan's packs: sorted batches in order, a step's packs of one kind with outlier delay,
+    else in proportion to their repeats."""
+    if plan.mode is ExecutionMode.SORTED:
+        return SortedBatchSampler(packing)
+    if plan.outlier_delay:
+        return OutlierDelaySampler(packing, outlier_threshold(packing.max_length))
+    return PackSampler(packing)
 
 
 @dataclass(frozen=True)

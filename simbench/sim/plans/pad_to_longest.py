@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simbench.costmodels.base import ExecutionMode
+from simbench.sim.batching import SequenceSampler
 from simbench.sim.length_batching import padded_batches
 from simbench.sim.plans import ExecutionPlan, PlanType, register_plan
 from simbench.sim.plans.unpadded import SequenceSource
@@ -34,6 +35,10 @@ class PadToLongestSource(SequenceSource):
     @staticmethod
     def independent_devices(plan: ExecutionPlan) -> bool:
         return True
+
+    @staticmethod
+    def device_batches(plan, histogram, packing, rng, steps, batch_size):
+        return padded_batches(SequenceSampler(histogram).lengths_of(rng, (steps, batch_size)))
 
     def shape_keys(self, rng, count):
         """Rows of a fixed count padded to the batch's longest: the shape is the longest length."""

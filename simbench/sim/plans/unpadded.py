@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from simbench.costmodels.base import ExecutionMode
+from simbench.errors import InputError
 from simbench.sim.batching import SequenceSampler, unpadded_batches
 from simbench.sim.exchange import ExchangeCosts, deal_sorted
 from simbench.sim.engines.order_statistics import ItemSource
@@ -68,6 +69,13 @@ class UnpadSource(SequenceSource):
     @staticmethod
     def independent_devices(plan: ExecutionPlan) -> bool:
         return plan.exchange is Exchange.NONE  # the exchange deals one global batch
+
+    @staticmethod
+    def device_batches(plan, histogram, packing, rng, steps, batch_size):
+        if plan.exchange is not Exchange.NONE:
+            raise InputError("the padding exchange deals a global batch out across devices; on the one device "
+                             "measure times, its steps are unpad's")
+        return unpadded_batches(SequenceSampler(histogram).lengths_of(rng, (steps, batch_size)))
 
     @staticmethod
     def prices_distinct_batches(plan: ExecutionPlan) -> bool:

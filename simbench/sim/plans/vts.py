@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from simbench.costmodels.base import ExecutionMode
+from simbench.errors import InputError
 from simbench.sim import vts
 from simbench.sim.plans import ExecutionPlan, PlanKind, PlanType, StepTiming, register_plan
 from simbench.sim.plans.unpadded import SequenceSource
@@ -41,6 +42,10 @@ class VtsSource(SequenceSource):
     @staticmethod
     def independent_devices(plan: ExecutionPlan) -> bool:
         return not plan.bucket_window  # bucketing ties a device's steps together
+
+    @staticmethod
+    def device_batches(plan, histogram, packing, rng, steps, batch_size):
+        raise InputError("a pipeline of layer stages, one sample at a time: no training step of one device to time")
 
     @staticmethod
     def prices_distinct_batches(plan: ExecutionPlan) -> bool:
