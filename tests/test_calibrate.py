@@ -128,3 +128,33 @@ def test_settings_are_checked_by_the_library_and_named_by_option(tmp_path, comma
     assert isinstance(result.exception, InputError), result.output
     assert message in str(result.exception)
     assert not (tmp_path / "out.yaml").exists()
+
+
+def test_a_deadline_stops_the_rounds_before_one_that_would_end_past_it_keeping_the_fewest(monkeypatch):
+    """Rounds of 3 steps of 1 s (a clock the steps advance): a deadline 7.5 s away fits 2 whole rounds, so a third
+    does not start; every batch keeps as many samples; the fewest rounds run whatever the deadline says."""
+    pytest.importorskip("torch")
+    from simbench.calibrate import timing
+
+    clock = [100.0]
+
+    class Trainer:
+        device = "cpu"
+
+        def timed_step_seconds(self, batch):
+            clock[0] += 1.0
+            return 1.0
+
+    class Batch:
+        def to(self, device):
+            return self
+
+    monkeypatch.setattr(timing.time, "monotonic", lambda: clock[0])
+    batches = [Batch() for _ in range(3)]
+    timed = timing.time_batches(Trainer(), batches, warmup=0, repeats=5, deadline=107.5, fewest_repeats=2)
+    assert [len(timing_.samples_seconds) for timing_ in timed] == [2, 2, 2]
+    clock[0] = 100.0
+    late = timing.time_batches(Trainer(), batches, warmup=0, repeats=5, deadline=100.0, fewest_repeats=2)
+    assert {len(timing_.samples_seconds) for timing_ in late} == {2}
+    clock[0] = 100.0
+    assert {len(t.samples_seconds) for t in timing.time_batches(Trainer(), batches, 0, 5)} == {5}  # no deadline

@@ -608,3 +608,27 @@ def test_a_whole_decoder_llm_is_refused_before_anything_is_built():
         _settings(model=get_model("llama-3.1-8b"), max_length=8192, device="cuda", steps=16, batch_size=16)
     with pytest.raises(InputError, match="training FLOPs"):
         _settings(model=get_model("llama-3.1-8b"), max_length=128, device="cpu")
+
+
+def test_a_budget_that_the_steps_outrun_stops_the_rounds_and_says_so(tmp_path, monkeypatch):
+    """A budget sized on an estimate ten thousand times too fast plans the most repeats; the rounds stop at the
+    fewest once its time is spent, every strategy keeping as many, and settings.yaml and a note say what ran."""
+    import yaml
+
+    from simbench.calibrate import measure_budget
+    from simbench.calibrate.measure_run import measure_strategies
+
+    estimate = measure_budget.estimated_step_seconds
+
+    def too_fast(*arguments):
+        seconds, first_sight, source = estimate(*arguments)
+        return {name: value * 1e-4 for name, value in seconds.items()}, first_sight * 1e-4, source
+
+    monkeypatch.setattr(measure_budget, "estimated_step_seconds", too_fast)
+    notes = []
+    run = measure_strategies("squad_1_1_384", output_dir=tmp_path / "out", device="cpu", threads=1, max_length=32,
+                             batch_size=4, seconds=0.05, quick=True, strategies=["sort", "unpad"], note=notes.append)
+    assert any("time budget 0 s" in note and "x 5 repeats" in note for note in notes)
+    assert any(note.startswith("time budget: 2 repeats of every batch, not 5") for note in notes)
+    assert yaml.safe_load((run.folder / "settings.yaml").read_text())["repeats"] == 2
+    assert np.isfinite(run.table.set_index("strategy").loc["unpad", "speedup_noise"])

@@ -31,6 +31,7 @@ class Budget:
     steps: int
     repeats: int
     message: str | None = None  # None where both were given
+    seconds: float | None = None  # the budget the steps and repeats were sized to; None where both were given
 
 
 def budgeted_passes(layouts: dict[str, list[BatchLayout]], model: ModelSpec, device: str,
@@ -75,7 +76,7 @@ def budgeted_passes(layouts: dict[str, list[BatchLayout]], model: ModelSpec, dev
     return Budget(step_count, repeat_count, (
         f"time budget {budget:.0f} s{given}: {fit}, about {total(step_count, repeat_count):.0f} s of steps at an "
         f"estimated {1e3 * every_strategy:.1f} ms for one step of every strategy ({source}); --steps and --repeats "
-        "set them"))
+        "set them"), budget)
 
 
 def estimated_step_seconds(layouts: dict[str, list[BatchLayout]], model: ModelSpec, device: str,

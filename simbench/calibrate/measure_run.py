@@ -6,6 +6,7 @@ torch is imported inside the functions: without it each says how to install it, 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -116,11 +117,11 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
                          unpadded_attention=unpadded_attention, wall_clock=wall_clock, note=note)
     settings = plan.settings
     total = measure_steps(settings, plan.layouts, plan.calibration_layouts)
-    note(f"timing {total:,} steps: {len(plan.layouts)} strategies x {settings.steps} batches, a first-sight pass and "
-         f"{settings.repeats} repeats each" + (f", and {len(plan.calibration_layouts)} calibration batches"
-                                               if plan.calibration_layouts else ""))
+    note(_timing_note(plan, total))
     measured, calibration_steps = time_strategies(plan.layouts, settings, lambda: progress(total),
-                                                  plan.calibration_batches, plan.calibration_layouts, plan.baseline)
+                                                  plan.calibration_batches, plan.calibration_layouts, plan.baseline,
+                                                  deadline=_deadline(plan, repeats))
+    settings = _as_timed(settings, measured, note)
     profile = plan.profile
     if plan.calibration is not None:
         profile = _calibrated_profile(plan.calibration, plan.calibration_layouts, calibration_steps)
@@ -137,6 +138,30 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
                   first_pass_load_factor=measured.first_pass_factor, budget=plan.budget_note)
     write_measure_folder(output_dir, table, measured, title, record, _with_fitted_noise(profile, noise, source))
     return MeasureRun(table, title, output_dir, verdict, noise, plan.baseline, plan.refused)
+
+
+def _timing_note(plan: MeasurePlan, total: int) -> str:
+    settings = plan.settings
+    return (f"timing {total:,} steps: {len(plan.layouts)} strategies x {settings.steps} batches, a first-sight pass "
+            f"and {settings.repeats} repeats each" + (f", and {len(plan.calibration_layouts)} calibration batches"
+                                                      if plan.calibration_layouts else ""))
+
+
+def _deadline(plan: MeasurePlan, repeats: int | None) -> float | None:
+    """When the repeated rounds must end (`time.monotonic()`): the budget from the start of timing, where the
+    budget sized the repeats (None where `--repeats` fixed them, or no budget was used)."""
+    if repeats is not None or plan.budget_seconds is None:
+        return None
+    return time.monotonic() + plan.budget_seconds
+
+
+def _as_timed(settings, measured, note: Callable[[str], None]):
+    """The settings with the repeats that ran, said where the budget stopped them early."""
+    if measured.repeats is None or measured.repeats == settings.repeats:
+        return settings
+    note(f"time budget: {measured.repeats} repeats of every batch, not {settings.repeats}: the steps ran slower "
+         "than the budget was sized for; --repeats fixes them")
+    return replace(settings, repeats=measured.repeats)
 
 
 @dataclass(frozen=True)
@@ -164,6 +189,7 @@ class MeasurePlan:
     calibration_layouts: list = field(default_factory=list)
     calibration_batches: list = field(default_factory=list)
     budget_note: str | None = None
+    budget_seconds: float | None = None  # what the budget sized steps and repeats to; None: both given
 
 
 DEFAULT_BATCH_SIZE = 16  # rows a step for a histogram (a scenario gives its own)
@@ -213,7 +239,7 @@ def _measure_plan(measured_source: MeasureSource, model, device: str, given_prof
     layouts = {name: batches[:budget.steps] for name, batches in layouts.items()}
     settings.check_layouts(layouts)
     return MeasurePlan(settings, histogram, layouts, refused, baseline, given_profile, calibration,
-                       calibration_layouts, calibration_batches, budget.message)
+                       calibration_layouts, calibration_batches, budget.message, budget.seconds)
 
 
 def measure_shape(histogram, model, device: str, max_length: int | None, note: Callable[[str], None]):

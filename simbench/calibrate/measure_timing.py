@@ -14,6 +14,7 @@ from simbench.calibrate.batches import TorchBatch, batch_for_layout
 from simbench.calibrate.calibration import MIN_ROW_LENGTH, default_unpadded_attention, timed_shape
 from simbench.calibrate.layout import BatchLayout
 from simbench.calibrate.measure import BASELINE, MeasureSettings
+from simbench.calibrate.noisefit import MEASURE_REPEATS_MIN
 from simbench.calibrate.timing import StepTiming, build_trainer, load_adjusted, time_batches
 from simbench.costmodels.base import ExecutionMode
 
@@ -35,6 +36,7 @@ class MeasuredSteps:
     new_shape: dict[str, np.ndarray] | None = None
     baseline: str = BASELINE
     first_pass_factor: float = 1.0  # how much slower the first pass ran than the median round (factored out)
+    repeats: int | None = None  # rounds timed (a deadline may have stopped them early); None: not recorded
 
     def first_sight_step_seconds(self, name: str) -> float:
         """The strategy's mean step at first sight: its repeated steps, plus what its steps at new shapes took
@@ -95,7 +97,7 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
                     progress: Callable[[], None] = lambda: None,
                     calibration_batches: Sequence[TorchBatch] = (),
                     calibration_layouts: Sequence[BatchLayout] = (),
-                    baseline: str = BASELINE) -> tuple[MeasuredSteps, CalibrationSteps]:
+                    baseline: str = BASELINE, deadline: float | None = None) -> tuple[MeasuredSteps, CalibrationSteps]:
     """Time every strategy's batches: a warm-up on shapes none of them has, then each batch once, strategy
     after strategy in the order given (first sight), then rounds over all of them in a random order, so that
     noise from other processes hits every strategy alike (repeated).
@@ -103,6 +105,10 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     `calibration_batches` (with their `calibration_layouts`) are stepped once after the strategies' and
     timed in the same rounds, so that a profile fitted to them saw the same machine load as the measured
     steps (on a shared machine the load drifts within minutes); their timings come back alongside.
+
+    With a `deadline` (`time.monotonic()` seconds) the rounds stop, after MEASURE_REPEATS_MIN of them, before one
+    that would end past it (`timing.time_batches`): a time budget holds where the steps run slower than it was
+    sized for. `MeasuredSteps.repeats` says how many ran.
     """
     torch.set_num_threads(settings.threads)
     shape = timed_shape(settings.model)
@@ -124,7 +130,8 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     calibration_first = first_pass(trainer, calibration, calibration_layouts, seen, progress)
     interleaved = [batches[name][step] for step in range(settings.steps) for name in names]
     timings = time_batches(trainer, interleaved + calibration, warmup=0, repeats=settings.repeats,
-                           progress=progress, order_rng=np.random.default_rng(settings.seed + 2))
+                           progress=progress, order_rng=np.random.default_rng(settings.seed + 2), deadline=deadline,
+                           fewest_repeats=MEASURE_REPEATS_MIN)
     # Load factored out over all timed batches, the calibration ones included, on one common scale.
     load = load_adjusted(timings)
     adjusted = load.seconds
@@ -141,7 +148,8 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     calibration_first = FirstPass(calibration_first.seconds / factor, calibration_first.new_shape)
     measured = MeasuredSteps(layouts, seconds, spreads, round_seconds,
                              {name: first.seconds for name, first in firsts.items()},
-                             {name: first.new_shape for name, first in firsts.items()}, baseline, factor)
+                             {name: first.new_shape for name, first in firsts.items()}, baseline, factor,
+                             repeats=len(timings[0].samples_seconds))
     return measured, CalibrationSteps(timings[len(interleaved):], adjusted[len(interleaved):], calibration_first)
 
 

@@ -132,12 +132,15 @@ def build_trainer(shape, device: torch.device | str, seed: int, cpu_clock: bool 
 
 def time_batches(trainer: Trainer, batches: Sequence[TorchBatch], warmup: int, repeats: int,
                  progress: Callable[[], None] = lambda: None,
-                 order_rng: np.random.Generator | None = None) -> list[StepTiming]:
+                 order_rng: np.random.Generator | None = None, *, deadline: float | None = None,
+                 fewest_repeats: int = 1) -> list[StepTiming]:
     """Time every batch `repeats` times after `warmup` untimed steps each, in rounds.
 
     With `order_rng` every round visits the batches in a new random order, so a burst of load
     from other processes lands on different batches in different rounds and the median drops it.
-    `progress` is called after every step (timed or not), for a progress bar at the edge.
+    `progress` is called after every step (timed or not), for a progress bar at the edge. With a `deadline`
+    (`time.monotonic()` seconds) no round starts, after the first `fewest_repeats`, that the rounds so far say
+    would end past it: every batch keeps the same number of samples.
     """
     on_device = [batch.to(trainer.device) for batch in batches]
     for _ in range(warmup):
@@ -145,7 +148,11 @@ def time_batches(trainer: Trainer, batches: Sequence[TorchBatch], warmup: int, r
             trainer.step(batch)
             progress()
     samples: list[list[float]] = [[] for _ in on_device]
-    for _ in range(repeats):
+    started = time.monotonic()
+    for done in range(repeats):
+        if deadline is not None and done >= fewest_repeats and (
+                time.monotonic() + (time.monotonic() - started) / done > deadline):
+            break
         order = order_rng.permutation(len(on_device)) if order_rng is not None else range(len(on_device))
         for index in order:
             samples[index].append(trainer.timed_step_seconds(on_device[index]))
