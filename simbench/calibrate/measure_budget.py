@@ -36,7 +36,7 @@ class Budget:
 
 def budgeted_passes(layouts: dict[str, list[BatchLayout]], model: ModelSpec, device: str,
                     profile: HardwareProfile | None, calibration_batches: int, seconds: float | None,
-                    steps: int | None, repeats: int | None) -> Budget:
+                    steps: int | None, repeats: int | None, probed_rate: float | None = None) -> Budget:
     """The most batches per strategy (up to the layouts drawn, BUDGET_STEPS_MAX) and repeats (BUDGET_REPEATS;
     BUDGET_REPEATS_MAX where the steps reach the most) whose estimated timing fits `seconds` (default
     DEFAULT_BUDGET_SECONDS for the device), `steps` and `repeats` kept where given. Each strategy's step is
@@ -48,7 +48,7 @@ def budgeted_passes(layouts: dict[str, list[BatchLayout]], model: ModelSpec, dev
     budget = DEFAULT_BUDGET_SECONDS[kind] if seconds is None else float(seconds)
     if not budget > 0:
         raise InputError(f"--seconds must be above 0, found {seconds}", parameter="seconds")
-    per_step, first_sight, source = estimated_step_seconds(layouts, model, device, profile)
+    per_step, first_sight, source = estimated_step_seconds(layouts, model, device, profile, probed_rate)
     every_strategy = float(sum(per_step.values()))
     calibration = calibration_batches * every_strategy / max(len(per_step), 1)
     drawn = min(len(batches) for batches in layouts.values())
@@ -80,10 +80,12 @@ def budgeted_passes(layouts: dict[str, list[BatchLayout]], model: ModelSpec, dev
 
 
 def estimated_step_seconds(layouts: dict[str, list[BatchLayout]], model: ModelSpec, device: str,
-                           profile: HardwareProfile | None) -> tuple[dict[str, float], float, str]:
+                           profile: HardwareProfile | None,
+                           probed_rate: float | None = None) -> tuple[dict[str, float], float, str]:
     """Each strategy's mean step in seconds, as the profile prices it (on CUDA without one, the h200 preset's),
-    else on a CPU its FLOPs at the rate `timing.check_timed_work` assumes; what one step of every strategy at a new
-    shape adds (the profile's first-sight costs; 0 without a profile); and where the estimate comes from."""
+    else on a CPU its FLOPs at `probed_rate` (what a step ran at here just now, `measure_timing.probed_flops_per_s`)
+    or without one at the rate `timing.check_timed_work` assumes; what one step of every strategy at a new shape
+    adds (the profile's first-sight costs; 0 without a profile); and where the estimate comes from."""
     from simbench.calibrate.timing import assumed_flops_per_s
 
     if profile is None and device.startswith("cuda"):
@@ -96,7 +98,8 @@ def estimated_step_seconds(layouts: dict[str, list[BatchLayout]], model: ModelSp
         cost_model = TransformerCostModel(model, profile)
         first_sight = sum(cost_model.first_sight_seconds(batches[0].mode) for batches in layouts.values())
         return seconds, first_sight, f"priced with the {profile.name} profile"
-    rate = assumed_flops_per_s(device)
+    rate = assumed_flops_per_s(device) if probed_rate is None else probed_rate
     seconds = {name: float(np.mean([model.training_flops(layout.row_slots) for layout in batches])) / rate
                for name, batches in layouts.items()}
-    return seconds, 0.0, f"its FLOPs at {rate:.1e} FLOP/s"
+    measured = "" if probed_rate is None else ", the rate a padded step ran at here just now"
+    return seconds, 0.0, f"its FLOPs at {rate:.1e} FLOP/s{measured}"

@@ -140,6 +140,16 @@ def measure_strategies(source: str, *, output_dir: Path | None = None, model=Non
     return MeasureRun(table, title, output_dir, verdict, noise, plan.baseline, plan.refused)
 
 
+def _probed_rate(layout, settings, given_profile, steps: int | None, repeats: int | None) -> float | None:
+    """On a CPU without a profile, the rate one step of `layout` runs at now, to size the budget on (None where
+    the budget is not used, or a profile prices the steps)."""
+    if (steps is not None and repeats is not None) or given_profile is not None or settings.device.startswith("cuda"):
+        return None
+    from simbench.calibrate.measure_timing import probed_flops_per_s
+
+    return probed_flops_per_s(layout, settings)
+
+
 def _timing_note(plan: MeasurePlan, total: int) -> str:
     settings = plan.settings
     return (f"timing {total:,} steps: {len(plan.layouts)} strategies x {settings.steps} batches, a first-sight pass "
@@ -232,7 +242,8 @@ def _measure_plan(measured_source: MeasureSource, model, device: str, given_prof
         deepest = deepest_calibrated_pack(given_profile)
     layouts, refused, baseline = _strategy_layouts(plans, histogram, settings, steps or BUDGET_STEPS_MAX, deepest, note,
                                                    measured_source.run)
-    budget = budgeted_passes(layouts, model, device, given_profile, len(calibration_layouts), seconds, steps, repeats)
+    budget = budgeted_passes(layouts, model, device, given_profile, len(calibration_layouts), seconds, steps, repeats,
+                             _probed_rate(layouts[baseline][0], settings, given_profile, steps, repeats))
     if budget.message:
         note(budget.message)
     settings = replace(settings, steps=budget.steps, repeats=budget.repeats)

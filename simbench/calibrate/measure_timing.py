@@ -153,6 +153,19 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     return measured, CalibrationSteps(timings[len(interleaved):], adjusted[len(interleaved):], calibration_first)
 
 
+def probed_flops_per_s(layout: BatchLayout, settings: MeasureSettings) -> float:
+    """The training FLOP/s one step of `layout` runs at on this machine now, in wall-clock seconds (a step after one
+    untimed): what a time budget on a device without a profile is sized with, the machine's load included."""
+    torch.set_num_threads(settings.threads)
+    shape = timed_shape(settings.model)
+    trainer = build_trainer(shape, settings.device, settings.seed, cpu_clock=False)
+    attention = settings.unpadded_attention or default_unpadded_attention(settings.device)
+    batch = batch_for_layout(layout, shape.vocabulary, np.random.default_rng(settings.seed), attention)
+    batch = batch.to(trainer.device)
+    trainer.step(batch)
+    return settings.model.training_flops(layout.row_slots) / trainer.timed_step_seconds(batch)
+
+
 def first_pass_factor(firsts: Sequence[FirstPass], repeated: Sequence[np.ndarray]) -> float:
     """How much slower the first pass ran than the median round: the median of first over repeated seconds of
     its steps at shapes already seen (1 when it has none)."""
