@@ -3,7 +3,7 @@ not returned after SIMBENCH_PLUGIN_TIMEOUT seconds, and a plug-in's import is tr
 made here; any exception it raises (SystemExit and KeyboardInterrupt included) is reported as that
 plug-in's failure. A plug-in cost model's or plan's calls, many a run, are made here and interrupted when
 late (`in_time`); one stuck in C code that holds the interpreter's lock, which no interruption reaches, is
-ended with its command by a watchdog process (`_Watchdog`).
+ended with its command (or, in a sweep's worker, with the worker) by a watchdog process (`_Watchdog`).
 
     >>> from simbench.plugins import guarded
     >>> guarded("the demo plug-in", sum, [1, 2], timeout=5)
@@ -16,6 +16,7 @@ ended with its command by a watchdog process (`_Watchdog`).
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import multiprocessing
 import os
@@ -118,7 +119,9 @@ def loaded(what: str, entry, timeout: float):
 
 def guarded_here(what: str, function: Callable, *arguments, timeout: float):
     """`function(*arguments)`, run in a daemon thread of this process: as `guarded`, but one that has not
-    returned after `timeout` seconds is abandoned (the thread ends with the process)."""
+    returned after `timeout` seconds is abandoned (the thread ends with the process). One that holds the
+    interpreter's lock in C code keeps this thread from ever returning, too: `_Watchdog` ends the process
+    WATCHDOG_GRACE_SECONDS after the timeout (in a sweep's Dask worker, the worker: its sweep names the call)."""
     outcome: dict = {}
 
     def run() -> None:
@@ -128,8 +131,12 @@ def guarded_here(what: str, function: Callable, *arguments, timeout: float):
             outcome["error"] = error
 
     thread = threading.Thread(target=run, name=f"simbench: {what}", daemon=True)
-    thread.start()
-    thread.join(timeout)
+    watch = _Watchdog.arm(what, timeout)
+    try:
+        thread.start()
+        thread.join(timeout)
+    finally:
+        _Watchdog.disarm(watch)
     if thread.is_alive():
         raise PluginTimeout(_late(what, timeout, "was abandoned"))
     error = outcome.get("error")
@@ -153,9 +160,9 @@ def in_time(what: str, function: Callable, *arguments, timeout: float):
     real-time interval timer (SIGALRM, two system calls a call) interrupts a call that has not returned after
     `timeout` seconds, and again every REPEAT_INTERRUPT_SECONDS (a plug-in that swallows the error is stopped
     anyway): the PluginTimeout ends the command as any error does, its writes undone and its processes ended.
-    In another thread (a Dask worker's: signals reach only the main thread) it runs as `guarded_here`. A call
-    made within one under way (a plug-in plan's chunk pricing with a plug-in cost model) runs under the outer
-    one's timer. What it raises is named as `what`'s failure (an InputError and a Ctrl-C pass as they are). A call
+    In another thread (a Dask worker's: signals reach only the main thread) it runs as `guarded_here`, under the
+    same watchdog. A call made within one under way (a plug-in plan's chunk pricing with a plug-in cost model) runs
+    under the outer one's timer. What it raises is named as `what`'s failure (an InputError and a Ctrl-C pass as they are). A call
     that the timer cannot reach (stuck in C code that holds the interpreter's lock: no Python signal handler runs)
     is ended with the whole command by `_Watchdog`, WATCHDOG_GRACE_SECONDS after its timeout."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
@@ -164,7 +171,7 @@ def in_time(what: str, function: Callable, *arguments, timeout: float):
         return function(*arguments)
     previous = signal.signal(signal.SIGALRM, _interrupt_late_call)
     _UNDER_WAY.append((what, timeout))
-    _Watchdog.arm(what, timeout)
+    watch = _Watchdog.arm(what, timeout)
     signal.setitimer(signal.ITIMER_REAL, timeout, REPEAT_INTERRUPT_SECONDS)
     try:
         return function(*arguments)
@@ -176,7 +183,7 @@ def in_time(what: str, function: Callable, *arguments, timeout: float):
         raise PluginFailure(f"{what} failed: {type(error).__name__}: {error}", error) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        _Watchdog.disarm()
+        _Watchdog.disarm(watch)
         _UNDER_WAY.clear()
         signal.signal(signal.SIGALRM, previous)
 
@@ -208,6 +215,9 @@ def _interrupt_late_call(signum, frame) -> None:
 WATCHDOG_GRACE_SECONDS = 2 * REPEAT_INTERRUPT_SECONDS + 1.0
 # How often the watchdog looks at the deadline of the call under way.
 WATCHDOG_POLL_SECONDS = 0.1
+# Where a watchdog writes its line, a file per process it ended (named by that process's id), instead of stderr: set
+# for a local sweep's Dask workers, whose sweep then names the cells and ends (`stuck_calls`).
+WATCHDOG_FOLDER_VARIABLE = "SIMBENCH_WATCHDOG_FOLDER"
 # The watchdog's shared page: the deadline of the call under way (CLOCK_MONOTONIC seconds, 0 when none is), the
 # length of the error line, the line itself.
 _DEADLINE = struct.Struct("d")
@@ -215,22 +225,28 @@ _LENGTH = struct.Struct("i")
 _PAGE_BYTES = 4096
 _LINE_BYTES = _PAGE_BYTES - _DEADLINE.size - _LENGTH.size
 # The watchdog itself: a bare interpreter (-I -S: no site packages, a few milliseconds to start) that ends the
-# command (SIGKILL: no handler of its own could run while the lock is held) when the same deadline is past at two
-# looks in a row (a deadline half written is never acted on), writes the error line to the command's stderr,
-# and ends when the command does.
+# process it watches (SIGKILL: no handler of its own could run while the lock is held) when the same deadline is
+# past at two looks in a row (a deadline half written is never acted on), writes the error line to its stderr (or,
+# first, to its file in the folder it was given), and ends when that process does.
 _WATCHDOG_SOURCE = """
 import mmap, os, signal, struct, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's to report; this ends with it
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGINT}})
-descriptor, parent, poll = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+descriptor, parent, poll, folder = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 page = mmap.mmap(descriptor, {page}, access=mmap.ACCESS_READ)
 seen = 0.0
 while os.getppid() == parent:
     deadline = struct.unpack_from("d", page, 0)[0]
     if deadline and deadline == seen and time.monotonic() > deadline:
-        length = struct.unpack_from("i", page, {offset})[0]
+        line = page[{line}:{line} + struct.unpack_from("i", page, {offset})[0]]
+        if folder:  # written whole before the process ends, so that whoever hears of its end finds the line
+            path = os.path.join(folder, str(parent))
+            with open(path + ".partial", "wb") as file:
+                file.write(line)
+            os.replace(path + ".partial", path)
         os.kill(parent, signal.SIGKILL)
-        os.write(2, page[{line}:{line} + length])
+        if not folder:
+            os.write(2, line)
         break
     seen = deadline
     time.sleep(poll)
@@ -239,43 +255,106 @@ while os.getppid() == parent:
 
 class _Watchdog:
     """The last resort for a plug-in call that no signal handler can stop: a process of its own, started at a
-    command's first plug-in call, reads the deadline each call writes to a shared page (two stores, about a
-    microsecond: a thread per call, as faulthandler's watchdog starts, costs hundreds) and kills the command
-    once the deadline is past, after writing the call's error line to its stderr. The command then exits by
-    SIGKILL (status 137 in a shell), its writes left staged as by any killed command, for the next to sweep."""
+    process's first plug-in call, reads the deadline each call writes to a shared page (a few stores under a lock,
+    3 us a call: a thread per call, as faulthandler's watchdog starts, costs hundreds) and kills the process once
+    the deadline is past, after writing the call's error line to its stderr. A command then exits by SIGKILL
+    (status 137 in a shell), its writes left staged as by any killed command, for the next to sweep. Calls under
+    way in several threads at once (a Dask worker's) each arm it; the page holds the one due first."""
 
     page: mmap.mmap | None = None
-    call: tuple[str, float] = ("", 0.0)  # the call whose error line the page holds
+    shown: tuple = ()  # the line the page holds, as (owner, what, timeout)
     process: subprocess.Popen | None = None
     pid: int = 0  # the process the watchdog watches (a forked child starts its own)
+    folder: str = ""  # where its line goes instead of stderr (WATCHDOG_FOLDER_VARIABLE), read when it starts
+    owner: str = ""  # what the calls are made for, to start the line with (`calls_for`)
+    calls: dict[int, tuple[float, tuple]] = {}  # the calls under way, by token: deadline, (owner, what, timeout)
+    lock = threading.Lock()
+    tokens = itertools.count(1)
 
     @classmethod
-    def arm(cls, what: str, timeout: float) -> None:
-        if cls.pid != os.getpid():
-            cls._start()
-        if (what, timeout) != cls.call:  # the line is written once for each plug-in member a command calls
-            fate = "could not be stopped (it holds the interpreter, in C code): the command was ended"
-            data = f"error: {_late(what, timeout, fate)}\n".encode()[:_LINE_BYTES]
+    def arm(cls, what: str, timeout: float) -> int:
+        """A token for `disarm`; 0 where no watchdog can run (no SIGKILL)."""
+        if not hasattr(signal, "SIGKILL"):
+            return 0
+        with cls.lock:
+            if cls.pid != os.getpid():
+                cls._start()
+            token = next(cls.tokens)
+            cls.calls[token] = (time.monotonic() + timeout + WATCHDOG_GRACE_SECONDS, (cls.owner, what, timeout))
+            cls._show()
+        return token
+
+    @classmethod
+    def disarm(cls, token: int) -> None:
+        if token:
+            with cls.lock:
+                del cls.calls[token]
+                cls._show()
+
+    @classmethod
+    def _show(cls) -> None:
+        """The call due first on the page (deadline 0 when none is under way)."""
+        if not cls.calls:
+            _DEADLINE.pack_into(cls.page, 0, 0.0)
+            return
+        deadline, call = min(cls.calls.values()) if len(cls.calls) > 1 else next(iter(cls.calls.values()))
+        if call != cls.shown:  # the line is written once for each plug-in member (and owner) a process calls
+            _DEADLINE.pack_into(cls.page, 0, 0.0)  # never a deadline with another call's line
+            data = cls._line(*call).encode()[:_LINE_BYTES]
             cls.page[_DEADLINE.size + _LENGTH.size:_DEADLINE.size + _LENGTH.size + len(data)] = data
             _LENGTH.pack_into(cls.page, _DEADLINE.size, len(data))
-            cls.call = (what, timeout)
-        _DEADLINE.pack_into(cls.page, 0, time.monotonic() + timeout + WATCHDOG_GRACE_SECONDS)
+            cls.shown = call
+        _DEADLINE.pack_into(cls.page, 0, deadline)
 
     @classmethod
-    def disarm(cls) -> None:
-        _DEADLINE.pack_into(cls.page, 0, 0.0)
+    def _line(cls, owner: str, what: str, timeout: float) -> str:
+        ended = "its worker process was ended" if cls.folder else "the command was ended"
+        message = _late(what, timeout, f"could not be stopped (it holds the interpreter, in C code): {ended}")
+        return f"{owner}\t{message}" if cls.folder else f"error: {owner}: {message}\n" if owner else f"error: {message}\n"
 
     @classmethod
     def _start(cls) -> None:
         backing = tempfile.TemporaryFile()  # unlinked: gone with the last process that holds it
         backing.truncate(_PAGE_BYTES)
-        cls.page, cls.call, cls.pid = mmap.mmap(backing.fileno(), _PAGE_BYTES), ("", 0.0), os.getpid()
+        cls.page, cls.shown, cls.pid = mmap.mmap(backing.fileno(), _PAGE_BYTES), (), os.getpid()
+        cls.folder = os.environ.get(WATCHDOG_FOLDER_VARIABLE, "")
         with sigint_held():  # started with SIGINT blocked: a Ctrl-C meanwhile cannot print its traceback
             cls.process = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _WATCHDOG_SOURCE, str(backing.fileno()), str(cls.pid),
-                 str(WATCHDOG_POLL_SECONDS)], pass_fds=[backing.fileno()], stdin=subprocess.DEVNULL,
+                 str(WATCHDOG_POLL_SECONDS), cls.folder], pass_fds=[backing.fileno()], stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL)
         backing.close()
+
+    @classmethod
+    def _forget(cls) -> None:
+        """In a forked child: none of the parent's calls is under way here, and its lock may have been held."""
+        cls.calls, cls.lock, cls.pid = {}, threading.Lock(), 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_Watchdog._forget)
+
+
+@contextmanager
+def calls_for(owner: str) -> Iterator[None]:
+    """Within this block the watchdog's line starts with `owner` (a sweep's cell: `cell 3 (devices=8)`), so that
+    a process ended for a stuck call says what the call was for; one owner at a time in a process."""
+    _Watchdog.owner = owner
+    try:
+        yield
+    finally:
+        _Watchdog.owner = ""
+
+
+def stuck_calls(folder: str) -> list[tuple[str, str]]:
+    """(owner, message) of each process a watchdog ended with its line in `folder` (WATCHDOG_FOLDER_VARIABLE)."""
+    calls = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".partial"):
+            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as file:
+                owner, _, message = file.read().partition("\t")
+            calls.append((owner, message))
+    return calls
 
 
 def _late(what: str, timeout: float, fate: str) -> str:

@@ -98,10 +98,10 @@ def installed(tmp_path):
     return tmp_path
 
 
-def run_watching_children(folder, *arguments):
+def run_watching_children(folder, *arguments, timeout_seconds=3):
     """(exit status, stdout, stderr, every process the command started while it ran)."""
     checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    environment = {**os.environ, "SIMBENCH_PLUGIN_TIMEOUT": "3", "SIMBENCH_WORKERS": "0",
+    environment = {**os.environ, "SIMBENCH_PLUGIN_TIMEOUT": str(timeout_seconds), "SIMBENCH_WORKERS": "0",
                    "PYTHONPATH": os.pathsep.join([checkout, str(folder), os.environ.get("PYTHONPATH", "")])}
     command = subprocess.Popen([sys.executable, "-m", "simbench.cli", *arguments], env=environment, cwd=folder,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -169,6 +169,27 @@ def test_a_plugin_call_stuck_in_c_code_holding_the_interpreter_is_ended_by_the_w
     assert not (installed / "report").exists()
 
 
+SWEEP = ("name: stuck\nbase: {dataset: {histogram: squad_1_1_384}, devices: [1], steps: 4, batch_size: 4, "
+         "outputs: {lp_bounds: false}, strategies: [unpad]}\naxes: {cost_model: [flat, holds]}\n")
+
+
+def test_a_plugin_call_stuck_in_c_code_in_a_sweeps_dask_worker_ends_the_sweep_naming_its_cell(installed):
+    """The worker's watchdog ends the worker; the sweep names the cell and the call in one line, exits 2 as `run`
+    does for a stuck plug-in, keeps the cell that finished, and leaves no worker, nanny or watchdog behind."""
+    from simbench import sweep as sweeps
+
+    (installed / "s.yaml").write_text(SWEEP)
+    status, stdout, stderr = run_watching_children(installed, "sweep", "s.yaml", "--out", "out", "--workers", "2",
+                                                   timeout_seconds=1)
+    assert status == 2 and stdout == "", stderr
+    line = one_line("\n".join(line for line in stderr.splitlines() if not line.startswith(("sweep ", "1/2 "))))
+    assert line.startswith("error: cell 1 (cost_model=holds): the plug-in cost model 'holds' (step_costs) did not "
+                           "return within 1 s and could not be stopped (it holds the interpreter, in C code): its "
+                           "worker process was ended"), stderr
+    assert "--resume runs the cells it did not finish" in line
+    assert sorted(sweeps.read_results(installed / "out")["cell"].unique()) == [0]
+
+
 def test_the_watchdog_is_disarmed_between_calls():
     """A deadline left after a call would end the command during simbench's own work between calls."""
     from simbench.plugins import _DEADLINE, PluginFailure, _Watchdog, in_time
@@ -177,6 +198,32 @@ def test_the_watchdog_is_disarmed_between_calls():
     assert _Watchdog.process.poll() is None and _DEADLINE.unpack_from(_Watchdog.page, 0) == (0.0,)
     with pytest.raises(PluginFailure, match="a call failed: ValueError"):
         in_time("a call", int, "x", timeout=5)
+    assert _DEADLINE.unpack_from(_Watchdog.page, 0) == (0.0,)
+
+
+def test_the_watchdog_shows_the_call_due_first_of_those_under_way_in_several_threads():
+    """A Dask worker's calls run in threads, each armed: the page holds the earliest deadline and its call's line,
+    which names what the calls were for (a sweep's cell)."""
+    import time
+
+    from simbench.plugins import _DEADLINE, _LENGTH, _Watchdog, calls_for, guarded_here
+
+    def shown():
+        offset = _DEADLINE.size + _LENGTH.size
+        line = _Watchdog.page[offset:offset + _LENGTH.unpack_from(_Watchdog.page, _DEADLINE.size)[0]].decode()
+        return _DEADLINE.unpack_from(_Watchdog.page, 0)[0] - time.monotonic(), line
+
+    late = _Watchdog.arm("the late call", 600)
+    with calls_for("cell 3 (model=tiny)"):
+        early = _Watchdog.arm("the early call", 5)
+    seconds, line = shown()
+    assert 5 < seconds <= 8.5 and line.startswith("error: cell 3 (model=tiny): the early call did not return within 5 s")
+    _Watchdog.disarm(early)
+    seconds, line = shown()
+    assert seconds > 600 and line.startswith("error: the late call did not return within 600 s")
+    _Watchdog.disarm(late)
+    assert shown()[0] < 0 and _Watchdog.calls == {}
+    assert guarded_here("a call", sum, [1, 2], timeout=5) == 3 and _Watchdog.calls == {}
     assert _DEADLINE.unpack_from(_Watchdog.page, 0) == (0.0,)
 
 

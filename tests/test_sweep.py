@@ -366,6 +366,52 @@ def test_with_no_workers_a_failing_packing_is_recorded_per_cell_as_on_dask(sweep
     assert all("RuntimeError: packer crashed" in failure["error"] for failure in failures)
 
 
+def sweep_command(sweep_path: Path, out: Path, *options: str):
+    return CliRunner().invoke(app, ["sweep", str(sweep_path), "--out", str(out), "--workers", "0", *options])
+
+
+def failing_cells(monkeypatch, cells):
+    """Cells `cells` fail (they raise where their rows are made); the others run."""
+    real = sweeps.run_cell
+
+    def failing(cell, packings):
+        if cell.index in cells:
+            raise RuntimeError(f"no rows for cell {cell.index}")
+        return real(cell, packings)
+
+    monkeypatch.setattr(sweep_tasks, "run_cell", failing)
+
+
+def test_a_sweep_whose_every_cell_failed_exits_1_with_one_line_and_resume_says_so_again(sweep_file, tmp_path,
+                                                                                          monkeypatch):
+    out = tmp_path / "out"
+    failing_cells(monkeypatch, {0, 1, 2, 3})
+    for result in (sweep_command(sweep_file, out), sweep_command(sweep_file, out, "--resume")):
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        errors = [line for line in result.stderr.splitlines() if line.startswith(("error", "warning"))]
+        assert len(errors) == 1, result.stderr
+        assert errors[0].startswith("error: every cell of the sweep failed (4 of 4)")
+        assert str(out / "failures") in errors[0] and "cell 0: RuntimeError: no rows for cell 0" in errors[0]
+        assert [failure["cell"] for failure in sweeps.read_failures(out)] == [0, 1, 2, 3]  # recorded as ever
+        assert "0 cells finished, 4 failed" in (out / "summary.md").read_text()
+    failing_cells(monkeypatch, set())
+    result = sweep_command(sweep_file, out, "--resume")
+    assert result.exit_code == 0 and "error" not in result.stderr and "failed:" not in result.stderr, result.output
+    assert sweeps.read_failures(out) == [] and sorted(sweeps.read_results(out)["cell"].unique()) == [0, 1, 2, 3]
+
+
+def test_a_sweep_with_some_cells_failed_exits_0_and_says_how_many(sweep_file, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    failing_cells(monkeypatch, {2})
+    result = sweep_command(sweep_file, out)
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith(("error", "warning"))]
+    assert lines == [f"warning: 1 of 4 cells failed: their errors are in {out / 'failures'}/ and "
+                     f"{out / 'summary.md'}; the first, cell 2: RuntimeError: no rows for cell 2"], result.stderr
+    assert sorted(sweeps.read_results(out)["cell"].unique()) == [0, 1, 3]
+    assert (out / "winners.png").stat().st_size > 0  # its failed cell's square left blank
+
+
 def test_a_sweep_refused_before_work_leaves_a_new_folder_empty_so_a_plain_rerun_works(sweep_file, tmp_path):
     with pytest.raises(InputError, match="cannot reach the Dask scheduler"):
         sweeps.run_sweep(sweeps.load_sweep(sweep_file), tmp_path / "out", scheduler="tcp://127.0.0.1:9")

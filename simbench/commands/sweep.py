@@ -22,7 +22,8 @@ def sweep(
     resume: bool = typer.Option(False, "--resume", help="finish an interrupted sweep in --out"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate every cell and estimate the time; run nothing"),
 ) -> None:
-    """Run every cell of a sweep; results go to OUT/results (Parquet), failures to OUT/failures."""
+    """Run every cell of a sweep; results go to OUT/results (Parquet), failures to OUT/failures. Exit status 1
+    when no cell of the sweep has finished (every one failed)."""
     import os
     import time
 
@@ -40,9 +41,26 @@ def sweep(
 
     run_sweep(spec, out, workers=workers, scheduler=scheduler, resume=resume,
               progress=ProgressLines(spec.estimated_seconds(planned), say), note=say)
-    failures = read_failures(out)
-    write_sweep_report(out, spec.name, spec.axes, spec.report_axes, failures, read_results(out))
+    failures, results = read_failures(out), read_results(out)
+    write_sweep_report(out, spec.name, spec.axes, spec.report_axes, failures, results)
     say(f"wrote {out}/ in {time.perf_counter() - start:.0f} s; start with {out / 'summary.md'}")
+    if failures:
+        say(_failed_cells_line(out, failures, len(spec.cells), every=results.empty))
+    if results.empty:  # the sweep ran, and nothing came of it: as `pack --check-baseline`'s regressions, status 1
+        raise typer.Exit(1)
+
+
+def _failed_cells_line(out: Path, failures: list[dict], cells: int, every: bool) -> str:
+    """One line for the failed cells of the sweep in `out` (this run's and those an earlier one left, which
+    `--resume` runs again): how many, where their errors are, and the first error."""
+    from simbench.sweep_ledger import FAILURES
+
+    first = failures[0]
+    error = first["error"].splitlines()[0] if first["error"] else ""
+    where = f"their errors are in {out / FAILURES}/ and {out / 'summary.md'}; the first, cell {first['cell']}: {error}"
+    if every:
+        return f"error: every cell of the sweep failed ({len(failures):,} of {cells:,}): {where}"
+    return f"warning: {len(failures):,} of {cells:,} cells failed: {where}"
 
 
 class ProgressLines:

@@ -245,13 +245,15 @@ def winners_figure(table: pd.DataFrame, report_axes: tuple[str, str], over: str 
                                                for strategy, speedup in zip(rows_of_panel["strategy"],
                                                                             rows_of_panel["speedup"])]
                                         ).pivot_table(index=y, columns=x, values="shown", aggfunc="first")
-        codes = grid.apply(lambda column: column.map(strategies.index))
+        # A failed cell has no winner: its square is left blank (it was a ValueError, and no report).
+        codes = grid.apply(lambda column: column.map(strategies.index, na_action="ignore"))
         sns.heatmap(codes.astype(float), cmap=palette, cbar=False, ax=axis, linewidths=0.5, vmin=-0.5,
                     vmax=len(strategies) - 0.5, annot=speedups.to_numpy(), fmt="",
                     annot_kws={"fontsize": 8})
         key = key if isinstance(key, tuple) else (key,)
         axis.set_title(", ".join(f"{name} = {value}" for name, value in zip(others, key)) or None, fontsize=10)
         axis.tick_params(labelsize=8)
+        axis.grid(False)  # no grid lines through a failed cell's blank square
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours]
     figure.legend(handles, strategies, title="fastest", loc="outside lower center", ncols=legend_columns,
                   frameon=False, fontsize=9, title_fontsize=9)

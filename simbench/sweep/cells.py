@@ -37,6 +37,15 @@ class SweepCell:
     def key(self) -> str:
         return f"cell={self.index:05d}"
 
+    @property
+    def label(self) -> str:
+        """The cell as messages name it: `cell 3 (model=bert-base, devices=8)`."""
+        return cell_label(self.index, self.values)
+
+
+def cell_label(index: int, values: dict[str, Any]) -> str:
+    return f"cell {index} ({', '.join(f'{key}={value}' for key, value in values.items())})"
+
 
 def cell_seconds(cell: SweepCell) -> float:
     """A cell's work in nominal seconds: the rows it draws and prices at `ROWS_PER_SECOND`, plus a fixed cost.
@@ -101,10 +110,9 @@ class _CellValidator:
         try:
             return SweepCell(index, values, self._scenario(values, name, written or {}))
         except InputError as error:
-            where = ", ".join(f"{key}={value}" for key, value in values.items())
             # Every error of the cell, not the first alone: a sweep file has no `validate` to list the rest.
             problems = "; ".join(each.message for each in getattr(error, "errors", [error]))
-            raise InputError(f"cell {index} ({where}): {problems}", source=self.source,
+            raise InputError(f"{cell_label(index, values)}: {problems}", source=self.source,
                              line=error.line or self.axes_line) from None
 
     def _scenario(self, values: dict, name: str, written: dict) -> Scenario:

@@ -1,5 +1,6 @@
 """A sweep's tasks on Dask: the scheduler's address checked before any work, a local cluster of forked
-single-thread workers or a remote scheduler, and Dask's own logging kept quiet while the sweep runs."""
+single-thread workers or a remote scheduler, and Dask's own logging kept quiet while the sweep runs; a plug-in call
+stuck in a local worker ends the sweep, naming its cells."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import contextlib
 import logging
 import os
 import re
+import shutil
+import tempfile
 import time
 
 from simbench.errors import InputError
+from simbench.plugins import WATCHDOG_FOLDER_VARIABLE, PluginTimeout, stuck_calls
 from simbench.sweep.cells import SweepCell
 from simbench.sweep.tasks import CellOutcome, _failure_record, packing_jobs, run_cells, run_packing
 
@@ -63,11 +67,28 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
                          "the cells one after another here)") from None
     from simbench.processes import sigint_held
 
-    # Ctrl-C is for this process alone, which ends the cluster: the threads the cluster starts here inherit
-    # SIGINT blocked, and so does every worker process they fork, which would otherwise run this process's
-    # handler and print its traceback (a worker's "Process Dask Worker process (from Nanny)").
-    with sigint_held():
-        client = _connect(address) if address is not None else Client(_local_cluster(workers))
+    # A local cluster's workers leave here the line of a plug-in call stuck in C code, for which a worker's watchdog
+    # ended it (`simbench.plugins._Watchdog`); a remote cluster's workers print it in their logs, and its scheduler
+    # retries the cells as for any lost worker.
+    stuck_folder = tempfile.mkdtemp(prefix="simbench-stuck-") if address is None else None
+    try:
+        # Ctrl-C is for this process alone, which ends the cluster: the threads the cluster starts here inherit
+        # SIGINT blocked, and so does every worker process they fork, which would otherwise run this process's
+        # handler and print its traceback (a worker's "Process Dask Worker process (from Nanny)").
+        with sigint_held():
+            client = _connect(address) if address is not None else Client(_local_cluster(workers, stuck_folder))
+        _run_tasks(client, as_completed, todo, jobs, finished, stuck_folder)
+        calls = stuck_calls(stuck_folder) if stuck_folder is not None else []  # with those ended while it closed
+    finally:
+        if stuck_folder is not None:
+            shutil.rmtree(stuck_folder, ignore_errors=True)
+    if calls:
+        raise _stuck(calls)
+
+
+def _run_tasks(client, as_completed, todo, jobs, finished, stuck_folder: str | None) -> None:
+    """The packings and batches of cells on `client`'s cluster, each finished cell told to `finished`, until all
+    are done or a worker was ended for a stuck plug-in call (its line in `stuck_folder`); then the cluster closed."""
     # Here as in a local cluster's processes (`_local_cluster`), Dask's own messages below CRITICAL are for no one
     # while the sweep runs: a cell's failure is recorded with its traceback, and a cluster shut down by Ctrl-C
     # or a lost scheduler logs lost connections and cancelled tasks.
@@ -81,6 +102,8 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
             tasks[client.submit(run_cells, batch, needed, key=f"cells-{number}-{batch[0].index}", pure=False)] = batch
         for future in as_completed(tasks):
             batch, at = tasks[future], time.perf_counter()
+            if future.status == "error" and stuck_folder is not None and stuck_calls(stuck_folder):
+                return  # as `run` ends for a stuck plug-in, the sweep ends: every other cell would wait as long
             if future.status == "error":  # the task itself failed (a worker lost, say): every cell of it did
                 outcomes = [CellOutcome(failure=_failure_record(cell, future.exception())) for cell in batch]
             else:
@@ -93,6 +116,15 @@ def _run_on_dask(todo, jobs, finished, workers, address) -> None:
         if cluster is not None:
             cluster.close()
         silenced.close()
+
+
+def _stuck(calls: list[tuple[str, str]]) -> PluginTimeout:
+    """One line for the plug-in calls stuck in C code whose workers were ended: each call with the cells it was for."""
+    cells: dict[str, list[str]] = {}
+    for owner, message in calls:
+        cells.setdefault(message, []).extend([owner] if owner else [])
+    text = "; ".join(f"{', '.join(owners)}: {message}" if owners else message for message, owners in cells.items())
+    return PluginTimeout(f"{text}; the sweep ended there (--resume runs the cells it did not finish)")
 
 
 @contextlib.contextmanager
@@ -110,9 +142,11 @@ def _dask_logs_silenced():
             handler.setLevel(level)
 
 
-def _local_cluster(workers: int | None):
+def _local_cluster(workers: int | None, stuck_folder: str):
     """A cluster of `workers` processes (default: one per core), one thread each, no dashboard, and no logging of
-    Dask's own below CRITICAL (see `_run_on_dask`)."""
+    Dask's own below CRITICAL (see `_run_on_dask`); a worker's watchdog writes its line in `stuck_folder`, and the
+    cells of a task whose worker dies fail at once (the scheduler would otherwise retry them on 3 more workers,
+    each stuck as long, or killed by the same memory)."""
     import sys
 
     import dask
@@ -125,7 +159,9 @@ def _local_cluster(workers: int | None):
                 # Leave the cores to the cells: no sampling profiler in the workers, and the event loops'
                 # health checks less often (together 0.08 s of CPU per second idle, 0.02 without).
                 "distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
-                "distributed.admin.system-monitor.interval": "5s"}
+                "distributed.admin.system-monitor.interval": "5s",
+                f"distributed.nanny.environ.{WATCHDOG_FOLDER_VARIABLE}": stuck_folder,
+                "distributed.scheduler.allowed-failures": 0}
     if sys.platform == "linux":
         # Forked workers start with what this process imported (the cell's modules, below) instead of each
         # importing them again: 2.3 s of CPU to start two spawned workers, 0.1 s forked.

@@ -164,6 +164,13 @@ def _pack_or_fail(job: PackingJob):
 
 
 def _outcome(cell: SweepCell, packings: dict[str, Any]) -> CellOutcome:
+    from simbench.plugins import calls_for
+
+    with calls_for(cell.label):  # a plug-in call stuck in C code ends this process naming the cell
+        return _cell_outcome(cell, packings)
+
+
+def _cell_outcome(cell: SweepCell, packings: dict[str, Any]) -> CellOutcome:
     import io
 
     failed = next((packings[job.key] for job in packing_jobs(cell)
