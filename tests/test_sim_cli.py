@@ -195,3 +195,20 @@ def test_gpus_per_replica_refuses_what_the_scenario_key_refuses(tmp_path, value)
     with pytest.raises(InputError, match=message):
         parse_scenarios(REPLICA_SCENARIO.replace("gpus_per_replica: 8", f"gpus_per_replica: {value}"),
                         source="replicas.yaml", base_dir=tmp_path)
+
+
+def test_a_table_piped_into_80_columns_cuts_no_number_or_header_short(capsys):
+    """A pipe is 80 columns to rich: a table wider than that widens to its headers and its cells' longest words
+    (with no_wrap, whole cells) instead of cutting them with an ellipsis; prose still folds."""
+    from simbench.commands.common import print_table
+
+    columns = [f"column {index}" for index in range(11)]
+    numbers = [f"{index * 1_234_567.891:,.3f}" for index in range(11)]
+    print_table("wide", columns, [numbers, ["a long prose cell that may fold " * 3, *numbers[1:]]], left=["column 0"])
+    text = capsys.readouterr().out
+    assert "…" not in text
+    assert all(header in text for header in columns) and all(number in text for number in numbers[1:])
+    assert max(len(line) for line in text.splitlines()) < 300  # the prose folded, not laid out on one line
+    print_table(None, ["label", "value"], [["packed-varlen:lpfhp:max", "proven optimal (LP bound)"]] * 30,
+                no_wrap=True)
+    assert "proven optimal (LP bound)" in capsys.readouterr().out

@@ -187,24 +187,28 @@ def say(message: str, *, stderr: bool = True) -> None:
 
 
 def print_table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[str]], *, left: Iterable[str] = (),
-                min_width: int | None = None, no_wrap: bool = False, stderr: bool = False, **table_options) -> None:
-    """A rich table: the `left` columns (names, labels) left-justified, the numbers right-justified.
-
-    `min_width` widens a narrow terminal or a pipe so that a wide table is not folded into 80 columns;
-    `no_wrap` keeps every cell on one line.
-    """
+                no_wrap: bool = False, stderr: bool = False, **table_options) -> None:
+    """A rich table: the `left` columns (names, labels) left-justified, the numbers right-justified, at least as wide
+    as its longest words need: a narrow terminal or a pipe (80 columns to rich) would cut every number short; prose
+    still folds. `no_wrap` keeps every cell on one line."""
     from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
 
-    left = set(left)
+    left, columns, rows = set(left), list(columns), [list(row) for row in rows]
     table = Table(title=title, **table_options)
-    for column in columns:
-        table.add_column(column, justify="left" if column in left else "right", no_wrap=no_wrap)
+    for index, column in enumerate(columns):
+        cells = [str(row[index]) for row in rows]
+        prose = not no_wrap and any(len(cell.split()) > 1 for cell in cells)
+        # Its header and its cells' longest word: the least it may take cutting none short. A column of single
+        # words (numbers, names) takes exactly that, so that rich folds only the prose to fit.
+        least = max(map(len, [column, *(word for cell in cells for word in (cell.split() if prose else [cell]))]))
+        table.add_column(column, justify="left" if column in left else "right", no_wrap=no_wrap,
+                         **({"min_width": least} if prose else {"width": least}))
     for row in rows:
         table.add_row(*row)
     console = Console(stderr=stderr)
-    if min_width is not None:
-        console.width = max(console.width, min_width)
+    console.width = max(console.width, Measurement.get(console, console.options.update_width(10**4), table).minimum)
     console.print(table)
 
 

@@ -61,9 +61,8 @@ def pack(
         results.append(metrics)
         stage(f"packed {metrics['label']}: {metrics['packs']:,} packs in {metrics['seconds']:.2f} s")
     if not as_json:
-        # The table is as wide as the paper's; piped output should not fold it into 80 columns.
         print_table(f"{histogram.name}: {histogram.sequences:,} sequences, max length {max_length}", TABLE_COLUMNS,
-                    map(_metrics_row, results), left=["strategy", "proof"], min_width=200,
+                    map(_metrics_row, results), left=["strategy", "proof"], no_wrap=True,
                     caption=_bound_caption(results))
 
 

@@ -90,12 +90,10 @@ def simulate(
     else:
         replicas = run.gpus_per_replica > 1
         columns = (*TABLE_COLUMNS[:2], *REPLICA_COLUMNS, *TABLE_COLUMNS[2:]) if replicas else TABLE_COLUMNS
-        # The table needs ~120 columns; a narrower pipe or terminal would truncate every number.
         print_table(f"{lengths.name}, {model} on {hardware}{_replicas(run.gpus_per_replica)}: speed-up over "
                     f"the row's reference (`over`: the baseline {run.baseline.name}, or VTS's padded pipeline) at the "
                     "same device count",
-                    columns, (_row(row, replicas) for row in summary.itertuples()), left=["strategy", "over", "engine", "memory"],
-                    min_width=176 if replicas else 148, no_wrap=True)
+                    columns, (_row(row, replicas) for row in summary.itertuples()), left=["strategy", "over", "engine", "memory"], no_wrap=True)
 
 
 def _memory_lines(run, quiet: bool) -> list[str]:
