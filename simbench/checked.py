@@ -17,7 +17,7 @@ from pathlib import Path
 from simbench.costmodels import get_model
 from simbench.costmodels.hardware import HardwareProfile
 from simbench.costmodels.model import ModelSpec
-from simbench.errors import InputError, InputErrors
+from simbench.errors import InputError, InputErrors, each_checked
 from simbench.histogram import LengthHistogram
 from simbench.scenario import Scenario, key_error, load_scenario, load_scenarios, parse_scenarios, written
 from simbench.sim.memory_budget import layout_terms, layout_token_budget, memory_budget_tokens, resolved_plans
@@ -82,17 +82,7 @@ def parse_checked_scenarios(text: str, *, source: str, base_dir: Path, seed: int
 def check_scenarios(scenarios: Sequence[Scenario]) -> list[CheckedScenario]:
     """Each scenario checked (the documents of one file, before any runs): InputErrors listing every refusal of
     every one of them."""
-    checked, errors = [], []
-    for scenario in scenarios:
-        try:
-            checked.append(check_scenario(scenario))
-        except InputErrors as error:
-            errors += error.errors
-        except InputError as error:
-            errors.append(error)
-    if errors:
-        raise InputErrors(errors)
-    return checked
+    return each_checked(scenarios, check_scenario)
 
 
 def check_scenario_work(scenario: Scenario, histogram: LengthHistogram | None = None, rows: int | None = None) -> None:

@@ -9,10 +9,10 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 
 class InputError(Exception):
@@ -55,6 +55,25 @@ class InputErrors(InputError):
         more = f" (and {len(errors) - 1} more; `simbench validate` lists them all)" if len(errors) > 1 else ""
         super().__init__(first.message + more, source=first.source, line=first.line, parameter=first.parameter)
         self.errors = errors
+
+
+T, R = TypeVar("T"), TypeVar("R")
+
+
+def each_checked(items: Iterable[T], check: Callable[[T], R]) -> list[R]:
+    """`check` of every item, in order; where any refuses, InputErrors holding every refusal of every item (each
+    InputErrors' own list, flattened), so that one reading lists them all."""
+    results, errors = [], []
+    for item in items:
+        try:
+            results.append(check(item))
+        except InputErrors as error:
+            errors += error.errors
+        except InputError as error:
+            errors.append(error)
+    if errors:
+        raise InputErrors(errors)
+    return results
 
 
 def did_you_mean(name: str, known: list[str]) -> str:

@@ -71,3 +71,26 @@ def test_renaming_keeps_the_place_in_the_file_and_leaves_other_words_alone():
     renamed = error.renamed({"max_length": "--max-length"})
     assert str(renamed) == "a.json:3: --max-length must be a whole number, found 'x'"
     assert error.renamed({"seed": "--seed"}) is error
+
+
+@given(st.lists(st.integers(min_value=-3, max_value=3), max_size=8))
+def test_each_checked_lists_every_refusal_of_every_item_in_order(values):
+    """Negative values refuse with one error, zeros with two at once (an InputErrors): all of them come back
+    together, flattened and in order; without a refusal, every result in order."""
+    from simbench.errors import InputErrors, each_checked
+
+    def check(value: int) -> int:
+        if value < 0:
+            raise InputError(f"{value} below 0")
+        if value == 0:
+            raise InputErrors([InputError("0 first"), InputError("0 second")])
+        return value * 10
+
+    expected = [message for value in values if value <= 0
+                for message in ([f"{value} below 0"] if value < 0 else ["0 first", "0 second"])]
+    if not expected:
+        assert each_checked(values, check) == [value * 10 for value in values]
+        return
+    with pytest.raises(InputErrors) as refused:
+        each_checked(values, check)
+    assert [error.message for error in refused.value.errors] == expected

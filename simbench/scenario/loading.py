@@ -12,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from simbench.data import bundled_files
-from simbench.errors import InputError, InputErrors, read_text_file
+from simbench.errors import InputError, InputErrors, each_checked, read_text_file
 from simbench.scenario.schema import Scenario
 from simbench.scenario.yaml_lines import _describe, _line_of, _path_in_yaml
 from simbench.yamlfile import load_yaml_documents
@@ -57,18 +57,8 @@ def load_scenario(path: Path | str, *, seed: int | None = None) -> Scenario:
 def parse_scenarios(text: str, *, source: str, base_dir: Path, seed: int | None = None,
                     seeds: int | None = None) -> list[Scenario]:
     """Every scenario of the file; an invalid file raises every error of every document at once."""
-    scenarios, errors = [], []
-    for root, data in load_yaml_documents(text, source):
-        if data is None:
-            continue
-        try:
-            scenarios.append(_validate(data, root, source, base_dir, seed, seeds))
-        except InputErrors as error:
-            errors += error.errors
-        except InputError as error:
-            errors.append(error)
-    if errors:
-        raise InputErrors(errors)
+    documents = [(data, root) for root, data in load_yaml_documents(text, source) if data is not None]
+    scenarios = each_checked(documents, lambda document: _validate(*document, source, base_dir, seed, seeds))
     if not scenarios:
         raise InputError("the file holds no scenario", source=source)
     return scenarios
