@@ -3,18 +3,16 @@ sleeps or loops ends `simbench run` and `simulate` within SIMBENCH_PLUGIN_TIMEOU
 status 2, writes no report and leaves no process behind; one that raises is named with what it raised; a
 well-behaved one prices as before."""
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-psutil = pytest.importorskip("psutil")
+pytest.importorskip("psutil")  # the processes a command starts are watched with it
 
-HANG_SECONDS = 60  # catches a command that never ends, never a slow machine
+from child_processes import alive, run_watching_children as watched  # noqa: E402
+
 PLUGIN = """
 import itertools
 import time
@@ -99,30 +97,14 @@ def installed(tmp_path):
 
 
 def run_watching_children(folder, *arguments, timeout_seconds=3):
-    """(exit status, stdout, stderr, every process the command started while it ran)."""
-    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    environment = {**os.environ, "SIMBENCH_PLUGIN_TIMEOUT": str(timeout_seconds), "SIMBENCH_WORKERS": "0",
-                   "PYTHONPATH": os.pathsep.join([checkout, str(folder), os.environ.get("PYTHONPATH", "")])}
-    command = subprocess.Popen([sys.executable, "-m", "simbench.cli", *arguments], env=environment, cwd=folder,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    parent, seen = psutil.Process(command.pid), set()
-    deadline = time.monotonic() + HANG_SECONDS
-    while command.poll() is None and time.monotonic() < deadline:
-        try:
-            seen.update(parent.children(recursive=True))
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.05)
-    if command.poll() is None:
-        command.kill()
-    stdout, stderr = command.communicate()
-    assert time.monotonic() < deadline, f"{arguments}: no answer within {HANG_SECONDS} s"
+    """(exit status, stdout, stderr); fails where any process the command started outlives it by a second."""
+    status, stdout, stderr, seen = watched(folder, *arguments, timeout_seconds=timeout_seconds)
     time.sleep(1)
-    left = [process for process in seen if process.is_running() and process.status() != psutil.STATUS_ZOMBIE]
+    left = alive(seen)
     for process in left:
         process.kill()
     assert not left, [process.cmdline() for process in left]
-    return command.returncode, stdout, stderr
+    return status, stdout, stderr
 
 
 def one_line(stderr: str) -> str:

@@ -3,17 +3,15 @@ holds the interpreter's lock ends the real command within its timeout, with one 
 and leaves no process behind; one that raises is named with what it raised."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 psutil = pytest.importorskip("psutil")
 
-HANG_SECONDS = 60  # catches a command that never ends, never a slow machine
+from child_processes import HANG_SECONDS, alive, run_watching_children, start_simbench  # noqa: E402
+
 PLUGIN = """
 import numpy as np
 from simbench.strategies import Strategy
@@ -66,40 +64,9 @@ def installed(tmp_path):
     return tmp_path
 
 
-def start(folder, *arguments):
-    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    environment = {**os.environ, "SIMBENCH_PLUGIN_TIMEOUT": "3", "SIMBENCH_WORKERS": "0",
-                   "PYTHONPATH": os.pathsep.join([checkout, str(folder), os.environ.get("PYTHONPATH", "")])}
-    # cwd: `python -m` looks in the current folder first, which may hold another checkout's simbench.
-    return subprocess.Popen([sys.executable, "-m", "simbench.cli", *arguments], env=environment, cwd=folder,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def run_watching_children(folder, *arguments):
-    """(exit status, stderr, every process the command started while it ran)."""
-    command = start(folder, *arguments)
-    parent, seen = psutil.Process(command.pid), set()
-    deadline = time.monotonic() + HANG_SECONDS
-    while command.poll() is None and time.monotonic() < deadline:
-        try:
-            seen.update(parent.children(recursive=True))
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.05)
-    if command.poll() is None:
-        command.kill()
-    _, stderr = command.communicate()
-    assert time.monotonic() < deadline, f"{arguments}: no answer within {HANG_SECONDS} s"
-    return command.returncode, stderr, seen
-
-
-def alive(processes) -> list:
-    return [process for process in processes if process.is_running() and process.status() != psutil.STATUS_ZOMBIE]
-
-
 @pytest.mark.parametrize("name", ["sleeps", "loops", "holds"])
 def test_a_plugin_that_never_returns_ends_the_command_with_one_line_and_no_process_left(installed, name):
-    status, stderr, started = run_watching_children(installed, "pack", "squad_1_1_384", "--strategy", name)
+    status, _, stderr, started = run_watching_children(installed, "pack", "squad_1_1_384", "--strategy", name)
     assert status == 2, stderr
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert f"the plug-in strategy {name!r} did not return within 3 s and was stopped" in stderr
@@ -112,7 +79,8 @@ def test_a_plugin_that_never_returns_ends_the_command_with_one_line_and_no_proce
 
 
 def test_a_plugin_that_raises_is_named_with_what_it_raised_even_with_a_thread_left_running(installed):
-    status, stderr, started = run_watching_children(installed, "pack", "squad_1_1_384", "--strategy", "thread")
+    status, _, stderr, started = run_watching_children(installed, "pack", "squad_1_1_384", "--strategy",
+                                                       "thread")
     assert status == 2 and "Traceback" not in stderr, stderr
     assert "the plug-in strategy 'thread' failed: ValueError: no packs today" in stderr
     time.sleep(2)
@@ -120,7 +88,7 @@ def test_a_plugin_that_raises_is_named_with_what_it_raised_even_with_a_thread_le
 
 
 def test_a_well_behaved_plugin_packs_in_its_process_as_it_would_here(installed):
-    command = start(installed, "pack", "squad_1_1_384", "--strategy", "alone", "--json")
+    command = start_simbench(installed, "pack", "squad_1_1_384", "--strategy", "alone", "--json")
     stdout, stderr = command.communicate(timeout=HANG_SECONDS)
     assert command.returncode == 0, stderr
     from simbench.histogram import load_histogram
@@ -133,7 +101,7 @@ def test_a_well_behaved_plugin_packs_in_its_process_as_it_would_here(installed):
 
 
 def test_killing_the_command_while_a_plugin_packs_leaves_no_process(installed):
-    command = start(installed, "pack", "squad_1_1_384", "--strategy", "sleeps")
+    command = start_simbench(installed, "pack", "squad_1_1_384", "--strategy", "sleeps")
     parent = psutil.Process(command.pid)
     deadline = time.monotonic() + HANG_SECONDS
     while not parent.children(recursive=True) and time.monotonic() < deadline:
