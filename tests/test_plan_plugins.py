@@ -43,6 +43,10 @@ class FixedLengthSource(BatchSource):
         return {devices[-1]: price_batches(self.settings.cost_model, unpadded_batches(lengths), self.plan.mode,
                                            steps, devices[-1])}
 
+    @staticmethod
+    def device_batches(plan, histogram, packing, rng, steps, batch_size):  # what `simbench measure` times
+        return unpadded_batches(np.full((steps, batch_size), plan.length))
+
 
 @dataclass(frozen=True)
 class FixedLengthPlanType(PlanType):
@@ -104,6 +108,22 @@ def test_a_plan_plugin_is_listed_parsed_and_simulated(monkeypatch):
             devices / seconds_per_token, rel=1e-12)
     with pytest.raises(InputError, match=r"strategy 'fixed-length': unknown parameter 'depth=3' \(allowed: length\)"):
         parse_plan("fixed-length:depth=3")
+
+
+def test_a_plan_plugin_says_what_one_devices_batches_hold_and_measure_times_them(monkeypatch):
+    """`simbench measure` builds its batches from the plan's own source (`BatchSource.device_batches`); a source
+    that does not say is listed as not measured, with the reason."""
+    from simbench.calibrate.strategy_batches import strategy_batches
+    from simbench.sim.plans import BatchSource
+
+    use_plugins(monkeypatch, PLAN_PLUGIN)
+    plan = parse_plan("fixed-length:length=100")
+    built = strategy_batches([(plan.name, plan)], SQUAD, 384, steps=3, batch_size=4, seed=0)
+    assert not built.refused and len(built.layouts[plan.name]) == 3
+    for layout in built.layouts[plan.name]:
+        assert layout.mode is ExecutionMode.UNPADDED and layout.rows == ((100,),) * 4
+    with pytest.raises(InputError, match="plan kind 'fixed-length' does not say what one device's batches hold"):
+        BatchSource.device_batches(plan, SQUAD, lambda: None, np.random.default_rng(0), 3, 4)
 
 
 def test_a_plan_plugin_that_simulates_every_device_is_refused_up_front_on_a_million_devices(monkeypatch):
