@@ -115,6 +115,12 @@ class ReportWorkers:
                 process.terminate()
             for process in processes:
                 process.join()
+            # A worker killed while sending a large result leaves the pool's reader waiting for the rest, and the
+            # interpreter's exit joins that thread: this process's own end of the pipe closed, the reader sees the
+            # end instead (every worker's end is closed with it), and the pool's thread ends.
+            results = getattr(self.executor, "_result_queue", None)
+            if results is not None:
+                results._writer.close()
             # Its queues' semaphores live on until exit: the resource tracker ends with the process, a moment after.
             self.executor.shutdown(wait=False, cancel_futures=True)
             return

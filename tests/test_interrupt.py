@@ -139,3 +139,43 @@ def test_ctrl_c_of_a_sweep_on_a_local_dask_cluster_is_one_line_without_a_workers
     assert run.returncode == 130, stderr
     assert "Traceback" not in stderr and stderr.endswith("interrupted\n"), stderr
     assert not settle(run.pid, 2.0), "processes of the sweep's group outlived it"
+
+
+WORKER_KILLED_MID_SEND = '''
+import sys, time
+from simbench.workers import ReportWorkers
+
+SIZE = 300_000_000  # a result that takes the worker most of a second to send
+
+
+def main(fraction):
+    workers = ReportWorkers(processes=1)
+    workers.submit(int, 0).result()  # started and idle
+    start = time.perf_counter()
+    workers.submit(bytes, SIZE).result()
+    whole = time.perf_counter() - start
+    try:
+        with workers:
+            workers.submit(bytes, SIZE)
+            time.sleep(fraction * whole)  # the worker is sending its result
+            raise RuntimeError("stopped")
+    except RuntimeError:
+        pass
+
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]))
+'''
+
+
+@pytest.mark.parametrize("fraction", [0.6, 0.75])
+def test_a_worker_ended_while_sending_its_result_does_not_hold_the_process_at_exit(tmp_path, fraction):
+    """Interrupted while a worker sends a large result (a packing): the worker is ended mid-message, and the
+    pool's reader, waiting for the rest, must not hold the interpreter's exit (a Ctrl-C of `run` once printed
+    `interrupted` and then never ended)."""
+    script = tmp_path / "mid_send.py"
+    script.write_text(WORKER_KILLED_MID_SEND)
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")])}
+    ended = subprocess.run([sys.executable, str(script), str(fraction)], env=environment, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert ended.returncode == 0 and ended.stderr == "", ended.stderr
