@@ -14,7 +14,7 @@ from simbench.costmodels.base import ROW_MODE_OF_ATTENTION, Attention, attention
 from simbench.costmodels.hardware_profile import DEFAULT_PROVENANCE, field_provenance
 from simbench.costmodels.hardware import load_hardware
 from simbench.costmodels.model import get_model
-from simbench.costmodels.transformer import _document_block_pairs
+from simbench.costmodels.transformer import document_block_pairs
 from simbench.errors import InputError
 from simbench.scenario import StrategySpec
 from simbench.sim.plans import parse_plan
@@ -84,7 +84,7 @@ rows_strategy = st.lists(st.lists(st.integers(1, 400), min_size=1, max_size=6), 
 @given(rows=rows_strategy, causal=st.booleans())
 def test_block_pairs_are_those_a_document_mask_leaves(rows, causal):
     batch = _batch(rows, max(sum(row) for row in rows))
-    assert _document_block_pairs(batch, 128, causal=causal)[0] == _brute_force_block_pairs(rows, 128, causal)
+    assert document_block_pairs(batch, 128, causal=causal)[0] == _brute_force_block_pairs(rows, 128, causal)
 
 
 MODELS = ["bert-large", dataclasses.replace(get_model("llama-3.1-8b"), layers=2)]

@@ -51,14 +51,16 @@ def test_a_cpu_grid_has_shapes_to_fit_and_to_hold_out():
         held_in = [timing for timing in timings if not timing.held_out]
         assert len(held_in) >= len(FITTED_FIELDS)
         assert {timing.kind for timing in timings if timing.held_out} == {"padded", "varlen"}
-        assert all(sum(shape.documents) == shape.tokens for shape in shapes if shape.kind == "varlen")
+        assert all(sum(shape.documents) == shape.tokens for shape in shapes if shape.documents)
         assert max(shape.tokens for shape in shapes) <= 1024
+        # A CPU cannot train FlexAttention: its grid masks rows densely only.
+        assert "dense-mask" in {shape.kind for shape in shapes} and "block-mask" not in {s.kind for s in shapes}
 
 
 @pytest.mark.parametrize("model", ["bert-large", "llama-3.1-8b"])
 def test_a_gpu_grid_times_the_shapes_the_h200_grid_timed(model):
     """The padded rows and the batches of equal documents of the stored H200 grid; the odd rows and mixes of documents
-    are drawn anew (held out either way)."""
+    are drawn anew (held out either way); beside them, rows of packed documents under each mask, to fit its rate."""
     pytest.importorskip("torch")
     from simbench.calibrate.grid import grid_shapes
 
@@ -69,7 +71,9 @@ def test_a_gpu_grid_times_the_shapes_the_h200_grid_timed(model):
               if t.model == model and not t.held_out}
     timed = {key(s.kind, s.rows, s.row_length, s.documents) for s in grid_shapes(get_model(model), "cuda")}
     assert stored <= timed
-    assert len(timed) == len([t for t in load_timing_grid(SHIPPED_GRID) if t.model == model])
+    masked = {shape for shape in timed if shape[0] in ("dense-mask", "block-mask")}
+    assert len(timed - masked) == len([t for t in load_timing_grid(SHIPPED_GRID) if t.model == model])
+    assert sorted(shape[0] for shape in masked) == ["block-mask"] * 2 + ["dense-mask"] * 2
     # The H200 grid's slices fit a GPU's work limit, not a CPU's.
     from simbench.calibrate.grid import GridSettings
 
@@ -93,14 +97,19 @@ def test_calibrate_grid_times_the_grid_writes_it_beside_the_profile_and_fits_it(
     assert all(record["model"] == "tiny" and record["layers"] == 2 and record["repeats"] == 3 for record in records)
     assert all(record["p25_ms"] <= record["median_ms"] <= record["p75_ms"] for record in records)
     timings = load_timing_grid(grid_path)  # the stored grid's format, line for line
-    assert len(timings) == len(records) and {timing.kind for timing in timings} == {"padded", "varlen"}
+    assert len(timings) == len(records) and {timing.kind for timing in timings} == {"padded", "varlen", "dense-mask"}
     profile = load_hardware(output)
     record = profile.calibration
     assert record["device"] == "cpu" and record["torch_version"] == str(torch.__version__)
     assert record["grid_file"] == "profile.grid.jsonl" and record["unpadded_attention"] == "grouped"
     assert len(record["grid"]) == len(records) and record["held_out_errors"]
-    for name in ("linear_flops_per_s", "first_sight_padded_seconds", "first_sight_varlen_seconds"):
+    for name in ("linear_flops_per_s", "first_sight_padded_seconds", "first_sight_varlen_seconds",
+                 "dense_mask_attention_fraction"):
         assert profile.provenance[name].startswith("fitted: simbench calibrate --grid")
+    # No rows under a block mask on a CPU: that rate stays the base profile's, and says where it comes from.
+    from simbench.costmodels.hardware_profile import field_provenance
+
+    assert field_provenance(profile)["block_mask_attention_fraction"].startswith("assumed")
     assert profile.first_sight_padded_seconds >= 0 and profile.first_sight_varlen_seconds >= 0
     # The profile is what a refit of the written grid gives.
     refit = fit_grid(timings, profile)
@@ -162,9 +171,10 @@ def test_a_fitted_profile_states_each_fitted_terms_uncertainty_and_list_shows_it
     assert result.exit_code == 0, result.output
     profile = load_hardware(output)
     assert profile.calibration["uncertainty"] == BOOTSTRAP_RULE
-    assert {"linear_flops_per_s", "attention_flops_per_s"} <= set(profile.uncertainty) <= set(GRID_PROFILE_FIELDS)
-    # A CPU grid of one width, encoder only: those terms are held, not fitted, and state no spread.
-    assert "dense_half_saturation_width" not in profile.uncertainty
+    assert ({"linear_flops_per_s", "attention_flops_per_s", "dense_mask_attention_fraction"} <= set(profile.uncertainty)
+            <= set(GRID_PROFILE_FIELDS) | {"dense_mask_attention_fraction"})
+    # A CPU grid of one width, encoder only, no block mask: those terms are held, not fitted, and state no spread.
+    assert not {"dense_half_saturation_width", "block_mask_attention_fraction"} & set(profile.uncertainty)
     listed = runner.invoke(app, ["list", "--profile", str(output), "--json"])
     assert listed.exit_code == 0, listed.output
     rows = {row["field"]: row for row in map(json.loads, listed.stdout.splitlines())}

@@ -5,12 +5,14 @@ layers on padded rows and on flat variable-length batches, the first step at eac
     >>> from simbench.costmodels.model import get_model
     >>> shapes = grid_shapes(get_model("tiny"), "cpu", quick=True)
     >>> sorted({shape.kind for shape in shapes}), all(shape.tokens <= 1024 for shape in shapes)
-    (['padded', 'varlen'], True)
+    (['dense-mask', 'padded', 'varlen'], True)
 
 One step is what the stored H200 grid (simbench/data/measurements/h200-2026-11) timed: the layers
 alone (no embeddings, head or optimizer) from a random input that requires grad, to the mean square of the
 output, between two device synchronisations. `padded` rows attend over the whole row (bidirectional for an
-encoder, causal for a decoder); `varlen` batches are one flat batch of documents, attention within each.
+encoder, causal for a decoder); `varlen` batches are one flat batch of documents, attention within each;
+`dense-mask` and `block-mask` rows hold documents packed end to end under a dense block-diagonal attn_mask or
+FlexAttention's document mask (CUDA only: it has no backward pass on a CPU), the mask built before the step.
 Each shape's first step is timed on its own (`first_ms`, the model having run other shapes before) and
 followed by one more step; then rounds time every shape once each (`median_ms`, `p25_ms`, `p75_ms` of
 `repeats` rounds). Each round's slowdown shared by every shape is factored out (`timing.load_adjusted`),
@@ -30,9 +32,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from simbench.calibrate.batches import padded_batch, random_sequences, unpadded_batch
+from simbench.calibrate.batches import packed_batch, padded_batch, random_sequences, unpadded_batch
+from simbench.calibrate.causal_lm import causal_pack_mask
 from simbench.calibrate.decoder import DecoderLayer
-from simbench.calibrate.encoder import EncoderLayer, EncoderShape
+from simbench.calibrate.encoder import EncoderLayer, EncoderShape, attention_mask
+from simbench.calibrate.grid_timings import MASK_KINDS
+from simbench.calibrate.grid_prices import MODE_OF_KIND
+from simbench.calibrate.kernels import block_mask_refusal, document_block_mask, row_mask
 from simbench.calibrate.timing import StepTiming, _synchronize, check_timed_work, load_adjusted
 from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
@@ -85,7 +91,8 @@ def grid_shapes(model: ModelSpec, device_type: str, quick: bool = False, seed: i
 
 
 def _cpu_shapes(longest: int, quick: bool, rng: np.random.Generator) -> list[GridShape]:
-    """A few hundred tokens a step: rows of longest/2 and longest, documents of longest/8 to longest."""
+    """A few hundred tokens a step: rows of longest/2 and longest, documents of longest/8 to longest, rows of
+    longest under a dense mask."""
     totals = (longest, 2 * longest) if quick else (longest, 2 * longest, 4 * longest)
     shapes = [GridShape("padded", total // length, length) for length in (longest // 2, longest) for total in totals]
     shapes += [_equal_documents(total, length) for total in totals
@@ -94,6 +101,8 @@ def _cpu_shapes(longest: int, quick: bool, rng: np.random.Generator) -> list[Gri
     mixed_totals = (25 * longest // 16, 11 * longest // 4) if quick else (25 * longest // 16, 11 * longest // 4,
                                                                           31 * longest // 8)
     shapes += [_mixed_documents(total, longest // 4, 0.7, 8, longest, rng) for total in mixed_totals]
+    shapes += [_packed_rows("dense-mask", total // longest, longest, document) for total in totals
+               for document in (longest // 4, longest // 2)]
     return shapes
 
 
@@ -106,6 +115,8 @@ def _gpu_encoder_shapes(longest: int, rng: np.random.Generator) -> list[GridShap
                for length in (longest // 8, longest // 4, longest // 2, longest)]
     shapes += [_mixed_documents(round(longest * fraction), round(0.39 * longest), 0.7, 8, longest, rng)
                for fraction in (9.77, 14.26, 17.77, 21.7, 24.11, 6.51)]
+    shapes += [_packed_rows(kind, rows, longest, document) for kind in MASK_KINDS
+               for rows, document in ((32, longest // 4), (16, longest // 2))]
     return shapes
 
 
@@ -120,11 +131,19 @@ def _gpu_decoder_shapes(longest: int, rng: np.random.Generator) -> list[GridShap
         shapes.append(GridShape("padded", rows, length + (length % TILE == 0)))
     shapes += [_mixed_documents(total, round(longest / 16), 1.0, 16, longest // 2, rng)
                for total in (longest, round(0.977 * longest))]
+    shapes += [_packed_rows(kind, rows, longest // 2, document) for kind in MASK_KINDS
+               for rows, document in ((2, longest // 16), (1, longest // 4))]
     return shapes
 
 
 def _equal_documents(total: int, length: int) -> GridShape:
     return GridShape("varlen", 1, total, (length,) * (total // length))
+
+
+def _packed_rows(kind: str, rows: int, row_length: int, document: int) -> GridShape:
+    """`rows` rows of `row_length`, each packed with documents of `document` tokens (and a shorter last one)."""
+    per_row = (document,) * (row_length // document) + ((row_length % document,) if row_length % document else ())
+    return GridShape(kind, rows, row_length, per_row * rows)
 
 
 def _mixed_documents(total: int, median: int, sigma: float, shortest: int, longest: int,
@@ -162,13 +181,15 @@ class GridSettings:
         return dataclasses.replace(self.model, layers=self.layers, vocab=1)
 
     def shapes(self) -> list[GridShape]:
-        return grid_shapes(self.model, self.device, self.quick, self.seed)
+        """The grid's shapes, but for rows under a block mask where the device cannot train FlexAttention."""
+        shapes = grid_shapes(self.model, self.device, self.quick, self.seed)
+        return [shape for shape in shapes if shape.kind != "block-mask" or not block_mask_refusal(self.device)]
 
     def check_work(self, shapes: Sequence[GridShape]) -> None:
         """Refuse, before anything is built, a grid that would take longer than a timing run may."""
         steps = self.repeats + 2  # the first step and the one after it besides the repeats
-        flops = steps * sum(self.slice.training_flops(shape.documents or [shape.row_length] * shape.rows)
-                            for shape in shapes)
+        flops = steps * sum(self.slice.training_flops(shape.documents if shape.kind == "varlen"
+                                                      else [shape.row_length] * shape.rows) for shape in shapes)
         check_timed_work(flops, self.device, f"timing a grid of {len(shapes)} shapes through {self.layers} layers "
                          f"of {self.model.name}", "time fewer --layers or a smaller --model, or use a GPU",
                          parameter="layers")
@@ -193,9 +214,12 @@ def time_grid(settings: GridSettings, progress: Callable[[], None] = lambda: Non
     torch.random.set_rng_state(generator_state)
     rng = np.random.default_rng(settings.seed)
     clock = time.process_time if settings.cpu_clock else time.perf_counter
-    # Wake the device and load the kernels of both kinds on shapes the grid does not time, so that each
-    # first step measures its shape being new, not the process starting.
-    for wake in (GridShape("padded", 1, TILE + 1), GridShape("varlen", 1, TILE + 1, (TILE // 2 + 1, TILE // 2))):
+    # Wake the device and load the kernels of every kind on shapes the grid does not time, so that each
+    # first step measures its shape being new, not the process starting (nor FlexAttention's compiler loading).
+    wakes = [GridShape("padded", 1, TILE + 1), GridShape("varlen", 1, TILE + 1, (TILE // 2 + 1, TILE // 2))]
+    wakes += [GridShape(kind, 1, TILE + 1, (TILE // 2 + 1, TILE // 2)) for kind in MASK_KINDS
+              if any(shape.kind == kind for shape in shapes)]
+    for wake in wakes:
         step = _timed_step(layers, wake, settings, device, dtype, rng, clock)
         step(), step()
     steps, first_seconds, second_seconds = [], [], []
@@ -242,30 +266,43 @@ def _timed_step(layers: nn.ModuleList, shape: GridShape, settings: GridSettings,
                 dtype: torch.dtype, rng: np.random.Generator, clock: Callable[[], float]) -> Callable[[], float]:
     """A step at `shape` on an input built once: calling it runs the step and returns its seconds."""
     hidden = settings.model.hidden
-    varlen = shape.kind == "varlen"
-    size = (shape.tokens, hidden) if varlen and not settings.model.is_decoder else (shape.rows, shape.row_length, hidden)
-    x = torch.randn(size, device=device, dtype=dtype, requires_grad=True)
-    if settings.model.is_decoder:
-        offsets = None
-        if varlen:
-            offsets = torch.tensor(np.concatenate([[0], np.cumsum(shape.documents)]), device=device,
-                                   dtype=torch.int32)
-        longest = max(shape.documents) if varlen else shape.row_length
-        arguments = (offsets, longest)
-    else:
-        # The encoder's attention reads only how the batch attends: a batch of that shape with random tokens.
-        sequences = random_sequences(shape.documents if varlen else [shape.row_length] * shape.rows, 1, rng)
-        batch = unpadded_batch(sequences, settings.attention) if varlen else padded_batch(sequences)
-        arguments = (batch.to(device), None)
+    flat = shape.kind == "varlen" and not settings.model.is_decoder
+    x = torch.randn((shape.tokens, hidden) if flat else (shape.rows, shape.row_length, hidden), device=device,
+                    dtype=dtype, requires_grad=True)
+    arguments = _attention_arguments(shape, settings, device, rng)
 
     def step() -> float:
         _synchronize(device)
         start = clock()
         y = x
         for layer in layers:
-            y = layer(y, *arguments)
+            y = layer(y, **arguments)
         y.float().square().mean().backward()
         _synchronize(device)
         return clock() - start
 
     return step
+
+
+def _attention_arguments(shape: GridShape, settings: GridSettings, device: torch.device,
+                         rng: np.random.Generator) -> dict:
+    """How each layer attends in a step at `shape` (its keyword arguments), built before the step is timed."""
+    documents = shape.documents or (shape.row_length,) * shape.rows
+    # The attention reads only how the batch attends: a batch of that shape with random tokens.
+    sequences = random_sequences(documents, 1, rng)
+    if shape.kind in MASK_KINDS:
+        row_of = (np.cumsum(documents) - 1) // shape.row_length
+        rows = [np.flatnonzero(row_of == row).tolist() for row in range(shape.rows)]
+        batch = packed_batch(sequences, rows, shape.row_length, row_mask=row_mask(MODE_OF_KIND[shape.kind])).to(device)
+        if settings.model.is_decoder:
+            if shape.kind == "block-mask":
+                return {"block_mask": document_block_mask(batch.row_sequence_ids, causal=True)}
+            return {"mask": causal_pack_mask(batch.row_sequence_ids)}
+        return {"batch": batch, "mask": attention_mask(batch)}
+    if settings.model.is_decoder:
+        if shape.kind == "varlen":
+            offsets = torch.tensor(np.concatenate([[0], np.cumsum(documents)]), device=device, dtype=torch.int32)
+            return {"documents": offsets, "longest": max(documents)}
+        return {}  # causal attention over the whole row
+    batch = unpadded_batch(sequences, settings.attention) if shape.kind == "varlen" else padded_batch(sequences)
+    return {"batch": batch.to(device), "mask": None}

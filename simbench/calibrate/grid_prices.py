@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simbench.calibrate.grid_timings import VARLEN_TILE_TOKENS, GridTiming
+from simbench.calibrate.grid_timings import MASK_KINDS, VARLEN_TILE_TOKENS, GridTiming
 from simbench.costmodels.base import BatchSet, ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import MODEL_PRESETS, ModelSpec
-from simbench.costmodels.transformer import TransformerCostModel
+from simbench.costmodels.transformer import FLEX_BLOCK_TOKENS, TransformerCostModel, document_block_pairs
 
 # Eager PyTorch issues about 1,200 kernels a step for 24 encoder layers (the grid's README): 50 a layer.
 # The count is held; the host's time per kernel is fitted, so only their product (the floor) matters.
@@ -33,7 +33,12 @@ FITTED_FIELDS = {
     "varlen_causal_half_length_tokens": ((0.0, 1e5), 1e3),
     "varlen_bidirectional_attention_fraction": ((0.05, 2.0), 1.0),
     "varlen_bidirectional_half_length_tokens": ((0.0, 1e5), 1e3),
+    "dense_mask_attention_fraction": ((0.01, 1.0), 1.0),
+    "block_mask_attention_fraction": ((0.01, 1.0), 1.0),
 }
+# The cost model's mode of each kind of grid line.
+MODE_OF_KIND = {"padded": ExecutionMode.PADDED, "varlen": ExecutionMode.UNPADDED,
+                "dense-mask": ExecutionMode.PACKED_DENSE_MASK, "block-mask": ExecutionMode.PACKED_BLOCK_MASK}
 
 
 def slice_model(name: str, layers: int) -> ModelSpec:
@@ -44,9 +49,11 @@ def slice_model(name: str, layers: int) -> ModelSpec:
 
 def grid_base(base: HardwareProfile | str = "h200") -> dict:
     """The base profile's fields with what a slice's timing holds no trace of switched off: optimizer,
-    input transfer, fixed step cost, per-kernel device gaps (absorbed in the rates), small-kernel groups."""
+    input transfer, fixed step cost, per-kernel device gaps (absorbed in the rates), small-kernel groups, and
+    packing's masks and losses (a masked line's mask is built before its steps are timed)."""
     data = load_hardware(base).model_dump()
     data.update(optimizer_seconds_per_parameter=0.0, step_overhead_seconds=0.0, input_bytes_per_token=0.0,
+                pack_overhead_fraction=0.0, pack_overhead_per_depth_fraction=0.0,
                 kernel_launch_seconds=0.0, kernels_per_layer=GRID_KERNELS_PER_LAYER, shape_change_seconds=0.0,
                 unpadded_kernels_per_layer=None,  # the grid's varlen batches are flat: no gathers to launch
                 unpadded_flops_fraction=1.0, unpadded_noise_cv=0.0, unpad_group_half_saturation_tokens=0.0,
@@ -56,7 +63,8 @@ def grid_base(base: HardwareProfile | str = "h200") -> dict:
 
 def predict_grid(profile: HardwareProfile, timings: Sequence[GridTiming]) -> np.ndarray:
     """Each timing's step seconds as `TransformerCostModel` prices it on `profile`: padded rows in PADDED
-    mode (one sequence filling each row), varlen batches in UNPADDED mode (their documents, no padding)."""
+    mode (one sequence filling each row), varlen batches in UNPADDED mode (their documents, no padding), masked
+    rows in their mask's packed mode (MODE_OF_KIND)."""
     predicted = np.empty(len(timings))
     groups: dict[tuple[str, int, str], list[int]] = {}
     for index, timing in enumerate(timings):
@@ -64,26 +72,21 @@ def predict_grid(profile: HardwareProfile, timings: Sequence[GridTiming]) -> np.
     for (model, layers, kind), indices in groups.items():
         cost_model = TransformerCostModel(slice_model(model, layers), profile)
         batch_set = _batch_set([timings[i] for i in indices])
-        mode = ExecutionMode.PADDED if kind == "padded" else ExecutionMode.UNPADDED
-        predicted[indices] = cost_model.step_costs(batch_set, mode).total_seconds
+        predicted[indices] = cost_model.step_costs(batch_set, MODE_OF_KIND[kind]).total_seconds
     return predicted
 
 
 def _batch_set(timings: Sequence[GridTiming]) -> BatchSet:
-    """One batch per timing: padded rows each holding one sequence that fills it, or one row of documents."""
+    """One batch per timing: its rows, each holding one sequence that fills it (padded) or its documents (laid
+    row after row, each row filled exactly)."""
     lengths, sequence_row, row_slots, row_batch = [], [], [], []
     for batch, timing in enumerate(timings):
         first_row = len(row_slots)
-        if timing.documents is None:
-            lengths += [timing.row_length] * timing.rows
-            sequence_row += range(first_row, first_row + timing.rows)
-            row_slots += [timing.row_length] * timing.rows
-            row_batch += [batch] * timing.rows
-        else:
-            lengths += timing.documents
-            sequence_row += [first_row] * len(timing.documents)
-            row_slots.append(timing.row_length)
-            row_batch.append(batch)
+        documents = timing.documents or (timing.row_length,) * timing.rows
+        lengths += documents
+        sequence_row += (first_row + (np.cumsum(documents) - 1) // timing.row_length).tolist()
+        row_slots += [timing.row_length] * timing.rows
+        row_batch += [batch] * timing.rows
     return BatchSet(np.array(lengths, dtype=np.int64), np.array(sequence_row, dtype=np.int64),
                     np.array(row_slots, dtype=np.int64), np.array(row_batch, dtype=np.int64), len(timings))
 
@@ -98,19 +101,27 @@ class GridPrices:
 
         device = (tokens + half_saturation_tokens) / tokens x (dense + attention)
         dense = linear FLOPs x (width + dense_half_saturation_width) / (width x linear_flops_per_s)
-        attention = attention FLOPs / attention_flops_per_s on padded rows; on varlen batches the sum over
-                    documents of FLOPs per token^2 x tiled keys x (length + half_length) / (rate x fraction)
+        attention, by kind:
+            padded       whole rows' attention FLOPs / attention_flops_per_s
+            dense-mask   the same / dense_mask_attention_fraction
+            varlen       per document: sum of FLOPs per token^2 x tiled keys x (length + half_length)
+                         / (attention_flops_per_s x the direction's varlen fraction)
+            block-mask   the FLOPs of the blocks the document mask leaves / (attention_flops_per_s x
+                         block_mask_attention_fraction), no less than varlen's and no more than dense-mask's
         floor = layers x GRID_KERNELS_PER_LAYER x host_seconds_per_kernel (x varlen_floor_ratio if varlen)
     """
 
     tokens: np.ndarray
     linear_flops: np.ndarray
     linear_flops_per_width: np.ndarray
-    attention_flops: np.ndarray  # padded rows' attention (0 for varlen batches)
-    varlen_flops: np.ndarray  # a varlen batch's FLOPs per token^2 x sum of tiled keys x length (0 if padded)
-    varlen_flops_per_half_length: np.ndarray  # ... x sum of tiled keys: what each token of half-length adds
+    row_attention_flops: np.ndarray  # the whole rows' attention (0 for varlen batches)
+    documents_flops: np.ndarray  # FLOPs per token^2 x sum over documents of tiled keys x length (0 if not per document)
+    documents_flops_per_half_length: np.ndarray  # ... x sum of tiled keys: what each token of half-length adds
+    block_flops: np.ndarray  # attention FLOPs of the blocks a document mask leaves (block-mask only)
     floor_kernels: np.ndarray  # layers x GRID_KERNELS_PER_LAYER
     varlen: np.ndarray
+    masked: np.ndarray  # rows under a dense or block mask
+    block_mask: np.ndarray
     decoder: np.ndarray
 
     @classmethod
@@ -119,16 +130,20 @@ class GridPrices:
         for timing in timings:
             model = slice_model(timing.model, timing.layers)
             linear, attention = float(model.linear_flops_per_token), float(model.attention_flops_per_token_squared)
-            varlen = timing.documents is not None
-            lengths = np.array(timing.documents if varlen else (), dtype=np.float64)
+            varlen, block_mask = timing.kind == "varlen", timing.kind == "block-mask"
+            lengths = np.array(timing.documents if varlen or block_mask else (), dtype=np.float64)
             keys = np.ceil(lengths / VARLEN_TILE_TOKENS) * VARLEN_TILE_TOKENS
+            blocks = (document_block_pairs(_batch_set([timing]), FLEX_BLOCK_TOKENS, causal=model.is_decoder)[0]
+                      if block_mask else 0.0)
             for name, value in (("tokens", float(timing.tokens)), ("linear_flops", linear * timing.tokens),
                                 ("linear_flops_per_width", linear * timing.tokens / model.hidden),
-                                ("attention_flops", 0.0 if varlen else attention * timing.rows * timing.row_length**2),
-                                ("varlen_flops", attention * float(keys @ lengths)),
-                                ("varlen_flops_per_half_length", attention * float(keys.sum())),
+                                ("row_attention_flops", 0.0 if varlen else attention * timing.rows * timing.row_length**2),
+                                ("documents_flops", attention * float(keys @ lengths)),
+                                ("documents_flops_per_half_length", attention * float(keys.sum())),
+                                ("block_flops", attention * float(blocks)),
                                 ("floor_kernels", float(timing.layers * GRID_KERNELS_PER_LAYER)),
-                                ("varlen", varlen), ("decoder", model.is_decoder)):
+                                ("varlen", varlen), ("masked", timing.kind in MASK_KINDS), ("block_mask", block_mask),
+                                ("decoder", model.is_decoder)):
                 columns[name].append(value)
         return cls(**{name: np.array(values) for name, values in columns.items()})
 
@@ -143,12 +158,29 @@ class GridPrices:
         """The log of each timing's step seconds at `values` (in FITTED_FIELDS' order); values of shape (terms,
         points) give a row of logs per point."""
         values = np.asarray(values, dtype=np.float64)[..., np.newaxis]
-        (linear_rate, half_width, attention_rate, half_tokens, host_seconds, floor_ratio,
-         causal_fraction, causal_half, bidirectional_fraction, bidirectional_half) = values
+        (linear_rate, half_width, attention_rate, half_tokens, host_seconds, floor_ratio, causal_fraction,
+         causal_half, bidirectional_fraction, bidirectional_half, dense_mask_fraction, block_mask_fraction) = values
         fraction = np.where(self.decoder, causal_fraction, bidirectional_fraction)
         half_length = np.where(self.decoder, causal_half, bidirectional_half)
         dense = (self.linear_flops + self.linear_flops_per_width * half_width) / linear_rate
-        varlen = (self.varlen_flops + self.varlen_flops_per_half_length * half_length) / (attention_rate * fraction)
-        device = (self.tokens + half_tokens) / self.tokens * (dense + self.attention_flops / attention_rate + varlen)
+        per_document = ((self.documents_flops + self.documents_flops_per_half_length * half_length)
+                        / (attention_rate * fraction))
+        rows = self.row_attention_flops / (attention_rate * np.where(self.masked, dense_mask_fraction, 1.0))
+        blocks = self.block_flops / (attention_rate * block_mask_fraction)
+        attention = np.where(self.block_mask, np.minimum(np.maximum(blocks, per_document), rows), rows + per_document)
+        device = (self.tokens + half_tokens) / self.tokens * (dense + attention)
         floor = self.floor_kernels * host_seconds * np.where(self.varlen, floor_ratio, 1.0)
         return np.log(np.maximum(device, floor))
+
+
+def moves_a_price(prices: GridPrices, values: np.ndarray, index: int, scale: float, *, both_ways: bool = False) -> bool:
+    """Whether any timing's price changes with the term at `index` a millionth of its value (or scale) either side
+    of `values` (a term no price moves with is not measured by the timings: a launch floor no step reaches), or,
+    `both_ways`, on each side (a term at the edge of a range that prices the timings alike is not measured either:
+    a block mask's rate where raising it leaves every block-mask step at what its documents cost on varlen
+    kernels, the cost model's floor for it)."""
+    step = max(abs(values[index]), scale) * 1e-6
+    moved = np.repeat(values[:, np.newaxis], 2, axis=1)
+    moved[index] += (-step, step)
+    changed = np.any(prices.log_seconds(moved) != prices.log_seconds(values)[np.newaxis, :], axis=1)
+    return bool(np.all(changed) if both_ways else np.any(changed))

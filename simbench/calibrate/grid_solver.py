@@ -12,6 +12,7 @@ import numpy as np
 
 from simbench.calibrate.grid_prices import FITTED_FIELDS, GridPrices, slice_model
 from simbench.calibrate.grid_timings import GridTiming
+from simbench.costmodels.hardware_profile import BLOCK_MASK_ATTENTION_FRACTION, DENSE_MASK_ATTENTION_FRACTION
 from simbench.costmodels.model import MODEL_PRESETS
 
 # The solver's settings, fixed so that a fit does not depend on the machine: starts, tolerances, evaluations,
@@ -32,7 +33,8 @@ RATE_FIELDS = ("linear_flops_per_s", "attention_flops_per_s")
 _START = {"linear_flops_per_s": 0.7e15, "dense_half_saturation_width": 500.0, "attention_flops_per_s": 0.45e15,
           "half_saturation_tokens": 500.0, "host_seconds_per_kernel": 1.5e-5, "varlen_floor_ratio": 1.1,
           "varlen_causal_attention_fraction": 0.6, "varlen_causal_half_length_tokens": 500.0,
-          "varlen_bidirectional_attention_fraction": 0.6, "varlen_bidirectional_half_length_tokens": 200.0}
+          "varlen_bidirectional_attention_fraction": 0.6, "varlen_bidirectional_half_length_tokens": 200.0,
+          "dense_mask_attention_fraction": 0.5, "block_mask_attention_fraction": 0.8}
 
 
 @dataclass(frozen=True)
@@ -55,15 +57,7 @@ class Coordinates:
         # device with its rates' scales multiplied by how much slower it is.
         rate_scale = _rate_scale(timings)
         scales = gpu_scales * np.array([rate_scale if name in RATE_FIELDS else 1.0 for name in names])
-        held: dict[str, float] = {}
-        # One width cannot tell a width effect from the rate: the rate takes it all.
-        if len({MODEL_PRESETS[t.model].hidden for t in timings}) < 2:
-            held["dense_half_saturation_width"] = 0.0
-        # A direction of attention the grid never ran varlen keeps dense attention's rate.
-        if not any(MODEL_PRESETS[t.model].is_decoder and t.kind == "varlen" for t in timings):
-            held.update(varlen_causal_attention_fraction=1.0, varlen_causal_half_length_tokens=0.0)
-        if not any(not MODEL_PRESETS[t.model].is_decoder and t.kind == "varlen" for t in timings):
-            held.update(varlen_bidirectional_attention_fraction=1.0, varlen_bidirectional_half_length_tokens=0.0)
+        held = held_terms(timings)
         lower = np.array([FITTED_FIELDS[name][0][0] for name in names]) / gpu_scales
         upper = np.array([FITTED_FIELDS[name][0][1] for name in names]) / gpu_scales
         start = np.clip(np.array([_START[name] for name in names]) / gpu_scales, lower + 1e-9, upper - 1e-9)
@@ -74,6 +68,29 @@ class Coordinates:
         """The terms' values at the solver's coordinates (terms x points for several points)."""
         shape = (-1,) + (1,) * (np.ndim(scaled) - 1)
         return np.where(self.held.reshape(shape), self.held_values.reshape(shape), scaled * self.scales.reshape(shape))
+
+
+def held_terms(timings: Sequence[GridTiming]) -> dict[str, float]:
+    """The fitted terms the timings hold no evidence for, and the values they are held at (no price moves with
+    them, but the solver's steps span every term, held or not: its path, and so the minimum it reaches, is fixed
+    by the terms' list, not by the grid)."""
+    held: dict[str, float] = {}
+    # One width cannot tell a width effect from the rate: the rate takes it all.
+    if len({MODEL_PRESETS[t.model].hidden for t in timings}) < 2:
+        held["dense_half_saturation_width"] = 0.0
+    # A direction of attention the grid never ran varlen keeps dense attention's rate.
+    if not any(MODEL_PRESETS[t.model].is_decoder and t.kind == "varlen" for t in timings):
+        held.update(varlen_causal_attention_fraction=1.0, varlen_causal_half_length_tokens=0.0)
+    if not any(not MODEL_PRESETS[t.model].is_decoder and t.kind == "varlen" for t in timings):
+        held.update(varlen_bidirectional_attention_fraction=1.0, varlen_bidirectional_half_length_tokens=0.0)
+    # A mask the grid never ran keeps the profile's default rate (and a fit does not write it:
+    # `gridfit.fitted_mask_fields`); a block mask's price is bounded by the dense mask's.
+    kinds = {t.kind for t in timings}
+    if "dense-mask" not in kinds:
+        held["dense_mask_attention_fraction"] = DENSE_MASK_ATTENTION_FRACTION
+    if "block-mask" not in kinds:
+        held["block_mask_attention_fraction"] = BLOCK_MASK_ATTENTION_FRACTION
+    return held
 
 
 def fit_values(timings: Sequence[GridTiming]) -> dict[str, float]:

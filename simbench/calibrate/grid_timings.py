@@ -1,10 +1,12 @@
-"""A timing grid's lines: primitive-shape timings (padded rows and flat variable-length batches of model slices)
-as `simbench calibrate --grid` writes them, read and bounded line by line (`load_timing_grid`), and which of them
-a fit holds out (`GridTiming.held_out`).
+"""A timing grid's lines: primitive-shape timings (padded rows, flat variable-length batches and rows of packed
+documents under a mask, of model slices) as `simbench calibrate --grid` writes them, read and bounded line by line
+(`load_timing_grid`), and which of them a fit holds out (`GridTiming.held_out`).
 
 The grid's format is the stored H200 grid's (simbench/data/measurements/h200-2026-11): one JSON object
-a line with model, layers, kind (padded | varlen), rows, row_length, documents, tokens, first_ms and
-median_ms.
+a line with model, layers, kind, rows, row_length, documents, tokens, first_ms and median_ms. Its kinds:
+`padded` rows (one sequence filling each, no documents), `varlen` (one flat row of documents, attention within
+each), and rows of documents packed end to end under a `dense-mask` (a dense block-diagonal attn_mask) or a
+`block-mask` (FlexAttention's document mask), each row filled exactly by its documents, listed row after row.
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from simbench.calibrate.jsonlines import JsonLine, json_lines
 from simbench.costmodels.model import MODEL_PRESETS
 from simbench.errors import InputError
 
 # A copy of ../shared/measurements/h200-2026-11 (one NVIDIA H200, PyTorch 2.11, bf16, eager; its README says how).
 SHIPPED_GRID = Path(str(resources.files("simbench.data"))) / "measurements" / "h200-2026-11" / "grid.jsonl"
-KINDS = ("padded", "varlen")
+KINDS = ("padded", "varlen", "dense-mask", "block-mask")
+# Kinds whose rows hold packed documents under a mask (their attention implementations' rates are fitted on them).
+MASK_KINDS = ("dense-mask", "block-mask")
 # The shortest step time a grid line may state: a forward and backward pass through a layer launches kernels
 # for microseconds at least, so a shorter time is a unit mistake, and would drive the rates past their bounds.
 STEP_MS_MIN = 1e-3
@@ -41,7 +47,8 @@ GRID_TIMINGS_MAX = 512
 VARLEN_TILE_TOKENS = 128
 # A held-out timing: a mix of document lengths, or rows whose length is not a multiple of the tile (the
 # grid's "new shapes"). The others fit the profile; these test it.
-HELD_OUT_RULE = "varlen batches of mixed document lengths and padded rows whose length is not a multiple of 128"
+HELD_OUT_RULE = ("varlen batches of mixed document lengths and padded or masked rows whose length is not a "
+                 "multiple of 128")
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,8 @@ class GridTiming:
 
     @property
     def held_out(self) -> bool:
+        """Varlen batches of mixed document lengths and rows whose length is not a multiple of the tile (masked
+        rows' documents, whatever their lengths, are what their attention rate is fitted on)."""
         if self.kind == "varlen":
             return len(set(self.documents)) > 1
         return self.row_length % VARLEN_TILE_TOKENS != 0
@@ -109,16 +118,11 @@ def _timing_of_line(line: JsonLine) -> GridTiming:
             raise bad(f"{key} must be a time in milliseconds from {STEP_MS_MIN:g} (a microsecond: no training "
                       f"step of a layer is shorter) to 1e7, found {value!r}")
     documents = record["documents"]
-    if record["kind"] == "varlen":
-        if (not isinstance(documents, list) or not documents
-                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in documents)):
-            raise bad("a varlen timing's documents must be a list of whole lengths >= 1")
-        if sum(documents) != record["rows"] * record["row_length"] or record["rows"] != 1:
-            raise bad(f"a varlen timing is one row whose documents fill it: {sum(documents)} document tokens "
-                      f"in {record['rows']} x {record['row_length']}")
-        documents = tuple(documents)
-    elif documents is not None:
-        raise bad("a padded timing has no documents (null)")
+    if record["kind"] == "padded":
+        if documents is not None:
+            raise bad("a padded timing has no documents (null)")
+    else:
+        documents = _documents_of_line(line)
     timing = GridTiming(record["model"], record["layers"], record["kind"], record["rows"], record["row_length"],
                         documents, record["first_ms"] / 1e3, record["median_ms"] / 1e3)
     try:
@@ -126,6 +130,24 @@ def _timing_of_line(line: JsonLine) -> GridTiming:
     except InputError as error:
         raise bad(error.message) from None
     return timing
+
+
+def _documents_of_line(line: JsonLine) -> tuple[int, ...]:
+    """A varlen or masked line's documents: whole lengths filling its rows exactly, row after row (a varlen
+    timing is one row)."""
+    record, kind = line.record, line.record["kind"]
+    documents, rows, row_length = record["documents"], record["rows"], record["row_length"]
+    if (not isinstance(documents, list) or not documents
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in documents)):
+        raise line.error(f"a {kind} timing's documents must be a list of whole lengths >= 1")
+    if kind == "varlen" and rows != 1:
+        raise line.error(f"a varlen timing is one row of documents, found {rows} rows")
+    ends = np.cumsum(documents)
+    if ends[-1] != rows * row_length or not np.isin(row_length * np.arange(1, rows + 1), ends).all():
+        raise line.error(f"a {kind} timing's documents fill its {rows} x {row_length} rows exactly, row after row; "
+                         f"found {int(ends[-1])} document tokens" + ("" if ends[-1] != rows * row_length
+                                                                     else " with a document across two rows"))
+    return tuple(documents)
 
 
 def timing_elements(timing: GridTiming) -> int:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simbench.calibrate.grid_prices import FITTED_FIELDS, GRID_KERNELS_PER_LAYER, GridPrices
+from simbench.calibrate.grid_prices import FITTED_FIELDS, GRID_KERNELS_PER_LAYER, GridPrices, moves_a_price
 from simbench.calibrate.grid_solver import Coordinates, one_blas_thread, solve
 
 if TYPE_CHECKING:
@@ -49,18 +49,9 @@ def fit_uncertainty(fit: GridFit, resamples: int = BOOTSTRAP_RESAMPLES, seed: in
     spread = np.std(draws, axis=0, ddof=1)
     uncertainty = {}
     for index, name in enumerate(FITTED_FIELDS):
-        if coordinates.held[index] or not _moves_a_price(prices, fitted, index, coordinates.scales[index]):
+        if coordinates.held[index] or not moves_a_price(prices, fitted, index, coordinates.scales[index]):
             continue
         field, factor = _FIELD_OF_TERM.get(name, (name, 1))
         # Three digits: a standard deviation of 64 resamples is itself known to about 10 %.
         uncertainty[field] = float(f"{spread[index] * factor:.3g}")
     return uncertainty
-
-
-def _moves_a_price(prices: GridPrices, values: np.ndarray, index: int, scale: float) -> bool:
-    """Whether any timing's price changes with the term at `index` a millionth of its value (or scale) either side
-    of `values`."""
-    step = max(abs(values[index]), scale) * 1e-6
-    moved = np.repeat(values[:, np.newaxis], 2, axis=1)
-    moved[index] += (-step, step)
-    return bool(np.any(prices.log_seconds(moved) != prices.log_seconds(values)))

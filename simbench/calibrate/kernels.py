@@ -102,5 +102,8 @@ def flex_attention(query, key, value, block_mask, enable_gqa: bool = False):
     if "cuda" not in _COMPILED_FLEX:
         import torch
 
+        # One compilation per shape (dynamic=False, as trainers with fixed packed rows run it): a grid and a
+        # measurement meet more shapes in one process than dynamo's default 8, past which it would run eager.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         _COMPILED_FLEX["cuda"] = torch.compile(eager, dynamic=False)
     return _COMPILED_FLEX["cuda"](query, key, value, block_mask=block_mask, enable_gqa=enable_gqa)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simbench.calibrate.calibration import MIN_ROW_LENGTH
+from simbench.calibrate.calibration import MIN_ROW_LENGTH, default_unpadded_attention
 from simbench.calibrate.layout import BatchLayout
 from simbench.calibrate.noisefit import check_measure_repeats
 from simbench.calibrate.timing import check_timed_work, uses_cpu_clock
@@ -58,6 +58,11 @@ class MeasureSettings:
         check_measure_repeats(self.repeats)
         check_seed(self.seed)
         self._check_work()
+
+    @property
+    def attention(self) -> str:
+        """How un-padded batches run attention: as asked, else the fastest this device supports."""
+        return self.unpadded_attention or default_unpadded_attention(self.device)
 
     @property
     def passes(self) -> int:

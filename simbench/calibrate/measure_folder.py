@@ -31,14 +31,12 @@ def write_measure_folder(folder: Path, table, measured, title: str, settings: di
 
 
 def settings_record(settings, source: str, histogram, profile_path: Path | None) -> dict:
-    from simbench.calibrate.calibration import default_unpadded_attention
-
     return {"source": source, "histogram": histogram.name, "model": settings.model.name,
             "model_family": settings.model.family, "layers": settings.model.layers,
             "max_length": settings.max_length, "device": settings.device, "threads": settings.threads,
             "steps": settings.steps, "batch_size": settings.batch_size, "repeats": settings.repeats,
             "warmup": settings.warmup, "seed": settings.seed,
-            "unpadded_attention": settings.unpadded_attention or default_unpadded_attention(settings.device),
+            "unpadded_attention": settings.attention,
             "clock": "process CPU seconds" if settings.cpu_clock else "wall-clock seconds",
             "profile": (str(profile_path) if profile_path
                         else "calibrated in the same run on held-out batches (profile.yaml)")}

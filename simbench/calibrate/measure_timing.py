@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from simbench.calibrate.batches import TorchBatch, batch_for_layout
-from simbench.calibrate.calibration import MIN_ROW_LENGTH, default_unpadded_attention, timed_shape
+from simbench.calibrate.calibration import MIN_ROW_LENGTH, timed_shape
 from simbench.calibrate.layout import BatchLayout
 from simbench.calibrate.measure import BASELINE, MeasureSettings
 from simbench.calibrate.noisefit import MEASURE_REPEATS_MIN
@@ -114,7 +114,7 @@ def time_strategies(layouts: dict[str, list[BatchLayout]], settings: MeasureSett
     shape = timed_shape(settings.model)
     rng = np.random.default_rng(settings.seed + 1)
     names = list(layouts)
-    attention = settings.unpadded_attention or default_unpadded_attention(settings.device)
+    attention = settings.attention
     trainer = build_trainer(shape, settings.device, settings.seed, settings.cpu_clock)
 
     def on_device(batch_layouts: Sequence[BatchLayout]) -> list[TorchBatch]:
@@ -159,7 +159,7 @@ def probed_flops_per_s(layout: BatchLayout, settings: MeasureSettings) -> float:
     torch.set_num_threads(settings.threads)
     shape = timed_shape(settings.model)
     trainer = build_trainer(shape, settings.device, settings.seed, cpu_clock=False)
-    attention = settings.unpadded_attention or default_unpadded_attention(settings.device)
+    attention = settings.attention
     batch = batch_for_layout(layout, shape.vocabulary, np.random.default_rng(settings.seed), attention)
     batch = batch.to(trainer.device)
     trainer.step(batch)

@@ -322,7 +322,7 @@ class TransformerCostModel(CostModel):
             return real / fraction, padding / fraction, masked / fraction
         if mode is ExecutionMode.PACKED_BLOCK_MASK:
             dense_mask = (real + padding + masked) / self.hardware.dense_mask_attention_fraction
-            blocks = self.model.attention_flops_per_token_squared * _document_block_pairs(
+            blocks = self.model.attention_flops_per_token_squared * document_block_pairs(
                 batches, FLEX_BLOCK_TOKENS, causal=self.model.is_decoder) / rate
             seconds = np.clip(blocks / self.hardware.block_mask_attention_fraction,
                               self._per_document_attention_seconds(batches, work), dense_mask)
@@ -435,7 +435,7 @@ def _length_groups(batches: BatchSet, boundaries: tuple[int, ...]) -> _LengthGro
     return _LengthGroups(batches.batches, group_count, present, keys, batches.sequence_lengths.astype(np.float64))
 
 
-def _document_block_pairs(batches: BatchSet, block_tokens: int, *, causal: bool) -> np.ndarray:
+def document_block_pairs(batches: BatchSet, block_tokens: int, *, causal: bool) -> np.ndarray:
     """Each batch's (query block, key block) pairs of `block_tokens` that a document mask leaves, in squared
     tokens (x the model's attention FLOPs per squared token gives their work): a pair is computed when one
     document covers both blocks (and, causal, the key block is not after the query block). Documents lie
