@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simbench.experiment import run_experiment
-from simbench.report.precision import MAX_DECIMALS, decimals_for, format_with_spread
+from simbench.report.precision import MAX_DECIMALS, MAX_SIGNIFICANT, decimals_for, decimals_shown, format_with_spread
 from simbench.report.summary import _headline
 from simbench.scenario import Scenario
 
@@ -20,9 +20,14 @@ spreads = st.floats(1e-9, 1e5)
 @given(values, spreads)
 def test_the_value_shown_is_the_value_rounded_to_the_last_digit_shown(value, spread):
     shown = format_with_spread(value, spread).split(" ± ")[0].replace(",", "")
-    decimals = decimals_for(spread)
+    decimals = decimals_shown(value, spread)
+    assert decimals <= decimals_for(spread)
     assert abs(float(shown) - value) <= 0.5 * 10.0 ** -decimals * (1 + 1e-9) + 1e-9 * abs(value)
     assert len(shown.partition(".")[2]) == max(decimals, 0)
+    # No more significant digits than MAX_SIGNIFICANT, however narrow the spread (a rounding up, 9,999.6 to
+    # 10,000, may end on a fifth digit that is a zero).
+    digits = shown.lstrip("-").replace(".", "").lstrip("0").rstrip("0")
+    assert len(digits) <= MAX_SIGNIFICANT
 
 
 @settings(max_examples=300, deadline=None)
@@ -42,9 +47,10 @@ def test_the_spread_shows_one_significant_digit_or_not_at_all(value, spread):
     if " ± " in text:
         digits = text.split(" ± ")[1].replace(",", "").replace(".", "").strip("0")
         assert len(digits) == 1
-        assert abs(float(text.split(" ± ")[1].replace(",", "")) - spread) <= 0.5 * 10.0 ** -decimals_for(spread) + 1e-12
-    else:  # left out only where it rounds to nothing at the finest decimals shown
-        assert round(spread, MAX_DECIMALS) == 0
+        decimals = decimals_shown(value, spread)
+        assert abs(float(text.split(" ± ")[1].replace(",", "")) - spread) <= 0.5 * 10.0 ** -decimals + 1e-12
+    else:  # left out only where it rounds to nothing at the decimals shown
+        assert round(spread, decimals_shown(value, spread)) == 0
 
 
 @settings(max_examples=200, deadline=None)
@@ -59,6 +65,8 @@ def test_the_examples_read_as_documented():
     assert format_with_spread(1.9148, 0.0004) == "1.915"
     assert format_with_spread(2.0, 0.0) == "2.000"
     assert format_with_spread(1.892, 0.096) == "1.9 ± 0.1"
+    assert format_with_spread(7621.97, 0.01) == "7,622"
+    assert format_with_spread(123456.0, 3.0) == "123,500"
 
 
 def test_the_answer_names_every_strategy_whose_speedup_equals_the_fastest():

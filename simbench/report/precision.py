@@ -4,6 +4,8 @@
     '9.5x ± 0.2'
     >>> format_with_spread(1.9148, 0.0004)
     '1.915'
+    >>> format_with_spread(7621.97, 0.01)  # no figure beyond MAX_SIGNIFICANT digits, however small its spread
+    '7,622'
 
 A figure's spread is the larger of its run's sampling error over the steps (`throughput_noise`,
 `speedup_noise`: relative standard errors, simbench.sim.results) and, where the scenario ran several seeds,
@@ -18,6 +20,9 @@ import pandas as pd
 
 # The most decimals any figure shows: a spread smaller than half the last one is not written out.
 MAX_DECIMALS = 3
+# The most significant digits any figure shows: a run's sampling spread can be far smaller than what a cost model
+# resolves (MIN_LEAD, 0.1 %), and a fifth digit would claim the difference.
+MAX_SIGNIFICANT = 4
 # Two strategies tie when the lead of the faster lies within TIE_SIGMAS combined spreads of their throughputs
 # (an interval of about 95 % on the difference), or under MIN_LEAD, far below what any cost model's own error
 # allows to rank.
@@ -36,12 +41,21 @@ def decimals_for(spread: float) -> int:
     return min(decimals, MAX_DECIMALS)
 
 
+def decimals_shown(value: float, spread: float) -> int:
+    """The decimals `value` shows with `spread`: those the spread supports (`decimals_for`), no more than keep it
+    to MAX_SIGNIFICANT significant digits."""
+    decimals = decimals_for(spread)
+    if value != 0 and math.isfinite(value):
+        decimals = min(decimals, MAX_SIGNIFICANT - 1 - math.floor(math.log10(abs(value))))
+    return decimals
+
+
 def format_with_spread(value: float, spread: float, unit: str = "") -> str:
     """`value` (then `unit`) to the digits `spread` supports, and the spread to one significant digit where
     it shows at all ("9.5x ± 0.2"); a spread under half the last decimal shown is left out ("1.915")."""
     if not math.isfinite(value):
         return f"{value}{unit}"
-    decimals = decimals_for(spread)
+    decimals = decimals_shown(value, spread)
     shown_spread = round(spread, decimals) if spread > 0 else 0.0
     text = _rounded(value, decimals) + unit
     return f"{text} ± {_rounded(shown_spread, decimals)}" if shown_spread > 0 else text
