@@ -185,18 +185,23 @@ def _with_footing_columns(summary: pd.DataFrame, run: Run) -> pd.DataFrame:
 
 
 def _parallel_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
-    """A 4D run's replica step by cause under each CP sharding, labelled, with the peak memory per GPU and the
-    tokens memory allows a microbatch, at the fewest replicas simulated (ZeRO shards least there)."""
+    """A 4D run's replica step by cause under each CP sharding, labelled, with the peak memory per GPU (each
+    strategy's largest microbatch as it runs, as the Memory section states it) and the tokens memory allows a
+    microbatch, at the fewest replicas simulated (ZeRO shards least there)."""
     from simbench.costmodels.memory import peak_memory
     from simbench.sim.memory_budget import layout_token_budget
     from simbench.sim.replica_breakdown import replica_breakdown
 
     table = replica_breakdown(run.histogram, run.all_plans, packings, run.cost_model, run.batch_size, run.seed)
-    memory = peak_memory(run.model, run.layout, replicas=min(run.devices),
-                         tokens_per_microbatch=run.batch_size // run.layout.microbatches * run.histogram.max_length)
+    table = table.assign(strategy=table["strategy"].map(run.label))
+    if run.memory is not None:
+        peaks = table["strategy"].map(run.memory.table().set_index("strategy")["peak_memory_gib"])
+    else:  # no HBM stated: the scenario's microbatch of full-length rows
+        peaks = peak_memory(run.model, run.layout, replicas=min(run.devices), tokens_per_microbatch=(
+            run.batch_size // run.layout.microbatches * run.histogram.max_length)).peak_bytes / 2**30
     budget = (layout_token_budget(run.model, run.hardware, run.layout, min(run.devices))
               if run.hardware.hbm_capacity_bytes is not None else np.nan)
-    return table.assign(strategy=table["strategy"].map(run.label), peak_memory_gib=memory.peak_bytes / 2**30,
+    return table.assign(peak_memory_gib=peaks,
                         hbm_capacity_gib=(run.hardware.hbm_capacity_bytes or np.nan) / 2**30,
                         memory_budget_tokens=budget)
 

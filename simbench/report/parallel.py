@@ -150,10 +150,16 @@ def parallel_section(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd
         table[words] = (1e3 * parallel[cause]).map(_milliseconds)
     table["real tokens"] = parallel["real_tokens"].map("{:,.0f}".format)
     table["tokens/s per GPU"] = parallel["tokens_per_s_per_gpu"].map("{:,.0f}".format)
-    peak, capacity = float(parallel["peak_memory_gib"].iloc[0]), float(parallel["hbm_capacity_gib"].iloc[0])
-    memory = (f"Peak memory per GPU: {peak:.1f} GiB of {capacity:.1f} GiB HBM (the most loaded pipeline stage, "
-              f"fewest replicas; parallel.csv)." if capacity == capacity else f"Peak memory per GPU: {peak:.1f} GiB "
-              "(the profile states no HBM capacity to check it against).")
+    least, most = float(parallel["peak_memory_gib"].min()), float(parallel["peak_memory_gib"].max())
+    capacity = float(parallel["hbm_capacity_gib"].iloc[0])
+    peak = f"{most:.1f}" if f"{least:.1f}" == f"{most:.1f}" else f"{least:.1f}-{most:.1f}"
+    memory = (f"Peak memory per GPU: {peak} GiB of {capacity:.1f} GiB HBM (each strategy's largest microbatch as it "
+              "runs, the most loaded pipeline stage, fewest replicas; parallel.csv, and the Memory section)."
+              if capacity == capacity else f"Peak memory per GPU: {peak} GiB (the scenario's microbatch of "
+              "full-length rows; the profile states no HBM capacity to check it against).")
+    over = parallel.loc[parallel["peak_memory_gib"] > capacity, "strategy"].drop_duplicates()
+    if len(over):
+        memory += f" Over the HBM: {', '.join(over)} ({'it does' if len(over) == 1 else 'they do'} not fit; the Memory section)."
     if "memory_budget_tokens" in parallel and parallel["memory_budget_tokens"].notna().any():
         # Reports written before the column have none.
         tokens = int(parallel["memory_budget_tokens"].iloc[0])
