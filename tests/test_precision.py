@@ -78,6 +78,16 @@ def test_the_answer_names_every_strategy_whose_speedup_equals_the_fastest():
     assert "fastest strategy is" not in headline and "sort" not in headline
 
 
+def test_strategies_that_tie_apart_are_each_named_with_their_own_speedup():
+    """Tied within a wide spread but 6 % apart: one figure for all would hide the gap."""
+    table = pd.DataFrame([("none", 1, 1.0, 0.0), ("ffd:max", 1, 9.5, 0.05), ("packed-varlen:ffd:max", 1, 8.95, 0.05)],
+                         columns=["strategy", "devices", "speedup", "throughput_noise"])
+    table = table.assign(reference="none", speedup_noise=table["throughput_noise"])
+    headline = _headline(table)
+    assert "**ffd:max** (9.5x ± 0.5) and **packed-varlen:ffd:max** (8.9x ± 0.4) tie over padding to max" in headline
+    assert "a difference's standard error reaches 7.1 %" in headline
+
+
 SCENARIO = dict(name="seeds", dataset={"histogram": "squad_1_1_384"}, strategies=["sort", "unpad"], devices=[1, 4],
                 steps=6, outputs={"lp_bounds": False})
 

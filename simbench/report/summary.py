@@ -180,10 +180,14 @@ def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str, unit: Devic
 
 def _tie_words(tied: pd.DataFrame, baseline: str) -> str:
     spread = max(lead_noise(tied.iloc[0], row) for row in tied.iloc[1:].itertuples())
-    figures = list(dict.fromkeys(speedup_text(row) for row in tied.itertuples()))
-    return (f"{names_text(list(tied['strategy']), bold=True)} tie at {names_text(figures)} the throughput of "
-            f"{baseline}: their differences lie within {TIE_SIGMAS} standard errors of the run's sampling (one is "
-            f"{100 * spread:.2f} %) or under {100 * MIN_LEAD:.1f} %, too close to rank.")
+    figures = [speedup_text(row) for row in tied.itertuples()]
+    if len(set(figures)) == 1:
+        tie = f"{names_text(list(tied['strategy']), bold=True)} tie at {figures[0]} the throughput of {baseline}"
+    else:  # each with its own figure: one figure for all would hide how far apart they are
+        named = [f"**{name}** ({figure})" for name, figure in zip(tied["strategy"], figures)]
+        tie = f"{names_text(named)} tie over {baseline}"
+    return (f"{tie}: their differences lie within {TIE_SIGMAS} standard errors of the run's sampling (a difference's "
+            f"standard error reaches {100 * spread:.1f} %) or under {100 * MIN_LEAD:.1f} %, too close to rank.")
 
 
 def _biggest_loss(scaling: pd.DataFrame, smallest: int, largest: int, unit: DeviceUnit = DEVICE) -> str:
