@@ -327,13 +327,11 @@ def test_the_h200_presets_uncertainty_is_the_shipped_grids_bootstrap(fit):
 
 def test_more_evidence_narrows_every_terms_spread(fit):
     """Every line four times over, resampled from the same minimum: a bootstrap spread about half as wide
-    (1 / sqrt(4)) for every term. Each spread of 64 resamples is known to about 10 %, so a ratio of two to about
-    14 %; the launch floor's terms, set by the few lines at the floor, spread wider than that (0.69 and 0.76 on the
-    shipped grid): 0.8 tells a narrowing from none."""
+    (1 / sqrt(4)) for every term."""
     once = fit_uncertainty(fit)
     fourfold = fit_uncertainty(dataclasses.replace(fit, timings=fit.timings * 4))
     assert set(fourfold) == set(once)
-    assert all(fourfold[name] < 0.8 * once[name] for name in once), {n: fourfold[n] / once[n] for n in once}
+    assert all(fourfold[name] < 0.75 * once[name] for name in once), {n: fourfold[n] / once[n] for n in once}
 
 
 def test_a_bootstrap_is_deterministic_and_leaves_out_terms_without_evidence():

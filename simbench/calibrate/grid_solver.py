@@ -40,7 +40,7 @@ _START = {"linear_flops_per_s": 0.7e15, "dense_half_saturation_width": 500.0, "a
 @dataclass(frozen=True)
 class Coordinates:
     """The solver's coordinates: each fitted term over its scale, within its bounds; the terms a grid holds no
-    evidence for are held at fixed values."""
+    evidence for are held at fixed values, out of the solver's reach (it moves only the free terms)."""
 
     scales: np.ndarray
     lower: np.ndarray
@@ -64,6 +64,18 @@ class Coordinates:
         return cls(scales, lower, upper, np.array([name in held for name in names]),
                    np.array([held.get(name, 0.0) for name in names]), start)
 
+    @property
+    def free(self) -> np.ndarray:
+        return ~self.held
+
+    def with_free(self, free_scaled: np.ndarray) -> np.ndarray:
+        """Every term's coordinates (held ones at their start) from the free terms' (terms x points for several
+        points)."""
+        shape = (self.start.size,) + np.shape(free_scaled)[1:]
+        scaled = np.broadcast_to(self.start.reshape((-1,) + (1,) * (len(shape) - 1)), shape).copy()
+        scaled[self.free] = free_scaled
+        return scaled
+
     def values(self, scaled: np.ndarray) -> np.ndarray:
         """The terms' values at the solver's coordinates (terms x points for several points)."""
         shape = (-1,) + (1,) * (np.ndim(scaled) - 1)
@@ -71,9 +83,8 @@ class Coordinates:
 
 
 def held_terms(timings: Sequence[GridTiming]) -> dict[str, float]:
-    """The fitted terms the timings hold no evidence for, and the values they are held at (no price moves with
-    them, but the solver's steps span every term, held or not: its path, and so the minimum it reaches, is fixed
-    by the terms' list, not by the grid)."""
+    """The fitted terms the timings hold no evidence for, and the values they are held at (the solver leaves
+    them out: a term no price moves with would only slow its steps)."""
     held: dict[str, float] = {}
     # One width cannot tell a width effect from the rate: the rate takes it all.
     if len({MODEL_PRESETS[t.model].hidden for t in timings}) < 2:
@@ -122,11 +133,14 @@ def one_blas_thread():
 
 def solve(prices: GridPrices, measured_log_seconds: np.ndarray, coordinates: Coordinates, start: np.ndarray,
            x_scale, evaluations_max: int = FIT_EVALUATIONS_MAX):
-    """One start's least squares, in the solver's coordinates."""
+    """One start's least squares over the free terms, in the solver's coordinates; its `x` holds every term's."""
     from scipy.optimize import least_squares
 
+    free = coordinates.free
+    lower, upper = coordinates.lower[free], coordinates.upper[free]
+
     def residuals(scaled: np.ndarray) -> np.ndarray:
-        return prices.log_seconds(coordinates.values(scaled)) - measured_log_seconds
+        return prices.log_seconds(coordinates.values(coordinates.with_free(scaled))) - measured_log_seconds
 
     def jacobian(scaled: np.ndarray) -> np.ndarray:
         # Forward differences, as scipy's "2-point" scheme takes them (a step of sqrt(eps) x max(1, |x|), backwards
@@ -135,15 +149,17 @@ def solve(prices: GridPrices, measured_log_seconds: np.ndarray, coordinates: Coo
         # exact ones reach others (on the shipped grid, from one start, one of 3 % lower cost); the shipped
         # profile is the minimum these differences reach.
         steps = _FORWARD_STEP * np.where(scaled >= 0, 1.0, -1.0) * np.maximum(1.0, np.abs(scaled))
-        steps = np.where((scaled + steps > coordinates.upper) | (scaled + steps < coordinates.lower), -steps, steps)
+        steps = np.where((scaled + steps > upper) | (scaled + steps < lower), -steps, steps)
         moved = scaled[:, np.newaxis] + np.diag(steps)
         steps = np.diag(moved) - scaled
         base = residuals(scaled)
-        return ((prices.log_seconds(coordinates.values(moved)) - measured_log_seconds - base) / steps[:, np.newaxis]).T
+        moved_log_seconds = prices.log_seconds(coordinates.values(coordinates.with_free(moved)))
+        return ((moved_log_seconds - measured_log_seconds - base) / steps[:, np.newaxis]).T
 
-    return least_squares(residuals, start, jac=jacobian, bounds=(coordinates.lower, coordinates.upper),
-                         x_scale=x_scale, ftol=FIT_TOLERANCE, xtol=FIT_TOLERANCE, gtol=FIT_TOLERANCE,
-                         max_nfev=evaluations_max)
+    solution = least_squares(residuals, start[free], jac=jacobian, bounds=(lower, upper), x_scale=x_scale,
+                             ftol=FIT_TOLERANCE, xtol=FIT_TOLERANCE, gtol=FIT_TOLERANCE, max_nfev=evaluations_max)
+    solution.x = coordinates.with_free(solution.x)
+    return solution
 
 
 def _starts(start: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> list[np.ndarray]:
