@@ -17,7 +17,7 @@ def scaling(rows):
 def test_a_lead_within_the_noise_is_a_tie():
     table = scaling([("none", 1, 1.0, 0.0), ("a", 1, 1.950, 0.01), ("b", 1, 1.940, 0.01)])
     headline = _headline(table)
-    assert "**a** and **b** tie" in headline and "fastest strategy is" not in headline
+    assert "**a** (1.950x) and **b** (1.940x) tie" in headline and "fastest strategy is" not in headline
     assert "tie (0.5)" in _winners_table(table)
 
 
