@@ -179,3 +179,17 @@ def test_a_worker_ended_while_sending_its_result_does_not_hold_the_process_at_ex
     ended = subprocess.run([sys.executable, str(script), str(fraction)], env=environment, cwd=tmp_path,
                            capture_output=True, text=True, timeout=60)
     assert ended.returncode == 0 and ended.stderr == "", ended.stderr
+
+
+def test_an_exit_that_hangs_after_the_interrupt_is_cut_short():
+    """The interpreter's exit after an interrupt once waited forever on a helper thread: the exit is cut short
+    after its grace time, with the status the interrupt gives."""
+    program = ("import atexit, time\n"
+               "from simbench.cli import _exit_within\n"
+               "atexit.register(time.sleep, 60)  # an exit that would hang\n"
+               "_exit_within(130, 1.0)\n")
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")])}
+    start = time.monotonic()
+    ended = subprocess.run([sys.executable, "-c", program], env=environment, timeout=30, capture_output=True)
+    assert ended.returncode == 130, ended.stderr
+    assert time.monotonic() - start < 15
