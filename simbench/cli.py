@@ -123,19 +123,24 @@ def _exit_within(status: int, seconds: float) -> None:
     staging folders removed); the interpreter's exit then joins multiprocessing's and concurrent.futures' helper
     threads, and one blocked on a pipe a terminated worker held kept an interrupted `run` alive after its one
     line (CI, under load, Ctrl-C at 5 s). The exit runs as usual (its queues' semaphores released), with a timer
-    that ends the process if it has not ended by then."""
+    that ends the process if it is still exiting by then. A caller that catches the SystemExit (a test calling
+    `main`) goes on: its main thread is alive, and the timer leaves it be."""
     import threading
 
-    timer = threading.Timer(seconds, _exit_now, (status,))
+    timer = threading.Timer(seconds, _end_a_hung_exit, (status,))
     timer.daemon = True
     timer.start()
     sys.exit(status)
 
 
-def _exit_now(status: int) -> None:
-    """End the process at once, its child processes first."""
+def _end_a_hung_exit(status: int) -> None:
+    """End the process at once, its child processes first, if it is exiting: the interpreter's exit stops the main
+    thread before it joins the helper threads (and a process that caught the SystemExit has it running)."""
     import multiprocessing
+    import threading
 
+    if threading.main_thread().is_alive():
+        return
     children = multiprocessing.active_children()
     for child in children:
         child.terminate()

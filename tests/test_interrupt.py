@@ -193,3 +193,13 @@ def test_an_exit_that_hangs_after_the_interrupt_is_cut_short():
     ended = subprocess.run([sys.executable, "-c", program], env=environment, timeout=30, capture_output=True)
     assert ended.returncode == 130, ended.stderr
     assert time.monotonic() - start < 15
+
+
+def test_a_caught_exit_after_the_interrupt_is_not_cut_short():
+    """A caller that catches the exit (as a test of `main` does) goes on past the grace time."""
+    from simbench.cli import _exit_within
+
+    with pytest.raises(SystemExit) as caught:
+        _exit_within(130, 0.1)
+    assert caught.value.code == 130
+    time.sleep(0.5)  # the timer has fired, and this process is still here
