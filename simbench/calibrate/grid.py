@@ -36,7 +36,7 @@ from simbench.calibrate.batches import packed_batch, padded_batch, random_sequen
 from simbench.calibrate.causal_lm import causal_pack_mask
 from simbench.calibrate.decoder import DecoderLayer
 from simbench.calibrate.encoder import EncoderLayer, EncoderShape, attention_mask
-from simbench.calibrate.grid_timings import MASK_KINDS
+from simbench.calibrate.grid_timings import MASK_KINDS, document_rows
 from simbench.calibrate.grid_prices import MODE_OF_KIND
 from simbench.calibrate.kernels import block_mask_refusal, document_block_mask, row_mask
 from simbench.calibrate.timing import StepTiming, _synchronize, check_timed_work, load_adjusted
@@ -291,7 +291,7 @@ def _attention_arguments(shape: GridShape, settings: GridSettings, device: torch
     # The attention reads only how the batch attends: a batch of that shape with random tokens.
     sequences = random_sequences(documents, 1, rng)
     if shape.kind in MASK_KINDS:
-        row_of = (np.cumsum(documents) - 1) // shape.row_length
+        row_of = document_rows(documents, shape.row_length)
         rows = [np.flatnonzero(row_of == row).tolist() for row in range(shape.rows)]
         batch = packed_batch(sequences, rows, shape.row_length, row_mask=row_mask(MODE_OF_KIND[shape.kind])).to(device)
         if settings.model.is_decoder:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simbench.calibrate.grid_timings import MASK_KINDS, VARLEN_TILE_TOKENS, GridTiming
+from simbench.calibrate.grid_timings import MASK_KINDS, VARLEN_TILE_TOKENS, GridTiming, document_rows
 from simbench.costmodels.base import BatchSet, ExecutionMode
 from simbench.costmodels.hardware import HardwareProfile, load_hardware
 from simbench.costmodels.model import MODEL_PRESETS, ModelSpec
@@ -84,7 +84,7 @@ def _batch_set(timings: Sequence[GridTiming]) -> BatchSet:
         first_row = len(row_slots)
         documents = timing.documents or (timing.row_length,) * timing.rows
         lengths += documents
-        sequence_row += (first_row + (np.cumsum(documents) - 1) // timing.row_length).tolist()
+        sequence_row += (first_row + document_rows(documents, timing.row_length)).tolist()
         row_slots += [timing.row_length] * timing.rows
         row_batch += [batch] * timing.rows
     return BatchSet(np.array(lengths, dtype=np.int64), np.array(sequence_row, dtype=np.int64),

@@ -150,6 +150,11 @@ def _documents_of_line(line: JsonLine) -> tuple[int, ...]:
     return tuple(documents)
 
 
+def document_rows(documents, row_length: int) -> np.ndarray:
+    """The row each document lies in, documents laid end to end, row after row, each row filled exactly."""
+    return (np.cumsum(documents) - 1) // row_length
+
+
 def timing_elements(timing: GridTiming) -> int:
     """The batch elements pricing a timing handles: its padded rows, or its varlen documents."""
     return timing.rows if timing.documents is None else len(timing.documents)
