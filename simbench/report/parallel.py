@@ -12,7 +12,7 @@ import pandas as pd
 from simbench.costmodels.layout import ParallelLayout
 from simbench.report.baseline import baseline_of
 from simbench.report.markdown import markdown_table
-from simbench.report.precision import leaders_at, names_text, ranked_at
+from simbench.report.precision import leaders_at, ranked_at, tie_text
 from simbench.sim.memory_budget import budget_sentence
 
 # The token-balanced packers a workload-balanced plan is measured against, the first present winning: first-fit
@@ -55,11 +55,8 @@ def parallel_headline(layout: ParallelLayout, scaling: pd.DataFrame, parallel: p
     where = f"on {gpus:,} GPUs ({int(largest)} replicas of {layout_words(layout)})"
     if len(leaders) > 1:
         figures = [f"{value:,.0f}" for value in leaders["tokens_per_s_per_gpu"]]
-        if len(set(figures)) == 1:
-            tie = f"{names_text(list(leaders['strategy']), bold=True)} tie at {figures[0]} real tokens per second per GPU"
-        else:  # each with its own figure: one for all would hide how far apart they are
-            tie = names_text([f"**{name}** ({figure})" for name, figure in zip(leaders["strategy"], figures)])
-            tie += " tie in real tokens per second per GPU"
+        tie = tie_text(list(leaders["strategy"]), figures, at="real tokens per second per GPU",
+                       over="in real tokens per second per GPU")
         text = f"**4D answer:** {where} {tie} (within the run's sampling error or 0.1 %)"
     else:
         text = (f"**4D answer:** {where} the fastest strategy is **{first.strategy}** at "

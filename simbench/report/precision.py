@@ -132,3 +132,11 @@ def names_text(names: list[str], bold: bool = False) -> str:
     """'a', 'a and b', 'a, b and c'."""
     names = [f"**{name}**" if bold else name for name in names]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
+
+
+def tie_text(names: list[str], figures: list[str], at: str, over: str) -> str:
+    """Tied strategies with their figures: '**a** and **b** tie at 9.5x {at}' where the figures read alike,
+    else '**a** (9.5x) and **b** (9.3x) tie {over}': one figure for all would hide how far apart they are."""
+    if len(set(figures)) == 1:
+        return f"{names_text(names, bold=True)} tie at {figures[0]} {at}"
+    return f"{names_text([f'**{name}** ({figure})' for name, figure in zip(names, figures)])} tie {over}"

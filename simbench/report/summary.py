@@ -28,7 +28,7 @@ from simbench.report.markdown import markdown_table
 from simbench.report.memory import left_out_note, memory_section, rankable, run_layout
 from simbench.report.parallel import parallel_headline, parallel_section
 from simbench.report.precision import MIN_LEAD, TIE_SIGMAS, lead_noise, leaders_at, names_text, ranked_at, \
-    speedup_text, tied
+    speedup_text, tie_text, tied
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
 from simbench.scenario import Scenario
@@ -181,11 +181,7 @@ def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str, unit: Devic
 def _tie_words(tied: pd.DataFrame, baseline: str) -> str:
     spread = max(lead_noise(tied.iloc[0], row) for row in tied.iloc[1:].itertuples())
     figures = [speedup_text(row) for row in tied.itertuples()]
-    if len(set(figures)) == 1:
-        tie = f"{names_text(list(tied['strategy']), bold=True)} tie at {figures[0]} the throughput of {baseline}"
-    else:  # each with its own figure: one figure for all would hide how far apart they are
-        named = [f"**{name}** ({figure})" for name, figure in zip(tied["strategy"], figures)]
-        tie = f"{names_text(named)} tie over {baseline}"
+    tie = tie_text(list(tied["strategy"]), figures, at=f"the throughput of {baseline}", over=f"over {baseline}")
     return (f"{tie}: their differences lie within {TIE_SIGMAS} standard errors of the run's sampling (a difference's "
             f"standard error reaches {100 * spread:.1f} %) or under {100 * MIN_LEAD:.1f} %, too close to rank.")
 
