@@ -371,8 +371,8 @@ def _assumptions_section(assumptions: pd.DataFrame, unit: DeviceUnit = DEVICE, b
             "Ideal kernels: variable-length and un-padded kernels as fast as padded ones, no launch floor or "
             "first-sight cost (the profile's measured terms set to their ideal). Shapes seen: steady state, no "
             "step meets a new batch shape; shapes new: every variable-shape batch is new (a run's first steps). "
-            "Each column is its own simulation of this cluster with the same seed and batches; a column that "
-            "would repeat the first is left out."
+            "Each column is its own simulation of this cluster with the same seed and batches; the first is the "
+            "run's own (its first seed's where it has several), a column that would repeat it is left out."
             "\n\n" + markdown_table(text) + "\n\n" + " ".join(lines))
 
 
