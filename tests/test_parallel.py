@@ -402,9 +402,13 @@ def test_a_one_gpu_layout_reads_in_the_singular_without_a_cp_sharding_and_progre
 def test_a_negative_pipeline_stall_is_explained_and_a_rounding_zero_reads_zero():
     import pandas as pd
 
-    from simbench.report.parallel import _milliseconds, _negative_stall_note
+    from simbench.report.parallel import _negative_stall_note
+    from simbench.report.precision import milliseconds_text
 
-    assert _milliseconds(-4.4e-13) == "0.0" and _milliseconds(-0.44) == "-0.4" and _milliseconds(1.26) == "1.3"
+    assert milliseconds_text(-4.4e-13) == "0.0" and milliseconds_text(-0.44) == "-0.4"
+    assert milliseconds_text(1.26) == "1.3" and milliseconds_text(163.77) == "163.8"
+    # no more than four significant digits: a step of 20.66 s is not known to the microsecond
+    assert milliseconds_text(20658.9) == "20,660" and milliseconds_text(2776.44) == "2,776"
     assert _negative_stall_note(pd.DataFrame({"stall_seconds": [0.2, -4.4e-16]})) == ""
     assert "1F1B fills" in _negative_stall_note(pd.DataFrame({"stall_seconds": [0.2, -0.00044]}))
     # The cause, not rounding: 1F1B with its short microbatches at the fill and drain beats equal ones.

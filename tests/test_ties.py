@@ -18,7 +18,10 @@ def test_a_lead_within_the_noise_is_a_tie():
     table = scaling([("none", 1, 1.0, 0.0), ("a", 1, 1.950, 0.01), ("b", 1, 1.940, 0.01)])
     headline = _headline(table)
     assert "**a** (1.950x) and **b** (1.940x) tie" in headline and "fastest strategy is" not in headline
-    assert "tie (0.5)" in _winners_table(table)
+    # the table names both as fastest; its runner-up is the first strategy they lead clearly
+    assert "| a and b | 1.950 | none | 1.000 | 95.0 |" in _winners_table(table)
+    alone = scaling([("a", 1, 1.950, 0.01), ("b", 1, 1.940, 0.01)])
+    assert "| a and b | 1.950 | - | - | all tie |" in _winners_table(alone)
 
 
 def test_a_clear_lead_is_a_win():

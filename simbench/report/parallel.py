@@ -12,7 +12,7 @@ import pandas as pd
 from simbench.costmodels.layout import ParallelLayout
 from simbench.report.baseline import baseline_of
 from simbench.report.markdown import markdown_table
-from simbench.report.precision import leaders_at, ranked_at, tie_text
+from simbench.report.precision import leaders_at, milliseconds_text, ranked_at, tie_text
 from simbench.sim.memory_budget import budget_sentence
 
 # The token-balanced packers a workload-balanced plan is measured against, the first present winning: first-fit
@@ -52,7 +52,8 @@ def parallel_headline(layout: ParallelLayout, scaling: pd.DataFrame, parallel: p
     first = leaders.iloc[0]
     behind = ranked.iloc[len(leaders)] if len(leaders) < len(ranked) else None
     gpus = int(largest) * layout.gpus_per_replica
-    where = f"on {gpus:,} GPUs ({int(largest)} replicas of {layout_words(layout)})"
+    replicas = f"{int(largest):,} replica{'' if largest == 1 else 's'}"
+    where = f"on {gpus:,} GPU{'' if gpus == 1 else 's'} ({replicas} of {layout_words(layout)})"
     if len(leaders) > 1:
         figures = [f"{value:,.0f}" for value in leaders["tokens_per_s_per_gpu"]]
         tie = tie_text(list(leaders["strategy"]), figures, at="real tokens per second per GPU",
@@ -109,9 +110,10 @@ def _wlb_sentence(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.Da
     gains = wlb_gains(layout, scaling, parallel)
     if gains.empty:
         return ""
-    values = gains["gain %"].astype(float)
-    return (f"Workload-balanced packing gains {values.min():+.1f} % to {values.max():+.1f} % over token-balanced "
-            f"packing across the layouts below.")
+    # rounded first: a loss of 0.04 % reads 0.0 %, not -0.0 %
+    least, most = (round(value, 1) + 0.0 for value in gains["gain %"].astype(float).agg(["min", "max"]))
+    spread = f"{least:+.1f} %" if least == most else f"{least:+.1f} % to {most:+.1f} %"
+    return f"Workload-balanced packing gains {spread} over token-balanced packing across the layouts below."
 
 
 def _why(parallel: pd.DataFrame, breakdown: pd.DataFrame, winner: str, runner_up: str, sharding: str) -> str:
@@ -146,9 +148,9 @@ def parallel_section(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd
     shardings = parallel["cp_sharding"] if layout.cp > 1 else pd.Series("none (CP 1)", index=parallel.index)
     table = pd.DataFrame({"strategy": parallel["strategy"],
                           "CP sharding": shardings + parallel["simulated"].map({True: " (run)", False: ""}),
-                          "step": (1e3 * parallel["step_seconds"]).map(_milliseconds)})
+                          "step": (1e3 * parallel["step_seconds"]).map(milliseconds_text)})
     for cause, words in CAUSES:
-        table[words] = (1e3 * parallel[cause]).map(_milliseconds)
+        table[words] = (1e3 * parallel[cause]).map(milliseconds_text)
     table["real tokens"] = parallel["real_tokens"].map("{:,.0f}".format)
     table["tokens/s per GPU"] = parallel["tokens_per_s_per_gpu"].map("{:,.0f}".format)
     least, most = float(parallel["peak_memory_gib"].min()), float(parallel["peak_memory_gib"].max())
@@ -183,11 +185,6 @@ def parallel_section(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd
                  "(a chosen threshold: WLB-LLM states none) so that a step's packs all hold one or none; a label "
                  "ending in `outlier_delay=false` does not.")
     return text
-
-
-def _milliseconds(value: float) -> str:
-    # A cause that is zero up to the float sums' rounding (-4e-13 ms) reads 0.0, not -0.0.
-    return f"{round(value, 1) + 0.0:.1f}"
 
 
 def _negative_stall_note(parallel: pd.DataFrame) -> str:
@@ -229,4 +226,4 @@ def wlb_gains(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.DataFr
 def _gain_row(name: str, other: str, where: str, balanced: float, token: float) -> dict:
     return {"workload-balanced": name, "token-balanced": other, "layout": where,
             "tokens/s per GPU (wlb)": f"{balanced:,.0f}", "tokens/s per GPU (token)": f"{token:,.0f}",
-            "gain %": f"{100 * (balanced / token - 1):+.1f}"}
+            "gain %": f"{round(100 * (balanced / token - 1), 1) + 0.0:+.1f}"}

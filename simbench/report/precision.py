@@ -140,3 +140,12 @@ def tie_text(names: list[str], figures: list[str], at: str, over: str) -> str:
     if len(set(figures)) == 1:
         return f"{names_text(names, bold=True)} tie at {figures[0]} {at}"
     return f"{names_text([f'**{name}** ({figure})' for name, figure in zip(names, figures)])} tie {over}"
+
+
+def milliseconds_text(value: float) -> str:
+    """A time in milliseconds to MAX_SIGNIFICANT significant digits, at most one decimal: its causes are means
+    of sampled steps and priced by a cost model good to a few percent ('20,660', '163.8', '0.3', '0.0')."""
+    decimals = 1
+    if value != 0 and math.isfinite(value):
+        decimals = min(decimals, MAX_SIGNIFICANT - 1 - math.floor(math.log10(abs(value))))
+    return _rounded(value, decimals)

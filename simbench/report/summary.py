@@ -28,7 +28,7 @@ from simbench.report.markdown import markdown_table
 from simbench.report.memory import left_out_note, memory_section, rankable, run_layout
 from simbench.report.parallel import parallel_headline, parallel_section
 from simbench.report.precision import MIN_LEAD, TIE_SIGMAS, lead_noise, leaders_at, names_text, ranked_at, \
-    speedup_text, tie_text, tied
+    milliseconds_text, speedup_text, tie_text
 from simbench.report.units import DEVICE, DeviceUnit, device_unit
 from simbench.report.validation_table import profile_provenance, provenance_note, provenance_section
 from simbench.scenario import Scenario
@@ -182,6 +182,9 @@ def _tie_words(tied: pd.DataFrame, baseline: str) -> str:
     spread = max(lead_noise(tied.iloc[0], row) for row in tied.iloc[1:].itertuples())
     figures = [speedup_text(row) for row in tied.itertuples()]
     tie = tie_text(list(tied["strategy"]), figures, at=f"the throughput of {baseline}", over=f"over {baseline}")
+    first = tied.iloc[0]
+    if all(first.speedup / row.speedup - 1 < MIN_LEAD for row in tied.iloc[1:].itertuples()):
+        return f"{tie}: they differ by under {100 * MIN_LEAD:.1f} %, too close to rank."
     return (f"{tie}: their differences lie within {TIE_SIGMAS} standard errors of the run's sampling (a difference's "
             f"standard error reaches {100 * spread:.1f} %) or under {100 * MIN_LEAD:.1f} %, too close to rank.")
 
@@ -290,13 +293,16 @@ def _winners_table(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
         ranked = ranked_at(scaling, devices)
         best = ranked.iloc[0]
         row = {unit.plural: devices} | ({"GPUs": f"{unit.gpus(devices):,}"} if unit.gpus_each is not None else {})
-        # Every strategy tied with the fastest is named with it: the table never calls one winner among them.
-        row |= {"fastest": names_text(list(leaders_at(scaling, devices)["strategy"])), "speed-up": speedup_text(best, unit="")}
-        if len(ranked) > 1:
-            second = ranked.iloc[1]
-            lead = f"{100 * (best.speedup / second.speedup - 1):.1f}"
+        # Every strategy tied with the fastest is named with it: the table never calls one winner among them. The
+        # runner-up is the first strategy it leads clearly, so that the lead is one a reader can act on.
+        leaders = leaders_at(scaling, devices)
+        row |= {"fastest": names_text(list(leaders["strategy"])), "speed-up": speedup_text(best, unit="")}
+        if len(ranked) > len(leaders):
+            second = ranked.iloc[len(leaders)]
             row |= {"runner-up": second.strategy, "its speed-up": speedup_text(second, unit=""),
-                    "lead %": f"tie ({lead})" if tied(best, second) else lead}
+                    "lead %": f"{100 * (best.speedup / second.speedup - 1):.1f}"}
+        elif len(ranked) > 1:
+            row |= {"runner-up": "-", "its speed-up": "-", "lead %": "all tie"}
         rows.append(row)
     return markdown_table(pd.DataFrame(rows))
 
@@ -382,8 +388,8 @@ def _breakdown_section(breakdown: pd.DataFrame, four_d: bool = False, unit: Devi
     parts = [part for part in BREAKDOWN_COLUMNS if part in rows]
     table = pd.DataFrame({"strategy": rows["strategy"]})
     for part in parts:
-        table[part.removesuffix("_seconds").replace("_", " ")] = (1e3 * rows[part]).map(_milliseconds)
-    table["step"] = (1e3 * rows["step_seconds_mean"]).map(_milliseconds)
+        table[part.removesuffix("_seconds").replace("_", " ")] = (1e3 * rows[part]).map(milliseconds_text)
+    table["step"] = (1e3 * rows["step_seconds_mean"]).map(milliseconds_text)
     table[f"real tokens per {unit.name}"] = rows["real_tokens_per_device_step"].map("{:,.0f}".format)
     return (f"## Where a step's time goes ({unit.count(int(largest))}, ms per step)\n\n" + markdown_table(table) +
             "\n\ncompute: work on real tokens (attention within each sequence); padding: work on padding "
@@ -473,7 +479,3 @@ def _files_section() -> str:
 def _or_dash(value: float | None, number_format: str) -> str:
     # Formats only present values: a missing bound is None straight from the simulator, NaN from a CSV.
     return "-" if pd.isna(value) else number_format.format(value)
-
-
-def _milliseconds(value: float) -> str:
-    return f"{round(value, 2) + 0.0:.2f}"  # + 0.0 turns a rounded -0.00 into 0.00
