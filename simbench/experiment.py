@@ -211,14 +211,11 @@ def _assumption_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
     as padded ones (where the profile's are measured slower), and the run's shapes all seen or all new
     (where `shapes` is not already that). Columns that equal the run's own are left out; none left, no table."""
     from simbench.costmodels.hardware import ideal_kernels
-    from simbench.sim.engines.choice import draws_shared_with
 
     profile = run.hardware
     devices = min(run.devices)
-    # Every column simulated at this size with the same seed, so that the batches are the same ones and an
-    # assumption that changes nothing changes no digit; with the size whose draws it shares in the run, so
-    # that the run's own column is the scaling table's figure (its first seed's).
-    simulated = draws_shared_with(list(run.devices), devices, run.engine)
+    # Every column simulated alone at this size with the same seed, so that the batches are the same ones and
+    # an assumption that changes nothing changes no digit.
     variants = {"as simulated": (run.cost_model, run.shapes)}
     ideal = ideal_kernels(profile)
     if ideal.model_dump(exclude={"name", "source", "provenance"}) != profile.model_dump(
@@ -232,9 +229,8 @@ def _assumption_table(run: Run, packings: dict[str, Packing]) -> pd.DataFrame:
         return pd.DataFrame()  # no assumption to weigh: the run itself need not be simulated again
     columns = {}
     for name, (cost_model, shapes) in variants.items():
-        summary = run.simulate(cost_model=cost_model, devices=simulated, shapes=shapes, packings=packings).summary
-        summary = summary[summary["devices"] == devices]
-        speedups = summary.assign(strategy=summary["strategy"].map(run.label))
+        result = run.simulate(cost_model=cost_model, devices=[devices], shapes=shapes, packings=packings)
+        speedups = result.summary.assign(strategy=result.summary["strategy"].map(run.label))
         column = speedups.set_index("strategy")["speedup"]
         if not columns or not np.allclose(column, columns["as simulated"], rtol=1e-6, equal_nan=True):
             columns[name] = column

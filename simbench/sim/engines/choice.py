@@ -55,15 +55,6 @@ def split_by_size(devices: list[int], engine: str) -> tuple[list[int], list[int]
     return [size for size in devices if size <= PER_DEVICE_MAX], [size for size in devices if size > PER_DEVICE_MAX]
 
 
-def draws_shared_with(devices: list[int], size: int, engine: str) -> list[int]:
-    """The cluster sizes a simulation of `size` alone must include for its figures to equal those a run of every
-    size in `devices` gives it: the sizes of one group of `split_by_size` train on the batches drawn for the
-    group's largest (plans that draw each size apart, padding exchange's, are the same either way)."""
-    small, large = split_by_size(sorted(devices), engine)
-    group = small if size in small else large
-    return sorted({size, max(group)})
-
-
 def large_cluster_engine(plan: ExecutionPlan) -> Engine:
     """How `plan` runs the larger cluster sizes of `split_by_size`: its shortcut, or VECTORIZED where it has
     none (every device simulated, SimPy where `per_device_engine` says)."""
