@@ -21,6 +21,7 @@ import pandas as pd
 from simbench.costmodels.base import ExecutionMode
 from simbench.experiment import ExperimentResult
 from simbench.histogram import LengthHistogram
+from simbench.report.assumptions import assumptions_section
 from simbench.report.baseline import baseline_of, over_words
 from simbench.report.decision import decision_markdown, decision_table
 from simbench.report.footing import footing_section, footing_warnings
@@ -81,7 +82,7 @@ def summary_markdown(scenario: Scenario, histogram: LengthHistogram, tables: Exp
         + _speedup_table(tables.scaling, unit)
         + _reference_note(tables.scaling, unit),
         footing_section(tables.scaling, unit),
-        _assumptions_section(rankable(tables.assumptions, tables.memory), ranked, unit),
+        assumptions_section(rankable(tables.assumptions, tables.memory), ranked, unit),
         _breakdown_section(tables.breakdown, four_d=scenario.layout is not None, unit=unit),
         parallel_section(run_layout(scenario.layout, tables.memory), tables.scaling, tables.parallel)
         if scenario.layout else None,
@@ -354,52 +355,6 @@ def _reference_note(scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
     others = scaling[scaling["reference"] != baseline].drop_duplicates("strategy")
     notes = ", ".join(f"{row.strategy} over {row.reference}" for row in others.itertuples())
     return f"\n\nSpeed-ups are over {over_words(baseline)} on the same {unit.plural}, except: {notes}."
-
-
-def _assumptions_section(assumptions: pd.DataFrame, scaling: pd.DataFrame, unit: DeviceUnit = DEVICE) -> str:
-    """The smallest cluster under the assumptions that could change its answer, and whether they do.
-
-    Each assumption is its own simulation of that cluster with the run's seed, paired with one of the cluster as
-    run (assumptions.csv holds their speed-ups). Simulated alone, a cluster draws other batches than in the run,
-    where it shares the largest size's of its kind (docs/engines.md): their own speed-ups differ from the scaling
-    table's within its spread. The table shows the run's figures, and what each assumption changes on the same
-    batches, which the pairing makes exact."""
-    if assumptions.empty:
-        return ""
-    devices = int(assumptions["devices"].iloc[0])
-    variants = [column for column in assumptions.columns if column not in ("strategy", "devices", "as simulated")]
-    paired = assumptions.set_index("strategy")
-    run_rows = ranked_at(scaling, devices).set_index("strategy").loc[paired.index]
-    leaders = list(leaders_at(scaling, devices)["strategy"])
-    table = pd.DataFrame({"as run": [speedup_text(row) for row in run_rows.itertuples()]}, index=paired.index)
-    lines = []
-    for variant in variants:
-        change = paired[variant] / paired["as simulated"] - 1
-        table[variant] = change.map(_change_text)
-        other = paired[variant].idxmax()
-        if other in leaders:
-            lines.append(f"With {variant} {other} still wins on {unit.count(devices)}.")
-        else:
-            ahead = paired.loc[other, variant] / paired.loc[leaders[0], variant] - 1
-            lines.append(f"With {variant} the winner on {unit.count(devices)} would be **{other}**, "
-                         f"{100 * ahead:.1f} % ahead of {leaders[0]}.")
-    return (f"## What could change the answer ({unit.count(devices)}, speed-up over "
-            f"{over_words(baseline_of(scaling))})\n\n"
-            "Ideal kernels: variable-length and un-padded kernels as fast as padded ones, no launch floor or "
-            "first-sight cost (the profile's measured terms set to their ideal). Shapes seen: steady state, no "
-            "step meets a new batch shape; shapes new: every variable-shape batch is new (a run's first steps). "
-            "Each assumption's column is the change it makes to a speed-up, from two simulations of this cluster "
-            "on the same batches, one as run and one under the assumption (their speed-ups: assumptions.csv); an "
-            "assumption that changes nothing is left out."
-            "\n\n" + markdown_table(table.reset_index()) + "\n\n" + " ".join(lines))
-
-
-def _change_text(change: float) -> str:
-    """A relative change in percent, '+8.5 %'; one that rounds to zero reads '0.0 %'."""
-    if pd.isna(change):
-        return "-"
-    rounded = round(100 * change, 1) + 0.0
-    return "0.0 %" if rounded == 0 else f"{rounded:+.1f} %"
 
 
 def _breakdown_section(breakdown: pd.DataFrame, four_d: bool = False, unit: DeviceUnit = DEVICE) -> str:
