@@ -65,6 +65,12 @@ def test_quick_calibration_writes_a_loadable_profile_with_its_raw_timings(tmp_pa
     assert profile.linear_flops_per_s > 1e6 and profile.attention_flops_per_s > 1e6
     # Every distinct length is its own attention group in the per-length un-padded implementation.
     assert profile.unpad_group_boundaries[:3] == (1, 2, 3)
+    # packed-varlen batches attend the same way here, and the profile says so (their price pays the groups too)
+    assert profile.per_document_attention == "grouped"
+    # one un-padded batch holds about as many groups as real batches do, so each group's fixed cost is measured
+    groups = [len(set(length for row in timing["rows"] for length in row))
+              for timing in record["timings"] if timing["kind"] == "unpadded"]
+    assert max(groups) >= 32 // 2 - 1
     assert not list(tmp_path.glob(".*partial*"))
 
 

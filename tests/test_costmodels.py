@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from simbench.costmodels import (
     HARDWARE_PRESETS, BatchSet, ExecutionMode, TransformerCostModel, get_model, load_hardware, profile_to_yaml,
 )
-from simbench.costmodels.hardware import ideal_kernels
+from simbench.costmodels.hardware import HardwareProfile, ideal_kernels
 from simbench.sim.stragglers.gumbel import fit_gumbel
 from simbench.errors import InputError
 from simbench.histogram import load_histogram
@@ -344,3 +344,36 @@ def test_profile_that_is_not_utf8_text_is_an_input_error(tmp_path):
     path.write_bytes(b"\xff\xfe name: x\n")
     with pytest.raises(InputError, match=r"profile\.yaml: not a UTF-8 text file \(byte 0\): the hardware profile must be text"):
         load_hardware(path)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.lists(st.integers(1, 64), min_size=1, max_size=6), min_size=1, max_size=4),
+                min_size=1, max_size=4))
+def test_packed_varlen_on_grouped_attention_pays_each_length_groups_cost(batches):
+    """Where per-document attention runs one call per length group (a CPU), packed-varlen packs pay what un-padding
+    pays for its groups: each group's launches, and its attention FLOPs x h / its tokens. Brute force below."""
+    fields = dict(name="grouped", source="test", linear_flops_per_s=2e12, attention_flops_per_s=1e12, kernel_launch_seconds=4e-5,
+                  unpad_group_boundaries=tuple(range(1, 65)), unpad_group_half_saturation_tokens=150.0)
+    grouped = TransformerCostModel("tiny", HardwareProfile(**fields, per_document_attention="grouped"))
+    varlen = TransformerCostModel("tiny", HardwareProfile(**fields))
+    packs = batch_set(batches, slot=64 * 6)
+    extra = (grouped.step_costs(packs, ExecutionMode.PACKED_VARLEN).total_seconds
+             - varlen.step_costs(packs, ExecutionMode.PACKED_VARLEN).total_seconds)
+    model = grouped.model
+    expected = []
+    for rows in batches:
+        lengths = np.array([length for row in rows for length in row], dtype=np.float64)
+        seconds = 0.0
+        for length in np.unique(lengths):  # every length its own group at these boundaries
+            group = lengths[lengths == length]
+            seconds += model.attention_flops_per_token_squared * (group**2).sum() * 150.0 / group.sum() / 1e12
+            seconds += model.layers * 2 * 4e-5  # a forward and a backward call a layer
+        expected.append(seconds)
+    assert extra == pytest.approx(expected, rel=1e-9)
+    # the same sequences un-padded pay the same on top of their own work
+    unpadded = batch_set([[[length] for row in rows for length in row] for rows in batches])
+    plain = TransformerCostModel("tiny", HardwareProfile(**{**fields, "unpad_group_half_saturation_tokens": 0.0,
+                                                            "kernel_launch_seconds": 0.0}))
+    unpadded_extra = (grouped.step_costs(unpadded, ExecutionMode.UNPADDED).total_seconds
+                      - plain.step_costs(unpadded, ExecutionMode.UNPADDED).total_seconds)
+    assert unpadded_extra == pytest.approx(expected, rel=1e-9)

@@ -131,6 +131,10 @@ def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator,
             groups = 8 if per_group == 1 else 2
             layouts.append(BatchLayout.unpadded(rng.permutation(
                 _lengths_in_groups(groups * per_group, groups, centre, max_length))))
+    # As many groups as a batch of real documents holds (nearly every length up to max_length at once, packed
+    # documents' most of all): each group's fixed cost, which a few groups leave to the rate to absorb.
+    many = max(2, max_length // 2)
+    layouts.append(BatchLayout.unpadded(rng.permutation(_lengths_in_groups(many, many, max_length // 2, max_length))))
     return layouts
 
 
@@ -195,6 +199,10 @@ def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout], t
         "source": (f"simbench calibrate: {settings.model.name} {settings.model.family} on {machine['device_name']} "
                    f"({machine['device']}), torch {machine['torch_version']}, {machine['threads']} threads"),
         "unpad_group_boundaries": _group_boundaries(settings),
+        # packed-varlen batches attend as un-padded ones do here (`batches.UNPADDED_ATTENTION`): priced alike
+        "per_document_attention": "grouped" if settings.attention == "grouped" else "varlen",
+        "provenance": {"per_document_attention": f"measured: how simbench calibrate ran it on this device "
+                                                 f"({settings.attention} attention)"},
         "calibration": record,
     }
     fit = fit_profile(settings.model, timed, base)

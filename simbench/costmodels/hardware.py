@@ -128,7 +128,7 @@ IDEAL_KERNELS = {"unpadded_flops_fraction": 1.0, "unpadded_noise_cv": 0.0, "host
                  "varlen_bidirectional_half_length_tokens": 0.0, "varlen_tile_tokens": 0,
                  "unpadded_kernels_per_layer": None, "first_sight_padded_seconds": 0.0,
                  "first_sight_varlen_seconds": 0.0, "first_sight_hidden_seconds": 0.0,
-                 "dense_half_saturation_width": 0.0}
+                 "dense_half_saturation_width": 0.0, "per_document_attention": "varlen"}
 
 # Datasheet memory per GPU. A datasheet's "GB" of HBM counts whole stacks of 2^30 bytes (H100 SXM: 5 x 16 GiB), so
 # the capacities are in GiB; nvidia-smi reports slightly less as usable (81,559 MiB of an 80 GB H100).

@@ -7,7 +7,7 @@ The presets and the loading of a profile by name or file are in `simbench.costmo
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -51,6 +51,8 @@ DEFAULT_PROVENANCE = {
                                      "2 x 8,192 (283 ms vs 191 ms padded rows of the same shape)",
     "block_mask_attention_fraction": "assumed, not measured: FlexAttention at ~85-90 % of FlashAttention-2 "
                                      "(PyTorch's FlexAttention announcement)",
+    "per_document_attention": "what GPU trainers run: one varlen kernel over every document (flash-attn's "
+                              "flash_attn_varlen_func, torch's varlen_attn)",
 }
 # Rates and factors that a step's work is divided by: a tiny positive one makes every step last forever.
 _LOWEST_DIVISORS = (("bytes_per_s", 1.0, "bytes/s"), ("attention_fraction", 1e-3, "(a factor)"),
@@ -177,6 +179,12 @@ class HardwareProfile(BaseModel):
     unpad_group_half_saturation_tokens: float = Field(0.0, ge=0, allow_inf_nan=False,
                                                       description="tokens in one length group at which its "
                                                       "attention kernels reach half the attention rate")
+    # How per-document attention runs on this device: `varlen`, one variable-length kernel over every document
+    # (flash-attn's or torch's, what GPUs run), or `grouped`, one call per length group as un-padding's (a CPU,
+    # which has no varlen kernel: how `simbench calibrate` and `measure` run it there). Grouped, packed-varlen
+    # packs pay un-padding's length-group costs too.
+    per_document_attention: Literal["varlen", "grouped"] = Field(
+        "varlen", description="how per-document attention runs: one varlen kernel, or one call per length group")
 
     @field_validator("*")
     @classmethod

@@ -114,12 +114,13 @@ class TransformerCostModel(CostModel):
         padding_seconds = slowdown * (work.padding_linear_flops / linear_flops_per_s + padding_attention_seconds)
         masked_attention_seconds = slowdown * masked_attention_seconds
         overhead_seconds = self._fixed_overhead_seconds(work, batches.batches)
-        if mode is ExecutionMode.UNPADDED:
+        if self._attends_in_groups(mode):
             groups = _length_groups(batches, hardware.unpad_group_boundaries)
-            compute_seconds = (compute_seconds + slowdown * self._small_group_attention_seconds(groups)
-                               ) / hardware.unpadded_flops_fraction
+            compute_seconds = compute_seconds + slowdown * self._small_group_attention_seconds(groups)
             launches = groups.present_per_batch * self.model.layers * GROUPED_ATTENTION_KERNELS_PER_GROUP
             overhead_seconds = overhead_seconds + launches * hardware.kernel_launch_seconds
+        if mode is ExecutionMode.UNPADDED:
+            compute_seconds = compute_seconds / hardware.unpadded_flops_fraction
         else:
             overhead_seconds = overhead_seconds + self._packing_overhead_seconds(
                 batches, compute_seconds + padding_seconds + masked_attention_seconds)
@@ -143,10 +144,18 @@ class TransformerCostModel(CostModel):
         hardware = self.hardware
         slowdown = _saturation_slowdown(work.tokens, hardware.half_saturation_tokens) / self.replica_speed
         seconds = slowdown * sum(self._attention_parts(batches, mode, work))
-        if mode is ExecutionMode.UNPADDED:
+        if self._attends_in_groups(mode):
             groups = _length_groups(batches, hardware.unpad_group_boundaries)
-            seconds = (seconds + slowdown * self._small_group_attention_seconds(groups)) / hardware.unpadded_flops_fraction
+            seconds = seconds + slowdown * self._small_group_attention_seconds(groups)
+        if mode is ExecutionMode.UNPADDED:
+            seconds = seconds / hardware.unpadded_flops_fraction
         return seconds
+
+    def _attends_in_groups(self, mode: ExecutionMode) -> bool:
+        """Whether the mode's attention runs one call per length group, paying each group's launches and its
+        rate below saturation: un-padding always; packed-varlen where the device has no varlen kernel."""
+        return mode is ExecutionMode.UNPADDED or (mode is ExecutionMode.PACKED_VARLEN
+                                                  and self.hardware.per_document_attention == "grouped")
 
     @property
     def attention_parity_tokens(self) -> float:
