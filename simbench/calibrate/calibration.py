@@ -18,6 +18,7 @@ from simbench.calibrate.fit import ProfileFit, TimedLayout, fit_profile
 from simbench.calibrate.layout import BatchLayout
 from simbench.calibrate.timing import (StepTiming, build_trainer, check_timed_work, device_description, load_adjusted,
                                        time_batches, training_precision, uses_cpu_clock)
+from simbench.costmodels.base import ExecutionMode
 from simbench.costmodels.model import ModelSpec
 from simbench.errors import InputError
 from simbench.validation import check_seed, check_whole_number
@@ -99,9 +100,10 @@ def encoder_shape(model: ModelSpec) -> EncoderShape:
 
 
 def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator,
-                        longest: int | None = None) -> list[BatchLayout]:
+                        longest: int | None = None, grouped: bool = False) -> list[BatchLayout]:
     """Padded rows at several lengths and batch sizes, packs of several depths, and un-padded
-    batches with one, a few or many length groups (so the per-group cost is measured, not assumed).
+    batches with one, a few or many length groups (so the per-group cost is measured, not assumed);
+    where per-document attention runs per length group (`grouped`), packed-varlen packs too.
 
     A few rows up to `longest` tokens (the model's positions) make attention a large share of the
     step, which pins down its rate; at max_length alone it is too small a share to fit.
@@ -135,6 +137,12 @@ def calibration_layouts(max_length: int, quick: bool, rng: np.random.Generator,
     # documents' most of all): each group's fixed cost, which a few groups leave to the rate to absorb.
     many = max(2, max_length // 2)
     layouts.append(BatchLayout.unpadded(rng.permutation(_lengths_in_groups(many, many, max_length // 2, max_length))))
+    if grouped:
+        # Packed-varlen packs then attend as un-padded batches do, over a batch's documents of every length: a
+        # few of them anchor that price where the un-padded batches alone leave the group terms loosely fitted.
+        for rows in row_counts:
+            layouts.append(BatchLayout.packed([_random_pack(max_length, min(8, max_length), rng) for _ in range(rows)],
+                                              max_length, mode=ExecutionMode.PACKED_VARLEN))
     return layouts
 
 
@@ -142,7 +150,8 @@ def prepare_calibration(settings: CalibrationSettings) -> tuple[list[BatchLayout
     """The calibration batches, as layouts (for the fit) and as torch batches (to time)."""
     rng = np.random.default_rng(settings.seed)
     vocabulary = settings.timed_shape().vocabulary
-    layouts = calibration_layouts(settings.max_length, settings.quick, rng, settings.model.max_positions)
+    layouts = calibration_layouts(settings.max_length, settings.quick, rng, settings.model.max_positions,
+                                  grouped=settings.attention == "grouped")
     flops = (settings.warmup + settings.repeats) * sum(settings.model.training_flops(layout.row_slots)
                                                        for layout in layouts)
     check_timed_work(flops, settings.device, f"calibrating {settings.model.name} on rows of {settings.max_length:,} "
@@ -226,7 +235,7 @@ def _group_curve_provenance(layouts: list[BatchLayout], profile) -> str:
 def calibration_steps(settings: CalibrationSettings) -> int:
     """Training steps a run takes, for a progress bar."""
     layouts = calibration_layouts(settings.max_length, settings.quick, np.random.default_rng(settings.seed),
-                                  settings.model.max_positions)
+                                  settings.model.max_positions, grouped=settings.attention == "grouped")
     return len(layouts) * (settings.warmup + settings.repeats)
 
 
