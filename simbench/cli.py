@@ -134,12 +134,15 @@ def _exit_within(status: int, seconds: float) -> None:
 
 
 def _end_a_hung_exit(status: int) -> None:
-    """End the process at once, its child processes first, if it is exiting: the interpreter's exit stops the main
-    thread before it joins the helper threads (and a process that caught the SystemExit has it running)."""
+    """End the process at once, its child processes first, if it is exiting (a process that caught the SystemExit
+    goes on). The interpreter's exit first runs threading's exit hooks, where concurrent.futures joins its
+    executors' threads (the wait CI saw hang), with the main thread still alive; it then stops the main thread
+    and joins the other threads and atexit's hooks. `threading._SHUTTING_DOWN` marks the first part: private, so
+    read with a default, the main thread's state covering the rest."""
     import multiprocessing
     import threading
 
-    if threading.main_thread().is_alive():
+    if threading.main_thread().is_alive() and not getattr(threading, "_SHUTTING_DOWN", False):
         return
     children = multiprocessing.active_children()
     for child in children:

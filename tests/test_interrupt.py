@@ -195,6 +195,20 @@ def test_an_exit_that_hangs_after_the_interrupt_is_cut_short():
     assert time.monotonic() - start < 15
 
 
+def test_an_exit_that_hangs_joining_an_executors_threads_is_cut_short():
+    """Where concurrent.futures joins its executors' threads at exit (threading's exit hooks, run while the main
+    thread is still alive), a thread blocked for good once held an interrupted `run` alive (CI, Ctrl-C at 5 s)."""
+    program = ("import threading, time\n"
+               "from simbench.cli import _exit_within\n"
+               "threading._register_atexit(time.sleep, 60)  # as concurrent.futures registers its join\n"
+               "_exit_within(130, 1.0)\n")
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")])}
+    start = time.monotonic()
+    ended = subprocess.run([sys.executable, "-c", program], env=environment, timeout=30, capture_output=True)
+    assert ended.returncode == 130, ended.stderr
+    assert time.monotonic() - start < 15
+
+
 def test_a_caught_exit_after_the_interrupt_is_not_cut_short():
     """A caller that catches the exit (as a test of `main` does) goes on past the grace time."""
     from simbench.cli import _exit_within
