@@ -181,32 +181,26 @@ def test_a_worker_ended_while_sending_its_result_does_not_hold_the_process_at_ex
     assert ended.returncode == 0 and ended.stderr == "", ended.stderr
 
 
-def test_an_exit_that_hangs_after_the_interrupt_is_cut_short():
-    """The interpreter's exit after an interrupt once waited forever on a helper thread: the exit is cut short
-    after its grace time, with the status the interrupt gives."""
-    program = ("import atexit, time\n"
-               "from simbench.cli import _exit_within\n"
-               "atexit.register(time.sleep, 60)  # an exit that would hang\n"
-               "_exit_within(130, 1.0)\n")
+def _exit_cut_short_despite(hang: str) -> None:
+    """`_exit_within` in a fresh interpreter whose exit would hang on `hang`, a line of Python: the exit is cut
+    short after its grace time, with the status the interrupt gives."""
+    program = f"import atexit, threading, time\nfrom simbench.cli import _exit_within\n{hang}\n_exit_within(130, 1.0)\n"
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")])}
     start = time.monotonic()
     ended = subprocess.run([sys.executable, "-c", program], env=environment, timeout=30, capture_output=True)
     assert ended.returncode == 130, ended.stderr
     assert time.monotonic() - start < 15
+
+
+def test_an_exit_that_hangs_after_the_interrupt_is_cut_short():
+    """The interpreter's exit after an interrupt once waited forever on a helper thread."""
+    _exit_cut_short_despite("atexit.register(time.sleep, 60)")
 
 
 def test_an_exit_that_hangs_joining_an_executors_threads_is_cut_short():
     """Where concurrent.futures joins its executors' threads at exit (threading's exit hooks, run while the main
     thread is still alive), a thread blocked for good once held an interrupted `run` alive (CI, Ctrl-C at 5 s)."""
-    program = ("import threading, time\n"
-               "from simbench.cli import _exit_within\n"
-               "threading._register_atexit(time.sleep, 60)  # as concurrent.futures registers its join\n"
-               "_exit_within(130, 1.0)\n")
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")])}
-    start = time.monotonic()
-    ended = subprocess.run([sys.executable, "-c", program], env=environment, timeout=30, capture_output=True)
-    assert ended.returncode == 130, ended.stderr
-    assert time.monotonic() - start < 15
+    _exit_cut_short_despite("threading._register_atexit(time.sleep, 60)  # as concurrent.futures registers its join")
 
 
 def test_a_caught_exit_after_the_interrupt_is_not_cut_short():
