@@ -65,6 +65,12 @@ class CalibrationSettings:
         """How un-padded batches run attention (see `batches.UNPADDED_ATTENTION`)."""
         return self.unpadded_attention or default_unpadded_attention(self.device)
 
+    @property
+    def per_document_attention(self) -> str:
+        """The profile's `per_document_attention`: packed-varlen batches attend as un-padded ones do here, one call
+        per length group (`grouped`) or one kernel over the batch (`varlen`)."""
+        return "grouped" if self.attention == "grouped" else "varlen"
+
     def encoder_shape(self) -> EncoderShape:
         model = self.model
         if model.is_decoder:  # timing it as an encoder would price the wrong attention and positions
@@ -151,7 +157,7 @@ def prepare_calibration(settings: CalibrationSettings) -> tuple[list[BatchLayout
     rng = np.random.default_rng(settings.seed)
     vocabulary = settings.timed_shape().vocabulary
     layouts = calibration_layouts(settings.max_length, settings.quick, rng, settings.model.max_positions,
-                                  grouped=settings.attention == "grouped")
+                                  grouped=settings.per_document_attention == "grouped")
     flops = (settings.warmup + settings.repeats) * sum(settings.model.training_flops(layout.row_slots)
                                                        for layout in layouts)
     check_timed_work(flops, settings.device, f"calibrating {settings.model.name} on rows of {settings.max_length:,} "
@@ -208,8 +214,7 @@ def fit_calibration(settings: CalibrationSettings, layouts: list[BatchLayout], t
         "source": (f"simbench calibrate: {settings.model.name} {settings.model.family} on {machine['device_name']} "
                    f"({machine['device']}), torch {machine['torch_version']}, {machine['threads']} threads"),
         "unpad_group_boundaries": _group_boundaries(settings),
-        # packed-varlen batches attend as un-padded ones do here (`batches.UNPADDED_ATTENTION`): priced alike
-        "per_document_attention": "grouped" if settings.attention == "grouped" else "varlen",
+        "per_document_attention": settings.per_document_attention,
         "provenance": {"per_document_attention": f"measured: how simbench calibrate ran it on this device "
                                                  f"({settings.attention} attention)"},
         "calibration": record,
@@ -235,7 +240,7 @@ def _group_curve_provenance(layouts: list[BatchLayout], profile) -> str:
 def calibration_steps(settings: CalibrationSettings) -> int:
     """Training steps a run takes, for a progress bar."""
     layouts = calibration_layouts(settings.max_length, settings.quick, np.random.default_rng(settings.seed),
-                                  settings.model.max_positions, grouped=settings.attention == "grouped")
+                                  settings.model.max_positions, grouped=settings.per_document_attention == "grouped")
     return len(layouts) * (settings.warmup + settings.repeats)
 
 
@@ -263,7 +268,7 @@ def _random_pack(max_length: int, depth: int, rng: np.random.Generator) -> list[
 def _group_boundaries(settings: CalibrationSettings) -> tuple[int, ...]:
     # Grouped attention makes every distinct length a group of its own (one call each), up to the
     # longest position the model has; jagged and varlen kernels take the whole batch in one call.
-    if settings.attention == "grouped":
+    if settings.per_document_attention == "grouped":
         return tuple(range(1, settings.model.max_positions + 1))
     return (settings.model.max_positions,)
 

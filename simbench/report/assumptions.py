@@ -7,7 +7,7 @@ import pandas as pd
 
 from simbench.report.baseline import baseline_of, over_words
 from simbench.report.markdown import markdown_table
-from simbench.report.precision import leaders_at, ranked_at, speedup_text
+from simbench.report.precision import leaders_at, ranked_at, signed_percent_text, speedup_text
 from simbench.report.units import DEVICE, DeviceUnit
 
 
@@ -53,5 +53,5 @@ def _change_text(change: float) -> str:
     """A relative change in percent, '+8.5 %'; one that rounds to zero reads '0.0 %'."""
     if pd.isna(change):
         return "-"
-    rounded = round(100 * change, 1) + 0.0
-    return "0.0 %" if rounded == 0 else f"{rounded:+.1f} %"
+    text = signed_percent_text(100 * change)
+    return "0.0 %" if text == "+0.0" else f"{text} %"

@@ -12,7 +12,7 @@ import pandas as pd
 from simbench.costmodels.layout import ParallelLayout
 from simbench.report.baseline import baseline_of
 from simbench.report.markdown import markdown_table
-from simbench.report.precision import leaders_at, milliseconds_text, ranked_at, tie_text
+from simbench.report.precision import leaders_at, milliseconds_text, ranked_at, signed_percent_text, tie_text
 from simbench.sim.memory_budget import budget_sentence
 
 # The token-balanced packers a workload-balanced plan is measured against, the first present winning: first-fit
@@ -110,9 +110,9 @@ def _wlb_sentence(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.Da
     gains = wlb_gains(layout, scaling, parallel)
     if gains.empty:
         return ""
-    # rounded first: a loss of 0.04 % reads 0.0 %, not -0.0 %
-    least, most = (round(value, 1) + 0.0 for value in gains["gain %"].astype(float).agg(["min", "max"]))
-    spread = f"{least:+.1f} %" if least == most else f"{least:+.1f} % to {most:+.1f} %"
+    # the column's figures, already rounded (no -0.0)
+    least, most = (signed_percent_text(value) for value in gains["gain %"].astype(float).agg(["min", "max"]))
+    spread = f"{least} %" if least == most else f"{least} % to {most} %"
     return f"Workload-balanced packing gains {spread} over token-balanced packing across the layouts below."
 
 
@@ -226,4 +226,4 @@ def wlb_gains(layout: ParallelLayout, scaling: pd.DataFrame, parallel: pd.DataFr
 def _gain_row(name: str, other: str, where: str, balanced: float, token: float) -> dict:
     return {"workload-balanced": name, "token-balanced": other, "layout": where,
             "tokens/s per GPU (wlb)": f"{balanced:,.0f}", "tokens/s per GPU (token)": f"{token:,.0f}",
-            "gain %": f"{round(100 * (balanced / token - 1), 1) + 0.0:+.1f}"}
+            "gain %": signed_percent_text(100 * (balanced / token - 1))}

@@ -149,3 +149,9 @@ def milliseconds_text(value: float) -> str:
     if value != 0 and math.isfinite(value):
         decimals = min(decimals, MAX_SIGNIFICANT - 1 - math.floor(math.log10(abs(value))))
     return _rounded(value, decimals)
+
+
+def signed_percent_text(percent: float) -> str:
+    """A change in percent to one decimal with its sign ('+8.5', '-1.2'); one that rounds to zero reads '+0.0',
+    never '-0.0'."""
+    return f"{round(percent, 1) + 0.0:+.1f}"

@@ -180,12 +180,12 @@ def _group_headline(scaling: pd.DataFrame, baseline: str, lead: str, unit: Devic
 
 
 def _tie_words(tied: pd.DataFrame, baseline: str) -> str:
-    spread = max(lead_noise(tied.iloc[0], row) for row in tied.iloc[1:].itertuples())
     figures = [speedup_text(row) for row in tied.itertuples()]
     tie = tie_text(list(tied["strategy"]), figures, at=f"the throughput of {baseline}", over=f"over {baseline}")
     first = tied.iloc[0]
     if all(first.speedup / row.speedup - 1 < MIN_LEAD for row in tied.iloc[1:].itertuples()):
         return f"{tie}: they differ by under {100 * MIN_LEAD:.1f} %, too close to rank."
+    spread = max(lead_noise(first, row) for row in tied.iloc[1:].itertuples())
     return (f"{tie}: their differences lie within {TIE_SIGMAS} standard errors of the run's sampling (a difference's "
             f"standard error reaches {100 * spread:.1f} %) or under {100 * MIN_LEAD:.1f} %, too close to rank.")
 
